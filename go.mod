@@ -1,0 +1,3 @@
+module github.com/bucketgrid/bucketgrid
+
+go 1.26
