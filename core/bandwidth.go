@@ -1,0 +1,263 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// RefillStyle says how a bandwidth regenerates tokens.
+type RefillStyle uint8
+
+const (
+	// RefillGreedy adds tokens as soon as it can: 10 tokens per second add one
+	// token every 100 ms.
+	RefillGreedy RefillStyle = iota
+	// RefillIntervally adds the whole refill amount at once, each time a full
+	// period has passed since the last refill.
+	RefillIntervally
+	// RefillIntervallyAligned is RefillIntervally with the period boundaries
+	// aligned to Bandwidth.FirstRefill, a wall-clock instant.
+	RefillIntervallyAligned
+	// RefillIntervallyAlignedAdaptive is RefillIntervallyAligned whose initial
+	// tokens are proportional to the time left before the first refill:
+	// min(capacity, max(0, capacity-refillTokens) + before*refillTokens/period).
+	RefillIntervallyAlignedAdaptive
+
+	numRefillStyles
+)
+
+// String returns the Bucket4j name of the style.
+func (s RefillStyle) String() string {
+	switch s {
+	case RefillGreedy:
+		return "greedy"
+	case RefillIntervally:
+		return "intervally"
+	case RefillIntervallyAligned:
+		return "intervally-aligned"
+	case RefillIntervallyAlignedAdaptive:
+		return "intervally-aligned-adaptive"
+	}
+	return fmt.Sprintf("RefillStyle(%d)", uint8(s))
+}
+
+// intervally reports whether tokens arrive in whole-period steps.
+func (s RefillStyle) intervally() bool { return s != RefillGreedy }
+
+// aligned reports whether the style needs a wall clock.
+func (s RefillStyle) aligned() bool {
+	return s == RefillIntervallyAligned || s == RefillIntervallyAlignedAdaptive
+}
+
+// Bandwidth is one limit of a bucket: a capacity and a refill rule.
+// Build one with Greedy, Intervally, IntervallyAligned or
+// IntervallyAlignedAdaptive, then refine it with WithID and WithInitialTokens.
+// A Bandwidth is a value; the zero value is invalid.
+type Bandwidth struct {
+	// ID names the bandwidth for configuration replacement. Empty means none.
+	ID string
+	// Capacity is the most tokens the bandwidth holds (forced additions aside).
+	Capacity int64
+	// RefillTokens are added every RefillPeriod.
+	RefillTokens int64
+	// RefillPeriod is the refill period; at most one token per nanosecond.
+	RefillPeriod time.Duration
+	// Style is the refill style.
+	Style RefillStyle
+	// FirstRefill is the Unix time in nanoseconds of the first refill of the
+	// aligned styles; ignored by the others.
+	FirstRefill int64
+	// InitialTokens is the size of a new bucket when HasInitialTokens is set;
+	// otherwise a new bucket starts full (or adaptive, for that style).
+	InitialTokens int64
+	// HasInitialTokens marks InitialTokens as set.
+	HasInitialTokens bool
+}
+
+// Greedy returns a bandwidth of the given capacity that regenerates
+// refillTokens every period as greedily as it can.
+func Greedy(capacity, refillTokens int64, period time.Duration) Bandwidth {
+	return Bandwidth{Capacity: capacity, RefillTokens: refillTokens, RefillPeriod: period, Style: RefillGreedy}
+}
+
+// Intervally returns a bandwidth that adds refillTokens at once each time a
+// whole period has elapsed.
+func Intervally(capacity, refillTokens int64, period time.Duration) Bandwidth {
+	return Bandwidth{Capacity: capacity, RefillTokens: refillTokens, RefillPeriod: period, Style: RefillIntervally}
+}
+
+// IntervallyAligned returns an intervally bandwidth whose first refill
+// happens at firstRefill. It needs a wall clock.
+func IntervallyAligned(capacity, refillTokens int64, period time.Duration, firstRefill time.Time) Bandwidth {
+	return Bandwidth{Capacity: capacity, RefillTokens: refillTokens, RefillPeriod: period,
+		Style: RefillIntervallyAligned, FirstRefill: firstRefill.UnixNano()}
+}
+
+// IntervallyAlignedAdaptive returns an aligned bandwidth whose initial tokens
+// are computed from the time left until firstRefill. It needs a wall clock and
+// cannot be combined with WithInitialTokens.
+func IntervallyAlignedAdaptive(capacity, refillTokens int64, period time.Duration, firstRefill time.Time) Bandwidth {
+	return Bandwidth{Capacity: capacity, RefillTokens: refillTokens, RefillPeriod: period,
+		Style: RefillIntervallyAlignedAdaptive, FirstRefill: firstRefill.UnixNano()}
+}
+
+// WithID returns a copy of b with the given id.
+func (b Bandwidth) WithID(id string) Bandwidth { b.ID = id; return b }
+
+// WithInitialTokens returns a copy of b that starts with n tokens.
+func (b Bandwidth) WithInitialTokens(n int64) Bandwidth {
+	b.InitialTokens, b.HasInitialTokens = n, true
+	return b
+}
+
+// Period returns count×unit as a duration, or ErrPeriodOverflow when the
+// product does not fit in int64 nanoseconds (about 292 years).
+func Period(count int64, unit time.Duration) (time.Duration, error) {
+	if count < 0 || unit < 0 {
+		return 0, fmt.Errorf("%w: negative period %d×%v", ErrRefillPeriod, count, unit)
+	}
+	if unit != 0 && count > math.MaxInt64/int64(unit) {
+		return 0, fmt.Errorf("%w: %d×%v", ErrPeriodOverflow, count, unit)
+	}
+	return time.Duration(count) * unit, nil
+}
+
+// Configuration errors. Validation wraps them in a *ConfigError, so test with
+// errors.Is.
+var (
+	ErrNoBandwidths        = errors.New("configuration has no bandwidth")
+	ErrTooManyBandwidths   = fmt.Errorf("configuration has more than %d bandwidths", MaxBandwidths)
+	ErrCapacity            = errors.New("capacity must be positive")
+	ErrRefillTokens        = errors.New("refill tokens must be positive")
+	ErrRefillPeriod        = errors.New("refill period must be positive")
+	ErrPeriodOverflow      = errors.New("refill period exceeds int64 nanoseconds")
+	ErrRefillTooFast       = errors.New("refill faster than 1 token per nanosecond")
+	ErrInitialTokens       = errors.New("initial tokens must not be negative")
+	ErrDuplicateID         = errors.New("duplicate bandwidth id")
+	ErrIDTooLong           = fmt.Errorf("bandwidth id longer than %d bytes", MaxIDLen)
+	ErrAdaptiveWithInitial = errors.New("adaptive initial tokens cannot be combined with explicit initial tokens")
+	ErrUnknownRefillStyle  = errors.New("unknown refill style")
+	ErrNeedsWallClock      = errors.New("aligned refill needs a wall clock")
+)
+
+// Limits on a configuration, so that every record has a bounded size.
+const (
+	MaxBandwidths = 32
+	MaxIDLen      = 255
+)
+
+// ConfigError reports why a configuration was rejected. Bandwidth is the
+// index of the offending bandwidth, or -1 for the configuration as a whole.
+type ConfigError struct {
+	Bandwidth int
+	Err       error
+}
+
+func (e *ConfigError) Error() string {
+	if e.Bandwidth < 0 {
+		return "bucketgrid: invalid configuration: " + e.Err.Error()
+	}
+	return fmt.Sprintf("bucketgrid: invalid configuration: bandwidth %d: %v", e.Bandwidth, e.Err)
+}
+
+// Unwrap returns the sentinel error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Validate reports the first reason b cannot be used, or nil.
+func (b *Bandwidth) Validate() error {
+	switch {
+	case b.Style >= numRefillStyles:
+		return ErrUnknownRefillStyle
+	case b.Capacity <= 0:
+		return ErrCapacity
+	case b.RefillTokens <= 0:
+		return ErrRefillTokens
+	case b.RefillPeriod <= 0:
+		return ErrRefillPeriod
+	case b.RefillTokens > int64(b.RefillPeriod):
+		return fmt.Errorf("%w: %d tokens per %v", ErrRefillTooFast, b.RefillTokens, b.RefillPeriod)
+	case b.HasInitialTokens && b.InitialTokens < 0:
+		return ErrInitialTokens
+	case b.HasInitialTokens && b.Style == RefillIntervallyAlignedAdaptive:
+		return ErrAdaptiveWithInitial
+	case len(b.ID) > MaxIDLen:
+		return ErrIDTooLong
+	}
+	return nil
+}
+
+// Config is a bucket configuration: one or more bandwidths, all of which must
+// allow a consumption. The available tokens are the minimum over bandwidths.
+type Config struct {
+	Bandwidths []Bandwidth
+}
+
+// NewConfig returns a validated configuration of the given bandwidths.
+func NewConfig(bandwidths ...Bandwidth) (Config, error) {
+	c := Config{Bandwidths: bandwidths}
+	return c, c.Validate()
+}
+
+// Validate reports why c cannot be used, as a *ConfigError, or nil.
+func (c *Config) Validate() error {
+	if len(c.Bandwidths) == 0 {
+		return &ConfigError{-1, ErrNoBandwidths}
+	}
+	if len(c.Bandwidths) > MaxBandwidths {
+		return &ConfigError{-1, ErrTooManyBandwidths}
+	}
+	for i := range c.Bandwidths {
+		b := &c.Bandwidths[i]
+		if err := b.Validate(); err != nil {
+			return &ConfigError{i, err}
+		}
+		if b.ID == "" {
+			continue
+		}
+		for j := 0; j < i; j++ {
+			if c.Bandwidths[j].ID == b.ID {
+				return &ConfigError{i, fmt.Errorf("%w %q", ErrDuplicateID, b.ID)}
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateForClock is Validate plus the check that aligned refill styles,
+// whose FirstRefill is a wall-clock instant, are only used with a wall clock.
+func (c *Config) ValidateForClock(wallClock bool) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if wallClock {
+		return nil
+	}
+	for i := range c.Bandwidths {
+		if c.Bandwidths[i].Style.aligned() {
+			return &ConfigError{i, ErrNeedsWallClock}
+		}
+	}
+	return nil
+}
+
+// Equal reports whether two configurations are identical.
+func (c *Config) Equal(o *Config) bool {
+	if len(c.Bandwidths) != len(o.Bandwidths) {
+		return false
+	}
+	for i := range c.Bandwidths {
+		if c.Bandwidths[i] != o.Bandwidths[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Clone returns a deep copy of c.
+func (c Config) Clone() Config {
+	return Config{Bandwidths: append([]Bandwidth(nil), c.Bandwidths...)}
+}
+
+func durationOf(ns int64) time.Duration { return time.Duration(ns) }

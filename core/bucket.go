@@ -1,0 +1,256 @@
+package core
+
+import "math"
+
+// Bucket is a configuration with its state: the record that is stored for a
+// key. Its methods are the Bucket4j operations at an explicit time; each
+// refills first. A Bucket is not safe for concurrent use: the local bucket
+// guards it with a mutex, distributed executors with a CAS or an owner lock.
+//
+// Token arguments must be positive; callers (the root package, Process)
+// validate them.
+type Bucket struct {
+	Config Config
+	// ConfigVersion is the version of Config for implicit configuration
+	// replacement; it never goes backwards.
+	ConfigVersion int64
+	State         []BandState
+}
+
+// NewBucket returns a fresh bucket for a valid configuration at now.
+func NewBucket(cfg Config, now int64) Bucket {
+	b := Bucket{Config: cfg, State: make([]BandState, len(cfg.Bandwidths))}
+	for i := range cfg.Bandwidths {
+		b.State[i] = initBand(&cfg.Bandwidths[i], now)
+	}
+	return b
+}
+
+// Clone returns a deep copy of b.
+func (b *Bucket) Clone() Bucket {
+	return Bucket{Config: b.Config.Clone(), ConfigVersion: b.ConfigVersion,
+		State: append([]BandState(nil), b.State...)}
+}
+
+// Refill brings every bandwidth up to now.
+func (b *Bucket) Refill(now int64) {
+	for i := range b.State {
+		refill(&b.Config.Bandwidths[i], &b.State[i], now)
+	}
+}
+
+// available returns the minimum size over bandwidths; call after Refill.
+func (b *Bucket) available() int64 {
+	a := b.State[0].Size
+	for i := 1; i < len(b.State); i++ {
+		if s := b.State[i].Size; s < a {
+			a = s
+		}
+	}
+	return a
+}
+
+func (b *Bucket) consume(n int64) {
+	for i := range b.State {
+		b.State[i].Size -= n
+	}
+}
+
+// delay returns the nanoseconds until n tokens are available in every
+// bandwidth; math.MaxInt64 when never. With capped set, a request above any
+// capacity is never satisfiable.
+func (b *Bucket) delay(n, now int64, capped bool) int64 {
+	var d int64
+	for i := range b.State {
+		bw := &b.Config.Bandwidths[i]
+		if capped && n > bw.Capacity {
+			return math.MaxInt64
+		}
+		if n <= b.State[i].Size {
+			continue
+		}
+		if w := delayFor(bw, &b.State[i], n, now); w > d {
+			d = w
+		}
+	}
+	return d
+}
+
+// TimeToFull returns the nanoseconds until every bandwidth is full again,
+// math.MaxInt64 when never; call after Refill.
+func (b *Bucket) TimeToFull(now int64) int64 {
+	var d int64
+	for i := range b.State {
+		bw := &b.Config.Bandwidths[i]
+		if b.State[i].Size >= bw.Capacity {
+			continue
+		}
+		if w := delayFor(bw, &b.State[i], bw.Capacity, now); w > d {
+			d = w
+		}
+	}
+	return d
+}
+
+// Probe is the result of TryConsumeAndReturnRemaining.
+type Probe struct {
+	// Consumed reports whether the tokens were taken.
+	Consumed bool
+	// Remaining is the tokens left after the call (before it, when rejected).
+	Remaining int64
+	// NanosToWaitForRefill is, when rejected, how long until the request could
+	// succeed (math.MaxInt64: never, the request exceeds a capacity); zero when
+	// consumed.
+	NanosToWaitForRefill int64
+	// NanosToWaitForReset is how long until the bucket is full again.
+	NanosToWaitForReset int64
+}
+
+// Estimate is the result of EstimateAbilityToConsume.
+type Estimate struct {
+	// CanBeConsumed reports whether the tokens are there now.
+	CanBeConsumed bool
+	// Remaining is the available tokens.
+	Remaining int64
+	// NanosToWaitForRefill is how long until they would be, when not now.
+	NanosToWaitForRefill int64
+}
+
+// TryConsume takes n tokens at now if every bandwidth has them.
+func (b *Bucket) TryConsume(n, now int64) bool {
+	b.Refill(now)
+	if n > b.available() {
+		return false
+	}
+	b.consume(n)
+	return true
+}
+
+// TryConsumeAndReturnRemaining is TryConsume with the remaining tokens and
+// the waits a caller needs for headers or back-off.
+func (b *Bucket) TryConsumeAndReturnRemaining(n, now int64) Probe {
+	b.Refill(now)
+	avail := b.available()
+	if n > avail {
+		return Probe{Remaining: avail, NanosToWaitForRefill: b.delay(n, now, true),
+			NanosToWaitForReset: b.TimeToFull(now)}
+	}
+	b.consume(n)
+	return Probe{Consumed: true, Remaining: avail - n, NanosToWaitForReset: b.TimeToFull(now)}
+}
+
+// EstimateAbilityToConsume reports whether n tokens could be taken at now,
+// and when, without taking them.
+func (b *Bucket) EstimateAbilityToConsume(n, now int64) Estimate {
+	b.Refill(now)
+	avail := b.available()
+	if n > avail {
+		return Estimate{Remaining: avail, NanosToWaitForRefill: b.delay(n, now, true)}
+	}
+	return Estimate{CanBeConsumed: true, Remaining: avail}
+}
+
+// TryConsumeAsMuchAsPossible takes min(limit, available) tokens and returns
+// how many it took. Pass math.MaxInt64 for no limit.
+func (b *Bucket) TryConsumeAsMuchAsPossible(limit, now int64) int64 {
+	b.Refill(now)
+	n := b.available()
+	if limit < n {
+		n = limit
+	}
+	if n <= 0 {
+		return 0
+	}
+	b.consume(n)
+	return n
+}
+
+// AddTokens adds n tokens to every bandwidth, each capped at its capacity.
+func (b *Bucket) AddTokens(n, now int64) {
+	b.Refill(now)
+	for i := range b.State {
+		s, c := &b.State[i], b.Config.Bandwidths[i].Capacity
+		if sum := satAdd(s.Size, n); sum >= c {
+			s.Size, s.RoundingError = c, 0
+		} else {
+			s.Size = sum
+		}
+	}
+}
+
+// ForceAddTokens adds n tokens to every bandwidth, even beyond capacity;
+// refill pauses while a bandwidth is above its capacity.
+func (b *Bucket) ForceAddTokens(n, now int64) {
+	b.Refill(now)
+	for i := range b.State {
+		s := &b.State[i]
+		s.Size = satAdd(s.Size, n)
+		if s.Size >= b.Config.Bandwidths[i].Capacity {
+			s.RoundingError = 0
+		}
+	}
+}
+
+// ConsumeIgnoringRateLimits takes n tokens even when that overdraws the
+// bucket, and returns the nanoseconds until the debt is repaid (zero when no
+// debt). When the wait would exceed int64 nanoseconds it takes nothing and
+// returns math.MaxInt64.
+func (b *Bucket) ConsumeIgnoringRateLimits(n, now int64) int64 {
+	b.Refill(now)
+	d := b.delay(n, now, false)
+	if d == math.MaxInt64 {
+		return d
+	}
+	b.consume(n)
+	return d
+}
+
+// Reserve takes n tokens, possibly into overdraft, if they will be available
+// within maxWait nanoseconds, and returns how long the caller must wait
+// before using them. It returns math.MaxInt64 and takes nothing when the wait
+// exceeds maxWait or n exceeds a capacity. It is the primitive of blocking
+// consumption and scheduling.
+func (b *Bucket) Reserve(n, maxWait, now int64) int64 {
+	b.Refill(now)
+	d := b.delay(n, now, true)
+	if d == math.MaxInt64 || d > maxWait {
+		return math.MaxInt64
+	}
+	b.consume(n)
+	return d
+}
+
+// Reset fills every bandwidth to capacity.
+func (b *Bucket) Reset(now int64) {
+	b.Refill(now)
+	for i := range b.State {
+		b.State[i].Size, b.State[i].RoundingError = b.Config.Bandwidths[i].Capacity, 0
+	}
+}
+
+// AvailableTokens returns the tokens available at now: the minimum over
+// bandwidths, negative during an overdraft.
+func (b *Bucket) AvailableTokens(now int64) int64 {
+	b.Refill(now)
+	return b.available()
+}
+
+// Diagnostics describes a bucket for the verbose API.
+type Diagnostics struct {
+	// Bucket is a copy of the configuration and state after the operation.
+	Bucket Bucket
+	// Available holds the tokens of each bandwidth.
+	Available []int64
+	// NanosToFull is how long until every bandwidth is full.
+	NanosToFull int64
+}
+
+// Diagnose returns the diagnostics at now.
+func (b *Bucket) Diagnose(now int64) Diagnostics {
+	b.Refill(now)
+	d := Diagnostics{Bucket: b.Clone(), Available: make([]int64, len(b.State)), NanosToFull: b.TimeToFull(now)}
+	for i := range b.State {
+		d.Available[i] = b.State[i].Size
+	}
+	return d
+}

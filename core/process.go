@@ -1,0 +1,110 @@
+package core
+
+// Process applies req to the bucket stored as stored (empty: absent) at now,
+// in nanoseconds of the executing side's clock, and returns the bytes to
+// store, whether they changed, and the response.
+//
+// It is the entry-processor function: a CAS executor runs it between a read
+// and a conditional write, a grid owner runs it under a per-key lock, the
+// proxy-wasm filter runs it on shared data. It is pure and deterministic.
+// When changed is false nothing needs writing (read-only operations, rejected
+// consumptions, errors) and newStored is stored itself. An invalid request or
+// corrupt stored bytes yield an error status and change nothing.
+func Process(stored []byte, req Request, now int64) (newStored []byte, changed bool, resp Response) {
+	if err := req.Validate(); err != nil {
+		return stored, false, Response{Status: StatusInvalidRequest, Message: err.Error()}
+	}
+	var b Bucket
+	exists := len(stored) > 0
+	if exists {
+		var err error
+		if b, err = DecodeBucket(stored); err != nil {
+			return stored, false, Response{Status: StatusCorruptState, Message: err.Error()}
+		}
+	}
+	switch req.Mode {
+	case ModeBare, ModeCheckVersion:
+		if !exists {
+			return stored, false, Response{Status: StatusNotFound}
+		}
+		if req.Mode == ModeCheckVersion && b.ConfigVersion < req.ConfigVersion {
+			return stored, false, Response{Status: StatusConfigNeedsReplacing}
+		}
+	case ModeCreateIfAbsent, ModeCreateOrReplace:
+		if !exists {
+			b = NewBucket(req.Config.Clone(), now)
+			b.ConfigVersion = req.ConfigVersion
+			changed = true
+		} else if req.Mode == ModeCreateOrReplace && b.ConfigVersion < req.ConfigVersion {
+			b.ReplaceConfiguration(req.Config.Clone(), req.Inheritance, now)
+			b.ConfigVersion = req.ConfigVersion
+			changed = true
+		}
+	}
+	resp.Results = make([]Result, len(req.Ops))
+	for i := range req.Ops {
+		var mutated bool
+		resp.Results[i], mutated = b.apply(&req.Ops[i], now)
+		changed = changed || mutated
+		if req.Ops[i].Kind == OpGetConfiguration {
+			req.Verbose = true
+		}
+	}
+	if req.Verbose {
+		d := b.Diagnose(now)
+		resp.Diagnostics = &d
+	}
+	if !changed {
+		return stored, false, resp
+	}
+	resp.TTL = req.Expiry.ttl(&b, now)
+	return AppendBucket(make([]byte, 0, bucketSizeHint(&b)), &b), true, resp
+}
+
+// apply runs one validated operation and reports whether it changed the
+// bucket beyond a refill (a refill alone need not be written: refilling is
+// path-independent).
+func (b *Bucket) apply(op *Op, now int64) (Result, bool) {
+	switch op.Kind {
+	case OpTryConsume:
+		ok := b.TryConsume(op.Tokens, now)
+		return Result{OK: ok}, ok
+	case OpTryConsumeAndReturnRemaining:
+		p := b.TryConsumeAndReturnRemaining(op.Tokens, now)
+		return Result{OK: p.Consumed, Tokens: p.Remaining, Wait: p.NanosToWaitForRefill, Reset: p.NanosToWaitForReset}, p.Consumed
+	case OpEstimate:
+		e := b.EstimateAbilityToConsume(op.Tokens, now)
+		return Result{OK: e.CanBeConsumed, Tokens: e.Remaining, Wait: e.NanosToWaitForRefill}, false
+	case OpTryConsumeAsMuchAsPossible:
+		n := b.TryConsumeAsMuchAsPossible(op.Tokens, now)
+		return Result{OK: n > 0, Tokens: n}, n > 0
+	case OpAddTokens:
+		b.AddTokens(op.Tokens, now)
+		return Result{OK: true}, true
+	case OpForceAddTokens:
+		b.ForceAddTokens(op.Tokens, now)
+		return Result{OK: true}, true
+	case OpConsumeIgnoringRateLimits:
+		w := b.ConsumeIgnoringRateLimits(op.Tokens, now)
+		ok := w != maxWait
+		return Result{OK: ok, Wait: w}, ok
+	case OpReserve:
+		w := b.Reserve(op.Tokens, op.MaxWait, now)
+		ok := w != maxWait
+		return Result{OK: ok, Wait: w}, ok
+	case OpReset:
+		b.Reset(now)
+		return Result{OK: true}, true
+	case OpAvailableTokens:
+		return Result{OK: true, Tokens: b.AvailableTokens(now)}, false
+	case OpReplaceConfiguration:
+		b.ReplaceConfiguration(op.Config.Clone(), op.Inheritance, now)
+		return Result{OK: true}, true
+	case OpGetConfiguration:
+		b.Refill(now)
+		return Result{OK: true}, false
+	}
+	return Result{}, false
+}
+
+const maxWait = 1<<63 - 1

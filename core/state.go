@@ -1,0 +1,104 @@
+package core
+
+import "math"
+
+// BandState is the mutable state of one bandwidth.
+type BandState struct {
+	// Size is the number of tokens; it goes negative after an overdraft and
+	// above capacity after a forced addition.
+	Size int64
+	// LastRefill is the time of the last refill, in the clock's nanoseconds.
+	LastRefill int64
+	// RoundingError carries the fraction of a token already earned, as
+	// refillTokens×elapsed mod period; always in [0, period).
+	RoundingError int64
+}
+
+// initBand returns the state of a new bandwidth at now.
+func initBand(b *Bandwidth, now int64) BandState {
+	s := BandState{Size: b.Capacity, LastRefill: now}
+	if b.HasInitialTokens {
+		s.Size = b.InitialTokens
+	}
+	if !b.Style.aligned() {
+		return s
+	}
+	period := int64(b.RefillPeriod)
+	s.LastRefill = satAdd(b.FirstRefill, -period)
+	if b.Style == RefillIntervallyAlignedAdaptive && now < b.FirstRefill {
+		base := b.Capacity - b.RefillTokens
+		if base < 0 {
+			base = 0
+		}
+		add, _, ok := mulDiv(diff(b.FirstRefill, now), uint64(b.RefillTokens), uint64(period))
+		if !ok || add >= uint64(b.Capacity-base) {
+			s.Size = b.Capacity
+		} else {
+			s.Size = base + int64(add)
+		}
+	}
+	return s
+}
+
+// refill brings s up to now. Time at or before LastRefill mints nothing.
+// Refilling is path-independent: refilling at t1 then t2 gives the same state
+// as refilling at t2 alone.
+func refill(b *Bandwidth, s *BandState, now int64) {
+	prev := s.LastRefill
+	if now <= prev {
+		return
+	}
+	period := uint64(b.RefillPeriod)
+	elapsed := diff(now, prev)
+	if b.Style.intervally() {
+		rem := elapsed % period
+		elapsed -= rem
+		if elapsed == 0 {
+			return
+		}
+		now = int64(uint64(now) - rem)
+	}
+	s.LastRefill = now
+	if s.Size >= b.Capacity {
+		return // at or above capacity (forced): refill pauses
+	}
+	deficit := diff(b.Capacity, s.Size)
+	q, r, ok := mulAddDiv(uint64(b.RefillTokens), elapsed, uint64(s.RoundingError), period)
+	if !ok || q >= deficit {
+		s.Size, s.RoundingError = b.Capacity, 0
+		return
+	}
+	s.Size += int64(q)
+	s.RoundingError = int64(r)
+}
+
+// delayFor returns the nanoseconds until s holds n tokens, assuming the
+// bandwidth was refilled at now and holds fewer than n. math.MaxInt64 means
+// never (or beyond the int64 range).
+func delayFor(b *Bandwidth, s *BandState, n, now int64) int64 {
+	deficit := diff(n, s.Size)
+	tokens := uint64(b.RefillTokens)
+	if !b.Style.intervally() {
+		// smallest t with refillTokens*t + roundingError ≥ deficit*period,
+		// counted from the last refill when the clock reads earlier than it
+		t := ceilMulSubDiv(deficit, uint64(b.RefillPeriod), uint64(s.RoundingError), tokens)
+		if now < s.LastRefill {
+			t = satAdd(t, int64(diff(s.LastRefill, now)))
+		}
+		return t
+	}
+	period := int64(b.RefillPeriod)
+	wait := satAdd(s.LastRefill, period)
+	if wait == math.MaxInt64 {
+		return math.MaxInt64
+	}
+	wait = satAdd(wait, -now)
+	if deficit <= tokens {
+		return wait
+	}
+	more := (deficit - 1) / tokens // ceil((deficit-tokens)/tokens) further periods
+	if more > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return satAdd(wait, mulSat(int64(more), period))
+}

@@ -1,0 +1,25 @@
+package bucketgrid
+
+import (
+	"context"
+
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// Executor runs core requests against the stored bucket of a key: where the
+// pure function core.Process runs and how its result is stored atomically.
+// The cas package, the Olric grid and user backends implement it; the Manager
+// adds everything else (configuration on demand, recovery, replacement,
+// listeners).
+//
+// Execute must apply the whole request atomically with respect to every other
+// request on the same key, and return the response that core.Process
+// produced. It returns an error only when the request could not be carried
+// out (an outage, a timeout, a lost race it gave up on); statuses such as
+// core.StatusNotFound are answers, not errors.
+type Executor interface {
+	Execute(ctx context.Context, key string, req core.Request) (core.Response, error)
+	// Remove deletes the stored bucket of key; removing an absent key is not
+	// an error.
+	Remove(ctx context.Context, key string) error
+}
