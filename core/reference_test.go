@@ -11,7 +11,7 @@ import (
 // each.
 
 const (
-	sec = int64(time.Second)
+	sec    = int64(time.Second)
 	minute = int64(time.Minute)
 )
 

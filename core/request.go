@@ -145,16 +145,16 @@ type Request struct {
 
 // Request validation errors, returned wrapped in a *RequestError.
 var (
-	ErrNoOps            = errors.New("request has no operation")
-	ErrTooManyOps       = fmt.Errorf("request has more than %d operations", MaxOps)
-	ErrTokens           = errors.New("token count must be positive")
-	ErrUnknownOp        = errors.New("unknown operation")
-	ErrUnknownMode      = errors.New("unknown mode")
-	ErrMissingConfig    = errors.New("mode or operation needs a configuration")
-	ErrUnknownStrategy  = errors.New("unknown tokens inheritance strategy")
-	ErrExpiry           = errors.New("invalid expiry")
-	ErrNegativeMaxWait  = errors.New("max wait must not be negative")
-	ErrNegativeVersion  = errors.New("configuration version must not be negative")
+	ErrNoOps           = errors.New("request has no operation")
+	ErrTooManyOps      = fmt.Errorf("request has more than %d operations", MaxOps)
+	ErrTokens          = errors.New("token count must be positive")
+	ErrUnknownOp       = errors.New("unknown operation")
+	ErrUnknownMode     = errors.New("unknown mode")
+	ErrMissingConfig   = errors.New("mode or operation needs a configuration")
+	ErrUnknownStrategy = errors.New("unknown tokens inheritance strategy")
+	ErrExpiry          = errors.New("invalid expiry")
+	ErrNegativeMaxWait = errors.New("max wait must not be negative")
+	ErrNegativeVersion = errors.New("configuration version must not be negative")
 )
 
 // RequestError reports an invalid request.
