@@ -21,7 +21,12 @@ case $out in /*) ;; *) out=$PWD/$out ;; esac
 version=v0.0.1-75
 
 export GOWORK=off GOFLAGS=-mod=mod
-work=$(mktemp -d "${TMPDIR:-/tmp}/gocaves-build.XXXXXX")
+# A fixed scratch path next to OUT keeps Go's build cache effective across
+# rebuilds (compile actions are keyed on the source directory too).
+work=$(dirname "$out")/.gocaves-build
+chmod -R u+w "$work" 2>/dev/null || true
+rm -rf "$work"
+mkdir -p "$work"
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 
 # go mod download needs no module; run it from the scratch dir.
@@ -38,7 +43,7 @@ cd "$work/src"
 go mod edit -dropreplace=github.com/couchbaselabs/gocaves/client \
 	-droprequire=github.com/couchbaselabs/gocaves/client
 rm -rf example
-go run ./tools/prebuildstep.go
+go run ./tools/prebuildstep.go >/dev/null
 sed -i -E '/^[[:space:]]*log\.Printf\("(received|sending|throwing away) (kv packet|mgmt request|view request|query request|search request|analytics request)/d' \
 	mock/mockimpl/cluster.go
 go mod tidy >/dev/null 2>&1 || true

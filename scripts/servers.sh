@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# servers.sh start|stop|env|status — the real servers the backend tests use.
+#
+#   start   build (once) and start FerretDB (MongoDB wire protocol, SQLite
+#           handler), gocaves (Couchbase mock cluster) and redis-server on free
+#           127.0.0.1 ports, wait until each is ready and write .servers/env.
+#           Idempotent: servers already running are kept.
+#   stop    stop what start started (pid files under .servers/) and remove
+#           .servers/env.
+#   env     print .servers/env, for: eval "$(scripts/servers.sh env)"
+#   status  show which servers run.
+#
+# Binaries are built from the Go module proxy into .servers/bin (gitignored)
+# and rebuilt only when missing or when tools/testservers changed. Builds use
+# a private GOCACHE (.servers/gocache): a shared cache trimmed mid-build breaks
+# them. redis-server comes from apt-get when it is not installed.
+# Set SERVERS_NO_REDIS=1 to skip redis.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+srv=$root/.servers
+bin=$srv/bin
+tools=$root/tools/testservers
+envfile=$srv/env
+
+log() { echo "servers.sh: $*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+# alive PIDFILE BINARY: the pid in PIDFILE runs BINARY (guards against a
+# recycled pid so stop never kills a process it did not start).
+alive() {
+	local pid exe
+	[ -f "$1" ] || return 1
+	pid=$(cat "$1" 2>/dev/null) || return 1
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+	exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 0
+	case $exe in *"$2"*) return 0 ;; *) return 1 ;; esac
+}
+
+stop_one() { # PIDFILE BINARY
+	local pid i
+	if alive "$1" "$2"; then
+		pid=$(cat "$1")
+		kill -TERM "$pid" 2>/dev/null || true
+		for i in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$1"
+}
+
+# stamp of the sources a binary is built from; a change forces a rebuild.
+stamp() { cat "$tools/go.mod" "$tools/go.sum" "$@" 2>/dev/null | cksum | cut -d' ' -f1; }
+
+build() {
+	mkdir -p "$bin"
+	local s
+	export GOCACHE=$srv/gocache GOWORK=off GOFLAGS=-buildvcs=false
+	s=$(stamp "$tools"/cmd/ferretdb/*.go)
+	if [ ! -x "$bin/ferretdb" ] || [ "$(cat "$bin/ferretdb.stamp" 2>/dev/null)" != "$s" ]; then
+		log "building FerretDB v1.24.2 (about a minute on a cold cache)"
+		(cd "$tools" && go build -o "$bin/ferretdb.tmp" ./cmd/ferretdb) && mv "$bin/ferretdb.tmp" "$bin/ferretdb"
+		echo "$s" >"$bin/ferretdb.stamp"
+	fi
+	s=$(stamp "$tools/build-gocaves.sh")
+	if [ ! -x "$bin/gocaves" ] || [ "$(cat "$bin/gocaves.stamp" 2>/dev/null)" != "$s" ]; then
+		log "building gocaves v0.0.1-75 (about 40 s on a cold cache)"
+		"$tools/build-gocaves.sh" "$bin/gocaves"
+		echo "$s" >"$bin/gocaves.stamp"
+	fi
+}
+
+# wait_for FILE PIDFILE NAME: wait up to 30 s for FILE to be non-empty while
+# the process is alive.
+wait_for() {
+	local i
+	for i in $(seq 300); do
+		[ -s "$1" ] && return 0
+		kill -0 "$(cat "$2")" 2>/dev/null || die "$3 exited at start; see $srv/$3.log"
+		sleep 0.1
+	done
+	die "$3 not ready after 30 s; see $srv/$3.log"
+}
+
+free_port() {
+	local p i
+	for i in $(seq 100); do
+		p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	die "no free port found"
+}
+
+start_ferretdb() {
+	if alive "$srv/ferretdb.pid" "$bin/ferretdb" && [ -s "$srv/ferretdb.uri" ]; then
+		return 0
+	fi
+	stop_one "$srv/ferretdb.pid" "$bin/ferretdb"
+	rm -rf "$srv/ferretdb-data" "$srv/ferretdb.uri"
+	# setsid: the server outlives this script and ignores the caller's ^C.
+	setsid "$bin/ferretdb" --listen-addr=127.0.0.1:0 --data-dir="$srv/ferretdb-data" \
+		--uri-file="$srv/ferretdb.uri" --log-level=error \
+		</dev/null >"$srv/ferretdb.log" 2>&1 9>&- &
+	echo $! >"$srv/ferretdb.pid"
+	wait_for "$srv/ferretdb.uri" "$srv/ferretdb.pid" ferretdb
+}
+
+start_gocaves() {
+	if alive "$srv/gocaves.pid" "$bin/gocaves" && [ -s "$srv/gocaves.connstr" ]; then
+		return 0
+	fi
+	stop_one "$srv/gocaves.pid" "$bin/gocaves"
+	rm -f "$srv/gocaves.connstr"
+	# Run gocaves from inside .servers so nothing it writes lands in the checkout.
+	mkdir -p "$srv/gocaves-run"
+	(cd "$srv/gocaves-run" && exec setsid "$bin/gocaves" --mock-only </dev/null >"$srv/gocaves.log" 2>&1 9>&-) &
+	echo $! >"$srv/gocaves.pid"
+	local i line
+	for i in $(seq 300); do
+		line=$(grep -o '"connstr":"[^"]*"' "$srv/gocaves.log" 2>/dev/null | head -1 || true)
+		if [ -n "$line" ]; then
+			line=${line#\"connstr\":\"}
+			echo "${line%\"}" >"$srv/gocaves.connstr"
+			return 0
+		fi
+		kill -0 "$(cat "$srv/gocaves.pid")" 2>/dev/null || die "gocaves exited at start; see $srv/gocaves.log"
+		sleep 0.1
+	done
+	die "gocaves not ready after 30 s; see $srv/gocaves.log"
+}
+
+start_redis() {
+	[ -n "${SERVERS_NO_REDIS:-}" ] && return 0
+	local rs
+	rs=$(command -v redis-server || true)
+	if [ -z "$rs" ]; then
+		log "installing redis-server with apt-get"
+		if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1 ||
+			{ apt-get update -qq >/dev/null 2>&1 &&
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1; }; }; then
+			log "could not install redis-server; REDIS_ADDR stays unset"
+			return 0
+		fi
+		rs=$(command -v redis-server) || return 0
+	fi
+	if alive "$srv/redis.pid" redis && [ -s "$srv/redis.addr" ]; then
+		return 0
+	fi
+	stop_one "$srv/redis.pid" redis
+	rm -f "$srv/redis.addr"
+	local port i try
+	for try in 1 2 3; do
+		port=$(free_port)
+		setsid "$rs" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+			--dir "$srv" --daemonize no </dev/null >"$srv/redis.log" 2>&1 9>&- &
+		echo $! >"$srv/redis.pid"
+		for i in $(seq 100); do
+			kill -0 "$(cat "$srv/redis.pid")" 2>/dev/null || break
+			if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+				echo "127.0.0.1:$port" >"$srv/redis.addr"
+				return 0
+			fi
+			sleep 0.05
+		done
+		stop_one "$srv/redis.pid" redis
+	done
+	die "redis-server did not start; see $srv/redis.log"
+}
+
+write_env() {
+	{
+		echo "export MONGODB_URI='$(cat "$srv/ferretdb.uri")'"
+		echo "export COUCHBASE_CONNSTR='$(cat "$srv/gocaves.connstr")'"
+		echo "export COUCHBASE_USERNAME=Administrator COUCHBASE_PASSWORD=password COUCHBASE_BUCKET=default"
+		echo "export FERRETDB_BIN='$bin/ferretdb' GOCAVES_BIN='$bin/gocaves'"
+		if [ -s "$srv/redis.addr" ]; then
+			echo "export REDIS_ADDR='$(cat "$srv/redis.addr")'"
+		fi
+	} >"$envfile.tmp"
+	mv "$envfile.tmp" "$envfile"
+}
+
+cmd=${1:-}
+case $cmd in
+start)
+	mkdir -p "$srv"
+	exec 9>"$srv/lock"
+	flock 9
+	build
+	start_ferretdb
+	start_gocaves
+	start_redis
+	write_env
+	log "ready; source $envfile"
+	;;
+stop)
+	mkdir -p "$srv"
+	exec 9>"$srv/lock"
+	flock 9
+	stop_one "$srv/ferretdb.pid" "$bin/ferretdb"
+	stop_one "$srv/gocaves.pid" "$bin/gocaves"
+	stop_one "$srv/redis.pid" redis
+	rm -f "$envfile" "$srv/ferretdb.uri" "$srv/gocaves.connstr" "$srv/redis.addr"
+	rm -rf "$srv/ferretdb-data"
+	;;
+env)
+	[ -f "$envfile" ] || die "no $envfile; run: scripts/servers.sh start"
+	cat "$envfile"
+	;;
+status)
+	alive "$srv/ferretdb.pid" "$bin/ferretdb" && echo "ferretdb: running $(cat "$srv/ferretdb.uri" 2>/dev/null)" || echo "ferretdb: stopped"
+	alive "$srv/gocaves.pid" "$bin/gocaves" && echo "gocaves: running $(cat "$srv/gocaves.connstr" 2>/dev/null)" || echo "gocaves: stopped"
+	alive "$srv/redis.pid" redis && echo "redis: running $(cat "$srv/redis.addr" 2>/dev/null)" || echo "redis: stopped"
+	;;
+build)
+	mkdir -p "$srv"
+	build
+	;;
+*)
+	echo "usage: $0 start|stop|env|status|build" >&2
+	exit 2
+	;;
+esac
