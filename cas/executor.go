@@ -1,0 +1,162 @@
+package cas
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/retry"
+)
+
+// ErrConflict is returned when the retry strategy gave up after lost races.
+// Nothing was applied.
+var ErrConflict = errors.New("cas: gave up after lost races")
+
+// Executor runs core requests against a Store: read, core.Process with the
+// executor's clock, conditional write, and on a lost race whatever the retry
+// strategy decides. It implements bucketgrid.Executor and is safe for
+// concurrent use.
+type Executor struct {
+	store    Store
+	strategy retry.Strategy
+	now      func() int64
+	sleep    func(ctx context.Context, d time.Duration) error
+
+	attempts, conflicts, writes, storeErrors atomic.Int64
+	requests                                 atomic.Int64
+}
+
+// Option configures an Executor.
+type Option func(*Executor)
+
+// WithRetry sets the strategy consulted after each lost race; the default is
+// retry.Default().
+func WithRetry(s retry.Strategy) Option { return func(e *Executor) { e.strategy = s } }
+
+// WithClock sets the clock passed to core.Process and to the strategy, in
+// Unix nanoseconds; the default reads the wall clock. Clients of one store
+// should agree on time: a client behind never mints tokens, one ahead by Δ
+// can admit at most Δ×rate tokens early, once.
+func WithClock(now func() int64) Option { return func(e *Executor) { e.now = now } }
+
+// WithSleep replaces the wait between retries (tests pass one that advances
+// a fake clock). The default waits on a timer and returns early with ctx's
+// error.
+func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
+	return func(e *Executor) { e.sleep = sleep }
+}
+
+// New returns an executor over store.
+func New(store Store, opts ...Option) *Executor {
+	e := &Executor{
+		store:    store,
+		strategy: retry.Default(),
+		now:      func() int64 { return time.Now().UnixNano() },
+		sleep:    sleepTimer,
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+func sleepTimer(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Execute applies req to key's bucket. It writes only when core.Process
+// reports a change. A store failure is returned wrapped in ErrStore and is
+// never retried: after a failed write the outcome is unknown, and the caller
+// (fail-open or fail-closed) decides. Lost races are retried per strategy;
+// giving up returns ErrConflict; the context ending returns its error.
+func (e *Executor) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+	e.requests.Add(1)
+	start := e.now()
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return core.Response{}, err
+		}
+		e.attempts.Add(1)
+		data, ver, found, err := e.store.Get(ctx, key)
+		if err != nil {
+			return core.Response{}, e.storeErr("get", key, err)
+		}
+		if !found {
+			data = nil
+		}
+		newData, changed, resp := core.Process(data, req, e.now())
+		if !changed {
+			return resp, nil
+		}
+		ttl := time.Duration(resp.TTL)
+		var ok bool
+		if found {
+			ok, err = e.store.Replace(ctx, key, newData, ver, ttl)
+		} else {
+			ok, err = e.store.Insert(ctx, key, newData, ttl)
+		}
+		if err != nil {
+			return core.Response{}, e.storeErr("write", key, err)
+		}
+		if ok {
+			e.writes.Add(1)
+			return resp, nil
+		}
+		e.conflicts.Add(1)
+		d := e.strategy.Next(retry.Metadata{Attempt: attempt, Key: key, Start: start, Now: e.now()})
+		switch d.Action {
+		case retry.RetryNow:
+		case retry.RetryAfter:
+			if dl, has := ctx.Deadline(); has && time.Until(dl) < d.Delay {
+				<-ctx.Done() // the deadline wins: waiting is all that is left
+				return core.Response{}, ctx.Err()
+			}
+			if err := e.sleep(ctx, d.Delay); err != nil {
+				return core.Response{}, err
+			}
+		default:
+			return core.Response{}, fmt.Errorf("%w: key %q, %d attempts", ErrConflict, key, attempt)
+		}
+	}
+}
+
+func (e *Executor) storeErr(op, key string, err error) error {
+	e.storeErrors.Add(1)
+	return fmt.Errorf("%w: %s %q: %w", ErrStore, op, key, err)
+}
+
+// Remove deletes key's bucket.
+func (e *Executor) Remove(ctx context.Context, key string) error {
+	if err := e.store.Delete(ctx, key); err != nil {
+		return e.storeErr("delete", key, err)
+	}
+	return nil
+}
+
+// Stats counts what an executor did since it was created.
+type Stats struct {
+	Requests    int64 // calls to Execute
+	Attempts    int64 // read-process-write rounds
+	Conflicts   int64 // lost races
+	Writes      int64 // successful writes
+	StoreErrors int64 // failures returned from the store
+}
+
+// Stats returns the counters.
+func (e *Executor) Stats() Stats {
+	return Stats{Requests: e.requests.Load(), Attempts: e.attempts.Load(), Conflicts: e.conflicts.Load(),
+		Writes: e.writes.Load(), StoreErrors: e.storeErrors.Load()}
+}
+
+var _ bucketgrid.Executor = (*Executor)(nil)

@@ -1,0 +1,155 @@
+// Package memstore is the in-memory reference implementation of cas.Store:
+// a map under a mutex, with TTLs on a caller-supplied clock. It is a real
+// backend — it passes the whole TCK — and the model a backend author reads
+// first.
+package memstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/cas"
+)
+
+// Store is an in-memory cas.Store. The zero value is not usable; call New.
+type Store struct {
+	mu      sync.Mutex
+	entries map[string]entry
+	next    cas.Version
+	now     func() int64
+	latency time.Duration
+}
+
+type entry struct {
+	data    []byte
+	ver     cas.Version
+	expires int64 // 0: never
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock TTLs are measured on, in nanoseconds; the default
+// is the wall clock.
+func WithClock(now func() int64) Option { return func(s *Store) { s.now = now } }
+
+// WithLatency adds a sleep to every operation, outside the lock, to model a
+// network round trip in benchmarks.
+func WithLatency(d time.Duration) Option { return func(s *Store) { s.latency = d } }
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{entries: make(map[string]entry), now: func() int64 { return time.Now().UnixNano() }}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func (s *Store) wait(ctx context.Context) error {
+	if s.latency > 0 {
+		time.Sleep(s.latency)
+	}
+	return ctx.Err()
+}
+
+// live returns the entry of key if present and not expired; s.mu held.
+func (s *Store) live(key string) (entry, bool) {
+	e, ok := s.entries[key]
+	if ok && e.expires != 0 && s.now() >= e.expires {
+		delete(s.entries, key)
+		return entry{}, false
+	}
+	return e, ok
+}
+
+func (s *Store) put(key string, data []byte, ttl time.Duration) {
+	s.next++
+	e := entry{data: append([]byte(nil), data...), ver: s.next}
+	if ttl > 0 {
+		e.expires = s.now() + int64(ttl)
+	}
+	s.entries[key] = e
+}
+
+// Get returns a copy of key's value and its version.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, 0, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.live(key)
+	if !ok {
+		return nil, 0, false, nil
+	}
+	return append([]byte(nil), e.data...), e.ver, true, nil
+}
+
+// Insert stores data if key is absent or expired.
+func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
+	if err := s.wait(ctx); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.live(key); ok {
+		return false, nil
+	}
+	s.put(key, data, ttl)
+	return true, nil
+}
+
+// Replace stores data if key's version is still ver.
+func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
+	if err := s.wait(ctx); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.live(key); !ok || e.ver != ver {
+		return false, nil
+	}
+	s.put(key, data, ttl)
+	return true, nil
+}
+
+// Delete removes key.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.wait(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.entries, key)
+	s.mu.Unlock()
+	return nil
+}
+
+// Len returns the number of live entries.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k := range s.entries {
+		if _, ok := s.live(k); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// TTL returns the time left before key expires, 0 for no expiry, and false
+// when key is absent.
+func (s *Store) TTL(key string) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.live(key)
+	if !ok {
+		return 0, false
+	}
+	if e.expires == 0 {
+		return 0, true
+	}
+	return time.Duration(e.expires - s.now()), true
+}
