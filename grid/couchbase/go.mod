@@ -1,11 +1,13 @@
 module github.com/bucketgrid/bucketgrid/grid/couchbase
 
-go 1.26
-
-require github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
+go 1.26.0
 
 require (
-	github.com/couchbase/gocb/v2 v2.11.1 // indirect
+	github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
+	github.com/couchbase/gocb/v2 v2.11.1
+)
+
+require (
 	github.com/couchbase/gocbcore/v10 v10.8.1 // indirect
 	github.com/couchbase/gocbcoreps v0.1.4 // indirect
 	github.com/couchbase/goprotostellar v1.0.2 // indirect
@@ -31,6 +33,12 @@ require (
 	google.golang.org/grpc v1.74.2 // indirect
 	google.golang.org/protobuf v1.36.7 // indirect
 )
+
+// google.golang.org/genproto must stay required at 2025-08 or later even
+// though no package of it is imported: the 2020 version that
+// go-grpc-middleware pulls in otherwise makes googleapis/rpc an ambiguous
+// import. `go mod tidy` drops it; add it back with
+// go get google.golang.org/genproto@v0.0.0-20250811230008-5f3141c8851a
 
 // The replace is for development inside this repository; consumers resolve
 // the published module.
