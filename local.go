@@ -58,15 +58,27 @@ func NewLocal(cfg core.Config, opts ...LocalOption) (*Local, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	l := &Local{clock: o.clock, listener: o.listener}
-	if l.clock == MonotonicClock() {
-		l.clock = nil
-	}
-	if err := cfg.ValidateForClock(l.wall()); err != nil {
+	l := new(Local)
+	if err := l.init(&cfg, normalizeClock(o.clock), o.listener); err != nil {
 		return nil, err
 	}
 	l.b = core.NewBucket(cfg.Clone(), l.now())
 	return l, nil
+}
+
+// normalizeClock maps the default monotonic clock to nil, the fast path.
+func normalizeClock(c Clock) Clock {
+	if c == MonotonicClock() {
+		return nil
+	}
+	return c
+}
+
+// init validates cfg for clock and sets l's clock and listener; the caller
+// then sets l.b.
+func (l *Local) init(cfg *core.Config, clock Clock, listener Listener) error {
+	l.clock, l.listener = clock, listener
+	return cfg.ValidateForClock(l.wall())
 }
 
 // now reads the bucket's clock. The default is MonotonicClock's reading,
