@@ -1,0 +1,320 @@
+package tck
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/retry"
+)
+
+// faultStore wraps the store under test and injects faults into it.
+type faultStore struct {
+	cas.Store
+	mu                 sync.Mutex
+	conflicts          int  // stale reads to cause: a real write lands between Get and Replace
+	failGets, failPuts int  // failures to return
+	block              bool // hang until the context ends
+}
+
+func (f *faultStore) take(n *int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if *n > 0 {
+		*n--
+		return true
+	}
+	return false
+}
+
+func (f *faultStore) hang(ctx context.Context) error {
+	f.mu.Lock()
+	b := f.block
+	f.mu.Unlock()
+	if !b {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (f *faultStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bool, error) {
+	if err := f.hang(ctx); err != nil {
+		return nil, 0, false, err
+	}
+	if f.take(&f.failGets) {
+		return nil, 0, false, errInjected
+	}
+	return f.Store.Get(ctx, k)
+}
+
+func (f *faultStore) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
+	if err := f.hang(ctx); err != nil {
+		return false, err
+	}
+	if f.take(&f.failPuts) {
+		return false, errInjected
+	}
+	if f.take(&f.conflicts) {
+		// another client writes in between: the caller's read is now stale
+		cur, cv, found, err := f.Store.Get(ctx, k)
+		if err != nil {
+			return false, err
+		}
+		if found {
+			if _, err := f.Store.Replace(ctx, k, cur, cv, 0); err != nil {
+				return false, err
+			}
+		}
+	}
+	return f.Store.Replace(ctx, k, d, v, ttl)
+}
+
+func (f *faultStore) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
+	if err := f.hang(ctx); err != nil {
+		return false, err
+	}
+	if f.take(&f.failPuts) {
+		return false, errInjected
+	}
+	return f.Store.Insert(ctx, k, d, ttl)
+}
+
+func (f *faultStore) set(fn func(f *faultStore)) {
+	f.mu.Lock()
+	fn(f)
+	f.mu.Unlock()
+}
+
+// fixture is a bucket of capacity 100 (100 tokens per minute) on a frozen
+// fake clock, behind a fault-injecting store.
+type fixture struct {
+	e     *env
+	fs    *faultStore
+	exec  *cas.Executor
+	b     *bucketgrid.Handle
+	slept []time.Duration
+	meta  []retry.Metadata
+}
+
+func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
+	x := &fixture{e: e, fs: &faultStore{Store: e.store}}
+	x.exec = cas.New(x.fs, cas.WithClock(e.clock.Now), cas.WithRetry(retry.Func(func(m retry.Metadata) retry.Decision {
+		x.meta = append(x.meta, m)
+		return strategy.Next(m)
+	})), cas.WithSleep(func(ctx context.Context, d time.Duration) error {
+		x.slept = append(x.slept, d)
+		e.clock.Advance(d)
+		return ctx.Err()
+	}))
+	x.b = bucketgrid.NewManager(x.exec).Bucket(e.key(name), staticConfig(core.Greedy(100, 100, time.Minute)))
+	if ok, err := x.b.TryConsume(e.ctx, 1); err != nil || !ok {
+		e.Fatalf("creating the bucket: ok=%v err=%v", ok, err)
+	}
+	return x
+}
+
+func (x *fixture) available() int64 {
+	n, err := bucketgrid.NewManager(cas.New(x.e.store, cas.WithClock(x.e.clock.Now))).
+		Bucket(x.b.Key(), staticConfig(core.Greedy(1, 1, time.Minute))).AvailableTokens(x.e.ctx)
+	if err != nil {
+		x.e.Fatalf("reading the bucket back: %v", err)
+	}
+	return n
+}
+
+func (x *fixture) reset() { x.slept, x.meta = nil, nil }
+
+func checkInjectedConflicts(e *env) {
+	x := newFixture(e, "conflicts", retry.Immediate(4))
+
+	// three stale reads, four attempts allowed: charged exactly once
+	x.fs.set(func(f *faultStore) { f.conflicts = 3 })
+	before := x.exec.Stats()
+	if ok, err := x.b.TryConsume(e.ctx, 5); err != nil || !ok {
+		e.Fatalf("TryConsume after 3 injected conflicts with 4 attempts allowed: ok=%v err=%v", ok, err)
+	}
+	if d := x.exec.Stats().Conflicts - before.Conflicts; d != 3 {
+		e.Errorf("executor counted %d conflicts, want the 3 injected", d)
+	}
+	if got := x.available(); got != 94 {
+		e.Errorf("after 3 lost races and one success, %d tokens left, want 94: a retried request was charged more than once", got)
+	}
+
+	// four stale reads, four attempts: gives up, charges nothing
+	x.fs.set(func(f *faultStore) { f.conflicts = 4 })
+	_, err := x.b.TryConsume(e.ctx, 5)
+	if !errors.Is(err, cas.ErrConflict) {
+		e.Errorf("after as many conflicts as allowed attempts: err = %v, want cas.ErrConflict", err)
+	}
+	if got := x.available(); got != 94 {
+		e.Errorf("a request that gave up changed the bucket: %d tokens, want 94", got)
+	}
+}
+
+func checkStrategyHonoured(e *env) {
+	// a fixed delay: the executor must sleep exactly what the strategy said
+	x := newFixture(e, "delays", retry.Func(func(m retry.Metadata) retry.Decision {
+		return retry.Decision{Action: retry.RetryAfter, Delay: 7 * time.Millisecond}
+	}))
+	x.reset()
+	x.fs.set(func(f *faultStore) { f.conflicts = 2 })
+	if ok, err := x.b.TryConsume(e.ctx, 1); err != nil || !ok {
+		e.Fatalf("TryConsume with 2 injected conflicts: ok=%v err=%v", ok, err)
+	}
+	if len(x.meta) != 2 || x.meta[0].Attempt != 1 || x.meta[1].Attempt != 2 {
+		e.Errorf("strategy consulted with %+v, want attempts 1 and 2", x.meta)
+	}
+	for _, m := range x.meta {
+		if m.Key != x.b.Key() {
+			e.Errorf("strategy metadata key %q, want %q", m.Key, x.b.Key())
+		}
+	}
+	if len(x.meta) == 2 && x.meta[1].Now-x.meta[1].Start != int64(7*time.Millisecond) {
+		e.Errorf("metadata Now-Start = %v at attempt 2, want 7ms", time.Duration(x.meta[1].Now-x.meta[1].Start))
+	}
+	if len(x.slept) != 2 || x.slept[0] != 7*time.Millisecond || x.slept[1] != 7*time.Millisecond {
+		e.Errorf("executor slept %v, want [7ms 7ms]", x.slept)
+	}
+
+	// a budget: endless conflicts end after the budget, not before or long after
+	budget := 50 * time.Millisecond
+	y := newFixture(e, "budget", retry.Backoff(retry.BackoffConfig{Base: 4 * time.Millisecond, Cap: 8 * time.Millisecond,
+		Budget: budget, Rand: func(n int64) int64 { return n - 1 }}))
+	y.reset()
+	y.fs.set(func(f *faultStore) { f.conflicts = 1 << 30 })
+	t0 := e.clock.Now()
+	_, err := y.b.TryConsume(e.ctx, 1)
+	y.fs.set(func(f *faultStore) { f.conflicts = 0 })
+	if !errors.Is(err, cas.ErrConflict) {
+		e.Errorf("endless conflicts under a %v budget: err = %v, want cas.ErrConflict", budget, err)
+	}
+	if spent := time.Duration(e.clock.Now() - t0); spent > budget {
+		e.Errorf("retried for %v of clock time, beyond the %v budget", spent, budget)
+	}
+	if len(y.slept) < 3 {
+		e.Errorf("gave up after %d delays (%v); the budget allows more", len(y.slept), y.slept)
+	}
+	if got := y.available(); got != 99 {
+		e.Errorf("a request that gave up changed the bucket: %d tokens, want 99", got)
+	}
+}
+
+func checkInjectedErrors(e *env) {
+	x := newFixture(e, "errors", retry.Immediate(10))
+	for _, tc := range []struct {
+		name string
+		set  func(f *faultStore)
+	}{
+		{"read", func(f *faultStore) { f.failGets = 1 }},
+		{"write", func(f *faultStore) { f.failPuts = 1 }},
+	} {
+		x.fs.set(tc.set)
+		before := x.exec.Stats()
+		_, err := x.b.TryConsume(e.ctx, 1)
+		if !errors.Is(err, cas.ErrStore) || !errors.Is(err, errInjected) {
+			e.Errorf("injected %s failure: err = %v, want an error wrapping cas.ErrStore and the store's error", tc.name, err)
+		}
+		if d := x.exec.Stats().Attempts - before.Attempts; d != 1 {
+			e.Errorf("injected %s failure was retried (%d attempts): a store failure is not a lost race", tc.name, d)
+		}
+		if got := x.available(); got != 99 {
+			e.Errorf("after an injected %s failure the bucket holds %d tokens, want 99 (state intact)", tc.name, got)
+		}
+	}
+	// a hung store: the request's deadline bounds the call
+	x.fs.set(func(f *faultStore) { f.block = true })
+	ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	_, err := x.b.TryConsume(ctx, 1)
+	x.fs.set(func(f *faultStore) { f.block = false })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		e.Errorf("hung store: err = %v, want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		e.Errorf("hung store: the call returned after %v, want about the 100ms deadline", d)
+	}
+	if got := x.available(); got != 99 {
+		e.Errorf("after a timeout the bucket holds %d tokens, want 99", got)
+	}
+}
+
+func checkDeadlineWins(e *env) {
+	checkStrategyHonoured(e)
+	x := newFixture(e, "deadline", retry.Func(func(retry.Metadata) retry.Decision {
+		return retry.Decision{Action: retry.RetryAfter, Delay: time.Hour}
+	}))
+	x.fs.set(func(f *faultStore) { f.conflicts = 1 << 30 })
+	ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	_, err := x.b.TryConsume(ctx, 1)
+	x.fs.set(func(f *faultStore) { f.conflicts = 0 })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		e.Errorf("a strategy asking for a 1h delay under a 100ms deadline: err = %v, want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		e.Errorf("the call took %v: the context deadline must win over the strategy's delay", d)
+	}
+	if len(x.slept) != 0 {
+		e.Errorf("the executor slept %v past the deadline instead of failing", x.slept)
+	}
+}
+
+// checkClockSkew runs two clients of one store, one Δ ahead of true time and
+// one Δ behind. The documented bound: over a span S, consumption never
+// exceeds capacity + rate×(S + 2Δ), and a client behind never mints tokens
+// for time another client already accounted for.
+func checkClockSkew(e *env) {
+	const delta = 50 * time.Millisecond
+	ahead := func() int64 { return e.clock.Now() + int64(delta) }
+	behind := func() int64 { return e.clock.Now() - int64(delta) }
+	key := e.key("skew")
+	cfg := staticConfig(core.Greedy(100, 1000, time.Second)) // 1 token/ms
+	a := bucketgrid.NewManager(cas.New(e.store, cas.WithClock(ahead))).Bucket(key, cfg)
+	b := bucketgrid.NewManager(cas.New(e.store, cas.WithClock(behind))).Bucket(key, cfg)
+	drain := func(h *bucketgrid.Handle) int64 {
+		n, err := h.TryConsumeAsMuchAsPossible(e.ctx, 1<<40)
+		if err != nil {
+			e.Fatalf("drain: %v", err)
+		}
+		return n
+	}
+	total := drain(b) // created by the client behind, at -Δ
+	// the client ahead drains at true time 0, stamping +Δ
+	total += drain(a)
+	// the client behind, up to true time 2Δ-1ms, must find nothing new
+	for i := 0; i < int(2*delta/time.Millisecond)-1; i++ {
+		e.clock.Advance(time.Millisecond)
+		if n := drain(b); n != 0 {
+			e.Fatalf("the client %v behind minted %d tokens for time the client ahead had already accounted for", delta, n)
+		}
+	}
+	span := time.Second
+	for el := 2*delta - time.Millisecond; el < span; el += time.Millisecond {
+		e.clock.Advance(time.Millisecond)
+		if int(el/time.Millisecond)%2 == 0 {
+			total += drain(a)
+		} else {
+			total += drain(b)
+		}
+	}
+	// elapsed since creation on the behind clock: span, plus 2Δ of skew
+	bound := int64(100 + (span+2*delta)/time.Millisecond)
+	if total > bound {
+		e.Errorf("with ±%v of clock skew, %d tokens were consumed over %v; the bound is capacity + rate×(span+2Δ) = %d", delta, total, span, bound)
+	}
+	if floor := int64(100 + span/time.Millisecond - 1); total < floor {
+		e.Errorf("with ±%v of clock skew only %d tokens were consumed over %v, want at least %d: skew must not starve clients", delta, total, span, floor)
+	}
+}
+
+func staticConfig(bws ...core.Bandwidth) bucketgrid.ConfigFunc {
+	cfg, err := core.NewConfig(bws...)
+	return func(context.Context) (core.Config, error) { return cfg, err }
+}
