@@ -1,0 +1,449 @@
+package olric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	olricdb "github.com/olric-data/olric"
+	olricconfig "github.com/olric-data/olric/config"
+	"github.com/olric-data/olric/events"
+	"github.com/olric-data/olric/hasher"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// ErrClosed is returned by a Member that is shutting down or shut down.
+var ErrClosed = errors.New("bucketgrid/olric: member closed")
+
+// Member is an embedded Olric member plus the owner side of bucketgrid: it
+// stores buckets in an Olric DMap and executes the requests for the buckets
+// it owns. It implements bucketgrid.Executor; hand it to
+// bucketgrid.NewManager. A Member is safe for concurrent use.
+type Member struct {
+	cfg      Config
+	name     string // BindAddr:BindPort, Olric's member name
+	chanAddr string // advertised owner-channel address
+	base     time.Time
+	hasher   hasher.Hasher
+
+	db       *olricdb.Olric
+	client   *olricdb.EmbeddedClient
+	dm       olricdb.DMap
+	registry olricdb.DMap
+	sub      *redis.PubSub
+	startErr chan error
+
+	ctx    context.Context // cancelled by Shutdown
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	routes    atomic.Pointer[routes]
+	kickCh    chan struct{}
+	republish atomic.Bool
+	genMu     sync.Mutex
+	genCh     chan struct{} // closed after each routing read
+
+	stripes []sync.Mutex
+
+	// gate is read-held by every owner-side execution; Shutdown takes it
+	// after setting leaving, so it waits for executions in flight.
+	gate    sync.RWMutex
+	leaving atomic.Bool
+
+	ln          net.Listener
+	connMu      sync.Mutex
+	conns       map[net.Conn]struct{}
+	connsClosed bool
+
+	peerMu      sync.Mutex
+	peers       map[string]*peer
+	peersClosed bool
+	addrs       sync.Map // member name → channel address
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+var _ bucketgrid.Executor = (*Member)(nil)
+
+// Start starts an Olric member with cfg, joins cfg.Peers (or starts a new
+// cluster), opens the owner channel and reads the first routing table. It
+// returns when the member can serve requests or ctx (bounded by
+// cfg.JoinTimeout) ends; on failure it releases everything it started.
+func Start(ctx context.Context, cfg Config) (*Member, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancelStart := context.WithTimeout(ctx, cfg.JoinTimeout)
+	defer cancelStart()
+
+	oc := olricconfig.New(cfg.Env)
+	oc.BindAddr = cfg.BindAddr
+	oc.BindPort = cfg.BindPort
+	oc.MemberlistConfig.BindAddr = cfg.MemberlistBindAddr
+	oc.MemberlistConfig.BindPort = cfg.MemberlistBindPort
+	oc.MemberlistConfig.AdvertiseAddr = ""
+	oc.MemberlistConfig.AdvertisePort = cfg.MemberlistBindPort
+	oc.Peers = cfg.Peers
+	oc.ReplicaCount = cfg.ReplicaCount
+	oc.PartitionCount = cfg.PartitionCount
+	oc.LogOutput = cfg.LogOutput
+	oc.Logger = log.New(cfg.LogOutput, "", log.LstdFlags)
+	oc.LogLevel = olricconfig.LogLevelError
+	oc.LogVerbosity = 1
+	oc.LeaveTimeout = cfg.LeaveTimeout
+	oc.EnableClusterEventsChannel = true
+	oc.BootstrapTimeout = cfg.JoinTimeout
+	oc.Hasher = hasher.NewDefaultHasher()
+
+	m := &Member{
+		cfg:      cfg,
+		name:     net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)),
+		base:     time.Now(),
+		hasher:   oc.Hasher,
+		startErr: make(chan error, 1),
+		kickCh:   make(chan struct{}, 1),
+		genCh:    make(chan struct{}),
+		stripes:  make([]sync.Mutex, cfg.Stripes),
+		conns:    map[net.Conn]struct{}{},
+		peers:    map[string]*peer{},
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+
+	if m.ln, err = net.Listen("tcp", cfg.ChannelAddr); err != nil {
+		m.cancel()
+		return nil, fmt.Errorf("bucketgrid/olric: owner channel: %w", err)
+	}
+	host, _, _ := net.SplitHostPort(cfg.ChannelAddr)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = cfg.BindAddr
+	}
+	m.chanAddr = net.JoinHostPort(host, strconv.Itoa(m.ln.Addr().(*net.TCPAddr).Port))
+
+	if m.db, err = olricdb.New(oc); err != nil {
+		m.ln.Close()
+		m.cancel()
+		return nil, fmt.Errorf("bucketgrid/olric: %w", err)
+	}
+	go func() { m.startErr <- m.db.Start() }()
+	if err := m.start(ctx); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.LeaveTimeout+time.Second)
+		defer cancel()
+		m.Shutdown(sctx)
+		return nil, err
+	}
+	return m, nil
+}
+
+// start waits for Olric to become operable and starts the member's own
+// services.
+func (m *Member) start(ctx context.Context) error {
+	m.wg.Add(1)
+	go m.serve()
+	m.client = m.db.NewEmbeddedClient()
+	var err error
+	// Olric is operable once its own DMaps accept a write: poll, since its
+	// Started callback is unreliable with several members in one process.
+	for {
+		if m.registry == nil {
+			m.registry, err = m.client.NewDMap(m.cfg.DMap + ".members")
+		}
+		if err == nil {
+			err = m.registry.Put(ctx, m.name, m.chanAddr)
+		}
+		if err == nil {
+			break
+		}
+		select {
+		case serr := <-m.startErr:
+			m.startErr <- serr
+			return fmt.Errorf("bucketgrid/olric: start: %w", serr)
+		case <-ctx.Done():
+			return fmt.Errorf("bucketgrid/olric: start: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if m.dm, err = m.client.NewDMap(m.cfg.DMap); err != nil {
+		return err
+	}
+	for {
+		if err = m.refresh(ctx); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bucketgrid/olric: routing table: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	ps, err := m.client.NewPubSub()
+	if err != nil {
+		return err
+	}
+	m.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel)
+	m.wg.Add(2)
+	go m.refresher()
+	go m.events(m.sub.Channel())
+	return nil
+}
+
+// Name returns the member's name in the cluster, BindAddr:BindPort.
+func (m *Member) Name() string { return m.name }
+
+// ChannelAddr returns the advertised address of the member's owner channel.
+func (m *Member) ChannelAddr() string { return m.chanAddr }
+
+// Olric returns the embedded Olric member, for the application's own use of
+// the grid. Do not shut it down directly; call Shutdown.
+func (m *Member) Olric() *olricdb.Olric { return m.db }
+
+// Client returns an embedded client of the Olric member.
+func (m *Member) Client() *olricdb.EmbeddedClient { return m.client }
+
+// hash is Olric's key hash: partition = hash % PartitionCount.
+func (m *Member) hash(key string) uint64 {
+	return m.hasher.Sum64([]byte(m.cfg.DMap + key))
+}
+
+// Partition returns the Olric partition of key's bucket.
+func (m *Member) Partition(key string) uint64 { return m.hash(key) % m.cfg.PartitionCount }
+
+// Owner returns the name of the member that owns key's bucket in this
+// member's newest routing read, or "" when unknown.
+func (m *Member) Owner(key string) string {
+	return m.routes.Load().owners[m.Partition(key)]
+}
+
+// outcome is the result of one attempt at a request.
+type outcome struct {
+	kind    byte // kindOK, kindNotOwner, kindHold or kindError
+	resp    core.Response
+	removed bool
+	hold    int64 // nanoseconds, for kindHold
+	err     error
+	retry   bool // for kindError: the request may be retried elsewhere
+}
+
+// execOwner runs a request as the owner of key (hash h): under the key's
+// stripe lock, against the Olric data, with this member's clock. It refuses
+// (kindNotOwner) when this member's routing read says another member owns
+// the key and holds (kindHold) during a hand-over, on a stale routing read
+// or while shutting down.
+func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.Request, remove bool) outcome {
+	m.gate.RLock()
+	defer m.gate.RUnlock()
+	if m.leaving.Load() {
+		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}
+	}
+	p := h % m.cfg.PartitionCount
+	mu := &m.stripes[(h>>32)%uint64(len(m.stripes))]
+	mu.Lock()
+	defer mu.Unlock()
+	r := m.routes.Load()
+	if r.owners[p] != m.name {
+		m.kick()
+		return outcome{kind: kindNotOwner}
+	}
+	now := m.mono()
+	if now-r.start >= int64(m.cfg.RoutingLease) {
+		m.kick()
+		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh / 4)}
+	}
+	if g := r.guardUntil[p]; now < g {
+		return outcome{kind: kindHold, hold: g - now}
+	}
+	if remove {
+		if _, err := m.dm.Delete(ctx, key); err != nil {
+			return outcome{kind: kindError, err: err, retry: true}
+		}
+		return outcome{kind: kindOK, removed: true}
+	}
+	var stored []byte
+	gr, err := m.dm.Get(ctx, key)
+	switch {
+	case errors.Is(err, olricdb.ErrKeyNotFound):
+	case err != nil:
+		return outcome{kind: kindError, err: err, retry: true}
+	default:
+		if stored, err = gr.Byte(); err != nil {
+			return outcome{kind: kindError, err: err}
+		}
+	}
+	newStored, changed, resp := core.Process(stored, *req, m.cfg.Clock())
+	if changed {
+		if resp.TTL > 0 {
+			err = m.dm.Put(ctx, key, newStored, olricdb.PX(time.Duration(resp.TTL)))
+		} else {
+			err = m.dm.Put(ctx, key, newStored)
+		}
+		if err != nil {
+			return outcome{kind: kindError, err: err, retry: true}
+		}
+	}
+	return outcome{kind: kindOK, resp: resp}
+}
+
+// Execute implements bucketgrid.Executor: it runs req on the owner of key's
+// bucket, in this process when this member owns it, else in one hop over
+// the owner channel. It follows ownership changes (re-routing on not-owner
+// answers, waiting out hand-overs) until ctx ends; a context without a
+// deadline is bounded by Config.RequestTimeout.
+func (m *Member) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+	o, err := m.do(ctx, key, &req, false)
+	return o.resp, err
+}
+
+// Remove implements bucketgrid.Executor: it deletes key's bucket on its
+// owner.
+func (m *Member) Remove(ctx context.Context, key string) error {
+	_, err := m.do(ctx, key, nil, true)
+	return err
+}
+
+func (m *Member) do(ctx context.Context, key string, req *core.Request, remove bool) (outcome, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.cfg.RequestTimeout)
+		defer cancel()
+	}
+	h := m.hash(key)
+	p := h % m.cfg.PartitionCount
+	var enc []byte
+	kind := kindRemove
+	if !remove {
+		kind = kindExecute
+	}
+	var last error
+	backoff := time.Millisecond
+	for {
+		if m.ctx.Err() != nil || m.leaving.Load() {
+			return outcome{}, ErrClosed
+		}
+		var o outcome
+		switch owner := m.routes.Load().owners[p]; owner {
+		case "":
+			o = outcome{kind: kindNotOwner}
+		case m.name:
+			o = m.execOwner(ctx, key, h, req, remove)
+		default:
+			if enc == nil && !remove {
+				enc = core.AppendRequest(nil, req)
+			}
+			o = m.remote(ctx, owner, kind, key, enc)
+		}
+		var wait time.Duration
+		switch o.kind {
+		case kindOK:
+			return o, nil
+		case kindNotOwner:
+			last = errors.New("owner unknown or moved")
+			if err := m.waitRefresh(ctx); err != nil {
+				return outcome{}, fmt.Errorf("bucketgrid/olric: %w (%v)", err, last)
+			}
+			continue
+		case kindHold:
+			last = errors.New("owner holding the key during a hand-over")
+			wait = time.Duration(o.hold)
+		default:
+			if !o.retry || ctx.Err() != nil {
+				return outcome{}, o.err
+			}
+			last = o.err
+			m.kick()
+			wait = backoff
+			backoff = min(2*backoff, 50*time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return outcome{}, fmt.Errorf("bucketgrid/olric: %w (%v)", ctx.Err(), last)
+		case <-m.ctx.Done():
+			t.Stop()
+			return outcome{}, ErrClosed
+		}
+	}
+}
+
+// Shutdown leaves the cluster: the member stops executing (requests for
+// its buckets are held until the other members take the partitions over),
+// waits for executions in flight, shuts Olric down (bounded by
+// Config.LeaveTimeout) and closes its connections. It returns when every
+// goroutine it started has ended or ctx ends. With ReplicaCount 1 the
+// buckets this member owned are lost (they start full on their new owner);
+// with 2 their backups take over.
+func (m *Member) Shutdown(ctx context.Context) error {
+	m.shutdownOnce.Do(func() { m.shutdownErr = m.shutdown(ctx) })
+	return m.shutdownErr
+}
+
+func (m *Member) shutdown(ctx context.Context) error {
+	m.leaving.Store(true)
+	drained := make(chan struct{})
+	go func() {
+		m.gate.Lock()
+		m.gate.Unlock()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+	}
+	m.cancel()
+	if m.sub != nil {
+		m.sub.Close()
+	}
+	var err error
+	if m.dm != nil {
+		m.dm.Close(ctx)
+	}
+	if m.registry != nil {
+		m.registry.Close(ctx)
+	}
+	if m.db != nil {
+		err = m.db.Shutdown(ctx)
+		select {
+		case <-m.startErr:
+		case <-ctx.Done():
+		}
+	}
+	m.ln.Close()
+	m.connMu.Lock()
+	m.connsClosed = true
+	for c := range m.conns {
+		c.Close()
+	}
+	m.connMu.Unlock()
+	m.peerMu.Lock()
+	m.peersClosed = true
+	peers := make([]*peer, 0, len(m.peers))
+	for _, p := range m.peers {
+		peers = append(peers, p)
+	}
+	m.peerMu.Unlock()
+	for _, p := range peers {
+		p.fail(ErrClosed)
+	}
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return err
+}

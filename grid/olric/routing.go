@@ -1,0 +1,155 @@
+package olric
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// routes is one read of Olric's routing table, as this member uses it.
+// A routes value is immutable once published.
+type routes struct {
+	// owners[p] is the member name owning partition p; "" when unknown.
+	owners []string
+	// start is when the read started, in m.mono nanoseconds.
+	start int64
+	// guardUntil[p], for a partition this member owns, is the m.mono time
+	// before which it holds the partition's requests (hand-over guard).
+	guardUntil []int64
+	// members is the number of distinct owners.
+	members int
+}
+
+// mono returns nanoseconds on the monotonic clock since the member started.
+func (m *Member) mono() int64 { return int64(time.Since(m.base)) }
+
+// refresh reads the routing table from Olric's coordinator and publishes it.
+// Only the refresher goroutine calls it once Start has returned, so reads
+// are published in order.
+//
+// The hand-over guard: a member that reads a table in which it owns
+// partition p holds p for HandoverGrace after that read returned, unless its
+// previous read (started at most HandoverGrace-RoutingLease earlier) showed
+// it owning p already. The previous owner executes only while its own newest
+// read, which showed it owning p and therefore started before the change,
+// is younger than RoutingLease; so it stops before the change plus
+// RoutingLease, and the new owner starts after the change plus
+// HandoverGrace. A gap between reads longer than HandoverGrace-RoutingLease
+// could hide an ownership that came and went in between, so it guards every
+// owned partition.
+func (m *Member) refresh(ctx context.Context) error {
+	start := m.mono()
+	rt, err := m.client.RoutingTable(ctx)
+	if err != nil {
+		return err
+	}
+	returned := m.mono()
+	n := m.cfg.PartitionCount
+	nr := &routes{
+		owners:     make([]string, n),
+		start:      start,
+		guardUntil: make([]int64, n),
+	}
+	distinct := map[string]struct{}{}
+	for p, r := range rt {
+		if p < n && len(r.PrimaryOwners) > 0 {
+			o := r.PrimaryOwners[len(r.PrimaryOwners)-1]
+			nr.owners[p] = o
+			distinct[o] = struct{}{}
+		}
+	}
+	nr.members = len(distinct)
+	prev := m.routes.Load()
+	_, onlySelf := distinct[m.name]
+	onlySelf = onlySelf && len(distinct) == 1
+	gapped := prev != nil && start-prev.start > int64(m.cfg.HandoverGrace-m.cfg.RoutingLease)
+	guard := returned + int64(m.cfg.HandoverGrace)
+	for p := range nr.owners {
+		if nr.owners[p] != m.name {
+			continue
+		}
+		switch {
+		case prev == nil && onlySelf:
+			// A new cluster: nobody else can hold a lease.
+		case prev == nil || gapped || prev.owners[p] != m.name:
+			nr.guardUntil[p] = guard
+		default:
+			nr.guardUntil[p] = prev.guardUntil[p]
+		}
+	}
+	m.routes.Store(nr)
+	if prev == nil || prev.members != nr.members {
+		m.republish.Store(true)
+	}
+	return nil
+}
+
+// refresher re-reads the routing table every RoutingRefresh and whenever
+// kicked, and republishes this member's channel address when membership
+// changed (with one replica, the registry entry may leave with a member).
+func (m *Member) refresher() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.RoutingRefresh)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		case <-m.kickCh:
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RoutingLease)
+		err := m.refresh(ctx)
+		if err == nil && (m.republish.Swap(false) || i%20 == 0) {
+			if m.registry.Put(ctx, m.name, m.chanAddr) != nil {
+				m.republish.Store(true)
+			}
+		}
+		cancel()
+		m.genMu.Lock()
+		close(m.genCh)
+		m.genCh = make(chan struct{})
+		m.genMu.Unlock()
+	}
+}
+
+// kick asks the refresher for a read now.
+func (m *Member) kick() {
+	select {
+	case m.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+// waitRefresh kicks the refresher and waits until a read ends (or ctx).
+func (m *Member) waitRefresh(ctx context.Context) error {
+	m.genMu.Lock()
+	ch := m.genCh
+	m.genMu.Unlock()
+	m.kick()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.ctx.Done():
+		return ErrClosed
+	}
+}
+
+// events kicks a refresh on every Olric cluster event.
+func (m *Member) events(ch <-chan *redis.Message) {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			m.kick()
+		}
+	}
+}
