@@ -4,6 +4,8 @@ go 1.26.0
 
 require github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
 
+require github.com/anishathalye/porcupine v1.3.1 // indirect
+
 require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/xdg-go/scram v1.4.0 // indirect

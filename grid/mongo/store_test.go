@@ -314,3 +314,12 @@ func TestErrorsAreErrors(t *testing.T) {
 		t.Error("non-binary state read without error")
 	}
 }
+
+func newStoreURI(t testing.TB, uri string, pool uint64, opts ...mongo.Option) *mongo.Store {
+	t.Helper()
+	s, err := mongo.New(collection(t, connect(t, uri, pool)), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

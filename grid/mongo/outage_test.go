@@ -1,0 +1,93 @@
+package mongo_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/grid/mongo"
+)
+
+// ferretServer is a private FerretDB process.
+type ferretServer struct {
+	cmd *exec.Cmd
+	uri string
+}
+
+// startFerret runs FERRETDB_BIN on addr (port 0: any) with its data in dir
+// and waits until it accepts connections. The process is killed at cleanup.
+func startFerret(t *testing.T, bin, addr, dir string) *ferretServer {
+	t.Helper()
+	uriFile := filepath.Join(t.TempDir(), "uri")
+	cmd := exec.Command(bin, "--listen-addr="+addr, "--data-dir="+dir, "--uri-file="+uriFile, "--log-level=error")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	f := &ferretServer{cmd: cmd}
+	t.Cleanup(func() { f.kill() })
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-exited:
+			t.Fatalf("%s exited at start", bin)
+		default:
+		}
+		if b, err := os.ReadFile(uriFile); err == nil && len(b) > 0 {
+			f.uri = strings.TrimSpace(string(b))
+			return f
+		}
+	}
+	t.Fatalf("%s not ready after 20 s", bin)
+	return nil
+}
+
+func (f *ferretServer) kill() {
+	_ = f.cmd.Process.Kill()
+	for f.cmd.ProcessState == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOutage kills FerretDB under a running increment loop and restarts it
+// on the same address and data: while it is down every call fails with an
+// error (never a lost race) within its context's timeout; after the restart
+// calls succeed again and the stored value is intact.
+func TestOutage(t *testing.T) {
+	bin := os.Getenv("FERRETDB_BIN")
+	if bin == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("FERRETDB_BIN is not set and CI is: the outage test starts its own FerretDB; " + startHint)
+		}
+		t.Skip("FERRETDB_BIN is not set; " + startHint)
+	}
+	dir := t.TempDir()
+	srv := startFerret(t, bin, "127.0.0.1:0", dir)
+	addr := strings.TrimSuffix(strings.TrimPrefix(srv.uri, "mongodb://"), "/")
+	if i := strings.IndexAny(addr, "/?"); i >= 0 {
+		addr = addr[:i]
+	}
+	c := connect(t, srv.uri, 1)
+	s, err := mongo.New(c.Database("outage").Collection("buckets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const opTimeout = 300 * time.Millisecond
+	w := startIncrementer(s, "k", opTimeout)
+	defer w.stop()
+
+	w.waitFor(t, func(r incrResults) bool { return r.ok >= 20 }, "20 increments before the outage")
+	srv.kill()
+	w.waitFor(t, func(r incrResults) bool { return r.errs >= 5 }, "5 failures during the outage")
+	startFerret(t, bin, addr, dir)
+	before := w.results().ok
+	w.waitFor(t, func(r incrResults) bool { return r.ok >= before+20 }, "20 increments after the restart")
+	r := w.stop()
+
+	checkOutcome(t, s, "k", r, opTimeout)
+}
