@@ -14,7 +14,14 @@ import (
 
 func newStore(t testing.TB, opts ...couchbase.Option) *couchbase.Store {
 	t.Helper()
-	coll := connect(t, couchbaseServer(t))
+	return newStoreOn(t, couchbaseServer(t), opts...)
+}
+
+// newStoreOn connects to srv and returns a store whose keys carry a prefix
+// unique to this call.
+func newStoreOn(t testing.TB, srv server, opts ...couchbase.Option) *couchbase.Store {
+	t.Helper()
+	coll := connect(t, srv)
 	p := prefix()
 	opts = append([]couchbase.Option{couchbase.WithKeyMapping(func(k string) string { return p + k })}, opts...)
 	s, err := couchbase.New(coll, opts...)

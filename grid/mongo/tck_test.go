@@ -1,0 +1,20 @@
+package mongo_test
+
+import (
+	"testing"
+
+	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/tck"
+)
+
+// TestTCK runs the whole kit. Through FerretDB the client has one connection
+// (maxPoolSize=1): FerretDB v1 applies a filtered ReplaceOne non-atomically
+// across connections (see the package documentation and
+// TestProbeDetectsFerretDBLostUpdates), and over a single connection its
+// commands are serialised. On a real MongoDB pool size does not matter.
+func TestTCK(t *testing.T) {
+	uri := mongoURI(t)
+	tck.RunStore(t, func(t *testing.T) cas.Store {
+		return newStoreURI(t, uri, 1)
+	}, tck.WithContention(4, 50), tck.WithProbe(4, 100))
+}
