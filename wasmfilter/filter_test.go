@@ -1,0 +1,300 @@
+package wasmfilter
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
+)
+
+const t0 = int64(1_780_000_000_000_000_000) // a wall-clock instant in 2026
+
+func newClock() *atomic.Int64 {
+	c := new(atomic.Int64)
+	c.Store(t0)
+	return c
+}
+
+const basicConfig = `{
+  "policies": [{
+    "name": "per-client",
+    "match": {"path_prefix": "/api/"},
+    "key": ["source.address"],
+    "bandwidths": [{"capacity": 3, "refill_tokens": 1, "period": "10s"}]
+  }],
+  "headers": {"ietf": true, "x_ratelimit": true},
+  "deny": {"body": "slow down\n"}
+}`
+
+func TestAdmitThenReject(t *testing.T) {
+	vm := newFakeVM(t, shareddata.New(), newClock(), basicConfig)
+	for i, want := range []string{"2", "1", "0"} {
+		r := vm.do("10.0.0.1:4000", map[string]string{":path": "/api/x"})
+		if r.status != 200 {
+			t.Fatalf("request %d: status %d", i, r.status)
+		}
+		if got := r.headers["x-ratelimit-remaining"]; got != want {
+			t.Errorf("request %d: remaining %q, want %q", i, got, want)
+		}
+		if got := r.headers["x-ratelimit-limit"]; got != "3" {
+			t.Errorf("limit %q", got)
+		}
+		if got := r.headers["ratelimit-policy"]; got != `"per-client";q=3;w=10` {
+			t.Errorf("RateLimit-Policy %q", got)
+		}
+		// Full again after (3-remaining) tokens at 10 s each.
+		wantT := fmt.Sprint(10 * (i + 1))
+		if got := r.headers["ratelimit"]; got != `"per-client";r=`+want+`;t=`+wantT {
+			t.Errorf("RateLimit %q, want t=%s", got, wantT)
+		}
+		if _, ok := r.headers["retry-after"]; ok {
+			t.Error("Retry-After on a 200")
+		}
+	}
+	r := vm.do("10.0.0.1:4001", map[string]string{":path": "/api/x"}) // another port, same client
+	if r.status != 429 {
+		t.Fatalf("4th request: status %d, want 429", r.status)
+	}
+	for k, want := range map[string]string{
+		"retry-after": "10", "x-envoy-ratelimited": "true", "x-ratelimit-remaining": "0",
+		"ratelimit": `"per-client";r=0;t=10`, "content-type": "text/plain",
+	} {
+		if got := r.headers[k]; got != want {
+			t.Errorf("429 %s = %q, want %q", k, got, want)
+		}
+	}
+	if r.body != "slow down\n" {
+		t.Errorf("body %q", r.body)
+	}
+}
+
+func TestRetryAfterIsCeilingAndRefillAdmits(t *testing.T) {
+	clock := newClock()
+	vm := newFakeVM(t, shareddata.New(), clock, basicConfig)
+	for range 3 {
+		vm.do("10.0.0.1:1", map[string]string{":path": "/api/"})
+	}
+	clock.Add(int64(9*time.Second + 1)) // 0.999999999 s still to wait
+	r := vm.do("10.0.0.1:1", map[string]string{":path": "/api/"})
+	if r.status != 429 || r.headers["retry-after"] != "1" {
+		t.Fatalf("status %d retry-after %q, want 429 and 1", r.status, r.headers["retry-after"])
+	}
+	clock.Add(int64(time.Second) - 2) // 1 ns short of the refill
+	if r := vm.do("10.0.0.1:1", map[string]string{":path": "/api/"}); r.status != 429 {
+		t.Fatalf("admitted 1 ns before the refill")
+	}
+	clock.Add(1)
+	if r := vm.do("10.0.0.1:1", map[string]string{":path": "/api/"}); r.status != 200 {
+		t.Fatalf("refilled token refused: %d", r.status)
+	}
+	if r := vm.do("10.0.0.1:1", map[string]string{":path": "/api/"}); r.status != 429 {
+		t.Fatalf("second request after one refill admitted")
+	}
+}
+
+func TestSeparateKeysAndRouteMatch(t *testing.T) {
+	vm := newFakeVM(t, shareddata.New(), newClock(), basicConfig)
+	for range 3 {
+		vm.do("10.0.0.1:1", map[string]string{":path": "/api/"})
+	}
+	if r := vm.do("10.0.0.1:1", map[string]string{":path": "/api/"}); r.status != 429 {
+		t.Fatal("not limited")
+	}
+	if r := vm.do("10.0.0.2:1", map[string]string{":path": "/api/"}); r.status != 200 {
+		t.Fatal("another client limited")
+	}
+	if r := vm.do("[2001:db8::1]:1", map[string]string{":path": "/api/"}); r.status != 200 {
+		t.Fatal("an IPv6 client limited")
+	}
+	r := vm.do("10.0.0.1:1", map[string]string{":path": "/static/app.js"})
+	if r.status != 200 || len(r.headers) != 0 {
+		t.Fatalf("unmatched route: status %d headers %v", r.status, r.headers)
+	}
+}
+
+func TestHeaderKeyAndSeveralPolicies(t *testing.T) {
+	cfg := `{
+	  "policies": [
+	    {"name": "global", "bandwidths": [{"capacity": 100, "period": "1s"}]},
+	    {"name": "per-key", "key": ["header:X-Api-Key", ":path"], "cost": 2,
+	     "bandwidths": [{"id": "burst", "capacity": 4, "period": "1m"}, {"id": "day", "capacity": 1000, "period": "24h"}]}
+	  ],
+	  "headers": {"ietf": true, "x_ratelimit": true}
+	}`
+	vm := newFakeVM(t, shareddata.New(), newClock(), cfg)
+	a := map[string]string{":path": "/a", "x-api-key": "k1"}
+	r := vm.do("", a)
+	if r.status != 200 {
+		t.Fatal(r.status)
+	}
+	if got := r.headers["ratelimit-policy"]; got != `"global";q=100;w=1, "per-key";q=4;w=60` {
+		t.Errorf("policy header %q", got)
+	}
+	if got := r.headers["x-ratelimit-remaining"]; got != "2" {
+		t.Errorf("binding remaining %q, want 2", got)
+	}
+	vm.do("", a)
+	if r := vm.do("", a); r.status != 429 {
+		t.Fatal("cost 2 of capacity 4: third request admitted")
+	}
+	if r := vm.do("", map[string]string{":path": "/b", "x-api-key": "k1"}); r.status != 200 {
+		t.Fatal("another path shares the bucket")
+	}
+	if r := vm.do("", map[string]string{":path": "/a", "x-api-key": "k2"}); r.status != 200 {
+		t.Fatal("another key shares the bucket")
+	}
+	if r := vm.do("", map[string]string{":path": "/a"}); r.status != 200 {
+		t.Fatal("a request without the header refused")
+	}
+}
+
+func TestBadConfigurationRefused(t *testing.T) {
+	cases := map[string]string{
+		"not json":        `{`,
+		"no policies":     `{"policies": []}`,
+		"unknown field":   `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}], "fail": 1}`,
+		"bad name":        `{"policies": [{"name": "a b", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
+		"bad period":      `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "soon"}]}]}`,
+		"zero capacity":   `{"policies": [{"name": "a", "bandwidths": [{"capacity": 0, "period": "1s"}]}]}`,
+		"too fast":        `{"policies": [{"name": "a", "bandwidths": [{"capacity": 10, "period": "5ns"}]}]}`,
+		"bad style":       `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s", "style": "x"}]}]}`,
+		"bad key":         `{"policies": [{"name": "a", "key": ["x-forwarded-for"], "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
+		"bad prefix":      `{"policies": [{"name": "a", "match": {"path_prefix": "api"}, "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
+		"bad mode":        `{"failure_mode": "maybe", "policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
+		"duplicate":       `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}, {"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
+		"duplicate bw id": `{"policies": [{"name": "a", "bandwidths": [{"id": "x", "capacity": 1, "period": "1s"}, {"id": "x", "capacity": 2, "period": "1s"}]}]}`,
+		"too many slots":  `{"policies": [{"name": "a", "slots": 2000000, "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
+		"empty":           ``,
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost(shareddata.New(), newClock(), cfg)
+			vm := NewVM(h)
+			vm.OnContextCreate(1, 0)
+			if vm.OnConfigure(1, len(cfg)) {
+				t.Fatal("invalid configuration accepted")
+			}
+			if len(h.logs) == 0 || !strings.Contains(h.logs[len(h.logs)-1], "invalid plugin configuration") {
+				t.Fatalf("reason not logged: %q", h.logs)
+			}
+			// An unconfigured plugin lets traffic through untouched.
+			vm.OnContextCreate(2, 1)
+			if vm.OnRequestHeaders(2, 0, true) != ActionContinue {
+				t.Fatal("unconfigured plugin paused a request")
+			}
+		})
+	}
+}
+
+func TestFailureModes(t *testing.T) {
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			shared := shareddata.New()
+			cfg := strings.Replace(basicConfig, `"headers"`, `"failure_mode": "`+mode+`", "headers"`, 1)
+			vm := newFakeVM(t, shared, newClock(), cfg)
+			shared.Fail = func(op, key string) uint32 { return 10 } // INTERNAL_FAILURE
+			r := vm.do("10.0.0.1:1", map[string]string{":path": "/api/"})
+			switch mode {
+			case "open":
+				if r.status != 200 {
+					t.Fatalf("fail-open rejected: %d", r.status)
+				}
+			case "closed":
+				if r.status != 429 || r.headers["retry-after"] != "1" {
+					t.Fatalf("fail-closed: %d %v", r.status, r.headers)
+				}
+			}
+			if !strings.Contains(strings.Join(vm.host.logs, "\n"), "INTERNAL_FAILURE") {
+				t.Errorf("failure not logged: %q", vm.host.logs)
+			}
+		})
+	}
+}
+
+func TestContentionRejectsEvenWhenFailOpen(t *testing.T) {
+	shared := shareddata.New()
+	clock := newClock()
+	vm := newFakeVM(t, shared, clock, strings.Replace(basicConfig, `"headers"`, `"max_attempts": 3, "headers"`, 1))
+	vm.do("10.0.0.1:1", map[string]string{":path": "/api/"}) // the bucket exists
+	// Another VM writes between every read and write of this one.
+	other := newFakeVM(t, shared, clock, basicConfig)
+	var inside bool
+	shared.BeforeSet = func(key string) {
+		if inside {
+			return
+		}
+		inside = true
+		clock.Add(int64(10 * time.Second)) // keep a token for the other VM
+		other.do("10.0.0.1:1", map[string]string{":path": "/api/"})
+		inside = false
+	}
+	r := vm.do("10.0.0.1:1", map[string]string{":path": "/api/"})
+	if r.status != 429 || r.headers["retry-after"] != "1" {
+		t.Fatalf("contended request: %d %v", r.status, r.headers)
+	}
+	if !strings.Contains(strings.Join(vm.host.logs, "\n"), "gave up after lost races") {
+		t.Errorf("contention not logged: %q", vm.host.logs)
+	}
+}
+
+// TestTwoVMsExactAccounting runs VMs (Envoy workers) in parallel on one
+// shared data with a frozen clock: exactly capacity requests pass. The hot
+// bucket is created first: its creation is the one unconditional write (see
+// TestFirstInsertRaceIsBounded).
+func TestTwoVMsExactAccounting(t *testing.T) {
+	const capacity, perVM, vms = 500, 400, 4
+	cfg := `{"max_attempts": 1000, "policies": [{"name": "p", "key": ["header:k"],
+	  "bandwidths": [{"capacity": 500, "refill_tokens": 1, "period": "1h"}]}]}`
+	shared := shareddata.New()
+	clock := newClock()
+	var admitted, own atomic.Int64
+	var wg sync.WaitGroup
+	for v := range vms {
+		vm := newFakeVM(t, shared, clock, cfg)
+		if v == 0 && vm.do("", map[string]string{"k": "hot"}).status == 200 {
+			admitted.Add(1)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perVM {
+				// Two keys: one hot, one per VM; the per-VM key checks
+				// that slot probing keeps them apart.
+				key := "hot"
+				if i%4 == 0 {
+					key = fmt.Sprint("vm", v)
+				}
+				if vm.do("", map[string]string{"k": key}).status == 200 {
+					if key == "hot" {
+						admitted.Add(1)
+					} else {
+						own.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != capacity {
+		t.Fatalf("admitted %d on the hot key, want exactly %d", got, capacity)
+	}
+	if got := own.Load(); got != vms*perVM/4 {
+		t.Fatalf("admitted %d on the per-VM keys, want all %d", got, vms*perVM/4)
+	}
+}
+
+func TestUnknownFieldsNamed(t *testing.T) {
+	for cfg, want := range map[string]string{
+		`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s", "burst": 2}]}]}`: `"policies[0].bandwidths[0].burst"`,
+		`{"headers": {"ietf": true, "draft": 6}, "policies": []}`:                                    `"headers.draft"`,
+	} {
+		_, err := ParseConfig([]byte(cfg))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want unknown field %s", cfg, err, want)
+		}
+	}
+}

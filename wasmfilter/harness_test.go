@@ -1,0 +1,418 @@
+package wasmfilter_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
+)
+
+// The harness: an "Envoy" of wazero instances of filter.wasm. Each instance
+// is one worker VM; they share one shareddata.Data (Envoy's rules) and one
+// wall clock, which the filter reads through WASI clock_time_get.
+
+const wasmPath = "filter.wasm" // built by scripts/build-wasm.sh
+
+// loadWasm returns the built module. A missing file fails the test when CI
+// is set (CI builds it first) and skips it otherwise.
+func loadWasm(t testing.TB) []byte {
+	t.Helper()
+	b, err := os.ReadFile(wasmPath)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%v: run scripts/build-wasm.sh before the tests", err)
+		}
+		t.Skipf("%v: run scripts/build-wasm.sh to test the .wasm", err)
+	}
+	return b
+}
+
+// compilationCache compiles filter.wasm once for all tests.
+var compilationCache = wazero.NewCompilationCache()
+
+type envoy struct {
+	t        testing.TB
+	rt       wazero.Runtime
+	compiled wazero.CompiledModule
+	shared   *shareddata.Data
+	clock    atomic.Int64
+}
+
+// worker is one VM instance and the state of the stream it is serving.
+type worker struct {
+	e      *envoy
+	mod    api.Module
+	alloc  api.Function
+	config []byte
+	logs   []string
+	nextID uint32
+
+	reqHeaders  map[string]string
+	source      string
+	respHeaders [][2]string
+	local       *localReply
+}
+
+type localReply struct {
+	status  uint32
+	details string
+	body    string
+	headers map[string]string
+}
+
+type workerKey struct{}
+
+func cur(ctx context.Context) *worker { return ctx.Value(workerKey{}).(*worker) }
+
+func newEnvoy(t testing.TB) *envoy {
+	t.Helper()
+	wasm := loadWasm(t)
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(compilationCache))
+	e := &envoy{t: t, rt: rt, shared: shareddata.New()}
+	e.clock.Store(1_780_000_000_000_000_000)
+	t.Cleanup(func() { e.rt.Close(ctx) })
+	wasi_snapshot_preview1.MustInstantiate(ctx, e.rt)
+	if _, err := e.hostModule().Instantiate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if e.compiled, err = e.rt.CompileModule(ctx, wasm); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// mem reads guest memory.
+func read(m api.Module, ptr, size uint32) []byte {
+	b, ok := m.Memory().Read(ptr, size)
+	if !ok {
+		panic("out of bounds read")
+	}
+	return append([]byte(nil), b...)
+}
+
+// give copies data into memory the guest allocates and writes its address and
+// size to the out-parameters, as Envoy does.
+func give(ctx context.Context, m api.Module, data []byte, retPtr, retSize uint32) uint32 {
+	w := cur(ctx)
+	res, err := w.alloc.Call(ctx, uint64(len(data)))
+	if err != nil || res[0] == 0 {
+		panic("proxy_on_memory_allocate failed")
+	}
+	p := uint32(res[0])
+	m.Memory().Write(p, data)
+	m.Memory().WriteUint32Le(retPtr, p)
+	m.Memory().WriteUint32Le(retSize, uint32(len(data)))
+	return 0
+}
+
+func (e *envoy) hostModule() wazero.HostModuleBuilder {
+	b := e.rt.NewHostModuleBuilder("env")
+	fn := func(name string, f any) { b.NewFunctionBuilder().WithFunc(f).Export(name) }
+	fn("proxy_log", func(ctx context.Context, m api.Module, level, ptr, size uint32) uint32 {
+		w := cur(ctx)
+		w.logs = append(w.logs, string(read(m, ptr, size)))
+		return 0
+	})
+	fn("proxy_get_buffer_bytes", func(ctx context.Context, m api.Module, buf, start, max, retPtr, retSize uint32) uint32 {
+		if buf != 7 {
+			return 1 // NOT_FOUND
+		}
+		c := cur(ctx).config
+		if int(start) > len(c) {
+			return 2
+		}
+		c = c[start:]
+		if int(max) < len(c) {
+			c = c[:max]
+		}
+		return give(ctx, m, c, retPtr, retSize)
+	})
+	fn("proxy_get_header_map_value", func(ctx context.Context, m api.Module, mt, kp, ks, retPtr, retSize uint32) uint32 {
+		if mt != 0 {
+			return 2
+		}
+		v, ok := cur(ctx).reqHeaders[string(read(m, kp, ks))]
+		if !ok {
+			return 1
+		}
+		return give(ctx, m, []byte(v), retPtr, retSize)
+	})
+	fn("proxy_add_header_map_value", func(ctx context.Context, m api.Module, mt, kp, ks, vp, vs uint32) uint32 {
+		if mt != 2 {
+			return 2
+		}
+		w := cur(ctx)
+		w.respHeaders = append(w.respHeaders, [2]string{string(read(m, kp, ks)), string(read(m, vp, vs))})
+		return 0
+	})
+	fn("proxy_send_local_response", func(ctx context.Context, m api.Module, status, dp, ds, bp, bs, hp, hs uint32, grpc int32) uint32 {
+		w := cur(ctx)
+		if w.local != nil {
+			panic("two local responses")
+		}
+		h, err := parsePairs(read(m, hp, hs))
+		if err != nil {
+			panic(err)
+		}
+		w.local = &localReply{status: status, details: string(read(m, dp, ds)), body: string(read(m, bp, bs)), headers: h}
+		return 0
+	})
+	fn("proxy_get_property", func(ctx context.Context, m api.Module, pp, ps, retPtr, retSize uint32) uint32 {
+		w := cur(ctx)
+		if string(read(m, pp, ps)) != "source\x00address" || w.source == "" {
+			return 1
+		}
+		return give(ctx, m, []byte(w.source), retPtr, retSize)
+	})
+	fn("proxy_get_shared_data", func(ctx context.Context, m api.Module, kp, ks, retPtr, retSize, retCas uint32) uint32 {
+		v, c, st := e.shared.Get(string(read(m, kp, ks)))
+		if st != 0 {
+			return st
+		}
+		m.Memory().WriteUint32Le(retCas, c)
+		return give(ctx, m, v, retPtr, retSize)
+	})
+	fn("proxy_set_shared_data", func(ctx context.Context, m api.Module, kp, ks, vp, vs, c uint32) uint32 {
+		return e.shared.Set(string(read(m, kp, ks)), read(m, vp, vs), c)
+	})
+	return b
+}
+
+// parsePairs decodes an ABI 0.2.1 serialized header map.
+func parsePairs(b []byte) (map[string]string, error) {
+	out := map[string]string{}
+	if len(b) <= 1 {
+		return out, nil
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	sizes := b[4:]
+	data := b[4+8*n:]
+	for i := range n {
+		ks, vs := int(binary.LittleEndian.Uint32(sizes[8*i:])), int(binary.LittleEndian.Uint32(sizes[8*i+4:]))
+		if len(data) < ks+vs+2 || data[ks] != 0 || data[ks+1+vs] != 0 {
+			return nil, errors.New("bad header map")
+		}
+		out[string(data[:ks])] = string(data[ks+1 : ks+1+vs])
+		data = data[ks+vs+2:]
+	}
+	return out, nil
+}
+
+// newWorker instantiates a VM: _initialize, then the plugin context 1 with
+// vm start and configure. ok is what proxy_on_configure returned.
+func (e *envoy) newWorker(config string) (w *worker, ok bool) {
+	e.t.Helper()
+	w = &worker{e: e, config: []byte(config), nextID: 2}
+	ctx := context.WithValue(context.Background(), workerKey{}, w)
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
+		WithWalltime(func() (int64, int32) {
+			ns := e.clock.Load()
+			return ns / 1e9, int32(ns % 1e9)
+		}, 1).WithSysNanotime()
+	mod, err := e.rt.InstantiateModule(ctx, e.compiled, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	w.mod = mod
+	w.alloc = mod.ExportedFunction("proxy_on_memory_allocate")
+	w.call(ctx, "_initialize")
+	w.call(ctx, "proxy_on_context_create", 1, 0)
+	if w.call(ctx, "proxy_on_vm_start", 1, 0)[0] != 1 {
+		e.t.Fatal("vm start refused")
+	}
+	return w, w.call(ctx, "proxy_on_configure", 1, uint64(len(config)))[0] == 1
+}
+
+func (w *worker) call(ctx context.Context, name string, args ...uint64) []uint64 {
+	w.e.t.Helper()
+	f := w.mod.ExportedFunction(name)
+	if f == nil {
+		w.e.t.Fatalf("%s not exported", name)
+	}
+	res, err := f.Call(ctx, args...)
+	if err != nil {
+		w.e.t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}
+
+type reply struct {
+	status  int
+	headers map[string]string
+	body    string
+}
+
+// do drives one stream: create, request headers, response headers (when
+// not answered locally), done, delete.
+func (w *worker) do(source string, headers map[string]string) reply {
+	w.reqHeaders, w.source, w.respHeaders, w.local = headers, source, nil, nil
+	ctx := context.WithValue(context.Background(), workerKey{}, w)
+	id := uint64(w.nextID)
+	w.nextID++
+	w.call(ctx, "proxy_on_context_create", id, 1)
+	r := reply{status: 200, headers: map[string]string{}}
+	switch a := w.call(ctx, "proxy_on_request_headers", id, uint64(len(headers)), 1)[0]; {
+	case a == 1 && w.local != nil:
+		r.status, r.headers, r.body = int(w.local.status), w.local.headers, w.local.body
+	case a == 0 && w.local == nil:
+		w.call(ctx, "proxy_on_response_headers", id, 0, 1)
+		for _, kv := range w.respHeaders {
+			r.headers[kv[0]] = kv[1]
+		}
+	default:
+		w.e.t.Fatalf("action %d with local response %v", a, w.local)
+	}
+	if w.call(ctx, "proxy_on_done", id)[0] != 1 {
+		w.e.t.Fatal("proxy_on_done returned false")
+	}
+	w.call(ctx, "proxy_on_delete", id)
+	return r
+}
+
+const wasmConfig = `{
+  "policies": [{"name": "per-client", "key": ["source.address"], "match": {"path_prefix": "/api"},
+    "bandwidths": [{"capacity": 4, "refill_tokens": 2, "period": "10s"}]}],
+  "headers": {"ietf": true, "x_ratelimit": true}
+}`
+
+func TestWasmTwoVMsShareBuckets(t *testing.T) {
+	e := newEnvoy(t)
+	w1, ok1 := e.newWorker(wasmConfig)
+	w2, ok2 := e.newWorker(wasmConfig)
+	if !ok1 || !ok2 {
+		t.Fatalf("configure refused: %q %q", w1.logs, w2.logs)
+	}
+	api := map[string]string{":path": "/api/v1"}
+	workers := []*worker{w1, w2, w1, w2}
+	for i, w := range workers {
+		r := w.do("192.0.2.1:1234", api)
+		if r.status != 200 {
+			t.Fatalf("request %d: %d", i, r.status)
+		}
+		if want := string(rune('3' - i)); r.headers["x-ratelimit-remaining"] != want {
+			t.Errorf("request %d: remaining %q, want %s", i, r.headers["x-ratelimit-remaining"], want)
+		}
+		if r.headers["ratelimit-policy"] != `"per-client";q=4;w=10` {
+			t.Errorf("RateLimit-Policy %q", r.headers["ratelimit-policy"])
+		}
+	}
+	r := w2.do("192.0.2.1:999", api)
+	if r.status != 429 || r.headers["retry-after"] != "5" || r.headers["x-envoy-ratelimited"] != "true" ||
+		r.headers["ratelimit"] != `"per-client";r=0;t=5` || r.body != "rate limit exceeded\n" {
+		t.Fatalf("5th request: %+v", r)
+	}
+	// Another client, and a route outside the policy, are untouched.
+	if r := w1.do("192.0.2.2:1", api); r.status != 200 || r.headers["x-ratelimit-remaining"] != "3" {
+		t.Fatalf("other client: %+v", r)
+	}
+	if r := w1.do("192.0.2.1:1", map[string]string{":path": "/health"}); r.status != 200 || len(r.headers) != 0 {
+		t.Fatalf("unmatched route: %+v", r)
+	}
+	// Refill: 2 tokens per 10 s, greedy: one every 5 s.
+	e.clock.Add(5e9 - 1)
+	if r := w1.do("192.0.2.1:1", api); r.status != 429 || r.headers["retry-after"] != "1" {
+		t.Fatalf("1 ns early: %+v", r)
+	}
+	e.clock.Add(1)
+	if r := w1.do("192.0.2.1:1", api); r.status != 200 || r.headers["x-ratelimit-remaining"] != "0" {
+		t.Fatalf("after refill: %+v", r)
+	}
+	if r := w2.do("192.0.2.1:1", api); r.status != 429 {
+		t.Fatalf("second after one refill: %+v", r)
+	}
+	// The state really lives in shared data: one slot per client.
+	if n := e.shared.Len(); n != 2 {
+		t.Errorf("%d shared-data keys, want 2", n)
+	}
+}
+
+func TestWasmBadConfigurationRefused(t *testing.T) {
+	e := newEnvoy(t)
+	w, ok := e.newWorker(`{"policies": [{"name": "x", "bandwidths": [{"capacity": 0, "period": "1s"}]}]}`)
+	if ok {
+		t.Fatal("configuration with capacity 0 accepted")
+	}
+	if !strings.Contains(strings.Join(w.logs, "\n"), "capacity must be positive") {
+		t.Fatalf("reason not logged: %q", w.logs)
+	}
+}
+
+// envoyImports is what Envoy ≥ 1.33 provides that a filter like this one may
+// import (see shared/facts/proxy-wasm.md).
+var envoyImports = map[string][]string{
+	"wasi_snapshot_preview1": {"sched_yield", "proc_exit", "args_get", "args_sizes_get", "environ_get",
+		"environ_sizes_get", "clock_time_get", "fd_write", "random_get", "poll_oneoff", "fd_close",
+		"fd_fdstat_get", "fd_fdstat_set_flags", "fd_prestat_get", "fd_prestat_dir_name"},
+	"env": {"proxy_log", "proxy_get_buffer_bytes", "proxy_get_header_map_value", "proxy_add_header_map_value",
+		"proxy_send_local_response", "proxy_get_shared_data", "proxy_set_shared_data", "proxy_get_property",
+		"proxy_http_call", "proxy_grpc_call"},
+}
+
+func TestWasmImportsWithinEnvoy(t *testing.T) {
+	wasm := loadWasm(t)
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(compilationCache))
+	defer rt.Close(ctx)
+	c, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range c.ImportedFunctions() {
+		mod, name, _ := f.Import()
+		got = append(got, mod+"."+name)
+		allowed := false
+		for _, n := range envoyImports[mod] {
+			allowed = allowed || n == name
+		}
+		if !allowed {
+			t.Errorf("imports %s.%s, which Envoy 1.33 does not provide", mod, name)
+		}
+	}
+	sort.Strings(got)
+	t.Logf("imports: %s", strings.Join(got, " "))
+	exports := c.ExportedFunctions()
+	for _, name := range []string{"_initialize", "proxy_abi_version_0_2_1", "proxy_on_memory_allocate",
+		"proxy_on_context_create", "proxy_on_vm_start", "proxy_on_configure", "proxy_on_request_headers",
+		"proxy_on_response_headers", "proxy_on_done", "proxy_on_delete"} {
+		if exports[name] == nil {
+			t.Errorf("does not export %s", name)
+		}
+	}
+	if len(c.ExportedMemories()) == 0 {
+		t.Error("exports no memory")
+	}
+	t.Logf("size: %d bytes", len(wasm))
+}
+
+// BenchmarkWasmRequest measures one admitted request through the .wasm
+// under wazero: context create, request headers (one shared-data read and
+// one compare-and-swap write), response headers with four headers added,
+// done, delete.
+func BenchmarkWasmRequest(b *testing.B) {
+	e := newEnvoy(b)
+	w, ok := e.newWorker(`{"policies": [{"name": "p", "key": ["source.address"],
+	  "bandwidths": [{"capacity": 1000000000, "period": "1s"}]}], "headers": {"ietf": true}}`)
+	if !ok {
+		b.Fatal(w.logs)
+	}
+	h := map[string]string{":path": "/"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if w.do("192.0.2.1:1", h).status != 200 {
+			b.Fatal("rejected")
+		}
+	}
+}

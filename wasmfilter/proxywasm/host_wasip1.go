@@ -1,0 +1,140 @@
+//go:build wasip1
+
+package proxywasm
+
+import (
+	"encoding/binary"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/bucketgrid/bucketgrid/wasmfilter"
+)
+
+// pinned holds the buffers handed to the host by proxy_on_memory_allocate
+// until the guest has taken them.
+var pinned [][]byte
+
+//go:wasmexport proxy_on_memory_allocate
+func proxyOnMemoryAllocate(size uint32) uint32 {
+	b := make([]byte, max(size, 1))
+	pinned = append(pinned, b)
+	return uint32(uintptr(unsafe.Pointer(&b[0])))
+}
+
+// take returns a copy of the size bytes the host wrote at ptr, a buffer from
+// proxyOnMemoryAllocate, and releases every pinned buffer.
+func take(ptr, size uint32) []byte {
+	var out []byte
+	for _, b := range pinned {
+		if uint32(uintptr(unsafe.Pointer(&b[0]))) == ptr && int(size) <= len(b) {
+			out = append([]byte(nil), b[:size]...)
+			break
+		}
+	}
+	clear(pinned)
+	pinned = pinned[:0]
+	return out
+}
+
+func strPtr(s string) unsafe.Pointer { return unsafe.Pointer(unsafe.StringData(s)) }
+
+func bytesPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}
+
+// host implements wasmfilter.Host on the imports.
+type host struct{}
+
+// configSize is the plugin configuration size passed to proxy_on_configure.
+var configSize uint32
+
+func (host) Log(level wasmfilter.LogLevel, msg string) {
+	proxyLog(uint32(level), strPtr(msg), uint32(len(msg)))
+}
+
+func (host) PluginConfiguration() ([]byte, error) {
+	if configSize == 0 {
+		return nil, nil
+	}
+	var ptr, size uint32
+	st := proxyGetBufferBytes(7, 0, configSize, unsafe.Pointer(&ptr), unsafe.Pointer(&size))
+	if err := wasmfilter.StatusError(st); err != nil {
+		take(0, 0)
+		return nil, err
+	}
+	return take(ptr, size), nil
+}
+
+func (host) Header(m wasmfilter.MapType, name string) (string, bool, error) {
+	var ptr, size uint32
+	st := proxyGetHeaderMapValue(uint32(m), strPtr(name), uint32(len(name)), unsafe.Pointer(&ptr), unsafe.Pointer(&size))
+	if err := wasmfilter.StatusError(st); err != nil {
+		take(0, 0)
+		return "", false, err
+	}
+	return string(take(ptr, size)), true, nil
+}
+
+func (host) AddHeader(m wasmfilter.MapType, name, value string) error {
+	return wasmfilter.StatusError(proxyAddHeaderMapValue(uint32(m), strPtr(name), uint32(len(name)),
+		strPtr(value), uint32(len(value))))
+}
+
+// serializePairs encodes a header map as ABI 0.2.1 specifies: the pair
+// count, each pair's key and value sizes, then each key and value followed by
+// a NUL byte; integers little-endian.
+func serializePairs(pairs [][2]string) []byte {
+	n := 4
+	for _, p := range pairs {
+		n += 8 + len(p[0]) + len(p[1]) + 2
+	}
+	b := make([]byte, 0, n)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(pairs)))
+	for _, p := range pairs {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(p[0])))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(p[1])))
+	}
+	for _, p := range pairs {
+		b = append(append(b, p[0]...), 0)
+		b = append(append(b, p[1]...), 0)
+	}
+	return b
+}
+
+func (host) SendLocalResponse(status int, details string, body []byte, headers [][2]string) error {
+	h := serializePairs(headers)
+	return wasmfilter.StatusError(proxySendLocalResponse(uint32(status), strPtr(details), uint32(len(details)),
+		bytesPtr(body), uint32(len(body)), bytesPtr(h), uint32(len(h)), -1))
+}
+
+func (host) Property(path ...string) ([]byte, bool, error) {
+	p := strings.Join(path, "\x00")
+	var ptr, size uint32
+	st := proxyGetProperty(strPtr(p), uint32(len(p)), unsafe.Pointer(&ptr), unsafe.Pointer(&size))
+	if err := wasmfilter.StatusError(st); err != nil {
+		take(0, 0)
+		return nil, false, err
+	}
+	return take(ptr, size), true, nil
+}
+
+func (host) SharedData(key string) ([]byte, uint32, error) {
+	var ptr, size, cas uint32
+	st := proxyGetSharedData(strPtr(key), uint32(len(key)), unsafe.Pointer(&ptr), unsafe.Pointer(&size), unsafe.Pointer(&cas))
+	if err := wasmfilter.StatusError(st); err != nil {
+		take(0, 0)
+		return nil, 0, err
+	}
+	return take(ptr, size), cas, nil
+}
+
+func (host) SetSharedData(key string, value []byte, cas uint32) error {
+	return wasmfilter.StatusError(proxySetSharedData(strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
+}
+
+// Now reads WASI realtime, the clock every worker VM of one Envoy shares.
+func (host) Now() int64 { return time.Now().UnixNano() }
