@@ -318,3 +318,52 @@ func staticConfig(bws ...core.Bandwidth) bucketgrid.ConfigFunc {
 	cfg, err := core.NewConfig(bws...)
 	return func(context.Context) (core.Config, error) { return cfg, err }
 }
+
+// ttlSpy records the TTL of every write.
+type ttlSpy struct {
+	cas.Store
+	mu   sync.Mutex
+	ttls []time.Duration
+}
+
+func (s *ttlSpy) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
+	s.mu.Lock()
+	s.ttls = append(s.ttls, ttl)
+	s.mu.Unlock()
+	return s.Store.Insert(ctx, k, d, ttl)
+}
+
+func (s *ttlSpy) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
+	s.mu.Lock()
+	s.ttls = append(s.ttls, ttl)
+	s.mu.Unlock()
+	return s.Store.Replace(ctx, k, d, v, ttl)
+}
+
+// checkTTLFollowsStrategy writes through each expiration strategy and
+// compares the TTL handed to the store with the one the strategy defines.
+func checkTTLFollowsStrategy(e *env) {
+	for _, tc := range []struct {
+		name   string
+		expiry core.Expiry
+		want   []time.Duration // per write: create (1 token used), then 4 more
+	}{
+		{"never", bucketgrid.ExpireNever(), []time.Duration{0, 0}},
+		{"fixed", bucketgrid.ExpireFixed(90 * time.Second), []time.Duration{90 * time.Second, 90 * time.Second}},
+		// 10 tokens per second: 1 used → full in 100ms; 5 used → 500ms; plus 2s
+		{"after refill", bucketgrid.ExpireAfterRefill(2 * time.Second), []time.Duration{2100 * time.Millisecond, 2500 * time.Millisecond}},
+	} {
+		spy := &ttlSpy{Store: e.store}
+		m := bucketgrid.NewManager(cas.New(spy, cas.WithClock(e.clock.Now)), bucketgrid.WithExpiration(tc.expiry))
+		h := m.Bucket(e.key("ttl-strategy-"+tc.name), staticConfig(core.Greedy(10, 10, time.Second)))
+		if _, err := h.TryConsume(e.ctx, 1); err != nil {
+			e.Fatalf("%s: %v", tc.name, err)
+		}
+		if _, err := h.TryConsume(e.ctx, 4); err != nil {
+			e.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(spy.ttls) != 2 || spy.ttls[0] != tc.want[0] || spy.ttls[1] != tc.want[1] {
+			e.Errorf("expiration %s: TTLs written %v, want %v", tc.name, spy.ttls, tc.want)
+		}
+	}
+}

@@ -45,8 +45,8 @@ var modelConfigs = []struct {
 	{"initial tokens", []core.Bandwidth{core.Greedy(30, 7, 300*time.Millisecond).WithInitialTokens(3)}},
 }
 
-// checkSameResults drives the executors and core's in-memory model through
-// the same random script at the same fake times and compares every result.
+// checkSameResults drives the executors and a local bucket through the same
+// random script at the same fake times and compares every result.
 func checkSameResults(e *env) {
 	for ci, mc := range modelConfigs {
 		cfg, err := core.NewConfig(mc.bws...)
@@ -55,65 +55,55 @@ func checkSameResults(e *env) {
 		}
 		hs := e.handles(e.key(fmt.Sprintf("model-%d", ci)), staticConfig(mc.bws...))
 		rng := rand.New(rand.NewPCG(uint64(ci), 42))
-		var model core.Bucket
-		created := false
+		var local *bucketgrid.Local
 		for step := 0; step < 200; step++ {
 			e.clock.Advance(time.Duration(rng.Int64N(int64(150 * time.Millisecond))))
-			now := e.clock.Now()
-			if !created {
-				model, created = core.NewBucket(cfg.Clone(), now), true
+			if local == nil { // created when the distributed bucket is: at the first call
+				if local, err = bucketgrid.NewLocal(cfg.Clone(), bucketgrid.WithLocalClock(e.clock)); err != nil {
+					e.Fatalf("NewLocal: %v", err)
+				}
 			}
 			h := hs[step%len(hs)]
 			n := 1 + rng.Int64N(12)
 			var got, want string
+			both := func(f func(b bucketgrid.Bucket) string) {
+				got, want = f(h), f(local)
+			}
 			switch op := rng.IntN(10); op {
 			case 0, 1:
-				ok, err := h.TryConsume(e.ctx, n)
-				got, want = fmt.Sprint(ok, err), fmt.Sprint(model.TryConsume(n, now), nil)
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.TryConsume(e.ctx, n)) })
 			case 2, 3:
-				p, err := h.TryConsumeAndReturnRemaining(e.ctx, n)
-				got, want = fmt.Sprintf("%+v %v", p, err), fmt.Sprintf("%+v <nil>", model.TryConsumeAndReturnRemaining(n, now))
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.TryConsumeAndReturnRemaining(e.ctx, n)) })
 			case 4:
-				p, err := h.EstimateAbilityToConsume(e.ctx, n)
-				got, want = fmt.Sprintf("%+v %v", p, err), fmt.Sprintf("%+v <nil>", model.EstimateAbilityToConsume(n, now))
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.EstimateAbilityToConsume(e.ctx, n)) })
 			case 5:
-				c, err := h.TryConsumeAsMuchAsPossible(e.ctx, n)
-				got, want = fmt.Sprint(c, err), fmt.Sprint(model.TryConsumeAsMuchAsPossible(n, now), nil)
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.TryConsumeAsMuchAsPossible(e.ctx, n)) })
 			case 6:
-				err := h.AddTokens(e.ctx, n)
-				model.AddTokens(n, now)
-				got, want = fmt.Sprint(err), "<nil>"
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.AddTokens(e.ctx, n)) })
 			case 7:
-				w, err := h.ConsumeIgnoringRateLimits(e.ctx, n)
-				got, want = fmt.Sprint(w, err), fmt.Sprint(time.Duration(model.ConsumeIgnoringRateLimits(n, now)), nil)
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.ConsumeIgnoringRateLimits(e.ctx, n)) })
 			case 8:
-				a, err := h.AvailableTokens(e.ctx)
-				got, want = fmt.Sprint(a, err), fmt.Sprint(model.AvailableTokens(now), nil)
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.AvailableTokens(e.ctx)) })
 			case 9:
 				if rng.IntN(4) == 0 {
-					err := h.ForceAddTokens(e.ctx, n)
-					model.ForceAddTokens(n, now)
-					got, want = fmt.Sprint(err), "<nil>"
+					both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.ForceAddTokens(e.ctx, n)) })
 				} else {
-					err := h.Reset(e.ctx)
-					model.Reset(now)
-					got, want = fmt.Sprint(err), "<nil>"
+					both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.Reset(e.ctx)) })
 				}
 			}
 			if got != want {
-				e.Fatalf("%s, step %d (executor %d): got %s, the model says %s", mc.name, step, step%len(hs), got, want)
+				e.Fatalf("%s, step %d (executor %d): got %s, the local bucket says %s", mc.name, step, step%len(hs), got, want)
 			}
 		}
-		// the stored state itself must equal the model's
+		// the stored state itself must equal the local bucket's
 		d, err := hs[0].Diagnose(e.ctx)
 		if err != nil {
 			e.Fatalf("%s: Diagnose: %v", mc.name, err)
 		}
-		model.Refill(e.clock.Now())
-		for i := range model.State {
-			if d.Available[i] != model.State[i].Size {
-				e.Errorf("%s: bandwidth %d holds %d tokens, the model %d", mc.name, i, d.Available[i], model.State[i].Size)
-			}
+		ld, _ := local.Diagnose(e.ctx)
+		if fmt.Sprint(d.Available) != fmt.Sprint(ld.Available) || d.NanosToFull != ld.NanosToFull {
+			e.Errorf("%s: stored bucket %v (full in %v), the local bucket %v (full in %v)", mc.name,
+				d.Available, time.Duration(d.NanosToFull), ld.Available, time.Duration(ld.NanosToFull))
 		}
 	}
 	// replacement through the executor equals the model's

@@ -22,6 +22,7 @@ var storeChecks = []check{
 	{name: "InjectedStoreErrors", run: checkInjectedErrors},
 	{name: "ContextDeadlineWins", run: checkDeadlineWins},
 	{name: "ClockSkew", run: checkClockSkew},
+	{name: "TTLFollowsStrategy", run: checkTTLFollowsStrategy},
 }
 
 func generousBackoff() retry.Strategy {
