@@ -50,6 +50,17 @@ func (b *Bucket) available() int64 {
 	return a
 }
 
+// canDebit reports whether every bandwidth can give n > 0 tokens without its
+// size leaving the int64 range (a deep overdraft could wrap around).
+func (b *Bucket) canDebit(n int64) bool {
+	for i := range b.State {
+		if b.State[i].Size < math.MinInt64+n {
+			return false
+		}
+	}
+	return true
+}
+
 func (b *Bucket) consume(n int64) {
 	for i := range b.State {
 		b.State[i].Size -= n
@@ -193,13 +204,13 @@ func (b *Bucket) ForceAddTokens(n, now int64) {
 
 // ConsumeIgnoringRateLimits takes n tokens even when that overdraws the
 // bucket, and returns the nanoseconds until the debt is repaid (zero when no
-// debt). When the wait would exceed int64 nanoseconds it takes nothing and
-// returns math.MaxInt64.
+// debt). When the wait would exceed int64 nanoseconds, or the debt int64
+// tokens, it takes nothing and returns math.MaxInt64.
 func (b *Bucket) ConsumeIgnoringRateLimits(n, now int64) int64 {
 	b.Refill(now)
 	d := b.delay(n, now, false)
-	if d == math.MaxInt64 {
-		return d
+	if d == math.MaxInt64 || !b.canDebit(n) {
+		return math.MaxInt64
 	}
 	b.consume(n)
 	return d
@@ -213,7 +224,7 @@ func (b *Bucket) ConsumeIgnoringRateLimits(n, now int64) int64 {
 func (b *Bucket) Reserve(n, maxWait, now int64) int64 {
 	b.Refill(now)
 	d := b.delay(n, now, true)
-	if d == math.MaxInt64 || d > maxWait {
+	if d == math.MaxInt64 || d > maxWait || !b.canDebit(n) {
 		return math.MaxInt64
 	}
 	b.consume(n)

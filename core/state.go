@@ -83,16 +83,23 @@ func delayFor(b *Bandwidth, s *BandState, n, now int64) int64 {
 		// counted from the last refill when the clock reads earlier than it
 		t := ceilMulSubDiv(deficit, uint64(b.RefillPeriod), uint64(s.RoundingError), tokens)
 		if now < s.LastRefill {
-			t = satAdd(t, int64(diff(s.LastRefill, now)))
+			t = satAdd(t, satInt(diff(s.LastRefill, now)))
 		}
 		return t
 	}
+	// the next boundary is LastRefill+period; compute its distance from now
+	// without forming LastRefill+period, which may exceed int64 when the
+	// distance does not
 	period := int64(b.RefillPeriod)
-	wait := satAdd(s.LastRefill, period)
+	var wait int64
+	if now <= s.LastRefill {
+		wait = satAdd(satInt(diff(s.LastRefill, now)), period)
+	} else {
+		wait = max(period-satInt(diff(now, s.LastRefill)), 0)
+	}
 	if wait == math.MaxInt64 {
 		return math.MaxInt64
 	}
-	wait = satAdd(wait, -now)
 	if deficit <= tokens {
 		return wait
 	}
@@ -101,4 +108,12 @@ func delayFor(b *Bandwidth, s *BandState, n, now int64) int64 {
 		return math.MaxInt64
 	}
 	return satAdd(wait, mulSat(int64(more), period))
+}
+
+// satInt converts a non-negative difference to int64, saturated.
+func satInt(u uint64) int64 {
+	if u > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(u)
 }

@@ -1,0 +1,637 @@
+package core
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// An independent reference model of Bucket4j's bucket, in math/big: it never
+// overflows, so wherever core takes a 128-bit or saturating shortcut, the
+// model computes the exact value and the two must agree. The model follows
+// Bucket4j's state machine (per bandwidth: size, last refill, carried
+// remainder of refillTokens×elapsed/period) and shares no code with core.
+
+var (
+	bigMaxInt64 = big.NewInt(math.MaxInt64)
+	bigMinInt64 = big.NewInt(math.MinInt64)
+)
+
+func bi(v int64) *big.Int { return big.NewInt(v) }
+
+type mBand struct {
+	cfg     Bandwidth
+	size    *big.Int
+	last    *big.Int
+	carried *big.Int
+}
+
+type model struct {
+	bands []mBand
+}
+
+func newModel(cfg Config, now int64) *model {
+	m := &model{}
+	for _, b := range cfg.Bandwidths {
+		m.bands = append(m.bands, newMBand(b, now))
+	}
+	return m
+}
+
+func newMBand(b Bandwidth, now int64) mBand {
+	mb := mBand{cfg: b, size: bi(b.Capacity), last: bi(now), carried: bi(0)}
+	if b.HasInitialTokens {
+		mb.size = bi(b.InitialTokens)
+	}
+	if b.Style == RefillIntervallyAligned || b.Style == RefillIntervallyAlignedAdaptive {
+		// the period before the first refill is the current one
+		last := new(big.Int).Sub(bi(b.FirstRefill), bi(int64(b.RefillPeriod)))
+		if last.Cmp(bigMinInt64) < 0 {
+			last = bi(math.MinInt64)
+		}
+		mb.last = last
+		if b.Style == RefillIntervallyAlignedAdaptive && now < b.FirstRefill {
+			// min(capacity, max(0, capacity-refill) + before*refill/period)
+			base := bi(max(b.Capacity-b.RefillTokens, 0))
+			before := new(big.Int).Sub(bi(b.FirstRefill), bi(now))
+			add := new(big.Int).Mul(before, bi(b.RefillTokens))
+			add.Quo(add, bi(int64(b.RefillPeriod)))
+			base.Add(base, add)
+			if base.Cmp(bi(b.Capacity)) > 0 {
+				base = bi(b.Capacity)
+			}
+			mb.size = base
+		}
+	}
+	return mb
+}
+
+func (mb *mBand) refill(now int64) {
+	t := bi(now)
+	if t.Cmp(mb.last) <= 0 {
+		return
+	}
+	period := bi(int64(mb.cfg.RefillPeriod))
+	elapsed := new(big.Int).Sub(t, mb.last)
+	if mb.cfg.Style != RefillGreedy {
+		periods := new(big.Int).Quo(elapsed, period)
+		if periods.Sign() == 0 {
+			return
+		}
+		elapsed.Mul(periods, period)
+	}
+	mb.last = new(big.Int).Add(mb.last, elapsed)
+	capacity := bi(mb.cfg.Capacity)
+	if mb.size.Cmp(capacity) >= 0 {
+		return // above capacity after a forced addition: refill pauses
+	}
+	// minted = floor((refillTokens*elapsed + carried) / period)
+	num := new(big.Int).Mul(bi(mb.cfg.RefillTokens), elapsed)
+	num.Add(num, mb.carried)
+	minted, rem := new(big.Int).QuoRem(num, period, new(big.Int))
+	size := new(big.Int).Add(mb.size, minted)
+	if size.Cmp(capacity) >= 0 {
+		mb.size, mb.carried = capacity, bi(0)
+		return
+	}
+	mb.size, mb.carried = size, rem
+}
+
+func (m *model) refill(now int64) {
+	for i := range m.bands {
+		m.bands[i].refill(now)
+	}
+}
+
+func (m *model) available() *big.Int {
+	a := m.bands[0].size
+	for _, b := range m.bands[1:] {
+		if b.size.Cmp(a) < 0 {
+			a = b.size
+		}
+	}
+	return new(big.Int).Set(a)
+}
+
+// canDebit: a debt beyond int64 tokens is refused.
+func (m *model) canDebit(n int64) bool {
+	for _, b := range m.bands {
+		if new(big.Int).Sub(b.size, bi(n)).Cmp(bigMinInt64) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *model) consume(n int64) {
+	for i := range m.bands {
+		m.bands[i].size = new(big.Int).Sub(m.bands[i].size, bi(n))
+	}
+}
+
+// delay is the exact number of nanoseconds from now until every bandwidth
+// holds n tokens, or nil when never (capped: n above a capacity).
+func (m *model) delay(n, now int64, capped bool) *big.Int {
+	d := bi(0)
+	for _, b := range m.bands {
+		if capped && n > b.cfg.Capacity {
+			return nil
+		}
+		if b.size.Cmp(bi(n)) >= 0 {
+			continue
+		}
+		deficit := new(big.Int).Sub(bi(n), b.size)
+		period := bi(int64(b.cfg.RefillPeriod))
+		tokens := bi(b.cfg.RefillTokens)
+		var w *big.Int
+		if b.cfg.Style == RefillGreedy {
+			// smallest t: tokens*(t + (now-last)) + carried ≥ deficit*period,
+			// with t counted from max(now, last)
+			need := new(big.Int).Mul(deficit, period)
+			need.Sub(need, b.carried)
+			w = ceilDiv(need, tokens)
+			if behind := new(big.Int).Sub(b.last, bi(now)); behind.Sign() > 0 {
+				w.Add(w, behind)
+			}
+		} else {
+			// the next boundary, then enough whole periods
+			periods := ceilDiv(deficit, tokens)
+			w = new(big.Int).Add(b.last, new(big.Int).Mul(periods, period))
+			w.Sub(w, bi(now))
+		}
+		if w.Cmp(d) > 0 {
+			d = w
+		}
+	}
+	return d
+}
+
+func ceilDiv(a, b *big.Int) *big.Int {
+	q, r := new(big.Int).QuoRem(a, b, new(big.Int))
+	if r.Sign() > 0 {
+		q.Add(q, bi(1))
+	}
+	return q
+}
+
+// sat clamps the model's value to the int64 range, as core reports it.
+func sat(v *big.Int) int64 {
+	if v.Cmp(bigMaxInt64) >= 0 {
+		return math.MaxInt64
+	}
+	if v.Cmp(bigMinInt64) <= 0 {
+		return math.MinInt64
+	}
+	return v.Int64()
+}
+
+func (m *model) timeToFull(now int64) *big.Int {
+	d := bi(0)
+	for _, b := range m.bands {
+		if b.size.Cmp(bi(b.cfg.Capacity)) >= 0 {
+			continue
+		}
+		one := &model{bands: []mBand{b}}
+		if w := one.delay(b.cfg.Capacity, now, false); w.Cmp(d) > 0 {
+			d = w
+		}
+	}
+	return d
+}
+
+// check compares core's state with the model's, exactly.
+func (m *model) check(t *testing.T, b *Bucket, what string) {
+	t.Helper()
+	if len(b.State) != len(m.bands) {
+		t.Fatalf("%s: %d bands, model %d", what, len(b.State), len(m.bands))
+	}
+	for i, mb := range m.bands {
+		s := b.State[i]
+		if !mb.size.IsInt64() || s.Size != mb.size.Int64() || !mb.last.IsInt64() || s.LastRefill != mb.last.Int64() ||
+			s.RoundingError != mb.carried.Int64() {
+			t.Fatalf("%s: band %d (%+v): core %+v, model size %v last %v carried %v",
+				what, i, mb.cfg, s, mb.size, mb.last, mb.carried)
+		}
+	}
+}
+
+// generators
+
+type gen struct{ r *rand.Rand }
+
+func (g gen) pick(vs ...int64) int64 { return vs[g.r.IntN(len(vs))] }
+
+// int64In returns a value in [lo, hi].
+func (g gen) int64In(lo, hi int64) int64 {
+	return lo + int64(g.r.Uint64N(uint64(hi-lo)+1))
+}
+
+// magnitude returns a positive value of a random order of magnitude up to max.
+func (g gen) magnitude(maxV int64) int64 {
+	bits := 1 + g.r.IntN(63)
+	v := int64(g.r.Uint64N(1<<uint(bits-1))) + 1
+	if v > maxV {
+		v = 1 + v%maxV
+	}
+	return v
+}
+
+func (g gen) bandwidth(now int64, id string) Bandwidth {
+	var period int64
+	switch g.r.IntN(6) {
+	case 0:
+		period = g.pick(1, 2, 3, 7)
+	case 1:
+		period = g.pick(int64(time.Millisecond), int64(time.Second), int64(time.Minute), int64(time.Hour))
+	case 2:
+		period = g.pick(math.MaxInt64, math.MaxInt64-1, math.MaxInt64/2, 1<<62)
+	default:
+		period = g.magnitude(math.MaxInt64)
+	}
+	var tokens int64
+	switch g.r.IntN(4) {
+	case 0:
+		tokens = 1
+	case 1:
+		tokens = period
+	default:
+		tokens = g.magnitude(period)
+	}
+	var capacity int64
+	switch g.r.IntN(5) {
+	case 0:
+		capacity = g.pick(1, 2, 10)
+	case 1:
+		capacity = g.pick(math.MaxInt64, math.MaxInt64-1, 1<<62)
+	case 2:
+		capacity = tokens
+	default:
+		capacity = g.magnitude(math.MaxInt64)
+	}
+	var b Bandwidth
+	switch g.r.IntN(8) {
+	case 0, 1, 2, 3:
+		b = Greedy(capacity, tokens, time.Duration(period))
+	case 4, 5:
+		b = Intervally(capacity, tokens, time.Duration(period))
+	case 6:
+		b = Bandwidth{Capacity: capacity, RefillTokens: tokens, RefillPeriod: time.Duration(period),
+			Style: RefillIntervallyAligned, FirstRefill: now + g.int64In(-1<<40, 1<<40)}
+	case 7:
+		b = Bandwidth{Capacity: capacity, RefillTokens: tokens, RefillPeriod: time.Duration(period),
+			Style: RefillIntervallyAlignedAdaptive, FirstRefill: now + g.int64In(-1<<40, 1<<40)}
+	}
+	if b.Style != RefillIntervallyAlignedAdaptive && g.r.IntN(3) == 0 {
+		b = b.WithInitialTokens(g.pick(0, 1, capacity, capacity/2, g.int64In(0, capacity), math.MaxInt64))
+	}
+	return b.WithID(id)
+}
+
+func (g gen) config(now int64) Config {
+	n := 1 + g.r.IntN(3)
+	var c Config
+	for i := range n {
+		id := ""
+		if n > 1 || g.r.IntN(2) == 0 {
+			id = fmt.Sprintf("b%d", g.r.IntN(4)*10+i) // unique within c
+		}
+		c.Bandwidths = append(c.Bandwidths, g.bandwidth(now, id))
+	}
+	return c
+}
+
+// tokens returns a positive token count of interest for b.
+func (g gen) tokens(b *Bucket) int64 {
+	c := b.Config.Bandwidths[g.r.IntN(len(b.Config.Bandwidths))].Capacity
+	switch g.r.IntN(8) {
+	case 0:
+		return 1
+	case 1:
+		return c
+	case 2:
+		return min(c, math.MaxInt64-1) + 1
+	case 3:
+		return g.pick(math.MaxInt64, math.MaxInt64-1, 1<<62)
+	case 4:
+		return g.int64In(1, c)
+	default:
+		return g.magnitude(min(c, 1<<20))
+	}
+}
+
+// step returns the next time: equal, 1 ns on, small, around a period, a huge
+// jump, or backwards; always within the int64 range.
+func (g gen) step(now int64, b *Bucket) int64 {
+	var d int64
+	switch g.r.IntN(9) {
+	case 0:
+		d = 0
+	case 1:
+		d = 1
+	case 2:
+		d = g.int64In(1, 1000)
+	case 3:
+		p := int64(b.Config.Bandwidths[g.r.IntN(len(b.Config.Bandwidths))].RefillPeriod)
+		d = g.pick(p, p-1, p/2, p/3+1)
+	case 4:
+		d = g.magnitude(1 << 62)
+	case 5:
+		d = -g.int64In(1, 1000)
+	case 6:
+		d = -g.magnitude(1 << 40)
+	default:
+		d = g.int64In(1, int64(time.Second))
+	}
+	if d > 0 && now > math.MaxInt64-d {
+		return now
+	}
+	if d < 0 && now < math.MinInt64/2-d {
+		return now
+	}
+	return now + d
+}
+
+// checkExactWait verifies that a refused request for n at now succeeds at
+// now+wait and not at now+wait-1, on copies of b.
+func checkExactWait(t *testing.T, b *Bucket, n, now, wait int64, what string) {
+	t.Helper()
+	if wait <= 0 || wait == math.MaxInt64 || now > math.MaxInt64-wait {
+		return
+	}
+	at := b.Clone()
+	if !at.TryConsume(n, now+wait) {
+		t.Fatalf("%s: refused %d at now+wait (wait %d), state %+v", what, n, wait, b.State)
+	}
+	before := b.Clone()
+	if before.TryConsume(n, now+wait-1) {
+		t.Fatalf("%s: %d available at now+wait-1 (wait %d): the wait is not the shortest", what, n, wait)
+	}
+}
+
+var modelTrace = false
+
+func TestModelProperties(t *testing.T) {
+	seeds := 3000
+	if testing.Short() {
+		seeds = 300
+	}
+	for seed := range seeds {
+		runModel(t, uint64(seed), 40)
+	}
+}
+
+func runModel(t *testing.T, seed uint64, steps int) {
+	t.Helper()
+	g := gen{rand.New(rand.NewPCG(seed, 0x5eed))}
+	now := g.pick(0, 1, int64(1.7e18), g.int64In(-1<<60, 1<<60))
+	cfg := g.config(now)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("seed %d: generated an invalid configuration: %v", seed, err)
+	}
+	b := NewBucket(cfg.Clone(), now)
+	m := newModel(cfg, now)
+	m.check(t, &b, fmt.Sprintf("seed %d: new", seed))
+
+	for step := range steps {
+		prev := b.Clone()
+		now = g.step(now, &b)
+		what := fmt.Sprintf("seed %d step %d at %d", seed, step, now)
+		if modelTrace {
+			t.Logf("%s: before %+v state %+v", what, prev.Config, prev.State)
+		}
+		switch op := g.r.IntN(12); op {
+		case 0, 1:
+			n := g.tokens(&b)
+			got := b.TryConsume(n, now)
+			m.refill(now)
+			want := bi(n).Cmp(m.available()) <= 0
+			if want {
+				m.consume(n)
+			}
+			if got != want {
+				t.Fatalf("%s: TryConsume(%d) = %v, model %v", what, n, got, want)
+			}
+		case 2, 3:
+			n := g.tokens(&b)
+			p := b.TryConsumeAndReturnRemaining(n, now)
+			m.refill(now)
+			avail := m.available()
+			var want Probe
+			if bi(n).Cmp(avail) <= 0 {
+				m.consume(n)
+				want = Probe{Consumed: true, Remaining: sat(new(big.Int).Sub(avail, bi(n)))}
+			} else {
+				want = Probe{Remaining: sat(avail), NanosToWaitForRefill: math.MaxInt64}
+				if d := m.delay(n, now, true); d != nil {
+					want.NanosToWaitForRefill = sat(d)
+				}
+			}
+			want.NanosToWaitForReset = sat(m.timeToFull(now))
+			if p != want {
+				t.Fatalf("%s: TryConsumeAndReturnRemaining(%d) = %+v, model %+v", what, n, p, want)
+			}
+			if !p.Consumed {
+				checkExactWait(t, &b, n, now, p.NanosToWaitForRefill, what)
+			}
+		case 4:
+			n := g.tokens(&b)
+			e := b.EstimateAbilityToConsume(n, now)
+			m.refill(now)
+			avail := m.available()
+			want := Estimate{CanBeConsumed: bi(n).Cmp(avail) <= 0, Remaining: sat(avail)}
+			if !want.CanBeConsumed {
+				want.NanosToWaitForRefill = math.MaxInt64
+				if d := m.delay(n, now, true); d != nil {
+					want.NanosToWaitForRefill = sat(d)
+				}
+			}
+			if e != want {
+				t.Fatalf("%s: Estimate(%d) = %+v, model %+v", what, n, e, want)
+			}
+			if !e.CanBeConsumed {
+				checkExactWait(t, &b, n, now, e.NanosToWaitForRefill, what)
+			}
+		case 5:
+			limit := g.pick(math.MaxInt64, g.tokens(&b))
+			got := b.TryConsumeAsMuchAsPossible(limit, now)
+			m.refill(now)
+			want := m.available()
+			if want.Cmp(bi(limit)) > 0 {
+				want = bi(limit)
+			}
+			if want.Sign() < 0 {
+				want = bi(0)
+			}
+			if want.Sign() > 0 {
+				m.consume(want.Int64())
+			}
+			if got != want.Int64() {
+				t.Fatalf("%s: TryConsumeAsMuchAsPossible(%d) = %d, model %v", what, limit, got, want)
+			}
+		case 6:
+			n := g.tokens(&b)
+			b.AddTokens(n, now)
+			m.refill(now)
+			for i := range m.bands {
+				mb := &m.bands[i]
+				sum := new(big.Int).Add(mb.size, bi(n))
+				if c := bi(mb.cfg.Capacity); sum.Cmp(c) >= 0 {
+					mb.size, mb.carried = c, bi(0)
+				} else {
+					mb.size = sum
+				}
+			}
+		case 7:
+			n := g.tokens(&b)
+			b.ForceAddTokens(n, now)
+			m.refill(now)
+			for i := range m.bands {
+				mb := &m.bands[i]
+				sum := new(big.Int).Add(mb.size, bi(n))
+				if sum.Cmp(bigMaxInt64) > 0 {
+					sum = bi(math.MaxInt64) // core saturates a forced addition
+				}
+				mb.size = sum
+				if sum.Cmp(bi(mb.cfg.Capacity)) >= 0 {
+					mb.carried = bi(0)
+				}
+			}
+		case 8:
+			n := g.tokens(&b)
+			got := b.ConsumeIgnoringRateLimits(n, now)
+			m.refill(now)
+			d := m.delay(n, now, false)
+			want := int64(math.MaxInt64)
+			if d.Cmp(bigMaxInt64) < 0 && m.canDebit(n) {
+				want = d.Int64()
+				m.consume(n)
+			}
+			if got != want {
+				t.Fatalf("%s: ConsumeIgnoringRateLimits(%d) = %d, model %v", what, n, got, d)
+			}
+		case 9:
+			n := g.tokens(&b)
+			maxWait := g.pick(0, 1, math.MaxInt64, g.magnitude(math.MaxInt64))
+			got := b.Reserve(n, maxWait, now)
+			m.refill(now)
+			want := int64(math.MaxInt64)
+			if d := m.delay(n, now, true); d != nil && d.Cmp(bigMaxInt64) < 0 && d.Int64() <= maxWait && m.canDebit(n) {
+				want = d.Int64()
+				m.consume(n)
+			}
+			if got != want {
+				t.Fatalf("%s: Reserve(%d, %d) = %d, model %d", what, n, maxWait, got, want)
+			}
+		case 10:
+			if g.r.IntN(2) == 0 {
+				b.Reset(now)
+				m.refill(now)
+				for i := range m.bands {
+					m.bands[i].size, m.bands[i].carried = bi(m.bands[i].cfg.Capacity), bi(0)
+				}
+			} else {
+				got := b.AvailableTokens(now)
+				m.refill(now)
+				if want := sat(m.available()); got != want {
+					t.Fatalf("%s: AvailableTokens = %d, model %d", what, got, want)
+				}
+			}
+		case 11:
+			next := g.config(now)
+			strategy := TokensInheritance(g.r.IntN(int(numInheritances)))
+			b.ReplaceConfiguration(next.Clone(), strategy, now)
+			m.refill(now)
+			m.replace(next, strategy, now)
+		}
+		m.check(t, &b, what)
+	}
+}
+
+// replace is Bucket4j's configuration replacement: bandwidths matched by id
+// (an anonymous one only when each side has exactly one), tokens carried by
+// strategy, unmatched ones fresh.
+func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
+	if strategy == InheritReset {
+		*m = *newModel(cfg, now)
+		return
+	}
+	anon := func(bs []Bandwidth) int {
+		n := 0
+		for _, b := range bs {
+			if b.ID == "" {
+				n++
+			}
+		}
+		return n
+	}
+	var oldCfg []Bandwidth
+	for _, b := range m.bands {
+		oldCfg = append(oldCfg, b.cfg)
+	}
+	var bands []mBand
+	for _, nb := range cfg.Bandwidths {
+		idx := -1
+		for i, ob := range oldCfg {
+			if ob.ID == nb.ID && (nb.ID != "" || (anon(oldCfg) == 1 && anon(cfg.Bandwidths) == 1)) {
+				idx = i
+			}
+		}
+		if idx < 0 {
+			bands = append(bands, newMBand(nb, now))
+			continue
+		}
+		ob := m.bands[idx]
+		size := new(big.Int).Set(ob.size)
+		newCap, oldCap := bi(nb.Capacity), bi(ob.cfg.Capacity)
+		switch strategy {
+		case InheritProportionally:
+			size.Mul(size, newCap)
+			size.Div(size, oldCap) // Euclidean: floor for a positive divisor
+			size = bi(sat(size)) // core saturates
+		case InheritAsIs:
+			if size.Cmp(newCap) > 0 {
+				size = newCap
+			}
+		case InheritAdditive:
+			if size.Cmp(newCap) > 0 {
+				size = newCap
+			}
+			if nb.Capacity > ob.cfg.Capacity {
+				size.Add(size, new(big.Int).Sub(newCap, oldCap))
+				if size.Cmp(bigMaxInt64) > 0 {
+					size = bi(math.MaxInt64)
+				}
+			}
+		}
+		mb := mBand{cfg: nb, size: size, carried: bi(0)}
+		switch {
+		case nb.Style == RefillIntervallyAligned || nb.Style == RefillIntervallyAlignedAdaptive:
+			// the latest period boundary at or before now
+			first, period := bi(nb.FirstRefill), bi(int64(nb.RefillPeriod))
+			if now < nb.FirstRefill {
+				mb.last = new(big.Int).Sub(first, period)
+				if mb.last.Cmp(bigMinInt64) < 0 {
+					mb.last = bi(math.MinInt64)
+				}
+			} else {
+				since := new(big.Int).Sub(bi(now), first)
+				mb.last = new(big.Int).Sub(bi(now), since.Mod(since, period))
+			}
+		case nb.Style == RefillIntervally && ob.cfg.Style != RefillGreedy && nb.RefillPeriod == ob.cfg.RefillPeriod:
+			mb.last = ob.last // keep the interval phase
+		default:
+			mb.last = new(big.Int).Set(ob.last)
+			if n := bi(now); n.Cmp(mb.last) > 0 {
+				mb.last = n
+			}
+		}
+		if nb.RefillPeriod == ob.cfg.RefillPeriod && nb.RefillTokens == ob.cfg.RefillTokens && nb.Style == ob.cfg.Style {
+			mb.carried = ob.carried
+		}
+		bands = append(bands, mb)
+	}
+	m.bands = bands
+}
