@@ -590,7 +590,7 @@ func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
 		case InheritProportionally:
 			size.Mul(size, newCap)
 			size.Div(size, oldCap) // Euclidean: floor for a positive divisor
-			size = bi(sat(size)) // core saturates
+			size = bi(sat(size))   // core saturates
 		case InheritAsIs:
 			if size.Cmp(newCap) > 0 {
 				size = newCap
