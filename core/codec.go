@@ -314,7 +314,8 @@ func (d *decoder) config() Config {
 	}
 	if d.err == nil {
 		if err := c.Validate(); err != nil {
-			d.fail(ErrCorrupt, err.Error())
+			// wrap both: errors.Is finds ErrCorrupt and the validation cause
+			d.err = &DecodeError{Record: d.record, Offset: d.off, Err: fmt.Errorf("%w: %w", ErrCorrupt, err)}
 		}
 	}
 	return c

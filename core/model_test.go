@@ -226,7 +226,11 @@ func (g gen) pick(vs ...int64) int64 { return vs[g.r.IntN(len(vs))] }
 
 // int64In returns a value in [lo, hi].
 func (g gen) int64In(lo, hi int64) int64 {
-	return lo + int64(g.r.Uint64N(uint64(hi-lo)+1))
+	span := uint64(hi-lo) + 1
+	if span == 0 { // the whole int64 range
+		return int64(g.r.Uint64())
+	}
+	return lo + int64(g.r.Uint64N(span))
 }
 
 // magnitude returns a positive value of a random order of magnitude up to max.
