@@ -1,0 +1,17 @@
+package redisstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/cas"
+)
+
+// Fallbacks returns how often s ran EVAL after EVALSHA answered NOSCRIPT.
+func Fallbacks(s *Store) int64 { return s.fallbacks.Load() }
+
+// InsertAs is Insert with the new version chosen by the caller, so a test can
+// send the same write twice, as go-redis does when it resends a command.
+func InsertAs(ctx context.Context, s *Store, key string, ver cas.Version, data []byte, ttl time.Duration) (bool, error) {
+	return s.write(ctx, key, "", ver, data, ttl)
+}

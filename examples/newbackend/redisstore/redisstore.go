@@ -1,0 +1,262 @@
+// Package redisstore is a cas.Store on Redis, written the way a bucketgrid
+// user would write a backend: four methods over an existing client, about a
+// hundred lines that matter, and one call to tck.RunStore to prove it. Read it
+// as the template for any store that offers a compare-and-set.
+//
+// # Layout
+//
+// Each bucket is one Redis string: 8 bytes of version, big-endian, then the
+// bucket state exactly as bucketgrid handed it over. Value and version live in
+// one key so that a single GET reads both consistently and a single SET writes
+// both; a hash {v, n} works as well, but costs HMGET/HSET plus a separate
+// PEXPIRE and cannot be created if-absent in one command. The state is opaque
+// binary: never interpret it, never re-encode it, just store the bytes.
+//
+// # Versions
+//
+// Every write stores a fresh random 64-bit version chosen by the client
+// (never equal to the one it replaces). Random rather than a per-key counter
+// for two reasons:
+//   - A deleted or expired bucket that is created again does not restart at
+//     a version a slow client may still hold (the ABA problem): that client's
+//     Replace loses as it must.
+//   - The version identifies the write itself, so a write that go-redis
+//     resends after a lost reply (it retries on a dropped connection) finds
+//     its own version in place and answers "written", instead of "lost race",
+//     which would make the executor charge the request a second time.
+//
+// # Atomicity
+//
+// Insert and Replace are one Lua script (casScript). Redis runs a script
+// without interleaving any other command, so "compare the version, then
+// write" is atomic. The script is loaded once and called by its SHA1 digest
+// (EVALSHA); when the server has lost it (restart, failover, SCRIPT FLUSH,
+// eviction) the answer is NOSCRIPT and the store sends the source with EVAL,
+// which runs it and caches it again. Get is a plain GET and Delete a plain
+// DEL: single commands are atomic already.
+//
+// The script touches only KEYS[1], so it runs unchanged on Redis Cluster and
+// behind a Ring: the client routes it by the key.
+//
+// # Errors
+//
+// ok=false with a nil error means exactly one thing: the compare failed, the
+// store is fine, another writer won. Everything else — a refused connection,
+// a timeout, a cancelled context, a script error, a key of the wrong type —
+// is returned as an error, so the executor reports an outage instead of
+// retrying it as contention. A lost reply is an error too: the outcome of
+// that write is unknown, and only the caller may decide about it.
+//
+// # Expiry
+//
+// A positive TTL becomes SET … PX, rounded up to whole milliseconds (Redis's
+// resolution: never expire earlier than asked, and a sub-millisecond TTL must
+// not turn into "no expiry"). TTL 0 is a SET without PX, which also removes
+// any expiry the key had: every write sets the TTL anew. Redis itself treats
+// an expired key as absent for every command, so Get and Insert need no
+// expiry logic of their own.
+//
+// # Consistency
+//
+// Redis replicates asynchronously: after a failover the new primary may miss
+// the last writes, so a bucket can briefly hold more tokens than it should.
+// The compare-and-set itself stays atomic. Use WAIT, or accept the bound.
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketgrid/bucketgrid/cas"
+)
+
+// casScript writes ARGV[2] (version and state) to KEYS[1] if the stored
+// version is ARGV[1], or, when ARGV[1] is empty, if the key is absent. ARGV[3]
+// is the TTL in milliseconds, "0" for none. It returns 1 when the value is
+// written — also when it finds this very write already there (a resend) —
+// and 0 when another writer won.
+const casScript = `
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local ver = string.sub(cur, 1, 8)
+  if ver == string.sub(ARGV[2], 1, 8) then
+    return 1
+  end
+  if ver ~= ARGV[1] then
+    return 0
+  end
+elseif ARGV[1] ~= '' then
+  return 0
+end
+if ARGV[3] == '0' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+`
+
+// casSHA is the script's digest, computed here rather than asked of the
+// server, so that New does no I/O and cannot fail.
+var casSHA = func() string {
+	h := sha1.Sum([]byte(casScript))
+	return hex.EncodeToString(h[:])
+}()
+
+const versionLen = 8
+
+// ErrCorrupt is returned by Get for a key that holds a value this store did
+// not write (shorter than a version): a key-prefix clash with another
+// application, most likely. It is an error, not "absent", so the bucket is
+// not silently recreated over someone else's data.
+var ErrCorrupt = errors.New("redisstore: value not written by redisstore")
+
+// Client is the part of go-redis the store uses. *redis.Client,
+// *redis.ClusterClient, *redis.Ring and redis.UniversalClient satisfy it.
+type Client interface {
+	Get(ctx context.Context, key string) *redis.StringCmd
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
+	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+}
+
+// Store is a cas.Store on Redis. It is safe for concurrent use; it holds no
+// connection of its own, so closing the client is the caller's business.
+type Store struct {
+	c         Client
+	prefix    string
+	fallbacks atomic.Int64 // EVALSHA answered NOSCRIPT and EVAL ran instead
+}
+
+var _ cas.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the prefix of every Redis key the store touches; the
+// default is "bucketgrid:". Give each application (and each test run) its
+// own, so that keys never clash and can be found with SCAN MATCH prefix*.
+func WithPrefix(prefix string) Option { return func(s *Store) { s.prefix = prefix } }
+
+// New returns a store over c. It does no I/O: the script is sent on first
+// use (or by Load). Configure c with ContextTimeoutEnabled: true so that a
+// request's context deadline bounds every call even when Redis hangs;
+// otherwise go-redis waits up to its own ReadTimeout.
+func New(c Client, opts ...Option) *Store {
+	s := &Store{c: c, prefix: "bucketgrid:"}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Load sends the compare-and-set script with SCRIPT LOAD. It is optional — a
+// store whose script is missing falls back to EVAL on its own — but calling
+// it at start-up checks the connection early, and scripts loaded this way are
+// not evicted by Redis 7.4+, whereas scripts cached by EVAL may be.
+func (s *Store) Load(ctx context.Context) error {
+	sha, err := s.c.ScriptLoad(ctx, casScript).Result()
+	if err != nil {
+		return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
+	}
+	if sha != casSHA {
+		return fmt.Errorf("redisstore: SCRIPT LOAD returned digest %s, want %s", sha, casSHA)
+	}
+	return nil
+}
+
+// Get returns key's state and version; a missing or expired key is
+// found=false with a nil error. The returned slice is the caller's: go-redis
+// hands over a fresh copy of the reply.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
+	b, err := s.c.Get(ctx, s.prefix+key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if len(b) < versionLen {
+		return nil, 0, false, fmt.Errorf("%w: key %q holds %d bytes", ErrCorrupt, s.prefix+key, len(b))
+	}
+	return b[versionLen:], cas.Version(binary.BigEndian.Uint64(b)), true, nil
+}
+
+// Insert writes data if key is absent (or expired). ok=false, err=nil means
+// the key exists: another client created it first.
+func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
+	return s.write(ctx, key, "", newVersion(0), data, ttl)
+}
+
+// Replace writes data if key's version is still ver. ok=false, err=nil means
+// it changed or the key has gone: a lost race.
+func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
+	var expected [versionLen]byte
+	binary.BigEndian.PutUint64(expected[:], uint64(ver))
+	return s.write(ctx, key, string(expected[:]), newVersion(ver), data, ttl)
+}
+
+// Delete removes key; deleting an absent key is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	return s.c.Del(ctx, s.prefix+key).Err()
+}
+
+// newVersion returns a random version other than old (and other than 0, so a
+// zero Version never names a stored value).
+func newVersion(old cas.Version) cas.Version {
+	for {
+		if v := cas.Version(rand.Uint64()); v != old && v != 0 {
+			return v
+		}
+	}
+}
+
+// write runs casScript; expected is the 8-byte version to compare, or "" to
+// insert if absent.
+func (s *Store) write(ctx context.Context, key, expected string, ver cas.Version, data []byte, ttl time.Duration) (bool, error) {
+	val := make([]byte, versionLen+len(data))
+	binary.BigEndian.PutUint64(val, uint64(ver))
+	copy(val[versionLen:], data)
+	keys := []string{s.prefix + key}
+	args := []any{expected, val, ttlMillis(ttl)}
+
+	n, err := s.c.EvalSha(ctx, casSHA, keys, args...).Int64()
+	if isNoScript(err) {
+		// The script did not run, so sending it again is safe.
+		s.fallbacks.Add(1)
+		n, err = s.c.Eval(ctx, casScript, keys, args...).Int64()
+	}
+	if err != nil {
+		return false, err
+	}
+	switch n {
+	case 1:
+		return true, nil
+	case 0:
+		return false, nil
+	}
+	return false, fmt.Errorf("redisstore: script answered %d, want 0 or 1", n)
+}
+
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// ttlMillis converts a TTL to whole milliseconds, rounding up; 0 stays 0
+// (no expiry).
+func ttlMillis(ttl time.Duration) int64 {
+	if ttl <= 0 {
+		return 0
+	}
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
