@@ -329,6 +329,12 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 		if m.ctx.Err() != nil || m.leaving.Load() {
 			return outcome{}, ErrClosed
 		}
+		if err := ctx.Err(); err != nil {
+			if last != nil {
+				return outcome{}, fmt.Errorf("bucketgrid/olric: %w (%v)", err, last)
+			}
+			return outcome{}, err
+		}
 		var o outcome
 		switch owner := m.routes.Load().owners[p]; owner {
 		case "":
