@@ -1,0 +1,218 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"math"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// Plan returns the configuration of a client's bucket from the client's key:
+// per-client plans (10 requests a minute on the free plan, 1,000 on the paid
+// one) are decided here. It is called only when a bucket must be created, so
+// it may look the plan up somewhere slow. Put whatever decides the plan into
+// the key (KeyFunc), so that a client whose plan changes gets a new bucket.
+type Plan func(key string) (core.Config, error)
+
+// StaticPlan returns a Plan giving every client its own bucket of cfg.
+func StaticPlan(cfg core.Config) Plan {
+	return func(string) (core.Config, error) { return cfg, nil }
+}
+
+// Buckets is where the middleware's buckets come from: it takes cost tokens
+// from the bucket of key and reports what the headers need. NewLocal and
+// NewManaged implement it; implement it yourself to limit with anything else.
+// Take must be safe for concurrent use and should honour ctx.
+type Buckets interface {
+	Take(ctx context.Context, key string, cost int64) (Usage, error)
+}
+
+// Usage is the outcome of one Take.
+type Usage struct {
+	// Probe is the decision exactly as core computed it: Consumed, the
+	// remaining tokens (the minimum over bandwidths), and the waits.
+	Probe core.Probe
+	// Config is the configuration of the bucket; its bandwidths become the
+	// items of RateLimit-Policy. An empty Config suppresses the policy
+	// headers.
+	Config core.Config
+	// Bands, when not nil, holds one Band per bandwidth of Config, in order.
+	// When nil, only the minimum over bandwidths is known (Probe.Remaining),
+	// and the headers say so (see the package documentation).
+	Bands []Band
+}
+
+// Band is the state of one bandwidth after a Take, as the RateLimit field
+// reports it.
+type Band struct {
+	// Available is the bandwidth's tokens (negative in overdraft).
+	Available int64
+	// Wait is the nanoseconds until the bandwidth holds the request's cost
+	// when it holds less (math.MaxInt64 when the cost exceeds its capacity),
+	// otherwise until it gains its next token; 0 when it is full.
+	Wait int64
+}
+
+// Local is Buckets over a bucketgrid.LocalMap: one in-process bucket per
+// client key, bounded in number and expired when idle, so memory never grows
+// with every client ever seen. Create it with NewLocal.
+type Local struct {
+	m     *bucketgrid.LocalMap
+	clock bucketgrid.Clock
+}
+
+// NewLocal returns local per-client buckets whose configuration comes from
+// plan. Options: WithClock, WithMaxClients, WithIdleTimeout (others are
+// ignored).
+func NewLocal(plan Plan, opts ...Option) *Local {
+	o := newOptions(opts)
+	clock := o.clock
+	if clock == nil {
+		clock = bucketgrid.MonotonicClock()
+	}
+	mapOpts := []bucketgrid.LocalMapOption{
+		bucketgrid.WithMapClock(clock),
+		bucketgrid.WithMaxEntries(o.maxClients),
+		bucketgrid.WithIdleTimeout(o.idle),
+	}
+	return &Local{m: bucketgrid.NewLocalMap(plan, mapOpts...), clock: clock}
+}
+
+// Map returns the underlying map, for its Len, Remove and Sweep.
+func (l *Local) Map() *bucketgrid.LocalMap { return l.m }
+
+// Take takes cost tokens from key's bucket, creating the bucket from the plan
+// on the key's first use. The decision and the per-bandwidth snapshot are
+// two steps under the bucket's lock, one right after the other; see the
+// package documentation for what that means for exactness.
+func (l *Local) Take(ctx context.Context, key string, cost int64) (Usage, error) {
+	b, err := l.m.Bucket(key)
+	if err != nil {
+		return Usage{}, err
+	}
+	p, err := b.TryConsumeAndReturnRemaining(ctx, cost)
+	if err != nil {
+		return Usage{}, err
+	}
+	d, err := b.Diagnose(ctx)
+	if err != nil {
+		return Usage{}, err
+	}
+	return Usage{Probe: p, Config: d.Bucket.Config, Bands: bands(&d, cost, l.clock.Now())}, nil
+}
+
+// Managed is Buckets over a bucketgrid.Manager: the client's bucket is the
+// Manager's bucket of the key, shared by every process using the same store.
+// Create it with NewManaged.
+type Managed struct {
+	m     *bucketgrid.Manager
+	plan  Plan
+	clock bucketgrid.Clock
+	bopts []bucketgrid.BucketOption
+}
+
+// NewManaged returns distributed per-client buckets held by m, created from
+// plan. Build m over VerboseExecutor(exec) for exact per-policy headers in
+// the same round trip; otherwise only the minimum over bandwidths is known
+// and plan runs on every request to name the policies. Options: WithClock
+// (the clock of the executing side, default bucketgrid.WallClock) and
+// WithBucketOptions (others are ignored).
+func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...Option) *Managed {
+	o := newOptions(opts)
+	clock := o.clock
+	if clock == nil {
+		clock = bucketgrid.WallClock()
+	}
+	return &Managed{m: m, plan: plan, clock: clock, bopts: o.bucketOpts}
+}
+
+// Manager returns the Manager the buckets live in.
+func (s *Managed) Manager() *bucketgrid.Manager { return s.m }
+
+// Take takes cost tokens from key's distributed bucket in one request (two
+// when the bucket must first be created).
+func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, error) {
+	if s.plan == nil {
+		return Usage{}, errNoPlan
+	}
+	plan := s.plan
+	h := s.m.Bucket(key, func(context.Context) (core.Config, error) { return plan(key) }, s.bopts...)
+	slot := new(diagSlot)
+	p, err := h.TryConsumeAndReturnRemaining(context.WithValue(ctx, diagKey{}, slot), cost)
+	if err != nil {
+		return Usage{}, err
+	}
+	if slot.d != nil {
+		return Usage{Probe: p, Config: slot.d.Bucket.Config, Bands: bands(slot.d, cost, s.clock.Now())}, nil
+	}
+	cfg, err := plan(key)
+	if err != nil {
+		return Usage{}, err
+	}
+	return Usage{Probe: p, Config: cfg}, nil
+}
+
+var errNoPlan = errors.New("httplimit: no plan")
+
+type diagKey struct{}
+
+// diagSlot receives the diagnostics of the last successful request made
+// with a context carrying it.
+type diagSlot struct{ d *core.Diagnostics }
+
+// VerboseExecutor wraps exec so that requests made by a Managed carry back
+// the bucket's per-bandwidth state (core.Request.Verbose) in the same round
+// trip, which makes every RateLimit item exact. Other requests pass through
+// unchanged. Build the Manager over it:
+//
+//	m := bucketgrid.NewManager(httplimit.VerboseExecutor(cas.New(store)))
+func VerboseExecutor(exec bucketgrid.Executor) bucketgrid.Executor { return verboseExec{exec} }
+
+type verboseExec struct{ bucketgrid.Executor }
+
+func (v verboseExec) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+	slot, _ := ctx.Value(diagKey{}).(*diagSlot)
+	if slot == nil {
+		return v.Executor.Execute(ctx, key, req)
+	}
+	req.Verbose = true
+	resp, err := v.Executor.Execute(ctx, key, req)
+	if err == nil && resp.Status == core.StatusOK && resp.Diagnostics != nil {
+		slot.d = resp.Diagnostics
+	}
+	return resp, err
+}
+
+// bands computes each bandwidth's Band from a snapshot d of the bucket, at
+// now, a time of the bucket's clock no earlier than the snapshot. It uses
+// core's own arithmetic on single-bandwidth copies of the snapshot; refilling
+// them to now is exact because refill is path-independent. d is consumed.
+func bands(d *core.Diagnostics, cost, now int64) []Band {
+	bws := d.Bucket.Config.Bandwidths
+	if len(bws) == 0 || len(d.Bucket.State) != len(bws) {
+		return nil
+	}
+	out := make([]Band, len(bws))
+	for i := range bws {
+		one := core.Bucket{Config: core.Config{Bandwidths: bws[i : i+1]}, State: d.Bucket.State[i : i+1]}
+		avail := one.AvailableTokens(now)
+		out[i].Available = avail
+		var want int64
+		switch {
+		case avail < cost:
+			want = cost
+		case avail < bws[i].Capacity:
+			want = avail + 1
+		default:
+			continue // full: nothing more to come
+		}
+		if want > bws[i].Capacity {
+			out[i].Wait = math.MaxInt64
+			continue
+		}
+		out[i].Wait = one.EstimateAbilityToConsume(want, now).NanosToWaitForRefill
+	}
+	return out
+}

@@ -1,0 +1,78 @@
+// Package httplimit is net/http middleware that gives every client its own
+// token bucket, local (NewLocal, over a bounded bucketgrid.LocalMap) or
+// distributed (NewManaged, over any bucketgrid.Manager), and tells the client
+// where it stands in the IETF RateLimit header fields.
+//
+//	plan := httplimit.StaticPlan(core.Config{Bandwidths: []core.Bandwidth{
+//		core.Intervally(10, 10, time.Minute).WithID("minute")}})
+//	limit := httplimit.New(httplimit.NewLocal(plan, httplimit.WithIdleTimeout(10*time.Minute)),
+//		httplimit.WithKey(httplimit.ClientIP{TrustedProxies: httplimit.MustParsePrefixes("10.0.0.0/8")}.Key),
+//		httplimit.WithExcept("GET /healthz"))
+//	http.ListenAndServe(":8080", limit.Handler(mux))
+//
+// # Clients and plans
+//
+// A KeyFunc names the client: ClientIP (the peer's address, or the address
+// trusted proxies recorded in X-Forwarded-For or Forwarded), HeaderKey (an
+// API key, with a fallback) or any function. Each key gets its own bucket,
+// created from a Plan only when the key is first seen: free and paid plans
+// are decided there, from the key.
+//
+// # Responses
+//
+// A request that gets its tokens is passed on, with these fields (one item
+// per bandwidth, named by its ID, "default" for a lone bandwidth without
+// one, or its index):
+//
+//	RateLimit-Policy: "minute";q=10;w=60, "day";q=1000;w=86400
+//	RateLimit: "minute";r=9;t=6, "day";r=999;t=87
+//
+// q is the bandwidth's capacity and w the seconds an empty bandwidth takes to
+// refill to capacity, rounded up: for the classic "n per period" limit, the
+// period. r is the bandwidth's tokens; t is the seconds until the bandwidth
+// holds more tokens than now (or, when it holds fewer than the request's
+// cost, until it holds the cost), rounded up, so that a client waiting t
+// seconds never comes back too early; t=0 means the bandwidth is full; t is
+// left out when the cost exceeds the bandwidth's capacity. With
+// WithHeaders(IETFHeaders|XRateLimitHeaders), X-RateLimit-Limit and
+// X-RateLimit-Remaining describe the tightest bandwidth (fewest tokens) and
+// X-RateLimit-Reset is the seconds until the whole bucket is full, rounded
+// up.
+//
+// A request refused by its bucket gets 429 with Retry-After in delay-seconds
+// (core's NanosToWaitForRefill rounded up, at least 1: never before the
+// refill that admits it), Cache-Control: no-store, the fields above, and an
+// RFC 9457 application/problem+json body naming the limits that refused it.
+// When the bucket cannot be consulted (an error, or no answer within
+// WithTimeout) the request is served unlimited (WithFailOpen(true), the
+// default) or refused with 503 and a problem body; either way it is counted
+// in Stats and reported to the WithErrorHook function.
+//
+// # What is exact
+//
+// The decision (served or 429) and Retry-After come from core's probe for
+// the request itself and are exact. RateLimit-Policy is the configuration of
+// the bucket. Per-bandwidth r and t come from a snapshot of the bucket's
+// state, to which core's own arithmetic is applied at a clock reading taken
+// after the snapshot:
+//
+//   - NewLocal snapshots the bucket right after the decision, under a second
+//     acquisition of its lock: r and t are exact for that instant. When
+//     another request of the same client slips in between, they describe the
+//     bucket after both, which is the newer truth.
+//   - NewManaged over a Manager built on VerboseExecutor gets the snapshot in
+//     the same round trip, from the state the decision wrote: exact, as long
+//     as WithClock reads the same clock as the executing side (for the cas
+//     executor, this process's wall clock; for a grid owner, the owner's).
+//   - NewManaged over any other Manager learns only the probe: the minimum
+//     over bandwidths. Each item then carries that minimum as r, exact for
+//     the tightest bandwidth and a lower bound for the others, and as t the
+//     wait of the whole bucket (the refill that admits the request when
+//     refused, the time to full otherwise): an upper bound, never early. For
+//     a configuration of one bandwidth r is exact. The plan then runs on
+//     every request, to name the policies.
+//
+// Policy identifiers are RFC 9651 Strings: bytes outside printable ASCII in a
+// bandwidth ID are written as '?'. Integers are capped at 999,999,999,999,999
+// and negative token counts (overdraft) are written as 0.
+package httplimit

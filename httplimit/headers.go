@@ -1,0 +1,300 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"math"
+	"math/bits"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// Headers selects the rate-limit header fields the middleware writes.
+type Headers uint8
+
+const (
+	// IETFHeaders writes RateLimit-Policy and RateLimit
+	// (draft-ietf-httpapi-ratelimit-headers, -08 and later) as RFC 9651
+	// structured-field lists with one item per bandwidth.
+	IETFHeaders Headers = 1 << iota
+	// XRateLimitHeaders writes the de facto X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset for the tightest bandwidth.
+	XRateLimitHeaders
+)
+
+// Canonical forms, so that Header.Get finds them and no canonicalisation is
+// paid per request.
+const (
+	hPolicy      = "Ratelimit-Policy"
+	hRateLimit   = "Ratelimit"
+	hXLimit      = "X-Ratelimit-Limit"
+	hXRemaining  = "X-Ratelimit-Remaining"
+	hXReset      = "X-Ratelimit-Reset"
+	hRetryAfter  = "Retry-After"
+	hContentType = "Content-Type"
+	hCache       = "Cache-Control"
+	hNoSniff     = "X-Content-Type-Options"
+)
+
+// maxSFInteger is the largest RFC 9651 Integer (15 digits).
+const maxSFInteger = 999_999_999_999_999
+
+func clampSF(n int64) int64 { return min(max(n, 0), maxSFInteger) }
+
+// ceilSeconds returns ns nanoseconds in whole seconds, rounded up, so a
+// client waiting that long never comes back before the time has passed.
+func ceilSeconds(ns int64) int64 {
+	if ns <= 0 {
+		return 0
+	}
+	s := ns / int64(time.Second)
+	if ns%int64(time.Second) != 0 {
+		s++
+	}
+	return s
+}
+
+// windowSeconds is the w of a bandwidth's policy item: the seconds an empty
+// bandwidth takes to refill to capacity, rounded up (at least 1). For the
+// classic limit of n tokens per period, refilled n at a time, that is the
+// period.
+func windowSeconds(bw *core.Bandwidth) int64 {
+	c, r, p := uint64(bw.Capacity), uint64(bw.RefillTokens), uint64(bw.RefillPeriod)
+	if c == 0 || r == 0 || p == 0 {
+		return 1
+	}
+	var ns uint64
+	if bw.Style == core.RefillGreedy {
+		// ceil(c*p/r) without overflow
+		hi, lo := bits.Mul64(c, p)
+		if hi >= r {
+			return maxSFInteger
+		}
+		q, rem := bits.Div64(hi, lo, r)
+		if rem != 0 {
+			q++
+		}
+		ns = q
+	} else {
+		periods := c / r
+		if c%r != 0 {
+			periods++
+		}
+		hi, lo := bits.Mul64(periods, p)
+		if hi != 0 {
+			return maxSFInteger
+		}
+		ns = lo
+	}
+	if ns > math.MaxInt64 {
+		return maxSFInteger
+	}
+	return min(max(ceilSeconds(int64(ns)), 1), maxSFInteger)
+}
+
+// policyName is the identifier of bandwidth i: its ID, or "default" for the
+// only bandwidth of a configuration, or its index.
+func policyName(bws []core.Bandwidth, i int) string {
+	if id := bws[i].ID; id != "" {
+		return id
+	}
+	if len(bws) == 1 {
+		return "default"
+	}
+	return strconv.Itoa(i)
+}
+
+// appendSFString appends s as an RFC 9651 String. Bytes a String cannot hold
+// (controls, DEL, non-ASCII) are replaced by '?'.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+func appendParam(b []byte, name string, v int64) []byte {
+	b = append(b, ';')
+	b = append(b, name...)
+	b = append(b, '=')
+	return strconv.AppendInt(b, clampSF(v), 10)
+}
+
+// PolicyField returns the RateLimit-Policy field value of cfg: one item per
+// bandwidth, "name";q=capacity;w=seconds to refill from empty to full.
+func PolicyField(cfg core.Config) string {
+	var buf [256]byte
+	return string(appendPolicy(buf[:0], cfg.Bandwidths))
+}
+
+func appendPolicy(b []byte, bws []core.Bandwidth) []byte {
+	for i := range bws {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendSFString(b, policyName(bws, i))
+		b = appendParam(b, "q", bws[i].Capacity)
+		b = appendParam(b, "w", windowSeconds(&bws[i]))
+	}
+	return b
+}
+
+// RateLimitField returns the RateLimit field value of u for a request of
+// cost tokens: one item per bandwidth, "name";r=remaining;t=seconds. See the
+// package documentation for exactly what r and t say.
+func RateLimitField(u Usage, cost int64) string {
+	var buf [256]byte
+	return string(appendRateLimit(buf[:0], &u, cost))
+}
+
+func appendRateLimit(b []byte, u *Usage, cost int64) []byte {
+	bws := u.Config.Bandwidths
+	for i := range bws {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendSFString(b, policyName(bws, i))
+		r, t := itemValues(u, i, cost)
+		b = appendParam(b, "r", r)
+		if t >= 0 {
+			b = appendParam(b, "t", t)
+		}
+	}
+	return b
+}
+
+// itemValues returns r and t of bandwidth i; t < 0 means "never" (the cost
+// exceeds a capacity) and is left out.
+func itemValues(u *Usage, i int, cost int64) (r, t int64) {
+	if u.Bands != nil {
+		bd := u.Bands[i]
+		if bd.Wait == math.MaxInt64 {
+			return bd.Available, -1
+		}
+		return bd.Available, ceilSeconds(bd.Wait)
+	}
+	// Only the minimum is known: a lower bound of every bandwidth's tokens,
+	// exact for the tightest; the waits are upper bounds.
+	p := &u.Probe
+	switch {
+	case !p.Consumed && p.NanosToWaitForRefill == math.MaxInt64:
+		return p.Remaining, -1
+	case !p.Consumed:
+		return p.Remaining, ceilSeconds(p.NanosToWaitForRefill)
+	case len(u.Config.Bandwidths) == 1 && p.Remaining >= u.Config.Bandwidths[0].Capacity:
+		return p.Remaining, 0
+	}
+	return p.Remaining, ceilSeconds(p.NanosToWaitForReset)
+}
+
+// tightest returns the index of the bandwidth closest to refusing: the
+// fewest tokens (known per bandwidth) or else the smallest capacity.
+func tightest(u *Usage) int {
+	bws := u.Config.Bandwidths
+	best := 0
+	for i := 1; i < len(bws); i++ {
+		if u.Bands != nil {
+			a, b := u.Bands[i].Available, u.Bands[best].Available
+			if a < b || (a == b && bws[i].Capacity < bws[best].Capacity) {
+				best = i
+			}
+		} else if bws[i].Capacity < bws[best].Capacity {
+			best = i
+		}
+	}
+	return best
+}
+
+// fired returns the names of the bandwidths that refused a request of cost
+// tokens; nil when that is not known.
+func fired(u *Usage, cost int64) []string {
+	bws := u.Config.Bandwidths
+	switch {
+	case len(bws) == 0:
+		return nil
+	case u.Bands != nil:
+		var names []string
+		for i := range bws {
+			if u.Bands[i].Available < cost {
+				names = append(names, policyName(bws, i))
+			}
+		}
+		return names
+	case len(bws) == 1:
+		return []string{policyName(bws, 0)}
+	}
+	return nil
+}
+
+// writeHeaders sets the rate-limit fields of u on h.
+func writeHeaders(h http.Header, u *Usage, cost int64, which Headers) {
+	bws := u.Config.Bandwidths
+	if len(bws) == 0 {
+		return
+	}
+	var buf [256]byte
+	if which&IETFHeaders != 0 {
+		h[hPolicy] = []string{string(appendPolicy(buf[:0], bws))}
+		h[hRateLimit] = []string{string(appendRateLimit(buf[:0], u, cost))}
+	}
+	if which&XRateLimitHeaders != 0 {
+		i := tightest(u)
+		rem := u.Probe.Remaining
+		if u.Bands != nil {
+			rem = u.Bands[i].Available
+		}
+		h[hXLimit] = []string{strconv.FormatInt(clampSF(bws[i].Capacity), 10)}
+		h[hXRemaining] = []string{strconv.FormatInt(clampSF(rem), 10)}
+		h[hXReset] = []string{strconv.FormatInt(clampSF(ceilSeconds(u.Probe.NanosToWaitForReset)), 10)}
+	}
+}
+
+// RetryAfterSeconds returns the Retry-After delay-seconds for a refused
+// probe: core's NanosToWaitForRefill rounded up to whole seconds, at least 1,
+// so it never points before the refill. ok is false when the request can
+// never succeed (its cost exceeds a capacity).
+func RetryAfterSeconds(p core.Probe) (secs int64, ok bool) {
+	if p.NanosToWaitForRefill == math.MaxInt64 {
+		return 0, false
+	}
+	return min(max(ceilSeconds(p.NanosToWaitForRefill), 1), maxSFInteger), true
+}
+
+// Problem is an RFC 9457 problem details object, the body of the
+// middleware's 429, 503 and 400 responses.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Policies names the limits that refused the request (429 only), as in
+	// RateLimit-Policy.
+	Policies []string `json:"policies,omitempty"`
+	// RetryAfter repeats the Retry-After field in seconds (429 only).
+	RetryAfter int64 `json:"retry_after,omitempty"`
+}
+
+// writeProblem writes p as application/problem+json.
+func writeProblem(w http.ResponseWriter, p *Problem) {
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen: strings and integers only
+		body = []byte(`{"type":"about:blank","status":500}`)
+	}
+	h := w.Header()
+	h[hContentType] = []string{"application/problem+json"}
+	h[hNoSniff] = []string{"nosniff"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(p.Status)
+	w.Write(body)
+}

@@ -1,0 +1,267 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// KeyFunc maps a request to the key of its client's bucket. An error answers
+// the request with 400 and a problem+json body.
+type KeyFunc func(r *http.Request) (string, error)
+
+// MaxKeyLen bounds the client-supplied part of a key: HeaderKey refuses
+// longer values, so that neither memory nor store keys grow with what a
+// client sends.
+const MaxKeyLen = 200
+
+// Errors of the key functions.
+var (
+	// ErrNoKey: the request carries nothing to key it by.
+	ErrNoKey = errors.New("httplimit: no client key")
+	// ErrKeyTooLong: the client-supplied key exceeds MaxKeyLen.
+	ErrKeyTooLong = fmt.Errorf("httplimit: client key longer than %d bytes", MaxKeyLen)
+	// ErrRemoteAddr: the request's RemoteAddr is not an IP address.
+	ErrRemoteAddr = errors.New("httplimit: RemoteAddr is not an IP address")
+)
+
+// HeaderKey keys requests by the value of the named header, such as an API
+// key, prefixed with the header's canonical name ("X-Api-Key:abc"), so that
+// it can never collide with an address key. A request without the header is
+// keyed by fallback (ClientIP{}.Key, say); with a nil fallback it is refused
+// with ErrNoKey. Values longer than MaxKeyLen are refused with
+// ErrKeyTooLong.
+//
+// A header key is only as good as its validation: check the key (an
+// authentication middleware placed before this one) or anyone can pick a
+// fresh bucket per request.
+func HeaderKey(name string, fallback KeyFunc) KeyFunc {
+	canon := http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, error) {
+		v := strings.TrimSpace(r.Header.Get(canon))
+		switch {
+		case v == "" && fallback != nil:
+			return fallback(r)
+		case v == "":
+			return "", fmt.Errorf("%w: header %s missing", ErrNoKey, canon)
+		case len(v) > MaxKeyLen:
+			return "", ErrKeyTooLong
+		}
+		return canon + ":" + v, nil
+	}
+}
+
+// ProxyHeader names the header a trusted proxy records the client's address
+// in.
+type ProxyHeader uint8
+
+const (
+	// XForwardedFor is X-Forwarded-For: comma-separated addresses, each proxy
+	// appending the address of its peer.
+	XForwardedFor ProxyHeader = iota
+	// Forwarded is RFC 7239's Forwarded, whose for= parameters play the same
+	// role.
+	Forwarded
+)
+
+// ClientIP keys requests by the client's IP address. The zero value keys by
+// the immediate peer (Request.RemoteAddr) and trusts no header.
+//
+// When the immediate peer is in TrustedProxies, the proxy header is read
+// from the right, one hop at a time: each address written by a trusted hop
+// is the next hop; the first address that is not itself a trusted proxy is
+// the client. An address a client wrote itself therefore only counts when
+// every hop after it is trusted, and a header sent from an untrusted peer is
+// never read. When the chain ends in something unparsable (RFC 7239's
+// "unknown" or an obfuscated identifier), the last trusted hop is the key:
+// such clients share a bucket rather than escape the limit.
+type ClientIP struct {
+	// TrustedProxies are the networks of the proxies in front of the server
+	// (see ParsePrefixes). Empty: no header is trusted.
+	TrustedProxies []netip.Prefix
+	// Header is the header the trusted proxies write; X-Forwarded-For by
+	// default. Only that header is read: a Forwarded header passed through
+	// by a proxy that writes X-Forwarded-For is the client's own.
+	Header ProxyHeader
+	// IPv6Bits, when between 1 and 127, keys IPv6 clients by their prefix of
+	// that length (64 is the usual choice: one subscriber's network), so
+	// that one host cannot take a fresh bucket per address. 0 keys by the
+	// whole address.
+	IPv6Bits int
+}
+
+// Key returns the client's address as a string: "192.0.2.1", "2001:db8::1",
+// or "2001:db8::/64" with IPv6Bits set.
+func (c ClientIP) Key(r *http.Request) (string, error) {
+	a, err := c.Addr(r)
+	if err != nil {
+		return "", err
+	}
+	if a.Is6() && c.IPv6Bits > 0 && c.IPv6Bits < 128 {
+		p, err := a.Prefix(c.IPv6Bits)
+		if err != nil {
+			return "", err
+		}
+		return p.String(), nil
+	}
+	return a.String(), nil
+}
+
+// Addr returns the client's address, as Key describes.
+func (c ClientIP) Addr(r *http.Request) (netip.Addr, error) {
+	peer, ok := parseHost(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("%w: %q", ErrRemoteAddr, r.RemoteAddr)
+	}
+	if !c.trusted(peer) {
+		return peer, nil
+	}
+	var chain []string
+	if c.Header == Forwarded {
+		chain = forwardedFor(r.Header.Values("Forwarded"))
+	} else {
+		for _, v := range r.Header.Values("X-Forwarded-For") {
+			for _, e := range strings.Split(v, ",") {
+				chain = append(chain, strings.TrimSpace(e))
+			}
+		}
+	}
+	hop := peer
+	for i := len(chain) - 1; i >= 0; i-- {
+		a, ok := parseHost(chain[i])
+		if !ok {
+			return hop, nil
+		}
+		if !c.trusted(a) {
+			return a, nil
+		}
+		hop = a
+	}
+	return hop, nil
+}
+
+func (c ClientIP) trusted(a netip.Addr) bool {
+	for _, p := range c.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParsePrefixes parses CIDR prefixes ("10.0.0.0/8", "2001:db8::/32") and
+// single addresses ("192.0.2.7", a /32 or /128) for ClientIP.TrustedProxies.
+func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(s))
+	for _, v := range s {
+		v = strings.TrimSpace(v)
+		if strings.Contains(v, "/") {
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				return nil, err
+			}
+			if p.Addr().Is4In6() && p.Bits() >= 96 {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return nil, err
+		}
+		a = a.Unmap().WithZone("")
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+// MustParsePrefixes is ParsePrefixes that panics on error, for
+// configuration known at compile time.
+func MustParsePrefixes(s ...string) []netip.Prefix {
+	p, err := ParsePrefixes(s...)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// parseHost parses an address with or without a port, IPv6 with or
+// without brackets, and returns it without zone and with IPv4-mapped IPv6
+// unmapped, so that prefixes match it.
+func parseHost(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone(""), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone(""), true
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return a.Unmap().WithZone(""), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// forwardedFor returns the for= node of every element of the Forwarded
+// field lines, in order; an element without for= yields "" (unparsable).
+func forwardedFor(lines []string) []string {
+	var out []string
+	for _, line := range lines {
+		for _, elem := range splitQuoted(line, ',') {
+			node := ""
+			for _, pair := range splitQuoted(elem, ';') {
+				name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
+				if ok && strings.EqualFold(strings.TrimSpace(name), "for") {
+					node = unquote(strings.TrimSpace(value))
+				}
+			}
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
+// splitQuoted splits s at sep outside quoted strings.
+func splitQuoted(s string, sep byte) []string {
+	var parts []string
+	start, quoted := 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' && quoted:
+			i++
+		case c == '"':
+			quoted = !quoted
+		case c == sep && !quoted:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+// unquote removes the quotes and escapes of an RFC 7230 quoted-string.
+func unquote(s string) string {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return s
+	}
+	s = s[1 : len(s)-1]
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
