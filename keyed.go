@@ -5,8 +5,10 @@ import (
 	"errors"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/bucketgrid/bucketgrid/core"
 )
@@ -42,24 +44,34 @@ type LocalMap struct {
 
 type mapShard struct {
 	mu sync.Mutex
-	// m maps a key's 64-bit hash to its entry; entries whose keys share a
-	// hash are chained through next.
-	m map[uint64]*mapEntry
-	n int // entries, counting chained ones
-	_ [40]byte
+	// slots is an open-addressing table with linear probing, indexed by the
+	// low bits of a key's 64-bit hash; a nil entry marks a free slot. Its
+	// length is a power of two at least twice n.
+	slots []mapSlot
+	n     int
+	_     [32]byte
+}
+
+type mapSlot struct {
+	h uint64
+	e *mapEntry
 }
 
 // mapEntry is a bucket with the bookkeeping of the map. A single-bandwidth
-// configuration and its state live inside the entry, so that a lookup
-// touches one allocation.
+// configuration and its state, and a short key, live inside the entry, so a
+// lookup touches one allocation.
 type mapEntry struct {
 	Local
 	key  string
-	last int64     // clock time of the last lookup; guarded by the shard lock
-	next *mapEntry // same hash, different key
+	last int64 // clock time of the last lookup; guarded by the shard lock
 	bw   [1]core.Bandwidth
 	st   [1]core.BandState
+	kbuf [inlineKey]byte
 }
+
+// inlineKey is the longest key stored inside its entry (an IPv6 address
+// fits); longer keys are copied apart.
+const inlineKey = 40
 
 // LocalMapOption configures NewLocalMap.
 type LocalMapOption func(*localMapOptions)
@@ -122,9 +134,6 @@ func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalM
 		seed:      maphash.MakeSeed(),
 		shift:     uint(64 - bits.TrailingZeros(uint(nshards))),
 		shards:    make([]mapShard, nshards),
-	}
-	for i := range m.shards {
-		m.shards[i].m = make(map[uint64]*mapEntry)
 	}
 	return m
 }
@@ -210,17 +219,33 @@ func (m *LocalMap) get(key string, now int64) (*mapEntry, error) {
 	h := maphash.String(m.seed, key)
 	s := m.shard(h)
 	s.mu.Lock()
-	e := s.m[h]
-	for e != nil && e.key != key {
-		e = e.next
-	}
-	if e != nil && !m.expired(e, now) {
-		e.last = now
-		s.mu.Unlock()
-		return e, nil
+	if i := s.find(h, key); i >= 0 {
+		if e := s.slots[i].e; !m.expired(e, now) {
+			e.last = now
+			s.mu.Unlock()
+			return e, nil
+		}
 	}
 	s.mu.Unlock()
 	return m.create(s, h, key, now)
+}
+
+// find returns the slot of key, whose hash is h, or -1; the shard lock must
+// be held.
+func (s *mapShard) find(h uint64, key string) int {
+	if len(s.slots) == 0 {
+		return -1
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		sl := &s.slots[i]
+		if sl.e == nil {
+			return -1
+		}
+		if sl.h == h && sl.e.key == key {
+			return int(i)
+		}
+	}
 }
 
 // create builds key's bucket outside the lock (configFor may be slow) and
@@ -233,9 +258,15 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 	if err != nil {
 		return nil, err
 	}
-	e := &mapEntry{key: key, last: now}
+	e := &mapEntry{last: now}
 	if err := e.Local.init(&cfg, m.clock, m.listener); err != nil {
 		return nil, err
+	}
+	if len(key) <= inlineKey {
+		n := copy(e.kbuf[:], key)
+		e.key = unsafe.String(&e.kbuf[0], n)
+	} else {
+		e.key = strings.Clone(key) // never pin a caller's larger buffer
 	}
 	if len(cfg.Bandwidths) == 1 {
 		e.bw[0] = cfg.Bandwidths[0]
@@ -248,76 +279,103 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	head := s.m[h]
-	for o := head; o != nil; o = o.next {
-		if o.key == key {
-			if !m.expired(o, now) {
-				o.last = max(o.last, now)
-				return o, nil
-			}
-			s.remove(h, o)
-			head = s.m[h]
-			break
+	if i := s.find(h, key); i >= 0 {
+		o := s.slots[i].e
+		if !m.expired(o, now) {
+			o.last = max(o.last, now)
+			return o, nil
 		}
+		s.delete(i)
 	}
 	if s.n >= m.perShard {
-		m.evict(s, now)
-		head = s.m[h]
+		m.evict(s, h, now)
 	}
-	e.next = head
-	s.m[h] = e
-	s.n++
+	s.insert(h, e)
 	return e, nil
 }
 
-// remove unlinks e, stored under hash h; the shard lock must be held.
-func (s *mapShard) remove(h uint64, e *mapEntry) {
-	head := s.m[h]
-	if head == e {
-		if e.next == nil {
-			delete(s.m, h)
-		} else {
-			s.m[h] = e.next
+// insert adds e under hash h, growing the table to keep it at most half
+// full; the shard lock must be held and e's key absent.
+func (s *mapShard) insert(h uint64, e *mapEntry) {
+	if 2*(s.n+1) > len(s.slots) {
+		old := s.slots
+		s.slots = make([]mapSlot, max(8, 2*len(old)))
+		for _, sl := range old {
+			if sl.e != nil {
+				s.place(sl)
+			}
 		}
-	} else {
-		for p := head; p != nil; p = p.next {
-			if p.next == e {
-				p.next = e.next
+	}
+	s.place(mapSlot{h, e})
+	s.n++
+}
+
+// place puts sl in the first free slot of its probe sequence.
+func (s *mapShard) place(sl mapSlot) {
+	mask := uint64(len(s.slots) - 1)
+	i := sl.h & mask
+	for s.slots[i].e != nil {
+		i = (i + 1) & mask
+	}
+	s.slots[i] = sl
+}
+
+// delete empties slot i and shifts later members of its probe run back, so
+// that no lookup stops early at the hole; the shard lock must be held.
+func (s *mapShard) delete(i int) {
+	mask := len(s.slots) - 1
+	s.n--
+	for {
+		s.slots[i] = mapSlot{}
+		j := i
+		for {
+			j = (j + 1) & mask
+			if s.slots[j].e == nil {
+				return
+			}
+			// the entry at j may fill the hole at i unless its home slot lies
+			// cyclically in (i, j]
+			home := int(s.slots[j].h) & mask
+			if (i <= j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
+				s.slots[i] = s.slots[j]
+				i = j
 				break
 			}
 		}
 	}
-	e.next = nil
-	s.n--
 }
 
-// evict makes room in a full shard: it samples entries, drops every idle one
-// it sees and, if none was, the least recently used of the sample. The shard
-// lock must be held.
-func (m *LocalMap) evict(s *mapShard, now int64) {
-	var (
-		victim  *mapEntry
-		victimH uint64
-		seen    int
-		dropped bool
-	)
-	for h, e := range s.m {
-		for ; e != nil; e = e.next {
-			if m.expired(e, now) {
-				s.remove(h, e) // safe: deleting during range is allowed
-				dropped = true
-				break // the chain changed; move on
-			}
-			if victim == nil || e.last < victim.last {
-				victim, victimH = e, h
-			}
+// evict makes room in a full shard: it looks at evictionSample entries from
+// a pseudo-random slot (the new key's hash picks it), drops every idle one it
+// sees and, if none was, the least recently used of them. The shard lock must
+// be held.
+func (m *LocalMap) evict(s *mapShard, h uint64, now int64) {
+	mask := len(s.slots) - 1
+	victim, seen, dropped := -1, 0, false
+	// start far from the new key's own probe run; visit each slot once
+	i := int(h>>17) & mask
+	for visited := 0; seen < evictionSample && visited < len(s.slots); visited++ {
+		e := s.slots[i].e
+		if e == nil {
+			i = (i + 1) & mask
+			continue
 		}
-		if seen++; seen >= evictionSample {
-			break
+		seen++
+		if m.expired(e, now) {
+			// the slot may now hold a shifted entry: look at it again
+			s.delete(i)
+			dropped = true
+			victim = -1
+			visited--
+			continue
 		}
+		if victim < 0 || e.last < s.slots[victim].e.last {
+			victim = i
+		}
+		i = (i + 1) & mask
 	}
-	if !dropped && victim != nil {
-		s.remove(victimH, victim)
+	if !dropped && victim >= 0 {
+		s.delete(victim)
 	}
 }
 
@@ -326,11 +384,8 @@ func (m *LocalMap) Remove(key string) {
 	h := maphash.String(m.seed, key)
 	s := m.shard(h)
 	s.mu.Lock()
-	for e := s.m[h]; e != nil; e = e.next {
-		if e.key == key {
-			s.remove(h, e)
-			break
-		}
+	if i := s.find(h, key); i >= 0 {
+		s.delete(i)
 	}
 	s.mu.Unlock()
 }
@@ -357,17 +412,20 @@ func (m *LocalMap) Sweep() int {
 	}
 	now := m.now()
 	dropped := 0
+	var idle []mapSlot
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		for h, head := range s.m {
-			for e := head; e != nil; {
-				next := e.next
-				if m.expired(e, now) {
-					s.remove(h, e)
-					dropped++
-				}
-				e = next
+		idle = idle[:0]
+		for _, sl := range s.slots {
+			if sl.e != nil && m.expired(sl.e, now) {
+				idle = append(idle, sl)
+			}
+		}
+		for _, sl := range idle {
+			if j := s.find(sl.h, sl.e.key); j >= 0 {
+				s.delete(j)
+				dropped++
 			}
 		}
 		s.mu.Unlock()

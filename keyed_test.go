@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,8 +159,10 @@ func TestLocalMapEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	m.shards[0].mu.Lock()
 	var keys []string
-	for _, e := range m.shards[0].m {
-		keys = append(keys, e.key)
+	for _, sl := range m.shards[0].slots {
+		if sl.e != nil {
+			keys = append(keys, sl.e.key)
+		}
 	}
 	m.shards[0].mu.Unlock()
 	for _, k := range keys {
@@ -201,9 +205,10 @@ func TestLocalMapBoundedUnderMillionKeys(t *testing.T) {
 	total := 0
 	for i := range m.shards {
 		s := &m.shards[i]
-		if s.n > m.perShard || s.n != countEntries(s) {
-			t.Fatalf("shard %d: n=%d, counted %d, bound %d", i, s.n, countEntries(s), m.perShard)
+		if s.n > m.perShard {
+			t.Fatalf("shard %d: n=%d, bound %d", i, s.n, m.perShard)
 		}
+		checkShard(t, s)
 		total += s.n
 	}
 	if total > bound || total < bound*9/10 {
@@ -213,37 +218,90 @@ func TestLocalMapBoundedUnderMillionKeys(t *testing.T) {
 
 func countEntries(s *mapShard) int {
 	n := 0
-	for _, e := range s.m {
-		for ; e != nil; e = e.next {
+	for _, sl := range s.slots {
+		if sl.e != nil {
 			n++
 		}
 	}
 	return n
 }
 
+// checkShard verifies the table invariants: every entry is reachable from
+// its home slot without crossing a free slot, and the count is right.
+func checkShard(t *testing.T, s *mapShard) {
+	t.Helper()
+	if s.n != countEntries(s) || (len(s.slots) > 0 && 2*s.n > len(s.slots)) {
+		t.Fatalf("shard holds %d entries, counts %d, in %d slots", countEntries(s), s.n, len(s.slots))
+	}
+	for i, sl := range s.slots {
+		if sl.e != nil && s.find(sl.h, sl.e.key) != i {
+			t.Fatalf("entry %q in slot %d is not found by its hash", sl.e.key, i)
+		}
+	}
+}
+
 func TestLocalMapHashCollisions(t *testing.T) {
-	// keys sharing a 64-bit hash are chained; drive create and remove with a
-	// forced hash.
-	m, _ := newTestMap(t, WithMaxEntries(4))
+	// Keys may share a 64-bit hash, and hashes share home slots: drive the
+	// table with forced hashes and check it against a plain map after every
+	// insertion and deletion.
+	m, _ := newTestMap(t, WithMaxEntries(1<<20))
 	s := &m.shards[0]
-	const h = 42
-	a, _ := m.create(s, h, "a", 0)
-	b, _ := m.create(s, h, "b", 0)
-	c, _ := m.create(s, h, "c", 0)
-	if a == b || s.n != 3 || countEntries(s) != 3 {
-		t.Fatalf("chain: n=%d counted %d", s.n, countEntries(s))
+	r := rand.New(rand.NewPCG(1, 2))
+	want := map[string]uint64{}
+	for step := range 20_000 {
+		key := strconv.Itoa(r.IntN(300))
+		h := uint64(r.IntN(40)) // few distinct hashes: long runs, many collisions
+		if old, ok := want[key]; ok {
+			h = old
+		}
+		if r.IntN(3) == 0 {
+			if i := s.find(h, key); i >= 0 {
+				s.delete(i)
+				delete(want, key)
+			} else if _, ok := want[key]; ok {
+				t.Fatalf("step %d: %q not found", step, key)
+			}
+		} else {
+			e, err := m.create(s, h, key, 0)
+			if err != nil || e.key != key {
+				t.Fatalf("create %q: %v", key, err)
+			}
+			want[key] = h
+		}
+		if step%97 == 0 {
+			checkShard(t, s)
+		}
 	}
-	if again, _ := m.create(s, h, "b", 1); again != b {
-		t.Fatal("a chained key was created twice")
+	checkShard(t, s)
+	if s.n != len(want) {
+		t.Fatalf("table holds %d, want %d", s.n, len(want))
 	}
-	s.remove(h, b)
-	if s.n != 2 || s.m[h] != c || c.next != a || a.next != nil {
-		t.Fatal("removing the middle of a chain broke it")
+	for key, h := range want {
+		if s.find(h, key) < 0 {
+			t.Fatalf("%q lost", key)
+		}
 	}
-	s.remove(h, c)
-	s.remove(h, a)
-	if len(s.m) != 0 || s.n != 0 {
-		t.Fatal("removing a whole chain left entries")
+	// a key of the same hash as another is a different bucket
+	a, _ := m.create(s, 7, "same-hash-a", 0)
+	b, _ := m.create(s, 7, "same-hash-b", 0)
+	if a == b {
+		t.Fatal("keys sharing a hash share a bucket")
+	}
+}
+
+func TestLocalMapLongKeys(t *testing.T) {
+	m, _ := newTestMap(t)
+	long := strings.Repeat("k", 1000)
+	buf := []byte(strings.Repeat("x", inlineKey))
+	short := string(buf)
+	b1, _ := m.Bucket(long)
+	b2, _ := m.Bucket(short)
+	buf[0] = 'y' // the map must not alias the caller's memory
+	if c1, _ := m.Bucket(strings.Repeat("k", 1000)); c1 != b1 {
+		t.Fatal("long key not found again")
+	}
+	if c2, _ := m.Bucket(strings.Repeat("x", inlineKey)); c2 != b2 {
+		t.Fatal("inline key not found again")
 	}
 }
 
