@@ -19,6 +19,10 @@ import (
 // *core.ConfigError), a blocking request for more tokens than a capacity
 // (ErrExceedsCapacity), an overdraft beyond the int64 range
 // (ErrOverdraftTooLarge), or the end of the context of a blocking call.
+//
+// Listener events are reported after the bucket's lock is released, on the
+// caller's goroutine. A Local never reports OnDelayed: it has no scheduling
+// API.
 type Local struct {
 	mu sync.Mutex
 	b  core.Bucket // guarded by mu
@@ -272,8 +276,15 @@ func (l *Local) ReplaceConfiguration(_ context.Context, cfg core.Config, strateg
 // when n exceeds a capacity, and ctx's error when ctx is done before the
 // call or during the wait; see TryConsumeWithin for what an interrupted wait
 // gives back.
+//
+// In the one case where even waiting cannot help, a wait beyond the int64
+// range of nanoseconds (a bucket deep in overdraft on a very slow refill),
+// Consume takes nothing and returns an error wrapping ErrOverdraftTooLarge.
 func (l *Local) Consume(ctx context.Context, n int64) error {
-	_, err := l.consumeWithin(ctx, n, math.MaxInt64)
+	ok, err := l.consumeWithin(ctx, n, math.MaxInt64)
+	if err == nil && !ok {
+		return fmt.Errorf("%w: %d tokens would come after more than %v", ErrOverdraftTooLarge, n, time.Duration(math.MaxInt64))
+	}
 	return err
 }
 

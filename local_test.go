@@ -289,6 +289,25 @@ func TestLocalOverdraftTooLarge(t *testing.T) {
 	}
 }
 
+func TestLocalConsumeBeyondInt64Wait(t *testing.T) {
+	// 2 tokens, one per (2^63-1)/2 ns: after an overdraft of 1, three more
+	// tokens would take longer than int64 nanoseconds.
+	l, clk, cl := newTestLocal(t, core.Greedy(2, 1, math.MaxInt64/2))
+	ctx := context.Background()
+	if _, err := l.ConsumeIgnoringRateLimits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Consume(ctx, 2); !errors.Is(err, ErrOverdraftTooLarge) {
+		t.Fatalf("Consume = %v, want ErrOverdraftTooLarge", err)
+	}
+	if ok, err := l.TryConsumeWithin(ctx, 2, math.MaxInt64); ok || err != nil {
+		t.Fatalf("TryConsumeWithin = %v, %v; want a plain rejection", ok, err)
+	}
+	if got := available(t, l); got != -1 || clk.Now() != t0.UnixNano() || cl.Parked() != 0 {
+		t.Fatalf("refused waits changed the bucket (%d tokens) or the clock", got)
+	}
+}
+
 func TestLocalConsumeParksExactly(t *testing.T) {
 	ctx := context.Background()
 	l, clk, cl := newTestLocal(t, core.Greedy(10, 10, time.Second).WithInitialTokens(0))
