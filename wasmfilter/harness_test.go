@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -37,8 +38,26 @@ func loadWasm(t testing.TB) []byte {
 	return b
 }
 
-// compilationCache compiles filter.wasm once for all tests.
-var compilationCache = wazero.NewCompilationCache()
+// compilationCache compiles filter.wasm once per machine: compiling the
+// 3.7 MB module takes seconds, and about a minute under -race (the compiler
+// is instrumented Go code). The cache is keyed by the module's bytes and
+// wazero's version, so a rebuilt filter.wasm is compiled anew.
+var compilationCache = func() wazero.CompilationCache {
+	c, err := wazero.NewCompilationCacheWithDir(filepath.Join(os.TempDir(), "bucketgrid-wazero-cache"))
+	if err != nil {
+		return wazero.NewCompilationCache()
+	}
+	return c
+}()
+
+// runtimeConfig is the runtime of the harness: the compiler, sharing one
+// compilation cache; WASMFILTER_INTERPRETER=1 selects the interpreter.
+func runtimeConfig() wazero.RuntimeConfig {
+	if os.Getenv("WASMFILTER_INTERPRETER") != "" {
+		return wazero.NewRuntimeConfigInterpreter().WithCompilationCache(compilationCache)
+	}
+	return wazero.NewRuntimeConfig().WithCompilationCache(compilationCache)
+}
 
 type envoy struct {
 	t        testing.TB
@@ -53,6 +72,7 @@ type worker struct {
 	e      *envoy
 	mod    api.Module
 	alloc  api.Function
+	fns    map[string]api.Function // exports, looked up once: each lookup makes a call engine
 	config []byte
 	logs   []string
 	nextID uint32
@@ -78,7 +98,7 @@ func newEnvoy(t testing.TB) *envoy {
 	t.Helper()
 	wasm := loadWasm(t)
 	ctx := context.Background()
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(compilationCache))
+	rt := wazero.NewRuntimeWithConfig(ctx, runtimeConfig())
 	e := &envoy{t: t, rt: rt, shared: shareddata.New()}
 	e.clock.Store(1_780_000_000_000_000_000)
 	t.Cleanup(func() { e.rt.Close(ctx) })
@@ -214,7 +234,7 @@ func parsePairs(b []byte) (map[string]string, error) {
 // vm start and configure. ok is what proxy_on_configure returned.
 func (e *envoy) newWorker(config string) (w *worker, ok bool) {
 	e.t.Helper()
-	w = &worker{e: e, config: []byte(config), nextID: 2}
+	w = &worker{e: e, config: []byte(config), nextID: 2, fns: map[string]api.Function{}}
 	ctx := context.WithValue(context.Background(), workerKey{}, w)
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
 		WithWalltime(func() (int64, int32) {
@@ -237,9 +257,12 @@ func (e *envoy) newWorker(config string) (w *worker, ok bool) {
 
 func (w *worker) call(ctx context.Context, name string, args ...uint64) []uint64 {
 	w.e.t.Helper()
-	f := w.mod.ExportedFunction(name)
+	f := w.fns[name]
 	if f == nil {
-		w.e.t.Fatalf("%s not exported", name)
+		if f = w.mod.ExportedFunction(name); f == nil {
+			w.e.t.Fatalf("%s not exported", name)
+		}
+		w.fns[name] = f
 	}
 	res, err := f.Call(ctx, args...)
 	if err != nil {
@@ -363,7 +386,7 @@ var envoyImports = map[string][]string{
 func TestWasmImportsWithinEnvoy(t *testing.T) {
 	wasm := loadWasm(t)
 	ctx := context.Background()
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(compilationCache))
+	rt := wazero.NewRuntimeWithConfig(ctx, runtimeConfig())
 	defer rt.Close(ctx)
 	c, err := rt.CompileModule(ctx, wasm)
 	if err != nil {
