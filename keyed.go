@@ -49,7 +49,7 @@ type mapShard struct {
 	// length is a power of two at least twice n.
 	slots []mapSlot
 	n     int
-	_     [32]byte
+	_     [128 - 40]byte // a shard per pair of cache lines: no false sharing
 }
 
 type mapSlot struct {
@@ -64,9 +64,9 @@ type mapEntry struct {
 	Local
 	key  string
 	last int64 // clock time of the last lookup; guarded by the shard lock
+	kbuf [inlineKey]byte
 	bw   [1]core.Bandwidth
 	st   [1]core.BandState
-	kbuf [inlineKey]byte
 }
 
 // inlineKey is the longest key stored inside its entry (an IPv6 address
