@@ -27,10 +27,11 @@ import (
 //
 // Evicting a bucket forgets its state: a client whose bucket was evicted
 // starts again with a new one (full, or at the configured initial tokens).
-// Choose an idle timeout longer than the longest refill-to-full time and a
-// bound above the number of concurrently active clients, and eviction only
-// ever drops buckets that a new one would equal. A *Local obtained from
-// Bucket remains usable after eviction but is no longer the key's bucket.
+// With an idle timeout longer than the longest refill-to-full time, idle
+// expiry only drops buckets that a new one would equal; eviction for size
+// can drop a live bucket when the bound is too small for the clients active
+// at once, so size the bound above that number. A *Local obtained from Bucket
+// remains usable after eviction but is no longer the key's bucket.
 type LocalMap struct {
 	configFor func(key string) (core.Config, error)
 	clock     Clock // nil: the default monotonic clock
