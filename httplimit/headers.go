@@ -5,7 +5,9 @@ import (
 	"math"
 	"math/bits"
 	"net/http"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
@@ -237,16 +239,18 @@ func fired(u *Usage, cost int64) []string {
 	return nil
 }
 
-// writeHeaders sets the rate-limit fields of u on h.
-func writeHeaders(h http.Header, u *Usage, cost int64, which Headers) {
+// writeHeaders sets the rate-limit fields of u on h. policy is the
+// RateLimit-Policy value, cached by the caller.
+func writeHeaders(h http.Header, u *Usage, cost int64, which Headers, policy string) {
 	bws := u.Config.Bandwidths
 	if len(bws) == 0 {
 		return
 	}
-	var buf [256]byte
 	if which&IETFHeaders != 0 {
-		h[hPolicy] = []string{string(appendPolicy(buf[:0], bws))}
-		h[hRateLimit] = []string{string(appendRateLimit(buf[:0], u, cost))}
+		var buf [256]byte
+		vals := make([]string, 2) // one allocation for both fields
+		vals[0], vals[1] = policy, string(appendRateLimit(buf[:0], u, cost))
+		h[hPolicy], h[hRateLimit] = vals[0:1:1], vals[1:2:2]
 	}
 	if which&XRateLimitHeaders != 0 {
 		i := tightest(u)
@@ -254,10 +258,45 @@ func writeHeaders(h http.Header, u *Usage, cost int64, which Headers) {
 		if u.Bands != nil {
 			rem = u.Bands[i].Available
 		}
-		h[hXLimit] = []string{strconv.FormatInt(clampSF(bws[i].Capacity), 10)}
-		h[hXRemaining] = []string{strconv.FormatInt(clampSF(rem), 10)}
-		h[hXReset] = []string{strconv.FormatInt(clampSF(ceilSeconds(u.Probe.NanosToWaitForReset)), 10)}
+		vals := make([]string, 3)
+		vals[0] = strconv.FormatInt(clampSF(bws[i].Capacity), 10)
+		vals[1] = strconv.FormatInt(clampSF(rem), 10)
+		vals[2] = strconv.FormatInt(clampSF(ceilSeconds(u.Probe.NanosToWaitForReset)), 10)
+		h[hXLimit], h[hXRemaining], h[hXReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 	}
+}
+
+// policyCache remembers the RateLimit-Policy values of the last few
+// configurations seen, so that the usual handful of plans costs no
+// formatting per request. It is safe for concurrent use.
+type policyCache struct {
+	p atomic.Pointer[[]policyEntry]
+}
+
+type policyEntry struct {
+	bws   []core.Bandwidth // a private copy
+	value string
+}
+
+const policyCacheSize = 8
+
+func (c *policyCache) get(bws []core.Bandwidth) string {
+	var old []policyEntry
+	if p := c.p.Load(); p != nil {
+		old = *p
+		for i := range old {
+			if slices.Equal(old[i].bws, bws) {
+				return old[i].value
+			}
+		}
+	}
+	var buf [256]byte
+	e := policyEntry{bws: slices.Clone(bws), value: string(appendPolicy(buf[:0], bws))}
+	next := make([]policyEntry, 0, policyCacheSize)
+	next = append(next, e)
+	next = append(next, old[:min(len(old), policyCacheSize-1)]...)
+	c.p.Store(&next)
+	return e.value
 }
 
 // RetryAfterSeconds returns the Retry-After delay-seconds for a refused

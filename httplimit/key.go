@@ -106,7 +106,27 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 		}
 		return p.String(), nil
 	}
-	return a.String(), nil
+	return addrString(a, r.RemoteAddr), nil
+}
+
+// addrString returns a.String(), without allocating when a is the host part
+// of remote (the usual case: the peer is the client), which the server
+// wrote canonically.
+func addrString(a netip.Addr, remote string) string {
+	var buf [64]byte
+	s := a.AppendTo(buf[:0])
+	host := remote
+	if i := strings.LastIndexByte(remote, ':'); i >= 0 && a.Is4() {
+		host = remote[:i]
+	} else if len(remote) > 2 && remote[0] == '[' {
+		if j := strings.IndexByte(remote, ']'); j > 0 {
+			host = remote[1:j]
+		}
+	}
+	if host == string(s) {
+		return host
+	}
+	return string(s)
 }
 
 // Addr returns the client's address, as Key describes.
@@ -196,11 +216,15 @@ func parseHost(s string) (netip.Addr, bool) {
 	if s == "" {
 		return netip.Addr{}, false
 	}
+	// With a port ("192.0.2.1:80", "[2001:db8::1]:80") first: a failed
+	// parse allocates its error, and RemoteAddr always has a port.
+	if s[0] == '[' || strings.Count(s, ":") == 1 {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().Unmap().WithZone(""), true
+		}
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap().WithZone(""), true
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().WithZone(""), true
 	}
 	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {

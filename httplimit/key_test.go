@@ -47,7 +47,7 @@ func TestClientIP(t *testing.T) {
 		{name: "Forwarded honoured", c: ClientIP{TrustedProxies: proxies, Header: Forwarded},
 			remote: "10.1.2.3:80", forwarded: []string{`for=192.0.2.60;proto=http;by=203.0.113.43`}, want: "192.0.2.60"},
 		{name: "Forwarded multiple hops, quoted IPv6 with port", c: ClientIP{TrustedProxies: proxies, Header: Forwarded},
-			remote: "10.1.2.3:80",
+			remote:    "10.1.2.3:80",
 			forwarded: []string{`for=6.6.6.6, For="[2001:db8:cafe::17]:4711"`, `for=10.0.0.9;by="[2001:db8::1]"`},
 			want:      "2001:db8:cafe::17"},
 		{name: "Forwarded quoted comma does not split", c: ClientIP{TrustedProxies: proxies, Header: Forwarded},

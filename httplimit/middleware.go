@@ -169,6 +169,7 @@ type Middleware struct {
 	o      options
 	only   *http.ServeMux
 	except *http.ServeMux
+	policy policyCache
 
 	allowed, limited, skipped, failedOpen, failedClosed, badKey, canceled atomic.Uint64
 }
@@ -264,7 +265,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	h := w.Header()
-	writeHeaders(h, &u, cost, m.o.headers)
+	if m.o.headers != 0 && len(u.Config.Bandwidths) > 0 {
+		policy := ""
+		if m.o.headers&IETFHeaders != 0 {
+			policy = m.policy.get(u.Config.Bandwidths)
+		}
+		writeHeaders(h, &u, cost, m.o.headers, policy)
+	}
 	if u.Probe.Consumed {
 		m.allowed.Add(1)
 		next.ServeHTTP(w, r)
