@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"errors"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -153,5 +152,4 @@ func TestHeaderKey(t *testing.T) {
 	if k, _ := HeaderKey("X-Api-Key", ip)(r); k == "192.0.2.1" {
 		t.Error("header value collides with an address key")
 	}
-	_ = http.StatusOK
 }
