@@ -444,13 +444,15 @@ func TestLocalConsumeRealClockDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if err := l.Consume(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Consume = %v, want DeadlineExceeded", err)
 	}
-	if got := available(t, l); got != 0 || cl.Interrupted() != 1 {
-		t.Fatalf("after the deadline %d tokens, %d interruptions", got, cl.Interrupted())
+	// on a loaded machine the deadline may pass before Consume starts: then
+	// nothing is reserved and nothing interrupted
+	if got := available(t, l); got != 0 || cl.Interrupted() > 1 || (cl.Interrupted() == 1) != (cl.Parked() > 0) {
+		t.Fatalf("after the deadline %d tokens, %d interruptions, parked %v", got, cl.Interrupted(), time.Duration(cl.Parked()))
 	}
 	// a short real wait completes
 	cfg2, _ := core.NewConfig(core.Greedy(1, 1, 2*time.Millisecond).WithInitialTokens(0))
