@@ -42,14 +42,14 @@ type localOptions struct {
 	listener Listener
 }
 
-// WithLocalClock makes the bucket tell time by c instead of MonotonicClock. Aligned
-// refill styles need a clock whose Wall method reports true, such as
-// WallClock, MillisClock or a FakeClock. A nil c selects the default.
+// WithLocalClock makes the bucket tell time by c instead of MonotonicClock.
+// Aligned refill styles need a clock whose Wall method reports true, such as
+// WallClock, MillisClock or a FakeClock; blocking calls sleep on c when it
+// is a Sleeper. A nil c selects the default.
 func WithLocalClock(c Clock) LocalOption { return func(o *localOptions) { o.clock = c } }
 
-// WithLocalListener makes the bucket report its events to l. Events are reported
-// synchronously, after the bucket's lock is released. A nil l reports
-// nothing, the default.
+// WithLocalListener makes the bucket report its events to l, synchronously,
+// after the bucket's lock is released. A nil l reports nothing, the default.
 func WithLocalListener(l Listener) LocalOption { return func(o *localOptions) { o.listener = l } }
 
 // NewLocal returns a bucket of configuration cfg, full (or at each
