@@ -26,6 +26,9 @@ func StaticPlan(cfg core.Config) Plan {
 // NewManaged implement it; implement it yourself to limit with anything else.
 // Take must be safe for concurrent use and should honour ctx.
 type Buckets interface {
+	// Take takes cost (≥ 1) tokens from key's bucket if it has them, and
+	// reports the outcome either way. An error means the bucket could not
+	// be consulted: the middleware then fails open or closed.
 	Take(ctx context.Context, key string, cost int64) (Usage, error)
 }
 

@@ -313,9 +313,13 @@ func RetryAfterSeconds(p core.Probe) (secs int64, ok bool) {
 // Problem is an RFC 9457 problem details object, the body of the
 // middleware's 429, 503 and 400 responses.
 type Problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
+	// Type is a URI naming the problem type; "about:blank" by default.
+	Type string `json:"type"`
+	// Title is the status text ("Too Many Requests").
+	Title string `json:"title"`
+	// Status is the HTTP status code.
+	Status int `json:"status"`
+	// Detail explains this occurrence in words.
 	Detail string `json:"detail,omitempty"`
 	// Policies names the limits that refused the request (429 only), as in
 	// RateLimit-Policy.

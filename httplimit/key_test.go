@@ -21,6 +21,8 @@ func TestClientIP(t *testing.T) {
 		{name: "peer without port", remote: "203.0.113.9", want: "203.0.113.9"},
 		{name: "spoofed XFF from untrusted peer is ignored", c: ClientIP{TrustedProxies: proxies},
 			remote: "203.0.113.9:5555", xff: []string{"198.51.100.1"}, want: "203.0.113.9"},
+		{name: "spoofed Forwarded from untrusted peer is ignored", c: ClientIP{TrustedProxies: proxies, Header: Forwarded},
+			remote: "203.0.113.9:5555", forwarded: []string{"for=198.51.100.1"}, want: "203.0.113.9"},
 		{name: "no trusted proxies: XFF ignored even from 10/8", remote: "10.1.2.3:80",
 			xff: []string{"198.51.100.1"}, want: "10.1.2.3"},
 		{name: "trusted proxy: XFF honoured", c: ClientIP{TrustedProxies: proxies},

@@ -454,3 +454,68 @@ func TestHeadersOff(t *testing.T) {
 		t.Errorf("429 headers %v", w.Header())
 	}
 }
+
+// Concurrent requests of one client: exactly the capacity is served, for
+// every kind of bucket.
+func TestConcurrentExact(t *testing.T) {
+	const capacity, workers, each = 60, 4, 40
+	cfg := config(t, core.Intervally(capacity, capacity, time.Hour).WithID("hour"))
+	for _, src := range sources {
+		t.Run(src.name, func(t *testing.T) {
+			clock := bucketgrid.NewFakeClock(t0)
+			mw := New(src.build(StaticPlan(cfg), clock), WithTimeout(0))
+			h := mw.Handler(ok)
+			done := make(chan struct{})
+			for range workers {
+				go func() {
+					defer func() { done <- struct{}{} }()
+					for range each {
+						get(h, "198.51.100.1:1", "/")
+					}
+				}()
+			}
+			for range workers {
+				<-done
+			}
+			if s := mw.Stats(); s.Allowed != capacity || s.Limited != workers*each-capacity {
+				t.Errorf("stats %+v, want %d allowed", s, capacity)
+			}
+		})
+	}
+}
+
+// A client rotating X-Forwarded-For cannot escape its limit; clients behind
+// a trusted proxy each get their own bucket.
+func TestSpoofingThroughMiddleware(t *testing.T) {
+	cfg := config(t, core.Intervally(3, 3, time.Hour))
+	key := ClientIP{TrustedProxies: MustParsePrefixes("10.0.0.0/8")}.Key
+	h := New(NewLocal(StaticPlan(cfg), WithClock(bucketgrid.NewFakeClock(t0))), WithKey(key)).Handler(ok)
+	send := func(remote, xff string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote
+		r.Header.Set("X-Forwarded-For", xff)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	served := 0
+	for i := range 20 {
+		if send("203.0.113.9:4000", fmt.Sprintf("198.51.100.%d", i)) == 200 {
+			served++
+		}
+	}
+	if served != 3 {
+		t.Errorf("spoofing client served %d times, want 3", served)
+	}
+	for _, client := range []string{"198.51.100.1", "198.51.100.2", "2001:db8::7"} {
+		served = 0
+		for range 5 {
+			if send("10.0.0.2:4000", "6.6.6.6, "+client) == 200 {
+				served++
+			}
+		}
+		if served != 3 {
+			t.Errorf("client %s behind the proxy served %d times, want 3", client, served)
+		}
+	}
+}
