@@ -13,8 +13,9 @@ import (
 
 // ferretServer is a private FerretDB process.
 type ferretServer struct {
-	cmd *exec.Cmd
-	uri string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	uri    string
 }
 
 // startFerret runs FERRETDB_BIN on addr (port 0: any) with its data in dir
@@ -29,7 +30,7 @@ func startFerret(t *testing.T, bin, addr, dir string) *ferretServer {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	f := &ferretServer{cmd: cmd}
+	f := &ferretServer{cmd: cmd, exited: exited}
 	t.Cleanup(func() { f.kill() })
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		select {
@@ -48,9 +49,7 @@ func startFerret(t *testing.T, bin, addr, dir string) *ferretServer {
 
 func (f *ferretServer) kill() {
 	_ = f.cmd.Process.Kill()
-	for f.cmd.ProcessState == nil {
-		time.Sleep(5 * time.Millisecond)
-	}
+	<-f.exited
 }
 
 // TestOutage kills FerretDB under a running increment loop and restarts it
