@@ -6,8 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -260,15 +262,23 @@ func (w *worker) call(ctx context.Context, name string, args ...uint64) []uint64
 	f := w.fns[name]
 	if f == nil {
 		if f = w.mod.ExportedFunction(name); f == nil {
-			w.e.t.Fatalf("%s not exported", name)
+			w.fatalf("%s not exported", name)
 		}
 		w.fns[name] = f
 	}
 	res, err := f.Call(ctx, args...)
 	if err != nil {
-		w.e.t.Fatalf("%s: %v", name, err)
+		w.fatalf("%s: %v", name, err)
 	}
 	return res
+}
+
+// fatalf is t.Fatalf that also works from a worker's own goroutine: it
+// records the failure and ends the calling goroutine.
+func (w *worker) fatalf(format string, args ...any) {
+	w.e.t.Helper()
+	w.e.t.Errorf(format, args...)
+	runtime.Goexit()
 }
 
 type reply struct {
@@ -295,10 +305,10 @@ func (w *worker) do(source string, headers map[string]string) reply {
 			r.headers[kv[0]] = kv[1]
 		}
 	default:
-		w.e.t.Fatalf("action %d with local response %v", a, w.local)
+		w.fatalf("action %d with local response %v", a, w.local)
 	}
 	if w.call(ctx, "proxy_on_done", id)[0] != 1 {
-		w.e.t.Fatal("proxy_on_done returned false")
+		w.fatalf("proxy_on_done returned false")
 	}
 	w.call(ctx, "proxy_on_delete", id)
 	return r
@@ -359,6 +369,47 @@ func TestWasmTwoVMsShareBuckets(t *testing.T) {
 	if n := e.shared.Len(); n != 2 {
 		t.Errorf("%d shared-data keys, want 2", n)
 	}
+}
+
+// TestWasmParallelWorkersExact runs two VM instances on two goroutines, as
+// two Envoy workers run on two threads, against one shared data with a
+// frozen clock: exactly the capacity is admitted on the hot key.
+func TestWasmParallelWorkersExact(t *testing.T) {
+	const capacity, perWorker = 150, 200
+	cfg := `{"max_attempts": 1000, "policies": [{"name": "p", "key": ["header:k"],
+	  "bandwidths": [{"capacity": 150, "refill_tokens": 1, "period": "1h"}]}]}`
+	e := newEnvoy(t)
+	var admitted atomic.Int64
+	var workers []*worker
+	for range 2 {
+		w, ok := e.newWorker(cfg)
+		if !ok {
+			t.Fatal(w.logs)
+		}
+		workers = append(workers, w)
+	}
+	// Create the bucket first: the slot's creation is the one unconditional
+	// write (see wasmfilter.Store).
+	if workers[0].do("", map[string]string{"k": "hot"}).status == 200 {
+		admitted.Add(1)
+	}
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perWorker {
+				if w.do("", map[string]string{"k": "hot"}).status == 200 {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != capacity {
+		t.Fatalf("admitted %d, want exactly %d", got, capacity)
+	}
+	t.Logf("%d writes, %d lost compare-and-swap races", e.shared.Sets(), e.shared.Mismatches())
 }
 
 func TestWasmBadConfigurationRefused(t *testing.T) {

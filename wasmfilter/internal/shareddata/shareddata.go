@@ -36,8 +36,9 @@ type Data struct {
 	// BeforeSet, when set, runs (without the lock held) before every Set:
 	// tests use it to interleave another VM's write between a read and a
 	// write.
-	BeforeSet func(key string)
-	sets      int
+	BeforeSet  func(key string)
+	sets       int
+	mismatches int
 }
 
 // New returns empty shared data.
@@ -89,6 +90,7 @@ func (d *Data) Set(key string, value []byte, cas uint32) uint32 {
 	defer d.mu.Unlock()
 	e, ok := d.m[key]
 	if ok && cas != 0 && cas != e.cas {
+		d.mismatches++
 		return CASMismatch
 	}
 	d.m[key] = entry{value: append([]byte(nil), value...), cas: d.next()}
@@ -108,4 +110,11 @@ func (d *Data) Sets() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.sets
+}
+
+// Mismatches returns the number of writes refused with CAS_MISMATCH.
+func (d *Data) Mismatches() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mismatches
 }
