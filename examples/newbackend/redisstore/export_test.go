@@ -15,3 +15,6 @@ func Fallbacks(s *Store) int64 { return s.fallbacks.Load() }
 func InsertAs(ctx context.Context, s *Store, key string, ver cas.Version, data []byte, ttl time.Duration) (bool, error) {
 	return s.write(ctx, key, "", ver, data, ttl)
 }
+
+// TTLMillis is the PX argument written for ttl.
+var TTLMillis = ttlMillis

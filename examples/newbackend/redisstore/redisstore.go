@@ -162,8 +162,9 @@ func New(c Client, opts ...Option) *Store {
 
 // Load sends the compare-and-set script with SCRIPT LOAD. It is optional — a
 // store whose script is missing falls back to EVAL on its own — but calling
-// it at start-up checks the connection early, and scripts loaded this way are
-// not evicted by Redis 7.4+, whereas scripts cached by EVAL may be.
+// it at start-up checks the connection early, and recent Redis versions
+// evict scripts cached by EVAL (least recently used first) but keep those
+// loaded with SCRIPT LOAD.
 func (s *Store) Load(ctx context.Context) error {
 	sha, err := s.c.ScriptLoad(ctx, casScript).Result()
 	if err != nil {

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"net"
@@ -156,34 +157,58 @@ func TestResentWriteIsNotALostRace(t *testing.T) {
 	}
 }
 
-// The layout is what the documentation says: one string, 8 bytes of version
-// then the state, with PX for a TTL and none for TTL 0, under the prefix.
+// The layout is what the documentation says: one string under the prefix,
+// 8 bytes of version then the state, with PX for a TTL and none for TTL 0.
 func TestLayoutAndTTL(t *testing.T) {
 	s, c := newStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if ok, err := s.Insert(ctx, "layout", []byte("state"), 1500*time.Microsecond); err != nil || !ok {
+	if ok, err := s.Insert(ctx, "layout", []byte("state"), time.Hour); err != nil || !ok {
 		t.Fatalf("Insert: ok=%v err=%v", ok, err)
 	}
-	_, ver, _, _ := s.Get(ctx, "layout")
 	raw, err := c.Get(ctx, runPrefix+"layout").Bytes()
 	if err != nil || len(raw) != 8+len("state") || string(raw[8:]) != "state" {
 		t.Fatalf("raw value %q, %v; want 8 version bytes then \"state\"", raw, err)
 	}
-	// 1.5 ms rounds up to PX 2: the key lives at most 2 ms (or is already gone,
-	// -2), and a sub-millisecond TTL never becomes "no expiry" (-1).
-	if pttl := c.PTTL(ctx, runPrefix+"layout").Val(); pttl != -2 && (pttl <= 0 || pttl > 2*time.Millisecond) {
-		t.Errorf("PTTL after a 1.5 ms TTL = %v, want in (0, 2ms] or expired", pttl)
+	if _, ver, _, _ := s.Get(ctx, "layout"); uint64(ver) != binary.BigEndian.Uint64(raw) {
+		t.Errorf("Get's version %d is not the raw value's first 8 bytes %x", ver, raw[:8])
 	}
-	if ok, err := s.Insert(ctx, "layout2", []byte("v"), time.Hour); err != nil || !ok {
-		t.Fatalf("Insert: ok=%v err=%v", ok, err)
+	if pttl := c.PTTL(ctx, runPrefix+"layout").Val(); pttl <= 59*time.Minute || pttl > time.Hour {
+		t.Errorf("PTTL after a 1 h TTL = %v", pttl)
 	}
-	_, ver, _, _ = s.Get(ctx, "layout2")
-	if ok, err := s.Replace(ctx, "layout2", []byte("w"), ver, 0); err != nil || !ok {
+	_, ver, _, _ := s.Get(ctx, "layout")
+	if ok, err := s.Replace(ctx, "layout", []byte("w"), ver, 0); err != nil || !ok {
 		t.Fatalf("Replace: ok=%v err=%v", ok, err)
 	}
-	if pttl := c.PTTL(ctx, runPrefix+"layout2").Val(); pttl != -1*time.Nanosecond {
+	if pttl := c.PTTL(ctx, runPrefix+"layout").Val(); pttl != -1*time.Nanosecond {
 		t.Errorf("PTTL after a Replace with TTL 0 = %v, want -1 (no expiry): every write sets the TTL anew", pttl)
+	}
+
+	// A sub-millisecond TTL must expire, not become "no expiry".
+	if ok, err := s.Insert(ctx, "tiny", []byte("v"), 300*time.Microsecond); err != nil || !ok {
+		t.Fatalf("Insert: ok=%v err=%v", ok, err)
+	}
+	if pttl := c.PTTL(ctx, runPrefix+"tiny").Val(); pttl == -1*time.Nanosecond {
+		t.Errorf("a 300µs TTL became no expiry")
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, _, found, err := s.Get(ctx, "tiny"); err != nil || found {
+		t.Errorf("a 300µs TTL: after 20ms found=%v err=%v, want expired", found, err)
+	}
+}
+
+// TTLs round up to Redis's milliseconds: never expire earlier than asked.
+func TestTTLMillis(t *testing.T) {
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want int64
+	}{
+		{0, 0}, {-time.Second, 0}, {time.Nanosecond, 1}, {time.Millisecond, 1},
+		{1500 * time.Microsecond, 2}, {2 * time.Second, 2000}, {time.Second + 1, 1001},
+	} {
+		if got := redisstore.TTLMillis(tc.ttl); got != tc.want {
+			t.Errorf("ttlMillis(%v) = %d, want %d", tc.ttl, got, tc.want)
+		}
 	}
 }
 
@@ -259,6 +284,7 @@ func TestOutage(t *testing.T) {
 		{"hung", silentServer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			const timeout = 300 * time.Millisecond
 			s := redisstore.New(newClient(t, tc.addr(t)))
 			call := func(what string, f func(ctx context.Context) error) {
