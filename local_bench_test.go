@@ -32,54 +32,60 @@ func benchLocal(b *testing.B) *Local {
 	return l
 }
 
-func BenchmarkLocalTryConsume(b *testing.B) {
-	l := benchLocal(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if ok, _ := l.TryConsume(ctx, 1); !ok {
-			b.Fatal("rejected")
-		}
-	}
-}
+// Each comparison is one benchmark with a sub-benchmark per contender, so
+// that -count interleaves them: on a shared machine, load then weighs on
+// both alike.
 
-func BenchmarkLocalTryConsumeParallel(b *testing.B) {
-	l := benchLocal(b)
+func BenchmarkTryConsume(b *testing.B) {
 	ctx := context.Background()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
+	b.Run("bucketgrid", func(b *testing.B) {
+		l := benchLocal(b)
+		b.ReportAllocs()
+		for b.Loop() {
 			if ok, _ := l.TryConsume(ctx, 1); !ok {
 				b.Fatal("rejected")
 			}
 		}
 	})
-}
-
-func benchRateLimiter() *rate.Limiter {
-	return rate.NewLimiter(rate.Limit(benchRate), math.MaxInt32)
-}
-
-func BenchmarkXTimeRateAllowN(b *testing.B) {
-	lim := benchRateLimiter()
-	b.ReportAllocs()
-	for b.Loop() {
-		if !lim.AllowN(time.Now(), 1) {
-			b.Fatal("rejected")
-		}
-	}
-}
-
-func BenchmarkXTimeRateAllowNParallel(b *testing.B) {
-	lim := benchRateLimiter()
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
+	b.Run("x-time-rate", func(b *testing.B) {
+		lim := benchRateLimiter()
+		b.ReportAllocs()
+		for b.Loop() {
 			if !lim.AllowN(time.Now(), 1) {
 				b.Fatal("rejected")
 			}
 		}
 	})
+}
+
+func BenchmarkTryConsumeParallel(b *testing.B) {
+	ctx := context.Background()
+	b.Run("bucketgrid", func(b *testing.B) {
+		l := benchLocal(b)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if ok, _ := l.TryConsume(ctx, 1); !ok {
+					b.Fatal("rejected")
+				}
+			}
+		})
+	})
+	b.Run("x-time-rate", func(b *testing.B) {
+		lim := benchRateLimiter()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if !lim.AllowN(time.Now(), 1) {
+					b.Fatal("rejected")
+				}
+			}
+		})
+	})
+}
+
+func benchRateLimiter() *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(benchRate), math.MaxInt32)
 }
 
 // The keyed benchmarks take one token per call from 100k per-client buckets
@@ -112,48 +118,15 @@ func benchLocalMap(b *testing.B, keys []string) *LocalMap {
 	return m
 }
 
-func BenchmarkLocalMap100kKeys(b *testing.B) {
-	keys := benchKeyNames()
-	m := benchLocalMap(b, keys)
-	ctx := context.Background()
-	i := 0
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if ok, _ := m.TryConsume(ctx, keys[i], 1); !ok {
-			b.Fatal("rejected")
-		}
-		if i++; i == len(keys) {
-			i = 0
-		}
-	}
-}
-
-func BenchmarkLocalMap100kKeysParallel(b *testing.B) {
-	keys := benchKeyNames()
-	m := benchLocalMap(b, keys)
-	ctx := context.Background()
-	var start atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(start.Add(benchKeys/8)) % benchKeys
-		for pb.Next() {
-			if ok, _ := m.TryConsume(ctx, keys[i], 1); !ok {
-				b.Fatal("rejected")
-			}
-			if i++; i == len(keys) {
-				i = 0
-			}
-		}
-	})
-}
-
-func benchGoLimiter(b *testing.B, keys []string) interface {
+type keyedStore interface {
 	Take(context.Context, string) (uint64, uint64, uint64, bool, error)
 	Close(context.Context) error
-} {
+}
+
+func benchGoLimiter(b *testing.B, keys []string) keyedStore {
 	b.Helper()
+	// a day-long interval: go-limiter never refills within a run, so it
+	// never rejects
 	store, err := memorystore.New(&memorystore.Config{Tokens: 1 << 40, Interval: 24 * time.Hour,
 		InitialAlloc: benchKeys})
 	if err != nil {
@@ -169,33 +142,27 @@ func benchGoLimiter(b *testing.B, keys []string) interface {
 	return store
 }
 
-func BenchmarkGoLimiter100kKeys(b *testing.B) {
+func BenchmarkKeyed100k(b *testing.B) {
 	keys := benchKeyNames()
-	store := benchGoLimiter(b, keys)
 	ctx := context.Background()
-	i := 0
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, _, _, ok, _ := store.Take(ctx, keys[i]); !ok {
-			b.Fatal("rejected")
+	b.Run("bucketgrid", func(b *testing.B) {
+		m := benchLocalMap(b, keys)
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			if ok, _ := m.TryConsume(ctx, keys[i], 1); !ok {
+				b.Fatal("rejected")
+			}
+			if i++; i == len(keys) {
+				i = 0
+			}
 		}
-		if i++; i == len(keys) {
-			i = 0
-		}
-	}
-}
-
-func BenchmarkGoLimiter100kKeysParallel(b *testing.B) {
-	keys := benchKeyNames()
-	store := benchGoLimiter(b, keys)
-	ctx := context.Background()
-	var start atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(start.Add(benchKeys/8)) % benchKeys
-		for pb.Next() {
+	})
+	b.Run("go-limiter", func(b *testing.B) {
+		store := benchGoLimiter(b, keys)
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
 			if _, _, _, ok, _ := store.Take(ctx, keys[i]); !ok {
 				b.Fatal("rejected")
 			}
@@ -203,5 +170,35 @@ func BenchmarkGoLimiter100kKeysParallel(b *testing.B) {
 				i = 0
 			}
 		}
+	})
+}
+
+func BenchmarkKeyed100kParallel(b *testing.B) {
+	keys := benchKeyNames()
+	ctx := context.Background()
+	// each goroutine walks the keys round-robin from its own offset
+	walk := func(b *testing.B, take func(key string) bool) {
+		var start atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(start.Add(benchKeys/8)) % benchKeys
+			for pb.Next() {
+				if !take(keys[i]) {
+					b.Fatal("rejected")
+				}
+				if i++; i == len(keys) {
+					i = 0
+				}
+			}
+		})
+	}
+	b.Run("bucketgrid", func(b *testing.B) {
+		m := benchLocalMap(b, keys)
+		walk(b, func(key string) bool { ok, _ := m.TryConsume(ctx, key, 1); return ok })
+	})
+	b.Run("go-limiter", func(b *testing.B) {
+		store := benchGoLimiter(b, keys)
+		walk(b, func(key string) bool { _, _, _, ok, _ := store.Take(ctx, key); return ok })
 	})
 }
