@@ -33,8 +33,8 @@ func benchLocal(b *testing.B) *Local {
 }
 
 // Each comparison is one benchmark with a sub-benchmark per contender, so
-// that -count interleaves them: on a shared machine, load then weighs on
-// both alike.
+// the contenders run back to back. Contended (parallel) figures swing between
+// runs: compare them within one run only.
 
 func BenchmarkTryConsume(b *testing.B) {
 	ctx := context.Background()
