@@ -364,6 +364,9 @@ func (pc *PolicyConfig) compile() (policy, error) {
 	if err != nil {
 		return p, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if p.cost > p.quota {
+		return p, configErr("cost %d exceeds the smallest capacity %d: every request would be rejected", p.cost, p.quota)
+	}
 	p.config = cfg
 	return p, nil
 }

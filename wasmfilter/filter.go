@@ -2,6 +2,8 @@ package wasmfilter
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -226,8 +228,19 @@ func (p *Plugin) key(pol *policy) (string, error) {
 			b.WriteString(v)
 		}
 	}
-	return b.String(), nil
+	key := b.String()
+	if len(key) > maxKeyLen {
+		// Client-chosen header values can be long, and every slot record
+		// holds its key: store a digest instead, collision-resistant so
+		// that no client can aim at another's bucket.
+		sum := sha256.Sum256([]byte(key))
+		key = pol.name + "\x00#" + hex.EncodeToString(sum[:])
+	}
+	return key, nil
 }
+
+// maxKeyLen bounds the key stored in a slot record.
+const maxKeyLen = 128
 
 // hostOf strips the port from an Envoy address: "10.0.0.1:5000" →
 // "10.0.0.1", "[::1]:5000" → "::1". Other forms are returned unchanged.

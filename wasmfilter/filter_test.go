@@ -314,3 +314,27 @@ func BenchmarkNativeRequest(b *testing.B) {
 		}
 	}
 }
+
+func TestLongKeysAreDigested(t *testing.T) {
+	cfg := `{"policies": [{"name": "p", "key": ["header:x-api-key"], "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`
+	shared := shareddata.New()
+	vm := newFakeVM(t, shared, newClock(), cfg)
+	long := strings.Repeat("k", 10000)
+	if r := vm.do("", map[string]string{"x-api-key": long}); r.status != 200 {
+		t.Fatal(r.status)
+	}
+	if r := vm.do("", map[string]string{"x-api-key": long}); r.status != 429 {
+		t.Fatal("the long key's bucket was not found again")
+	}
+	if r := vm.do("", map[string]string{"x-api-key": long + "x"}); r.status != 200 {
+		t.Fatal("another long key shares the bucket")
+	}
+	for i := range 4096 {
+		if v, _, st := shared.Get(fmt.Sprintf("bucketgrid/p/%d", i)); st == 0 && len(v) > 200 {
+			t.Fatalf("slot %d holds %d bytes", i, len(v))
+		}
+	}
+	if _, err := ParseConfig([]byte(`{"policies": [{"name": "p", "cost": 5, "bandwidths": [{"capacity": 4, "period": "1h"}]}]}`)); err == nil {
+		t.Fatal("cost above capacity accepted")
+	}
+}
