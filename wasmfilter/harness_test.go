@@ -41,7 +41,7 @@ func loadWasm(t testing.TB) []byte {
 }
 
 // compilationCache compiles filter.wasm once per machine: compiling the
-// 3.7 MB module takes seconds, and about a minute under -race (the compiler
+// 4 MB module takes seconds, and about a minute under -race (the compiler
 // is instrumented Go code). The cache is keyed by the module's bytes and
 // wazero's version, so a rebuilt filter.wasm is compiled anew.
 var compilationCache = func() wazero.CompilationCache {
