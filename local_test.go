@@ -538,3 +538,31 @@ func TestLocalContendedMixedOperations(t *testing.T) {
 		t.Fatalf("%d tokens after balanced operations", avail)
 	}
 }
+
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	cfg, _ := core.NewConfig(core.Greedy(1<<40, 1_000_000, time.Millisecond))
+	l, err := NewLocal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewLocalMap(func(string) (core.Config, error) { return cfg, nil })
+	m.Bucket("client")
+	var cl CountingListener
+	withListener, _ := NewLocal(cfg, WithLocalListener(&cl))
+	paths := map[string]func(){
+		"Local.TryConsume":                   func() { l.TryConsume(ctx, 1) },
+		"Local.TryConsumeAndReturnRemaining": func() { l.TryConsumeAndReturnRemaining(ctx, 1) },
+		"Local.EstimateAbilityToConsume":     func() { l.EstimateAbilityToConsume(ctx, 1) },
+		"Local.TryConsume with a listener":   func() { withListener.TryConsume(ctx, 1) },
+		"LocalMap.TryConsume":                func() { m.TryConsume(ctx, "client", 1) },
+		"LocalMap.TryConsumeAndReturnRemaining": func() {
+			m.TryConsumeAndReturnRemaining(ctx, "client", 1)
+		},
+	}
+	for name, f := range paths {
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s allocates %.1f times per call", name, n)
+		}
+	}
+}
