@@ -17,61 +17,6 @@ import (
 // re-routes and retries.
 var errPeerGone = errors.New("bucketgrid/olric: owner connection lost")
 
-// frameWriter owns the write side of a connection: frames queued by any
-// goroutine are written in batches, one flush per batch, so concurrent
-// requests (or responses) share system calls.
-type frameWriter struct {
-	out  chan []byte
-	done chan struct{}
-}
-
-func newFrameWriter() *frameWriter {
-	return &frameWriter{out: make(chan []byte, 512), done: make(chan struct{})}
-}
-
-// send queues a frame; false when the connection is gone.
-func (w *frameWriter) send(f []byte) bool {
-	select {
-	case w.out <- f:
-		return true
-	case <-w.done:
-		return false
-	}
-}
-
-// run writes frames until done closes or a write fails.
-func (w *frameWriter) run(c net.Conn, fail func(error)) {
-	bw := bufio.NewWriterSize(c, 32<<10)
-	for {
-		var f []byte
-		select {
-		case f = <-w.out:
-		case <-w.done:
-			return
-		}
-		if _, err := bw.Write(f); err != nil {
-			fail(err)
-			return
-		}
-	batch:
-		for {
-			select {
-			case f = <-w.out:
-				if _, err := bw.Write(f); err != nil {
-					fail(err)
-					return
-				}
-			default:
-				break batch
-			}
-		}
-		if err := bw.Flush(); err != nil {
-			fail(err)
-			return
-		}
-	}
-}
-
 // ---- owner side ----
 
 // serve accepts owner-channel connections until the listener closes.
@@ -95,33 +40,24 @@ func (m *Member) serve() {
 	}
 }
 
-// serveConn reads requests from one caller and answers each as soon as it
-// is done, in any order.
+// serveConn reads requests from one caller and executes them in order on
+// this goroutine; answers go out in one write per batch of requests that
+// arrived together (it flushes when no further request is buffered).
 func (m *Member) serveConn(c net.Conn) {
 	defer m.wg.Done()
-	w := newFrameWriter()
-	var once sync.Once
-	stop := func(error) {
-		once.Do(func() {
-			close(w.done)
-			c.Close()
-		})
-	}
-	var handlers sync.WaitGroup
+	// One context per connection: a context per request would make every
+	// request contend on the member context's lock.
+	ctx, cancel := context.WithCancel(m.ctx)
 	defer func() {
-		stop(nil)
-		handlers.Wait()
+		cancel()
+		c.Close()
 		m.connMu.Lock()
 		delete(m.conns, c)
 		m.connMu.Unlock()
 	}()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		w.run(c, stop)
-	}()
 	r := bufio.NewReaderSize(c, 32<<10)
-	var buf []byte
+	w := bufio.NewWriterSize(c, 32<<10)
+	var buf, out []byte
 	for {
 		var err error
 		if buf, err = readFrame(r, buf); err != nil {
@@ -137,45 +73,50 @@ func (m *Member) serveConn(c net.Conn) {
 		}
 		var req core.Request
 		if kind == kindExecute {
-			if req, err = core.DecodeRequest(rest); err != nil {
-				w.send(errorFrame(id, err))
-				continue
+			req, err = core.DecodeRequest(rest)
+		}
+		if err != nil {
+			out = appendErrorFrame(out[:0], id, err)
+		} else {
+			o := m.execOwner(ctx, key, m.hash(key), &req, kind == kindRemove)
+			out = o.appendFrame(out[:0], id)
+		}
+		if _, err := w.Write(out); err != nil {
+			return
+		}
+		if r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return
 			}
 		}
-		handlers.Add(1)
-		go func() {
-			defer handlers.Done()
-			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RequestTimeout)
-			o := m.execOwner(ctx, key, m.hash(key), &req, kind == kindRemove)
-			cancel()
-			w.send(o.frame(id))
-		}()
 	}
 }
 
-func errorFrame(id uint64, err error) []byte {
-	f := appendFrameHeader(nil, id, kindError)
-	f = append(f, err.Error()...)
-	return finishFrame(f, 0)
+func appendErrorFrame(dst []byte, id uint64, err error) []byte {
+	start := len(dst)
+	dst = appendFrameHeader(dst, id, kindError)
+	dst = append(dst, err.Error()...)
+	return finishFrame(dst, start)
 }
 
-// frame encodes an owner outcome as the answer to request id.
-func (o *outcome) frame(id uint64) []byte {
+// appendFrame encodes an owner outcome as the answer to request id.
+func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
+	start := len(dst)
 	switch o.kind {
 	case kindOK:
-		f := appendFrameHeader(make([]byte, 0, 64), id, kindOK)
+		dst = appendFrameHeader(dst, id, kindOK)
 		if !o.removed {
-			f = core.AppendResponse(f, &o.resp)
+			dst = core.AppendResponse(dst, &o.resp)
 		}
-		return finishFrame(f, 0)
 	case kindHold:
-		f := appendFrameHeader(make([]byte, 0, 16), id, kindHold)
-		f = binary.AppendUvarint(f, uint64(o.hold))
-		return finishFrame(f, 0)
+		dst = appendFrameHeader(dst, id, kindHold)
+		dst = binary.AppendUvarint(dst, uint64(o.hold))
 	case kindNotOwner:
-		return finishFrame(appendFrameHeader(make([]byte, 0, 16), id, kindNotOwner), 0)
+		dst = appendFrameHeader(dst, id, kindNotOwner)
+	default:
+		return appendErrorFrame(dst, id, o.err)
 	}
-	return errorFrame(id, o.err)
+	return finishFrame(dst, start)
 }
 
 // ---- caller side ----
@@ -188,16 +129,24 @@ type reply struct {
 }
 
 // peer is a multiplexed connection to another member's owner channel.
+//
+// Writes are combined: a caller appends its frame to wbuf and, unless
+// another caller is already writing, writes wbuf itself, again and again
+// while frames keep arriving. Callers that arrive during a write ride along
+// with the next one, so a busy connection carries many frames per system
+// call without a writer goroutine.
 type peer struct {
 	m    *Member
 	name string
 	c    net.Conn
-	w    *frameWriter
 
-	mu      sync.Mutex
-	nextID  uint64
-	pending map[uint64]chan reply
-	err     error
+	mu       sync.Mutex // guards everything below
+	nextID   uint64
+	pending  map[uint64]chan reply
+	err      error
+	wbuf     []byte
+	spare    []byte
+	flushing bool
 }
 
 // peerFor returns the connection to the member called name, dialling it
@@ -222,7 +171,7 @@ func (m *Member) peerFor(ctx context.Context, name string) (*peer, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	p = &peer{m: m, name: name, c: c, w: newFrameWriter(), pending: map[uint64]chan reply{}}
+	p = &peer{m: m, name: name, c: c, pending: map[uint64]chan reply{}}
 	m.peerMu.Lock()
 	if m.peersClosed {
 		m.peerMu.Unlock()
@@ -235,12 +184,8 @@ func (m *Member) peerFor(ctx context.Context, name string) (*peer, error) {
 		return q, nil
 	}
 	m.peers[name] = p
-	m.wg.Add(2)
+	m.wg.Add(1)
 	m.peerMu.Unlock()
-	go func() {
-		defer m.wg.Done()
-		p.w.run(c, p.fail)
-	}()
 	go p.read()
 	return p, nil
 }
@@ -273,7 +218,6 @@ func (p *peer) fail(err error) {
 	pending := p.pending
 	p.pending = nil
 	p.mu.Unlock()
-	close(p.w.done)
 	p.c.Close()
 	for _, ch := range pending {
 		ch <- reply{err: p.err}
@@ -323,16 +267,30 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req []byte) repl
 	p.nextID++
 	id := p.nextID
 	p.pending[id] = ch
-	p.mu.Unlock()
-	f := appendFrameHeader(make([]byte, 0, 16+len(key)+len(req)), id, kind)
-	f = appendKey(f, key)
-	f = append(f, req...)
-	if !p.w.send(finishFrame(f, 0)) {
-		p.mu.Lock()
-		err := p.err
-		p.mu.Unlock()
-		return reply{err: err}
+	start := len(p.wbuf)
+	p.wbuf = appendFrameHeader(p.wbuf, id, kind)
+	p.wbuf = appendKey(p.wbuf, key)
+	p.wbuf = append(p.wbuf, req...)
+	p.wbuf = finishFrame(p.wbuf, start)
+	if !p.flushing {
+		p.flushing = true
+		for len(p.wbuf) > 0 && p.err == nil {
+			buf := p.wbuf
+			p.wbuf = p.spare[:0]
+			p.mu.Unlock()
+			_, err := p.c.Write(buf)
+			p.mu.Lock()
+			p.spare = buf[:0]
+			if err != nil {
+				p.flushing = false
+				p.mu.Unlock()
+				p.fail(err)
+				return <-ch
+			}
+		}
+		p.flushing = false
 	}
+	p.mu.Unlock()
 	select {
 	case r := <-ch:
 		return r

@@ -94,6 +94,11 @@ type Config struct {
 	// Stripes is the number of per-key lock stripes on the owner. Default
 	// 1024.
 	Stripes int
+
+	// CacheEntries bounds the owner's cache of the bucket states it wrote
+	// (the owner is their only writer, so it need not read them back from
+	// Olric); 0 means 1<<20, negative disables the cache.
+	CacheEntries int
 }
 
 // DefaultLocalConfig returns a configuration for a member on the loopback
@@ -185,6 +190,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Stripes <= 0 {
 		c.Stripes = d.Stripes
+	}
+	if c.CacheEntries == 0 {
+		c.CacheEntries = 1 << 20
 	}
 	return c, nil
 }

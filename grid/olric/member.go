@@ -52,7 +52,8 @@ type Member struct {
 	genMu     sync.Mutex
 	genCh     chan struct{} // closed after each routing read
 
-	stripes []sync.Mutex
+	stripes []stripe
+	epochs  atomic.Uint64
 
 	// gate is read-held by every owner-side execution; Shutdown takes it
 	// after setting leaving, so it waits for executions in flight.
@@ -114,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		startErr: make(chan error, 1),
 		kickCh:   make(chan struct{}, 1),
 		genCh:    make(chan struct{}),
-		stripes:  make([]sync.Mutex, cfg.Stripes),
+		stripes:  make([]stripe, cfg.Stripes),
 		conns:    map[net.Conn]struct{}{},
 		peers:    map[string]*peer{},
 	}
@@ -246,9 +247,9 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.
 		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}
 	}
 	p := h % m.cfg.PartitionCount
-	mu := &m.stripes[(h>>32)%uint64(len(m.stripes))]
-	mu.Lock()
-	defer mu.Unlock()
+	st := &m.stripes[(h>>32)%uint64(len(m.stripes))]
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	r := m.routes.Load()
 	if r.owners[p] != m.name {
 		m.kick()
@@ -263,34 +264,88 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.
 		return outcome{kind: kindHold, hold: g - now}
 	}
 	if remove {
+		delete(st.cache, key)
 		if _, err := m.dm.Delete(ctx, key); err != nil {
 			return outcome{kind: kindError, err: err, retry: true}
 		}
 		return outcome{kind: kindOK, removed: true}
 	}
-	var stored []byte
-	gr, err := m.dm.Get(ctx, key)
-	switch {
-	case errors.Is(err, olricdb.ErrKeyNotFound):
-	case err != nil:
-		return outcome{kind: kindError, err: err, retry: true}
-	default:
-		if stored, err = gr.Byte(); err != nil {
-			return outcome{kind: kindError, err: err}
+	epoch := r.epoch[p]
+	stored, ok := st.get(key, epoch, now)
+	if !ok {
+		gr, err := m.dm.Get(ctx, key)
+		switch {
+		case errors.Is(err, olricdb.ErrKeyNotFound):
+		case err != nil:
+			return outcome{kind: kindError, err: err, retry: true}
+		default:
+			if stored, err = gr.Byte(); err != nil {
+				return outcome{kind: kindError, err: err}
+			}
 		}
 	}
 	newStored, changed, resp := core.Process(stored, *req, m.cfg.Clock())
 	if changed {
+		var err error
 		if resp.TTL > 0 {
 			err = m.dm.Put(ctx, key, newStored, olricdb.PX(time.Duration(resp.TTL)))
 		} else {
 			err = m.dm.Put(ctx, key, newStored)
 		}
 		if err != nil {
+			delete(st.cache, key)
 			return outcome{kind: kindError, err: err, retry: true}
 		}
+		stored = newStored
+	}
+	if changed && m.cfg.CacheEntries > 0 {
+		expires := int64(0)
+		if resp.TTL > 0 {
+			expires = m.mono() + resp.TTL
+		}
+		st.put(key, cached{state: stored, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(m.stripes))
 	}
 	return outcome{kind: kindOK, resp: resp}
+}
+
+// stripe is one per-key lock with the cache of the buckets it guards.
+type stripe struct {
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+// cached is the last state this member wrote for a bucket it owns. The
+// owner is the only writer of its buckets, so the copy equals the Olric
+// entry for as long as the member keeps owning the partition (epoch) and
+// the entry lives (expires, m.mono nanoseconds; 0 for never).
+type cached struct {
+	state   []byte
+	epoch   uint64
+	expires int64
+}
+
+// get returns the cached state of key if still valid. Called with mu held.
+func (s *stripe) get(key string, epoch uint64, now int64) ([]byte, bool) {
+	c, ok := s.cache[key]
+	if !ok || c.epoch != epoch || (c.expires != 0 && now >= c.expires) {
+		return nil, false
+	}
+	return c.state, true
+}
+
+// put caches a state, dropping an arbitrary entry when the stripe holds
+// limit entries. Called with mu held.
+func (s *stripe) put(key string, c cached, limit int) {
+	if s.cache == nil {
+		s.cache = map[string]cached{}
+	}
+	if _, ok := s.cache[key]; !ok && len(s.cache) >= max(limit, 1) {
+		for k := range s.cache {
+			delete(s.cache, k)
+			break
+		}
+	}
+	s.cache[key] = c
 }
 
 // Execute implements bucketgrid.Executor: it runs req on the owner of key's
@@ -311,10 +366,11 @@ func (m *Member) Remove(ctx context.Context, key string) error {
 }
 
 func (m *Member) do(ctx context.Context, key string, req *core.Request, remove bool) (outcome, error) {
+	// Without a deadline, RequestTimeout bounds the waits (a timer per
+	// request would cost more than the request).
+	budget := time.Time{}
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.cfg.RequestTimeout)
-		defer cancel()
+		budget = time.Now().Add(m.cfg.RequestTimeout)
 	}
 	h := m.hash(key)
 	p := h % m.cfg.PartitionCount
@@ -356,6 +412,9 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 			if err := m.waitRefresh(ctx); err != nil {
 				return outcome{}, fmt.Errorf("bucketgrid/olric: %w (%v)", err, last)
 			}
+			if !budget.IsZero() && time.Now().After(budget) {
+				return outcome{}, fmt.Errorf("bucketgrid/olric: %w after %v (%v)", context.DeadlineExceeded, m.cfg.RequestTimeout, last)
+			}
 			continue
 		case kindHold:
 			last = errors.New("owner holding the key during a hand-over")
@@ -368,6 +427,9 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 			m.kick()
 			wait = backoff
 			backoff = min(2*backoff, 50*time.Millisecond)
+		}
+		if !budget.IsZero() && time.Now().Add(wait).After(budget) {
+			return outcome{}, fmt.Errorf("bucketgrid/olric: %w after %v (%v)", context.DeadlineExceeded, m.cfg.RequestTimeout, last)
 		}
 		t := time.NewTimer(wait)
 		select {

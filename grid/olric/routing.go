@@ -17,6 +17,9 @@ type routes struct {
 	// guardUntil[p], for a partition this member owns, is the m.mono time
 	// before which it holds the partition's requests (hand-over guard).
 	guardUntil []int64
+	// epoch[p] changes whenever this member (re)acquires partition p; a
+	// cached bucket state is valid only under the epoch it was read in.
+	epoch []uint64
 	// members is the number of distinct owners.
 	members int
 }
@@ -50,6 +53,7 @@ func (m *Member) refresh(ctx context.Context) error {
 		owners:     make([]string, n),
 		start:      start,
 		guardUntil: make([]int64, n),
+		epoch:      make([]uint64, n),
 	}
 	distinct := map[string]struct{}{}
 	for p, r := range rt {
@@ -72,10 +76,13 @@ func (m *Member) refresh(ctx context.Context) error {
 		switch {
 		case prev == nil && onlySelf:
 			// A new cluster: nobody else can hold a lease.
+			nr.epoch[p] = m.epochs.Add(1)
 		case prev == nil || gapped || prev.owners[p] != m.name:
 			nr.guardUntil[p] = guard
+			nr.epoch[p] = m.epochs.Add(1)
 		default:
 			nr.guardUntil[p] = prev.guardUntil[p]
+			nr.epoch[p] = prev.epoch[p]
 		}
 	}
 	m.routes.Store(nr)
