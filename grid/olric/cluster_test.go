@@ -3,6 +3,7 @@ package olric
 import (
 	"context"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -1,0 +1,230 @@
+package olric
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// The child side of TestSeparateProcesses: the test binary re-executed with
+// childEnv set runs one member and obeys lines on stdin:
+//
+//	GO n g   consume: g goroutines × n TryConsume(1) on key "shared";
+//	         answers "ADMITTED k"
+//	AVAIL    answers "AVAIL tokens" (as seen through this member)
+//	STOP     shuts the member down and exits
+//
+// It prints "READY" once it reads a routing table with want members and no
+// pending hand-over.
+const childEnv = "BUCKETGRID_OLRIC_CHILD"
+
+// sharedCapacity is the bucket the children share.
+const sharedCapacity = 4000
+
+func childMain() int {
+	// childEnv holds "bindPort memberlistPort members [seed]".
+	f := strings.Fields(os.Getenv(childEnv))
+	base := DefaultLocalConfig()
+	base.BindPort, _ = strconv.Atoi(f[0])
+	base.MemberlistBindPort, _ = strconv.Atoi(f[1])
+	want, _ := strconv.Atoi(f[2])
+	if len(f) > 3 {
+		base.Peers = f[3:]
+	}
+	base.ChannelAddr = "127.0.0.1:0"
+	base.LeaveTimeout = 300 * time.Millisecond
+	base.RoutingRefresh, base.RoutingLease, base.HandoverGrace = 50*time.Millisecond, 400*time.Millisecond, 600*time.Millisecond
+	m, err := Start(context.Background(), base)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	for {
+		r := m.routes.Load()
+		if r.members == want && !guarded(m, r) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Println("READY")
+	cfg, _ := core.NewConfig(core.Intervally(sharedCapacity, sharedCapacity, time.Hour))
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		switch f[0] {
+		case "GO":
+			n, _ := strconv.Atoi(f[1])
+			g, _ := strconv.Atoi(f[2])
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range g {
+				wg.Go(func() {
+					for range n {
+						resp, err := m.Execute(context.Background(), "shared", consumeReq(&cfg, 1))
+						if err != nil {
+							fmt.Println("ERROR", err)
+							return
+						}
+						if resp.Results[0].OK {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			fmt.Println("ADMITTED", admitted.Load())
+		case "AVAIL":
+			resp, err := m.Execute(context.Background(), "shared", availableReq(&cfg))
+			if err != nil {
+				fmt.Println("ERROR", err)
+				continue
+			}
+			fmt.Println("AVAIL", resp.Results[0].Tokens)
+		case "STOP":
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := m.Shutdown(ctx)
+			cancel()
+			if err != nil {
+				fmt.Println("ERROR", err)
+				return 1
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
+func guarded(m *Member, r *routes) bool {
+	now := m.mono()
+	for p, o := range r.owners {
+		if o == m.name && r.guardUntil[p] > now {
+			return true
+		}
+	}
+	return false
+}
+
+// child is a member running in another OS process.
+type child struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func (c *child) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := fmt.Fprintln(c.in, line); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expect reads lines until one starts with prefix and returns its rest.
+func (c *child) expect(t *testing.T, prefix string) string {
+	t.Helper()
+	for c.out.Scan() {
+		line := c.out.Text()
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			return strings.TrimSpace(rest)
+		}
+		if strings.HasPrefix(line, "ERROR") {
+			t.Fatal(line)
+		}
+	}
+	t.Fatalf("child ended while waiting for %q: %v", prefix, c.out.Err())
+	return ""
+}
+
+// TestSeparateProcesses runs three members in three OS processes (this test
+// binary re-executed) that share nothing but the network, has each consume
+// from one bucket concurrently, and checks that exactly the capacity was
+// admitted across processes.
+func TestSeparateProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []*child
+	var seed string
+	for i := range 3 {
+		p := freePorts(t, 2)
+		spec := fmt.Sprintf("%d %d 3", p[0], p[1])
+		if i == 0 {
+			seed = fmt.Sprintf("127.0.0.1:%d", p[1])
+		} else {
+			spec += " " + seed
+		}
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+spec)
+		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		k := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+		kids = append(kids, k)
+		t.Cleanup(func() {
+			in.Close()
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
+	for _, k := range kids {
+		k.expect(t, "READY")
+	}
+	// 3 processes × 4 goroutines × 500 = 6000 attempts on capacity 4000.
+	for _, k := range kids {
+		k.send(t, "GO 500 4")
+	}
+	var total int64
+	for _, k := range kids {
+		n, err := strconv.ParseInt(k.expect(t, "ADMITTED"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if total != sharedCapacity {
+		t.Errorf("admitted %d across processes, want exactly %d", total, sharedCapacity)
+	}
+	for _, k := range kids {
+		k.send(t, "AVAIL")
+		if got := k.expect(t, "AVAIL"); got != "0" {
+			t.Errorf("available %s, want 0", got)
+		}
+	}
+	for _, k := range kids {
+		k.send(t, "STOP")
+	}
+	for _, k := range kids {
+		if err := k.cmd.Wait(); err != nil {
+			t.Errorf("child: %v", err)
+		}
+	}
+}
