@@ -42,7 +42,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profileDir(t)),
 		chromedp.WindowSize(1360, 900),
 	)
 	defer cancel()
@@ -119,6 +119,27 @@ func TestBrowser(t *testing.T) {
 	if len(png) < 8 || string(png[1:4]) != "PNG" {
 		t.Error("the screenshot is not a PNG")
 	}
+}
+
+// profileDir returns a fresh Chromium profile directory. Chromium's child
+// processes may still write there for a moment after the browser stops, so
+// its removal is retried rather than left to t.TempDir, which would fail
+// the test.
+func profileDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "cluster-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if os.RemoveAll(dir) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("could not remove %s", dir)
+	})
+	return dir
 }
 
 // all returns the JavaScript condition cond, with %d standing for the
