@@ -131,7 +131,7 @@ func checkOutcome(t *testing.T, s cas.Store, key string, r incrResults, opTimeou
 	if r.lost != 0 {
 		t.Errorf("%d failures were reported as lost races", r.lost)
 	}
-	if slack := time.Second; r.slowestErr > opTimeout+slack {
+	if slack := 2 * time.Second; r.slowestErr > opTimeout+slack { // slack for a loaded CI machine
 		t.Errorf("a failing call took %v, beyond its %v timeout", r.slowestErr, opTimeout)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
