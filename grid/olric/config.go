@@ -58,7 +58,9 @@ type Config struct {
 	// bucket this member owns. Default time.Now().UnixNano().
 	Clock func() int64
 
-	// LogOutput receives Olric's and memberlist's logs. Nil discards them.
+	// LogOutput receives Olric's, memberlist's and go-redis's logs. Nil
+	// discards them. go-redis logs through a package-level logger, so the
+	// member started last decides where its logs go for the whole process.
 	LogOutput io.Writer
 
 	// LeaveTimeout bounds how long Olric waits for its leave message to

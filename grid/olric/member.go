@@ -107,6 +107,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	oc.BootstrapTimeout = cfg.JoinTimeout
 	oc.Hasher = hasher.NewDefaultHasher()
 
+	// go-redis, which Olric uses for its connections, logs through a
+	// package-level logger; point it at LogOutput too.
+	redis.SetLogger(redisLogger{log.New(cfg.LogOutput, "redis: ", log.LstdFlags)})
+
 	m := &Member{
 		cfg:      cfg,
 		name:     net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)),
@@ -187,7 +191,9 @@ func (m *Member) start(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	ps, err := m.client.NewPubSub()
+	// Subscribe on this member itself: a subscription on another member
+	// would outlive that member and retry its address forever.
+	ps, err := m.client.NewPubSub(olricdb.ToAddress(m.name))
 	if err != nil {
 		return err
 	}
@@ -251,6 +257,9 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	r := m.routes.Load()
+	if r == nil { // still starting
+		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}
+	}
 	if r.owners[p] != m.name {
 		m.kick()
 		return outcome{kind: kindNotOwner}
@@ -515,3 +524,8 @@ func (m *Member) shutdown(ctx context.Context) error {
 	}
 	return err
 }
+
+// redisLogger adapts a log.Logger to go-redis's logging interface.
+type redisLogger struct{ l *log.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, v ...any) { r.l.Printf(format, v...) }
