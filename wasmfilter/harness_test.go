@@ -484,9 +484,13 @@ func BenchmarkWasmRequest(b *testing.B) {
 	}
 	h := map[string]string{":path": "/"}
 	b.ReportAllocs()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		if w.do("192.0.2.1:1", h).status != 200 {
 			b.Fatal("rejected")
 		}
+	}
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package wasmfilter_test
+
+import "time"
+
+// cpuTime is unavailable here; benchmarks then report no CPU metric.
+func cpuTime() time.Duration { return 0 }
