@@ -59,6 +59,8 @@
 // default 4096), stores the key and an expiry with each bucket, and reuses
 // a slot once its bucket has refilled completely (then it equals a new one).
 // All writes are compare-and-swaps except the very first write of a slot,
-// which Envoy only offers unconditionally: see Store for that race and its
-// bound. Times are WASI wall-clock nanoseconds, shared by all workers.
+// which Envoy only offers unconditionally; the filter makes those writes
+// when a plugin is configured, before it serves traffic (Store.Prepare). See
+// Store for the race that remains and its bound. Times are WASI wall-clock
+// nanoseconds, shared by all workers.
 package wasmfilter

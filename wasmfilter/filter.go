@@ -131,6 +131,10 @@ func (p *Plugin) Configure(raw []byte) error {
 	for i := range set.policies {
 		pol := &set.policies[i]
 		store := NewStore(p.host, set.prefix+"/"+pol.name, pol.slots, p.host.Now)
+		if err := store.Prepare(); err != nil {
+			// Not fatal: unprepared slots are created on first use.
+			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": preparing shared data: "+err.Error())
+		}
 		execs[i] = newExecutor(store, p.host.Now, set.maxAttempts)
 	}
 	p.set, p.execs = set, execs

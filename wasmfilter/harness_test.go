@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -365,9 +366,20 @@ func TestWasmTwoVMsShareBuckets(t *testing.T) {
 	if r := w2.do("192.0.2.1:1", api); r.status != 429 {
 		t.Fatalf("second after one refill: %+v", r)
 	}
-	// The state really lives in shared data: one slot per client.
-	if n := e.shared.Len(); n != 2 {
-		t.Errorf("%d shared-data keys, want 2", n)
+	// The state really lives in shared data: the policy's 4096 slots,
+	// prepared when configured, two of them holding a bucket (one per
+	// client); the others hold 10-byte tombstones.
+	if n := e.shared.Len(); n != 4096 {
+		t.Errorf("%d shared-data keys, want 4096", n)
+	}
+	used := 0
+	for i := range 4096 {
+		if v, _, _ := e.shared.Get("bucketgrid/per-client/" + strconv.Itoa(i)); len(v) > 10 {
+			used++
+		}
+	}
+	if used != 2 {
+		t.Errorf("%d slots in use, want 2", used)
 	}
 }
 

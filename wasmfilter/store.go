@@ -30,10 +30,12 @@ import (
 // The first-insert race: a slot that has never been written can only be
 // created with cas 0, which Envoy treats as an unconditional write. When k
 // VMs insert into the same never-written slot at the same moment, the last
-// write wins and the other k−1 writes are lost. The cost is bounded: it
-// happens at most once per slot for the life of the Envoy process, and
-// admits at most (k−1)×cost extra requests, k ≤ the number of worker
-// threads. Every later write of the slot is a real compare-and-swap.
+// write wins and the other k−1 writes are lost: at most (k−1)×cost extra
+// requests are admitted, k ≤ the number of worker threads, once per slot
+// for the life of the Envoy process. Every later write of the slot is a real
+// compare-and-swap. Prepare, which the filter calls when a plugin is
+// configured, creates every slot as a tombstone before the VM serves
+// traffic, which moves those unconditional writes out of request handling.
 //
 // Version packs the probe index (high 32 bits) with Envoy's cas token (low
 // 32 bits); tokens come from one process-wide counter, so a token still in
@@ -114,8 +116,36 @@ func fnv1a(s string) uint64 {
 }
 
 func (s *Store) slotKey(key string, probe uint32) string {
-	slot := (uint32(fnv1a(key)%uint64(s.slots)) + probe) % s.slots
+	return s.slotName((uint32(fnv1a(key)%uint64(s.slots)) + probe) % s.slots)
+}
+
+func (s *Store) slotName(slot uint32) string {
 	return s.prefix + "/" + strconv.FormatUint(uint64(slot), 10)
+}
+
+// Prepare creates every never-written slot as a tombstone, so that no
+// insert ever needs an unconditional write. Run it before the VM serves
+// requests: then a worker can only lose a write to another worker's Prepare
+// if that worker, in the instant between this one's read and write of the
+// same slot, finished its own Prepare and stored a bucket there. Slots that
+// exist are left alone, so calling it again (a reconfiguration, another
+// worker starting) is harmless.
+func (s *Store) Prepare() error {
+	tomb := appendRecord(nil, "", nil, 0)
+	for slot := range s.slots {
+		name := s.slotName(slot)
+		_, _, err := s.host.SharedData(name)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, StatusNotFound) {
+			return fmt.Errorf("%w: get %s: %w", cas.ErrStore, name, err)
+		}
+		if err := s.host.SetSharedData(name, tomb, 0); err != nil {
+			return fmt.Errorf("%w: set %s: %w", cas.ErrStore, name, err)
+		}
+	}
+	return nil
 }
 
 // read returns the slot's record; exists is false for a never-written slot.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
 
@@ -189,64 +190,87 @@ func TestStoreErrorsAreNotLostRaces(t *testing.T) {
 // TestFirstInsertRaceIsBounded shows the one write Envoy cannot make
 // conditional, and its bound: when two VMs create the same never-written
 // slot at once, one consumption is lost, once; afterwards every write is a
-// real compare-and-swap and accounting is exact.
+// real compare-and-swap. The filter prepares its slots when configured,
+// which removes the race from request handling.
 func TestFirstInsertRaceIsBounded(t *testing.T) {
-	cfg := `{"policies": [{"name": "p", "bandwidths": [{"capacity": 10, "refill_tokens": 1, "period": "1h"}]}]}`
-	shared := shareddata.New()
-	clock := newClock()
-	vm1 := newFakeVM(t, shared, clock, cfg)
-	vm2 := newFakeVM(t, shared, clock, cfg)
-	admitted := 0
-	// vm2's whole request runs between vm1's read (slot absent) and vm1's
-	// unconditional write of the new slot.
-	var once bool
-	shared.BeforeSet = func(key string) {
-		if once {
-			return
-		}
-		once = true
-		if vm2.do("", nil).status == 200 {
-			admitted++
-		}
+	cfg, err := ParseConfig([]byte(`{"policies": [{"name": "p", "slots": 64,
+	  "bandwidths": [{"capacity": 10, "refill_tokens": 1, "period": "1h"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if vm1.do("", nil).status == 200 {
-		admitted++
+	set, _ := cfg.compile()
+	pol := &set.policies[0]
+	req := func() core.Request {
+		return core.Request{Mode: core.ModeCreateIfAbsent, Config: &pol.config,
+			Ops: []core.Op{{Kind: core.OpTryConsumeAndReturnRemaining, Tokens: 1}}}
 	}
-	shared.BeforeSet = nil
-	for range 20 {
-		if vm1.do("", nil).status == 200 {
-			admitted++
+	run := func(prepare bool) int {
+		shared, clock := shareddata.New(), newClock()
+		var execs [2]*cas.Executor
+		for i := range execs {
+			store := NewStore(newFakeHost(shared, clock, ""), "p", 64, nil)
+			if prepare {
+				if err := store.Prepare(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			execs[i] = newExecutor(store, clock.Load, 16)
 		}
-		if vm2.do("", nil).status == 200 {
-			admitted++
+		admitted := 0
+		consume := func(e *cas.Executor) {
+			resp, err := e.Execute(context.Background(), "k", req())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Results[0].OK {
+				admitted++
+			}
 		}
-	}
-	if admitted != 11 {
-		t.Fatalf("admitted %d, want capacity 10 + exactly 1 lost to the first-insert race", admitted)
-	}
-	// The same interleaving on an existing slot loses nothing.
-	shared2 := shareddata.New()
-	vm1, vm2 = newFakeVM(t, shared2, clock, cfg), newFakeVM(t, shared2, clock, cfg)
-	admitted = 0
-	if vm1.do("", nil).status == 200 {
-		admitted++
-	}
-	once = false
-	shared2.BeforeSet = func(key string) {
-		if once {
-			return
+		// VM 2's whole request runs between VM 1's read (bucket absent) and
+		// VM 1's write of the new bucket.
+		var once bool
+		shared.BeforeSet = func(key string) {
+			if !once {
+				once = true
+				consume(execs[1])
+			}
 		}
-		once = true
-		if vm2.do("", nil).status == 200 {
-			admitted++
+		consume(execs[0])
+		shared.BeforeSet = nil
+		for range 20 {
+			consume(execs[0])
+			consume(execs[1])
 		}
+		return admitted
 	}
-	for range 20 {
-		if vm1.do("", nil).status == 200 {
-			admitted++
-		}
+	if got := run(false); got != 11 {
+		t.Fatalf("unprepared: admitted %d, want capacity 10 + exactly 1 lost to the first-insert race", got)
 	}
-	if admitted != 10 {
-		t.Fatalf("admitted %d on an existing slot, want exactly 10", admitted)
+	if got := run(true); got != 10 {
+		t.Fatalf("prepared: admitted %d, want exactly 10", got)
+	}
+}
+
+func TestPrepareCreatesEverySlotOnce(t *testing.T) {
+	f := newStoreFixture(100)
+	if err := f.store.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.shared.Len(); n != 100 {
+		t.Fatalf("%d slots, want 100", n)
+	}
+	ctx := context.Background()
+	if ok, _ := f.store.Insert(ctx, "a", []byte("x"), 0); !ok {
+		t.Fatal("insert into a prepared slot")
+	}
+	sets := f.shared.Sets()
+	if err := f.store.Prepare(); err != nil { // another worker starting
+		t.Fatal(err)
+	}
+	if f.shared.Sets() != sets {
+		t.Fatal("Prepare rewrote existing slots")
+	}
+	if data, _, found, _ := f.store.Get(ctx, "a"); !found || string(data) != "x" {
+		t.Fatal("Prepare destroyed a bucket")
 	}
 }
