@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,16 +91,24 @@ func benchRateLimiter() *rate.Limiter {
 
 // The keyed benchmarks take one token per call from 100k per-client buckets
 // in round-robin order (every bucket exists before timing starts), against
-// github.com/sethvargo/go-limiter's memory store on the same keys.
+// github.com/sethvargo/go-limiter's memory store on the same keys. As in a
+// server, where each request brings its key as a new string, lookups use
+// copies of the keys the buckets were created with.
 
 const benchKeys = 100_000
 
-func benchKeyNames() []string {
-	keys := make([]string, benchKeys)
-	for i := range keys {
-		keys[i] = "client-" + strconv.Itoa(i)
+// benchKeyNames returns the keys to create buckets with and equal copies to
+// look them up with.
+func benchKeyNames() (create, lookup []string) {
+	create = make([]string, benchKeys)
+	lookup = make([]string, benchKeys)
+	for i := range create {
+		create[i] = "client-" + strconv.Itoa(i)
 	}
-	return keys
+	for i := range lookup {
+		lookup[i] = strings.Clone(create[i])
+	}
+	return create, lookup
 }
 
 func benchLocalMap(b *testing.B, keys []string) *LocalMap {
@@ -143,10 +152,10 @@ func benchGoLimiter(b *testing.B, keys []string) keyedStore {
 }
 
 func BenchmarkKeyed100k(b *testing.B) {
-	keys := benchKeyNames()
+	create, keys := benchKeyNames()
 	ctx := context.Background()
 	b.Run("bucketgrid", func(b *testing.B) {
-		m := benchLocalMap(b, keys)
+		m := benchLocalMap(b, create)
 		i := 0
 		b.ReportAllocs()
 		for b.Loop() {
@@ -159,7 +168,7 @@ func BenchmarkKeyed100k(b *testing.B) {
 		}
 	})
 	b.Run("go-limiter", func(b *testing.B) {
-		store := benchGoLimiter(b, keys)
+		store := benchGoLimiter(b, create)
 		i := 0
 		b.ReportAllocs()
 		for b.Loop() {
@@ -174,7 +183,7 @@ func BenchmarkKeyed100k(b *testing.B) {
 }
 
 func BenchmarkKeyed100kParallel(b *testing.B) {
-	keys := benchKeyNames()
+	create, keys := benchKeyNames()
 	ctx := context.Background()
 	// each goroutine walks the keys round-robin from its own offset
 	walk := func(b *testing.B, take func(key string) bool) {
@@ -194,11 +203,11 @@ func BenchmarkKeyed100kParallel(b *testing.B) {
 		})
 	}
 	b.Run("bucketgrid", func(b *testing.B) {
-		m := benchLocalMap(b, keys)
+		m := benchLocalMap(b, create)
 		walk(b, func(key string) bool { ok, _ := m.TryConsume(ctx, key, 1); return ok })
 	})
 	b.Run("go-limiter", func(b *testing.B) {
-		store := benchGoLimiter(b, keys)
+		store := benchGoLimiter(b, create)
 		walk(b, func(key string) bool { _, _, _, ok, _ := store.Take(ctx, key); return ok })
 	})
 }
