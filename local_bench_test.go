@@ -14,15 +14,19 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// The benchmarks compare the local bucket with golang.org/x/time/rate on an
-// equivalent limit so large that neither ever rejects: both pay for a clock
-// read, a lock and the refill arithmetic on every call.
+// The benchmarks compare the local bucket with golang.org/x/time/rate on the
+// same limit, so large that neither ever rejects (a burst of 2^31-1 tokens
+// refilled at one per nanosecond): both pay for a clock read, a lock and the
+// refill arithmetic on every call.
 
-const benchRate = int64(1e9) // tokens per second: 1 per ns, the finest rate core allows
+const (
+	benchRate  = int64(1e9) // tokens per second: 1 per ns, the finest rate core allows
+	benchBurst = math.MaxInt32
+)
 
 func benchLocal(b *testing.B) *Local {
 	b.Helper()
-	cfg, err := core.NewConfig(core.Greedy(math.MaxInt64/2, benchRate, time.Second))
+	cfg, err := core.NewConfig(core.Greedy(benchBurst, benchRate, time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -86,7 +90,7 @@ func BenchmarkTryConsumeParallel(b *testing.B) {
 }
 
 func benchRateLimiter() *rate.Limiter {
-	return rate.NewLimiter(rate.Limit(benchRate), math.MaxInt32)
+	return rate.NewLimiter(rate.Limit(benchRate), benchBurst)
 }
 
 // The keyed benchmarks take one token per call from 100k per-client buckets
@@ -113,7 +117,7 @@ func benchKeyNames() (create, lookup []string) {
 
 func benchLocalMap(b *testing.B, keys []string) *LocalMap {
 	b.Helper()
-	cfg, err := core.NewConfig(core.Greedy(math.MaxInt64/2, benchRate, time.Second))
+	cfg, err := core.NewConfig(core.Greedy(benchBurst, benchRate, time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}
