@@ -69,8 +69,9 @@ type PolicyConfig struct {
 	// Cost is the number of tokens a request takes (default 1).
 	Cost int64 `json:"cost,omitempty"`
 	// Slots bounds the number of buckets the policy keeps in shared data
-	// (default 4096, at most 1<<20). Shared data can never be deleted, so
-	// keys hash into this many slots; see Store.
+	// (default 4096, at most MaxSlots). Shared data can never be deleted, so
+	// keys hash into this many slots; see Store. The first worker to start
+	// creates them all (Store.Prepare), about 10 µs per slot under wazero.
 	Slots int `json:"slots,omitempty"`
 	// Version is the configuration version of the policy's buckets. Raise it
 	// after changing the bandwidths: stored buckets of a lower version are
@@ -121,7 +122,7 @@ type DenyConfig struct {
 // Limits of a configuration.
 const (
 	MaxPolicies  = 16
-	MaxSlots     = 1 << 20
+	MaxSlots     = 1 << 18
 	DefaultSlots = 4096
 	maxNameLen   = 64
 )

@@ -129,8 +129,14 @@ func (s *Store) slotName(slot uint32) string {
 // if that worker, in the instant between this one's read and write of the
 // same slot, finished its own Prepare and stored a bucket there. Slots that
 // exist are left alone, so calling it again (a reconfiguration, another
-// worker starting) is harmless.
+// worker starting) is harmless. When every slot exists, a marker key
+// "<prefix>/ready" records it, and later calls cost one read.
 func (s *Store) Prepare() error {
+	marker := s.prefix + "/ready"
+	want := strconv.FormatUint(uint64(s.slots), 10)
+	if v, _, err := s.host.SharedData(marker); err == nil && string(v) == want {
+		return nil
+	}
 	tomb := appendRecord(nil, "", nil, 0)
 	for slot := range s.slots {
 		name := s.slotName(slot)
@@ -144,6 +150,9 @@ func (s *Store) Prepare() error {
 		if err := s.host.SetSharedData(name, tomb, 0); err != nil {
 			return fmt.Errorf("%w: set %s: %w", cas.ErrStore, name, err)
 		}
+	}
+	if err := s.host.SetSharedData(marker, []byte(want), 0); err != nil {
+		return fmt.Errorf("%w: set %s: %w", cas.ErrStore, marker, err)
 	}
 	return nil
 }

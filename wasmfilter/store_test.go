@@ -256,8 +256,8 @@ func TestPrepareCreatesEverySlotOnce(t *testing.T) {
 	if err := f.store.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.shared.Len(); n != 100 {
-		t.Fatalf("%d slots, want 100", n)
+	if n := f.shared.Len(); n != 101 {
+		t.Fatalf("%d keys, want 100 slots and the ready marker", n)
 	}
 	ctx := context.Background()
 	if ok, _ := f.store.Insert(ctx, "a", []byte("x"), 0); !ok {
@@ -269,6 +269,15 @@ func TestPrepareCreatesEverySlotOnce(t *testing.T) {
 	}
 	if f.shared.Sets() != sets {
 		t.Fatal("Prepare rewrote existing slots")
+	}
+	// Without the marker (a worker died half-way), existing slots are kept.
+	f.shared.Set("p/ready", []byte("no"), 0)
+	sets = f.shared.Sets()
+	if err := f.store.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if f.shared.Sets() != sets+1 {
+		t.Fatalf("%d writes, want only the marker", f.shared.Sets()-sets)
 	}
 	if data, _, found, _ := f.store.Get(ctx, "a"); !found || string(data) != "x" {
 		t.Fatal("Prepare destroyed a bucket")
