@@ -142,13 +142,30 @@ func give(ctx context.Context, m api.Module, data []byte, retPtr, retSize uint32
 
 func (e *envoy) hostModule() wazero.HostModuleBuilder {
 	b := e.rt.NewHostModuleBuilder("env")
-	fn := func(name string, f any) { b.NewFunctionBuilder().WithFunc(f).Export(name) }
-	fn("proxy_log", func(ctx context.Context, m api.Module, level, ptr, size uint32) uint32 {
+	// fn exports a host function of n i32 parameters and one i32 result
+	// without reflection (WithFunc's reflection would dominate the
+	// benchmark).
+	fn := func(name string, n int, f func(ctx context.Context, m api.Module, p []uint32) uint32) {
+		params := make([]api.ValueType, n)
+		for i := range params {
+			params[i] = api.ValueTypeI32
+		}
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
+			var p [10]uint32
+			for i := range n {
+				p[i] = uint32(stack[i])
+			}
+			stack[0] = uint64(f(ctx, m, p[:n]))
+		}), params, []api.ValueType{api.ValueTypeI32}).Export(name)
+	}
+	fn("proxy_log", 3, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		ptr, size := p[1], p[2] // p[0] is the level
 		w := cur(ctx)
 		w.logs = append(w.logs, string(read(m, ptr, size)))
 		return 0
 	})
-	fn("proxy_get_buffer_bytes", func(ctx context.Context, m api.Module, buf, start, max, retPtr, retSize uint32) uint32 {
+	fn("proxy_get_buffer_bytes", 5, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		buf, start, max, retPtr, retSize := p[0], p[1], p[2], p[3], p[4]
 		if buf != 7 {
 			return 1 // NOT_FOUND
 		}
@@ -162,7 +179,8 @@ func (e *envoy) hostModule() wazero.HostModuleBuilder {
 		}
 		return give(ctx, m, c, retPtr, retSize)
 	})
-	fn("proxy_get_header_map_value", func(ctx context.Context, m api.Module, mt, kp, ks, retPtr, retSize uint32) uint32 {
+	fn("proxy_get_header_map_value", 5, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		mt, kp, ks, retPtr, retSize := p[0], p[1], p[2], p[3], p[4]
 		if mt != 0 {
 			return 2
 		}
@@ -172,7 +190,8 @@ func (e *envoy) hostModule() wazero.HostModuleBuilder {
 		}
 		return give(ctx, m, []byte(v), retPtr, retSize)
 	})
-	fn("proxy_add_header_map_value", func(ctx context.Context, m api.Module, mt, kp, ks, vp, vs uint32) uint32 {
+	fn("proxy_add_header_map_value", 5, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		mt, kp, ks, vp, vs := p[0], p[1], p[2], p[3], p[4]
 		if mt != 2 {
 			return 2
 		}
@@ -180,7 +199,8 @@ func (e *envoy) hostModule() wazero.HostModuleBuilder {
 		w.respHeaders = append(w.respHeaders, [2]string{string(read(m, kp, ks)), string(read(m, vp, vs))})
 		return 0
 	})
-	fn("proxy_send_local_response", func(ctx context.Context, m api.Module, status, dp, ds, bp, bs, hp, hs uint32, grpc int32) uint32 {
+	fn("proxy_send_local_response", 8, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		status, dp, ds, bp, bs, hp, hs := p[0], p[1], p[2], p[3], p[4], p[5], p[6] // p[7] is the gRPC status
 		w := cur(ctx)
 		if w.local != nil {
 			panic("two local responses")
@@ -192,14 +212,16 @@ func (e *envoy) hostModule() wazero.HostModuleBuilder {
 		w.local = &localReply{status: status, details: string(read(m, dp, ds)), body: string(read(m, bp, bs)), headers: h}
 		return 0
 	})
-	fn("proxy_get_property", func(ctx context.Context, m api.Module, pp, ps, retPtr, retSize uint32) uint32 {
+	fn("proxy_get_property", 4, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		pp, ps, retPtr, retSize := p[0], p[1], p[2], p[3]
 		w := cur(ctx)
 		if string(read(m, pp, ps)) != "source\x00address" || w.source == "" {
 			return 1
 		}
 		return give(ctx, m, []byte(w.source), retPtr, retSize)
 	})
-	fn("proxy_get_shared_data", func(ctx context.Context, m api.Module, kp, ks, retPtr, retSize, retCas uint32) uint32 {
+	fn("proxy_get_shared_data", 5, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		kp, ks, retPtr, retSize, retCas := p[0], p[1], p[2], p[3], p[4]
 		v, c, st := e.shared.Get(string(read(m, kp, ks)))
 		if st != 0 {
 			return st
@@ -207,7 +229,8 @@ func (e *envoy) hostModule() wazero.HostModuleBuilder {
 		m.Memory().WriteUint32Le(retCas, c)
 		return give(ctx, m, v, retPtr, retSize)
 	})
-	fn("proxy_set_shared_data", func(ctx context.Context, m api.Module, kp, ks, vp, vs, c uint32) uint32 {
+	fn("proxy_set_shared_data", 5, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		kp, ks, vp, vs, c := p[0], p[1], p[2], p[3], p[4]
 		return e.shared.Set(string(read(m, kp, ks)), read(m, vp, vs), c)
 	})
 	return b

@@ -18,13 +18,14 @@ func proxyOnVMStart(id, size uint32) uint32 { return b2u(vm.OnVMStart(id, int(si
 
 //go:wasmexport proxy_on_configure
 func proxyOnConfigure(id, size uint32) uint32 {
-	configSize = size
+	configSize, now = size, 0
 	defer func() { configSize = 0 }()
 	return b2u(vm.OnConfigure(id, int(size)))
 }
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(id, n, eos uint32) uint32 {
+	now = 0 // read the clock afresh for this callback
 	return uint32(vm.OnRequestHeaders(id, int(n), eos != 0))
 }
 

@@ -3,7 +3,6 @@
 package proxywasm
 
 import (
-	"encoding/binary"
 	"strings"
 	"time"
 	"unsafe"
@@ -84,26 +83,6 @@ func (host) AddHeader(m wasmfilter.MapType, name, value string) error {
 		strPtr(value), uint32(len(value))))
 }
 
-// serializePairs encodes a header map as ABI 0.2.1 specifies: the pair
-// count, each pair's key and value sizes, then each key and value followed by
-// a NUL byte; integers little-endian.
-func serializePairs(pairs [][2]string) []byte {
-	n := 4
-	for _, p := range pairs {
-		n += 8 + len(p[0]) + len(p[1]) + 2
-	}
-	b := make([]byte, 0, n)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(pairs)))
-	for _, p := range pairs {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(p[0])))
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(p[1])))
-	}
-	for _, p := range pairs {
-		b = append(append(b, p[0]...), 0)
-		b = append(append(b, p[1]...), 0)
-	}
-	return b
-}
 
 func (host) SendLocalResponse(status int, details string, body []byte, headers [][2]string) error {
 	h := serializePairs(headers)
@@ -136,5 +115,23 @@ func (host) SetSharedData(key string, value []byte, cas uint32) error {
 	return wasmfilter.StatusError(proxySetSharedData(strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
 }
 
-// Now reads WASI realtime, the clock every worker VM of one Envoy shares.
-func (host) Now() int64 { return time.Now().UnixNano() }
+//go:wasmimport wasi_snapshot_preview1 clock_time_get
+func clockTimeGet(clockID uint32, precision uint64, ret unsafe.Pointer) uint32
+
+// now caches the time for the duration of one callback; 0 means unread.
+var now int64
+
+// Now reads WASI realtime, the clock every worker VM of one Envoy shares,
+// once per callback: the ABI allows hosts to freeze time within a callback
+// anyway, one check is one instant, and each host call costs (time.Now
+// would make two: wall and monotonic).
+func (host) Now() int64 {
+	if now == 0 {
+		var t uint64
+		if clockTimeGet(0, 1, unsafe.Pointer(&t)) != 0 {
+			return time.Now().UnixNano()
+		}
+		now = int64(t)
+	}
+	return now
+}
