@@ -83,7 +83,6 @@ func (host) AddHeader(m wasmfilter.MapType, name, value string) error {
 		strPtr(value), uint32(len(value))))
 }
 
-
 func (host) SendLocalResponse(status int, details string, body []byte, headers [][2]string) error {
 	h := serializePairs(headers)
 	return wasmfilter.StatusError(proxySendLocalResponse(uint32(status), strPtr(details), uint32(len(details)),
