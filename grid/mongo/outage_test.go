@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,14 +49,16 @@ func startFerret(t *testing.T, bin, addr, dir string) *ferretServer {
 }
 
 func (f *ferretServer) kill() {
+	_ = f.cmd.Process.Signal(syscall.SIGCONT)
 	_ = f.cmd.Process.Kill()
 	<-f.exited
 }
 
 // TestOutage kills FerretDB under a running increment loop and restarts it
-// on the same address and data: while it is down every call fails with an
-// error (never a lost race) within its context's timeout; after the restart
-// calls succeed again and the stored value is intact.
+// on the same address and data, then freezes it (SIGSTOP) and thaws it:
+// while it is down or hung every call fails with an error (never a lost
+// race) within its context's timeout; afterwards calls succeed again and the
+// stored value is intact.
 func TestOutage(t *testing.T) {
 	bin := os.Getenv("FERRETDB_BIN")
 	if bin == "" {
@@ -83,9 +86,22 @@ func TestOutage(t *testing.T) {
 	w.waitFor(t, func(r incrResults) bool { return r.ok >= 20 }, "20 increments before the outage")
 	srv.kill()
 	w.waitFor(t, func(r incrResults) bool { return r.errs >= 5 }, "5 failures during the outage")
-	startFerret(t, bin, addr, dir)
+	srv = startFerret(t, bin, addr, dir)
 	before := w.results().ok
 	w.waitFor(t, func(r incrResults) bool { return r.ok >= before+20 }, "20 increments after the restart")
+
+	// A hung server (stopped, its sockets open) must not hang the caller.
+	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.cmd.Process.Signal(syscall.SIGCONT) })
+	errs := w.results().errs
+	w.waitFor(t, func(r incrResults) bool { return r.errs >= errs+5 }, "5 failures while the server hangs")
+	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	before = w.results().ok
+	w.waitFor(t, func(r incrResults) bool { return r.ok >= before+20 }, "20 increments after the server recovered")
 	r := w.stop()
 
 	checkOutcome(t, s, "k", r, opTimeout)
