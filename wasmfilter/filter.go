@@ -108,8 +108,9 @@ func (v *VM) OnDelete(id uint32) {
 	delete(v.plugins, id)
 }
 
-// Plugin is one configured instance of the filter: its policies and the
-// stores holding their buckets.
+// Plugin is one plugin (root) context of the filter: its policies and the
+// executors over the stores holding their buckets. VM creates plugins as the
+// host creates root contexts.
 type Plugin struct {
 	host  Host
 	set   *settings

@@ -51,10 +51,12 @@ type host struct{}
 // configSize is the plugin configuration size passed to proxy_on_configure.
 var configSize uint32
 
+// Log calls proxy_log.
 func (host) Log(level wasmfilter.LogLevel, msg string) {
 	proxyLog(uint32(level), strPtr(msg), uint32(len(msg)))
 }
 
+// PluginConfiguration reads PLUGIN_CONFIGURATION with proxy_get_buffer_bytes.
 func (host) PluginConfiguration() ([]byte, error) {
 	if configSize == 0 {
 		return nil, nil
@@ -68,6 +70,7 @@ func (host) PluginConfiguration() ([]byte, error) {
 	return take(ptr, size), nil
 }
 
+// Header calls proxy_get_header_map_value.
 func (host) Header(m wasmfilter.MapType, name string) (string, bool, error) {
 	var ptr, size uint32
 	st := proxyGetHeaderMapValue(uint32(m), strPtr(name), uint32(len(name)), unsafe.Pointer(&ptr), unsafe.Pointer(&size))
@@ -78,17 +81,20 @@ func (host) Header(m wasmfilter.MapType, name string) (string, bool, error) {
 	return string(take(ptr, size)), true, nil
 }
 
+// AddHeader calls proxy_add_header_map_value.
 func (host) AddHeader(m wasmfilter.MapType, name, value string) error {
 	return wasmfilter.StatusError(proxyAddHeaderMapValue(uint32(m), strPtr(name), uint32(len(name)),
 		strPtr(value), uint32(len(value))))
 }
 
+// SendLocalResponse calls proxy_send_local_response, with no gRPC status.
 func (host) SendLocalResponse(status int, details string, body []byte, headers [][2]string) error {
 	h := serializePairs(headers)
 	return wasmfilter.StatusError(proxySendLocalResponse(uint32(status), strPtr(details), uint32(len(details)),
 		bytesPtr(body), uint32(len(body)), bytesPtr(h), uint32(len(h)), -1))
 }
 
+// Property calls proxy_get_property with the path segments NUL-separated.
 func (host) Property(path ...string) ([]byte, bool, error) {
 	p := strings.Join(path, "\x00")
 	var ptr, size uint32
@@ -100,6 +106,7 @@ func (host) Property(path ...string) ([]byte, bool, error) {
 	return take(ptr, size), true, nil
 }
 
+// SharedData calls proxy_get_shared_data.
 func (host) SharedData(key string) ([]byte, uint32, error) {
 	var ptr, size, cas uint32
 	st := proxyGetSharedData(strPtr(key), uint32(len(key)), unsafe.Pointer(&ptr), unsafe.Pointer(&size), unsafe.Pointer(&cas))
@@ -110,6 +117,7 @@ func (host) SharedData(key string) ([]byte, uint32, error) {
 	return take(ptr, size), cas, nil
 }
 
+// SetSharedData calls proxy_set_shared_data.
 func (host) SetSharedData(key string, value []byte, cas uint32) error {
 	return wasmfilter.StatusError(proxySetSharedData(strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
 }
