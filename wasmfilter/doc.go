@@ -28,7 +28,9 @@
 // over a Store. The first rejection answers 429 locally with Retry-After (the
 // core's wait rounded up to whole seconds, at least 1: never earlier than
 // the request could succeed), x-envoy-ratelimited: true and the configured
-// body; policies after it are not charged. An admitted request continues,
+// body; policies after it are not charged and those before it get their
+// tokens back, so a rejected request costs nothing. An admitted request
+// continues,
 // and its response gets the configured headers:
 //
 //	RateLimit-Policy: "per-client";q=100;w=60

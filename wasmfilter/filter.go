@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -145,6 +146,8 @@ func (p *Plugin) Configure(raw []byte) error {
 // outcome is the answer of one policy.
 type outcome struct {
 	pol       *policy
+	idx       int    // index of pol
+	key       string // bucket key, for a refund
 	ok        bool
 	remaining int64
 	wait      int64 // ns until the request could succeed
@@ -153,8 +156,10 @@ type outcome struct {
 
 // Check rate-limits the current request: it consumes from the bucket of
 // every matching policy, in order, and stops at the first rejection. A
-// rejected request is answered with a local 429 and ActionPause; an admitted
-// one continues, and pending are the headers for its response.
+// rejected request is answered with a local 429 and ActionPause, and the
+// policies before the rejecting one get their tokens back: a rejected request
+// costs nothing. An admitted one continues, and pending are the headers for
+// its response.
 func (p *Plugin) Check() (a Action, pending [][2]string) {
 	path, _, _ := p.host.Header(RequestHeaders, ":path")
 	var outs []outcome
@@ -207,7 +212,7 @@ func (p *Plugin) check(i int, pol *policy) (outcome, error) {
 		return outcome{}, err
 	}
 	r := resp.Results[0]
-	return outcome{pol: pol, ok: r.OK, remaining: max(r.Tokens, 0), wait: r.Wait, reset: r.Reset}, nil
+	return outcome{pol: pol, idx: i, key: key, ok: r.OK, remaining: max(r.Tokens, 0), wait: r.Wait, reset: r.Reset}, nil
 }
 
 // key builds the bucket key of the request under pol.
@@ -266,6 +271,9 @@ func hostOf(addr string) string {
 // answer (contention, or a store failure with fail-closed): it carries
 // Retry-After 1 and no quota headers for the failed policy.
 func (p *Plugin) deny(outs []outcome, failure bool) Action {
+	for i := range outs[:len(outs)-1] {
+		p.refund(&outs[i])
+	}
 	last := outs[len(outs)-1]
 	retry := max(1, ceilSeconds(last.wait))
 	if failure {
@@ -282,6 +290,23 @@ func (p *Plugin) deny(outs []outcome, failure bool) Action {
 		p.host.Log(LogError, "bucketgrid: sending the 429: "+err.Error())
 	}
 	return ActionPause
+}
+
+// refund gives an admitted policy's tokens back (capped at capacity) when a
+// later policy rejected the request. A failed refund is only logged: the
+// tokens then come back by refill.
+func (p *Plugin) refund(o *outcome) {
+	req := core.Request{Mode: core.ModeBare, Verbose: true,
+		Ops: []core.Op{{Kind: core.OpAddTokens, Tokens: o.pol.cost}}}
+	resp, err := p.execs[o.idx].Execute(context.Background(), o.key, req)
+	if err != nil {
+		p.host.Log(LogWarn, "bucketgrid: policy "+o.pol.name+": refund: "+err.Error())
+		return
+	}
+	if d := resp.Diagnostics; d != nil && len(d.Available) > 0 {
+		o.remaining, o.reset = slices.Min(d.Available), d.NanosToFull
+		o.remaining = max(o.remaining, 0)
+	}
 }
 
 // seconds reports when a policy's quota is back: for an admitted request

@@ -338,3 +338,32 @@ func TestLongKeysAreDigested(t *testing.T) {
 		t.Fatal("cost above capacity accepted")
 	}
 }
+
+func TestRejectionRefundsEarlierPolicies(t *testing.T) {
+	cfg := `{"policies": [
+	    {"name": "wide", "bandwidths": [{"capacity": 5, "refill_tokens": 1, "period": "1h"}]},
+	    {"name": "narrow", "match": {"path_prefix": "/narrow"}, "bandwidths": [{"capacity": 1, "refill_tokens": 1, "period": "1h"}]}
+	  ], "headers": {"ietf": true}}`
+	vm := newFakeVM(t, shareddata.New(), newClock(), cfg)
+	if r := vm.do("", map[string]string{":path": "/narrow"}); r.status != 200 {
+		t.Fatal(r.status)
+	}
+	for range 3 { // rejected by narrow: wide must not be charged
+		r := vm.do("", map[string]string{":path": "/narrow"})
+		if r.status != 429 {
+			t.Fatal("narrow admitted twice")
+		}
+		if got := r.headers["ratelimit"]; got != `"wide";r=4;t=3600, "narrow";r=0;t=3600` {
+			t.Errorf("RateLimit %q", got)
+		}
+	}
+	admitted := 0
+	for range 10 {
+		if vm.do("", map[string]string{":path": "/wide"}).status == 200 {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("wide admitted %d after the rejections, want the 4 left", admitted)
+	}
+}
