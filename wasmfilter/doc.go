@@ -30,8 +30,7 @@
 // the request could succeed), x-envoy-ratelimited: true and the configured
 // body; policies after it are not charged and those before it get their
 // tokens back, so a rejected request costs nothing. An admitted request
-// continues,
-// and its response gets the configured headers:
+// continues, and its response gets the configured headers:
 //
 //	RateLimit-Policy: "per-client";q=100;w=60
 //	RateLimit: "per-client";r=42;t=35
