@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
@@ -116,6 +117,25 @@ type Plugin struct {
 	host  Host
 	set   *settings
 	execs []*cas.Executor // one per policy
+
+	// Per-request failures are logged at most once a second, with a count
+	// of the ones suppressed: an outage must not flood Envoy's log.
+	lastLog    int64
+	suppressed int
+}
+
+// logLimited logs msg unless a message was logged less than a second ago.
+func (p *Plugin) logLimited(level LogLevel, msg string) {
+	now := p.host.Now()
+	if p.lastLog != 0 && now-p.lastLog < int64(time.Second) && now >= p.lastLog {
+		p.suppressed++
+		return
+	}
+	if p.suppressed > 0 {
+		msg += " (" + strconv.Itoa(p.suppressed) + " similar messages suppressed)"
+	}
+	p.lastLog, p.suppressed = now, 0
+	p.host.Log(level, msg)
 }
 
 // Configure parses and applies a plugin configuration (see Config). On
@@ -171,10 +191,10 @@ func (p *Plugin) Check() (a Action, pending [][2]string) {
 		o, err := p.check(i, pol)
 		if err != nil {
 			if errors.Is(err, cas.ErrConflict) {
-				p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": "+err.Error())
+				p.logLimited(LogWarn, "bucketgrid: policy "+pol.name+": "+err.Error())
 				return p.deny(append(outs, outcome{pol: pol, wait: 1}), true), nil
 			}
-			p.host.Log(LogError, "bucketgrid: policy "+pol.name+": "+err.Error())
+			p.logLimited(LogError, "bucketgrid: policy "+pol.name+": "+err.Error())
 			if p.set.failOpen {
 				continue
 			}
@@ -300,7 +320,7 @@ func (p *Plugin) refund(o *outcome) {
 		Ops: []core.Op{{Kind: core.OpAddTokens, Tokens: o.pol.cost}}}
 	resp, err := p.execs[o.idx].Execute(context.Background(), o.key, req)
 	if err != nil {
-		p.host.Log(LogWarn, "bucketgrid: policy "+o.pol.name+": refund: "+err.Error())
+		p.logLimited(LogWarn, "bucketgrid: policy "+o.pol.name+": refund: "+err.Error())
 		return
 	}
 	if d := resp.Diagnostics; d != nil && len(d.Available) > 0 {

@@ -367,3 +367,60 @@ func TestRejectionRefundsEarlierPolicies(t *testing.T) {
 		t.Fatalf("wide admitted %d after the rejections, want the 4 left", admitted)
 	}
 }
+
+func TestFailureLogsAreRateLimited(t *testing.T) {
+	shared, clock := shareddata.New(), newClock()
+	vm := newFakeVM(t, shared, clock, basicConfig)
+	shared.Fail = func(op, key string) uint32 { return uint32(StatusInternalFailure) }
+	n := len(vm.host.logs)
+	for range 100 {
+		vm.do("10.0.0.1:1", map[string]string{":path": "/api/"})
+	}
+	if got := len(vm.host.logs) - n; got != 1 {
+		t.Fatalf("%d log lines for 100 failures in one instant, want 1", got)
+	}
+	clock.Add(int64(time.Second))
+	vm.do("10.0.0.1:1", map[string]string{":path": "/api/"})
+	if last := vm.host.logs[len(vm.host.logs)-1]; !strings.Contains(last, "99 similar messages suppressed") {
+		t.Fatalf("last log %q", last)
+	}
+}
+
+func TestTwoPluginsInOneVM(t *testing.T) {
+	shared, clock := shareddata.New(), newClock()
+	h := newFakeHost(shared, clock, "")
+	vm := NewVM(h)
+	for id, cfg := range map[uint32]string{
+		1: `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`,
+		2: `{"policies": [{"name": "b", "bandwidths": [{"capacity": 2, "period": "1h"}]}]}`,
+	} {
+		vm.OnContextCreate(id, 0)
+		h.config = []byte(cfg)
+		if !vm.OnConfigure(id, len(cfg)) {
+			t.Fatal(h.logs)
+		}
+	}
+	f := &fakeVM{vm: vm, host: h, next: 10}
+	count := func(root uint32) int {
+		n := 0
+		for range 5 {
+			id := f.next
+			f.next++
+			h.local = nil
+			vm.OnContextCreate(id, root)
+			if vm.OnRequestHeaders(id, 0, true) == ActionContinue {
+				n++
+			}
+			vm.OnDelete(id)
+		}
+		return n
+	}
+	if a, b := count(1), count(2); a != 1 || b != 2 {
+		t.Fatalf("plugin a admitted %d (want 1), plugin b %d (want 2)", a, b)
+	}
+	// Reconfiguring keeps the buckets: same names, same shared data.
+	h.config = []byte(`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`)
+	if !vm.OnConfigure(1, len(h.config)) || count(1) != 0 {
+		t.Fatal("reconfiguration reset the bucket")
+	}
+}
