@@ -1,6 +1,6 @@
 //go:build unix
 
-package wasmfilter_test
+package wasmfilter
 
 import (
 	"syscall"

@@ -308,10 +308,14 @@ func BenchmarkNativeRequest(b *testing.B) {
 	vm := newFakeVM(b, shareddata.New(), newClock(), cfg)
 	h := map[string]string{":path": "/"}
 	b.ReportAllocs()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		if vm.do("192.0.2.1:1", h).status != 200 {
 			b.Fatal("rejected")
 		}
+	}
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }
 
