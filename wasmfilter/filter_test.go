@@ -428,3 +428,19 @@ func TestTwoPluginsInOneVM(t *testing.T) {
 		t.Fatal("reconfiguration reset the bucket")
 	}
 }
+
+func TestHostOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.1:5000":      "10.0.0.1",
+		"[2001:db8::1]:5000": "2001:db8::1",
+		"10.0.0.1":           "10.0.0.1",
+		"2001:db8::1":        "2001:db8::1",
+		"[::1":               "[::1",
+		"/run/envoy.sock":    "/run/envoy.sock",
+		"":                   "",
+	} {
+		if got := hostOf(in); got != want {
+			t.Errorf("hostOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -448,6 +448,27 @@ func TestWasmParallelWorkersExact(t *testing.T) {
 	t.Logf("%d writes, %d lost compare-and-swap races", e.shared.Sets(), e.shared.Mismatches())
 }
 
+// TestWasmFailureModes checks both failure modes through the .wasm when
+// shared data fails.
+func TestWasmFailureModes(t *testing.T) {
+	for mode, want := range map[string]int{"open": 200, "closed": 429} {
+		e := newEnvoy(t)
+		w, ok := e.newWorker(`{"failure_mode": "` + mode + `", "policies": [{"name": "p", "slots": 16,
+		  "bandwidths": [{"capacity": 5, "period": "1s"}]}]}`)
+		if !ok {
+			t.Fatal(w.logs)
+		}
+		e.shared.Fail = func(op, key string) uint32 { return 10 } // INTERNAL_FAILURE
+		r := w.do("", map[string]string{":path": "/"})
+		if r.status != want {
+			t.Errorf("%s: status %d, want %d", mode, r.status, want)
+		}
+		if !strings.Contains(strings.Join(w.logs, "\n"), "INTERNAL_FAILURE") {
+			t.Errorf("%s: failure not logged: %q", mode, w.logs)
+		}
+	}
+}
+
 func TestWasmBadConfigurationRefused(t *testing.T) {
 	e := newEnvoy(t)
 	w, ok := e.newWorker(`{"policies": [{"name": "x", "bandwidths": [{"capacity": 0, "period": "1s"}]}]}`)
