@@ -13,7 +13,19 @@
 // version with its bucket requests, so each bucket's configuration is
 // replaced on its next request, tokens carried over proportionally.
 //
-// Flags set the ports; Ctrl-C shuts the members down gracefully.
+// Every member serves:
+//
+//	GET  /                        the page
+//	GET  /v1/quotes/random        the API, limited per client (IETF RateLimit
+//	                              and X-RateLimit-* headers; 429 with Retry-After)
+//	GET  /demo/state?apikey=KEY   the member's counters and KEY's bucket, read
+//	                              from its owner (no apikey: the caller's address)
+//	POST /demo/limit              {"capacity":20,"refillPerMinute":2} stores the
+//	                              next version of the limit in the grid
+//	GET  /demo/members            the members and their URLs
+//
+// Flags set the ports and the initial limit; Ctrl-C (SIGINT) or SIGTERM
+// shuts the members down gracefully.
 package main
 
 import (
@@ -63,6 +75,9 @@ func run(cfg Config, out io.Writer) error {
 	fmt.Fprintf(out, "starting %d members...\n", len(cfg.OlricPorts))
 	d, err := Start(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while starting; Start cleaned up
+		}
 		return err
 	}
 	for i, u := range d.URLs() {
