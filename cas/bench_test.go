@@ -18,30 +18,35 @@ import (
 // BenchmarkHotKey measures one hot key on memstore with 50 µs of injected
 // latency per store operation, as a nearby network store would have, for 1,
 // 8 and 64 concurrent clients, immediate retry against backoff with jitter.
-// Reported: checks/s, p50 and p99 latency, attempts per check, and the share
-// of checks that gave up.
+// Reported: checks/s, p50 and p99 latency, store attempts per check, and the
+// share of checks that gave up; with and without coalescing of concurrent
+// requests.
 //
 //	go test -run '^$' -bench HotKey -benchtime 2000x ./cas
 func BenchmarkHotKey(b *testing.B) {
 	strategies := []struct {
 		name string
-		s    func() retry.Strategy
+		opts func() []cas.Option
 	}{
-		{"immediate", func() retry.Strategy { return retry.Immediate(100) }},
-		{"backoff", retry.Default},
+		{"immediate/unbatched", func() []cas.Option {
+			return []cas.Option{cas.WithRetry(retry.Immediate(100)), cas.WithoutBatching()}
+		}},
+		{"backoff/unbatched", func() []cas.Option { return []cas.Option{cas.WithRetry(retry.Default()), cas.WithoutBatching()} }},
+		{"immediate/batched", func() []cas.Option { return []cas.Option{cas.WithRetry(retry.Immediate(100))} }},
+		{"backoff/batched", func() []cas.Option { return []cas.Option{cas.WithRetry(retry.Default())} }},
 	}
 	for _, clients := range []int{1, 8, 64} {
 		for _, st := range strategies {
 			b.Run(fmt.Sprintf("clients=%d/%s", clients, st.name), func(b *testing.B) {
-				benchHotKey(b, clients, st.s())
+				benchHotKey(b, clients, st.opts()...)
 			})
 		}
 	}
 }
 
-func benchHotKey(b *testing.B, clients int, strategy retry.Strategy) {
+func benchHotKey(b *testing.B, clients int, opts ...cas.Option) {
 	store := memstore.New(memstore.WithLatency(50 * time.Microsecond))
-	exec := cas.New(store, cas.WithRetry(strategy))
+	exec := cas.New(store, opts...)
 	cfg, _ := core.NewConfig(core.Greedy(1<<40, 1<<20, time.Second))
 	h := bucketgrid.NewManager(exec).Bucket("hot", func(context.Context) (core.Config, error) { return cfg, nil })
 	ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,7 +28,11 @@ type Executor struct {
 	sleep    func(ctx context.Context, d time.Duration) error
 
 	attempts, conflicts, writes, storeErrors atomic.Int64
-	requests                                 atomic.Int64
+	requests, rounds                         atomic.Int64
+
+	maxBatch int // operations per coalesced round; ≤ 1 disables coalescing
+	mu       sync.Mutex
+	queues   map[string]*queue // guarded by mu
 }
 
 // Option configures an Executor.
@@ -50,6 +55,10 @@ func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
 	return func(e *Executor) { e.sleep = sleep }
 }
 
+// WithoutBatching turns coalescing off: every request makes its own
+// read-process-write round. Only useful to measure what coalescing saves.
+func WithoutBatching() Option { return func(e *Executor) { e.maxBatch = 0 } }
+
 // New returns an executor over store.
 func New(store Store, opts ...Option) *Executor {
 	e := &Executor{
@@ -57,6 +66,8 @@ func New(store Store, opts ...Option) *Executor {
 		strategy: retry.Default(),
 		now:      func() int64 { return time.Now().UnixNano() },
 		sleep:    sleepTimer,
+		maxBatch: core.MaxOps,
+		queues:   make(map[string]*queue),
 	}
 	for _, o := range opts {
 		o(e)
@@ -80,8 +91,30 @@ func sleepTimer(ctx context.Context, d time.Duration) error {
 // never retried: after a failed write the outcome is unknown, and the caller
 // (fail-open or fail-closed) decides. Lost races are retried per strategy;
 // giving up returns ErrConflict; the context ending returns its error.
+//
+// Concurrent requests for one key in this process are coalesced: while one
+// read-process-write round is in flight, the requests that arrive queue up
+// and go together in the next round, as one batch that core.Process applies
+// in arrival order. A hot key then costs one compare-and-swap per round, not
+// one per request, and lost races between this process's own callers
+// disappear. See WithoutBatching.
 func (e *Executor) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
 	e.requests.Add(1)
+	if err := ctx.Err(); err != nil {
+		return core.Response{}, err
+	}
+	if err := req.Validate(); err != nil {
+		_, _, resp := core.Process(nil, req, 0) // the invalid-request answer, alone
+		return resp, nil
+	}
+	if e.maxBatch <= 1 {
+		return e.execute(ctx, key, req)
+	}
+	return e.coalesce(ctx, key, req)
+}
+
+// execute runs one request: read, process, conditional write, retry.
+func (e *Executor) execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
 	start := e.now()
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -147,6 +180,7 @@ func (e *Executor) Remove(ctx context.Context, key string) error {
 // Stats counts what an executor did since it was created.
 type Stats struct {
 	Requests    int64 // calls to Execute
+	Rounds      int64 // coalesced batches sent (each one or more requests)
 	Attempts    int64 // read-process-write rounds
 	Conflicts   int64 // lost races
 	Writes      int64 // successful writes
@@ -155,7 +189,7 @@ type Stats struct {
 
 // Stats returns the counters.
 func (e *Executor) Stats() Stats {
-	return Stats{Requests: e.requests.Load(), Attempts: e.attempts.Load(), Conflicts: e.conflicts.Load(),
+	return Stats{Requests: e.requests.Load(), Rounds: e.rounds.Load(), Attempts: e.attempts.Load(), Conflicts: e.conflicts.Load(),
 		Writes: e.writes.Load(), StoreErrors: e.storeErrors.Load()}
 }
 

@@ -3,6 +3,8 @@ package cas_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,5 +76,88 @@ func TestExecutorGivesUpWithErrConflict(t *testing.T) {
 	}
 	if s := e.Stats(); s.Conflicts != 3 {
 		t.Fatalf("conflicts = %d, want 3 (attempts honoured)", s.Conflicts)
+	}
+}
+
+func TestCoalescingSavesRoundsAndStaysExact(t *testing.T) {
+	store := memstore.New(memstore.WithLatency(200 * time.Microsecond))
+	e := cas.New(store)
+	c, _ := core.NewConfig(core.Greedy(1000, 1, time.Hour))
+	m := bucketgrid.NewManager(e)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var granted atomic.Int64
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := m.Bucket("hot", func(context.Context) (core.Config, error) { return c, nil })
+			for i := 0; i < 50; i++ {
+				ok, err := h.TryConsume(ctx, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					granted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	left, _ := m.Bucket("hot", nil).AvailableTokens(ctx)
+	if granted.Load() != 800 || left != 200 {
+		t.Fatalf("granted %d, left %d; want 800 and 200", granted.Load(), left)
+	}
+	s := e.Stats()
+	if s.Rounds*2 > s.Requests {
+		t.Fatalf("%d requests took %d rounds: concurrent requests were not coalesced", s.Requests, s.Rounds)
+	}
+	t.Logf("%d requests, %d rounds, %d attempts, %d conflicts", s.Requests, s.Rounds, s.Attempts, s.Conflicts)
+}
+
+// gateStore blocks every Get until the gate opens.
+type gateStore struct {
+	cas.Store
+	gate chan struct{}
+}
+
+func (s *gateStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bool, error) {
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return nil, 0, false, ctx.Err()
+	}
+	return s.Store.Get(ctx, k)
+}
+
+func TestWithdrawnRequestIsNeverApplied(t *testing.T) {
+	inner := memstore.New()
+	gs := &gateStore{Store: inner, gate: make(chan struct{})}
+	e := cas.New(gs)
+	c, _ := core.NewConfig(core.Greedy(10, 1, time.Hour))
+	h := bucketgrid.NewManager(e).Bucket("k", func(context.Context) (core.Config, error) { return c, nil })
+	bg := context.Background()
+	close(gs.gate)
+	if _, err := h.TryConsume(bg, 1); err != nil { // create
+		t.Fatal(err)
+	}
+	gs.gate = make(chan struct{})
+	leaderDone := make(chan error)
+	go func() { _, err := h.TryConsume(bg, 1); leaderDone <- err }()
+	for e.Stats().Requests < 2 { // the leader is in its round, blocked on the gate
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+	defer cancel()
+	if _, err := h.TryConsume(ctx, 5); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued request: %v, want DeadlineExceeded", err)
+	}
+	close(gs.gate)
+	if err := <-leaderDone; err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := h.AvailableTokens(bg); n != 8 {
+		t.Fatalf("%d tokens left, want 8: the withdrawn request was applied", n)
 	}
 }

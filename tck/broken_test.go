@@ -27,10 +27,12 @@ func (s nonComparing) Replace(ctx context.Context, k string, d []byte, _ cas.Ver
 	if err != nil || !found {
 		return false, err
 	}
+	runtime.Gosched() // a read-then-write, with a window as a network would have
 	return s.Store.Replace(ctx, k, d, v, ttl)
 }
 
-// dropping acknowledges every write but silently drops one in a thousand.
+// dropping acknowledges every write but silently drops one in a thousand of
+// those that would have succeeded.
 type dropping struct {
 	*memstore.Store
 	mu sync.Mutex
@@ -45,9 +47,8 @@ func (s *dropping) drop() bool {
 }
 
 func (s *dropping) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
-	if s.drop() {
-		_, cur, found, err := s.Store.Get(ctx, k)
-		return found && cur == v, err // claims success, writes nothing
+	if _, cur, found, err := s.Store.Get(ctx, k); err == nil && found && cur == v && s.drop() {
+		return true, nil // claims success, writes nothing
 	}
 	return s.Store.Replace(ctx, k, d, v, ttl)
 }

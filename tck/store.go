@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -219,6 +220,7 @@ func increment(ctx context.Context, s cas.Store, key string) error {
 		if err != nil {
 			return err
 		}
+		runtime.Gosched() // let other workers in between, as network latency would
 		var ok bool
 		if !found {
 			ok, err = s.Insert(ctx, key, []byte("1"), 0)
