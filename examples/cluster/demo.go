@@ -204,7 +204,6 @@ func (nd *node) init(ctx context.Context, initial Limit) error {
 	nd.limiter = httplimit.New(nd.buckets,
 		httplimit.WithKey(nd.key),
 		httplimit.WithOnly("/v1/"),
-		httplimit.WithSkip(func(r *http.Request) bool { return r.Method == http.MethodOptions }),
 		httplimit.WithHeaders(httplimit.IETFHeaders|httplimit.XRateLimitHeaders),
 		// Longer than the grid's hand-over grace, so that requests held
 		// while a partition changes owner wait rather than fail open.
