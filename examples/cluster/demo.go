@@ -95,26 +95,21 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 		d.nodes = append(d.nodes, &node{index: i + 1, ln: ln, url: "http://" + ln.Addr().String(), demo: d})
 	}
 
-	var seed string
 	for i, nd := range d.nodes {
 		mc := olric.DefaultLocalConfig()
 		mc.BindPort = cfg.OlricPorts[i]
+		mc.MemberlistBindPort = mc.BindPort + 2 // the owner channel takes BindPort+1
 		mc.LeaveTimeout = time.Second
 		mc.LogOutput = cfg.LogOutput
 		if i > 0 {
-			mc.Peers = []string{seed}
+			// Join through the first member's gossip port.
+			mc.Peers = []string{net.JoinHostPort(mc.BindAddr, strconv.Itoa(cfg.OlricPorts[0]+2))}
 		}
 		if cfg.Member != nil {
 			cfg.Member(&mc)
 		}
 		if nd.member, err = olric.Start(ctx, mc); err != nil {
 			return nil, fmt.Errorf("member %d: %w", i+1, err)
-		}
-		if i == 0 {
-			seed = net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort+2))
-			if mc.MemberlistBindPort != 0 {
-				seed = net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.MemberlistBindPort))
-			}
 		}
 	}
 	if err := d.settle(ctx); err != nil {
