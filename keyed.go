@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -37,42 +38,64 @@ type LocalMap struct {
 	clock     Clock // nil: the default monotonic clock
 	listener  Listener
 	idle      int64 // nanoseconds; 0: never idle-expire
-	perShard  int
-	seed      maphash.Seed
-	shift     uint // shard = hash >> shift
-	shards    []mapShard
+	// touchEvery is the precision of idle expiry and LRU order: a lookup
+	// records its time only when the last record is this old.
+	touchEvery int64
+	perShard   int
+	seed       maphash.Seed
+	shift      uint // shard = hash >> shift
+	shards     []mapShard
+
+	cfgMu sync.Mutex
+	cfgs  []core.Config // shared configurations; guarded by cfgMu
 }
 
+// mapShard is one shard of a LocalMap. Lookups read it without locking:
+// writers, which hold mu, make seq odd while they change the table, and a
+// reader retries (or takes mu) when seq moved under it.
 type mapShard struct {
-	mu sync.Mutex
-	// slots is an open-addressing table with linear probing, indexed by the
-	// low bits of a key's 64-bit hash; a nil entry marks a free slot. Its
-	// length is a power of two at least twice n.
+	mu  sync.Mutex
+	seq atomic.Uint64
+	// tab is an open-addressing table with linear probing, indexed by the
+	// low bits of a key's 64-bit hash; nil until the first insertion.
+	tab atomic.Pointer[mapTable]
+	n   int            // entries; guarded by mu
+	_   [128 - 32]byte // a shard per pair of cache lines: no false sharing
+}
+
+// mapTable holds the slots; its length is a power of two at least twice the
+// shard's entries, so a probe always meets a free slot.
+type mapTable struct {
 	slots []mapSlot
-	n     int
-	_     [128 - 40]byte // a shard per pair of cache lines: no false sharing
 }
 
+// mapSlot is one slot; a nil entry marks it free. Its fields are atomic
+// because lookups read them while a writer may be changing them.
 type mapSlot struct {
-	h uint64
-	e *mapEntry
+	h atomic.Uint64
+	e atomic.Pointer[mapEntry]
 }
 
-// mapEntry is a bucket with the bookkeeping of the map. A single-bandwidth
-// configuration and its state, and a short key, live inside the entry, so a
-// lookup touches one allocation.
+// mapEntry is a bucket with the bookkeeping of the map. The state of a
+// single-bandwidth bucket and a short key live inside the entry, and equal
+// configurations share one read-only copy, so that an entry is small (176
+// bytes) and a lookup touches one allocation. key is immutable once the
+// entry is published.
 type mapEntry struct {
 	Local
 	key  string
-	last int64 // clock time of the last lookup; guarded by the shard lock
+	last atomic.Int64 // clock time of a recent lookup (see touch)
 	kbuf [inlineKey]byte
-	bw   [1]core.Bandwidth
 	st   [1]core.BandState
 }
 
-// inlineKey is the longest key stored inside its entry (an IPv6 address
-// fits); longer keys are copied apart.
-const inlineKey = 40
+// inlineKey is the longest key stored inside its entry (an IPv4 address and
+// port, or a UUID, fit); longer keys are copied apart.
+const inlineKey = 32
+
+// sharedConfigs is how many distinct configurations (plans) a LocalMap
+// shares among its buckets.
+const sharedConfigs = 8
 
 // LocalMapOption configures NewLocalMap.
 type LocalMapOption func(*localMapOptions)
@@ -127,14 +150,18 @@ func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalM
 		nshards /= 2
 	}
 	m := &LocalMap{
-		configFor: configFor,
-		clock:     normalizeClock(o.clock),
-		listener:  o.listener,
-		idle:      int64(o.idle),
-		perShard:  o.maxEntries / nshards,
-		seed:      maphash.MakeSeed(),
-		shift:     uint(64 - bits.TrailingZeros(uint(nshards))),
-		shards:    make([]mapShard, nshards),
+		configFor:  configFor,
+		clock:      normalizeClock(o.clock),
+		listener:   o.listener,
+		idle:       int64(o.idle),
+		touchEvery: int64(time.Millisecond),
+		perShard:   o.maxEntries / nshards,
+		seed:       maphash.MakeSeed(),
+		shift:      uint(64 - bits.TrailingZeros(uint(nshards))),
+		shards:     make([]mapShard, nshards),
+	}
+	if m.idle > 0 {
+		m.touchEvery = min(m.touchEvery, m.idle/64)
 	}
 	return m
 }
@@ -154,10 +181,18 @@ func (m *LocalMap) shard(h uint64) *mapShard {
 	return &m.shards[h>>m.shift]
 }
 
-// expired reports whether e, last seen at e.last, is idle at now; the shard
-// lock must be held.
+// expired reports whether e, last seen at e.last, is idle at now.
 func (m *LocalMap) expired(e *mapEntry, now int64) bool {
-	return m.idle > 0 && now-e.last >= m.idle
+	return m.idle > 0 && now-e.last.Load() >= m.idle
+}
+
+// touch records a lookup of e at now. To keep lookups free of stores to
+// shared memory, it only moves e.last when it lags by touchEvery or more, so
+// idle expiry and LRU order are precise to touchEvery.
+func (m *LocalMap) touch(e *mapEntry, now int64) {
+	if now-e.last.Load() >= m.touchEvery {
+		e.last.Store(now)
+	}
 }
 
 // Bucket returns key's bucket, creating it from configFor(key) when the key
@@ -166,7 +201,7 @@ func (m *LocalMap) expired(e *mapEntry, now int64) bool {
 // Concurrent first lookups of a key may each call configFor, but all get the
 // same bucket.
 func (m *LocalMap) Bucket(key string) (*Local, error) {
-	e, err := m.get(key, m.now())
+	e, _, err := m.get(key)
 	if err != nil {
 		return nil, err
 	}
@@ -179,8 +214,7 @@ func (m *LocalMap) TryConsume(ctx context.Context, key string, n int64) (bool, e
 	if n <= 0 {
 		return false, tokensError(n)
 	}
-	now := m.now()
-	e, err := m.get(key, now)
+	e, now, err := m.get(key)
 	if err != nil {
 		return false, err
 	}
@@ -200,8 +234,7 @@ func (m *LocalMap) TryConsumeAndReturnRemaining(ctx context.Context, key string,
 	if n <= 0 {
 		return core.Probe{}, tokensError(n)
 	}
-	now := m.now()
-	e, err := m.get(key, now)
+	e, now, err := m.get(key)
 	if err != nil {
 		return core.Probe{}, err
 	}
@@ -215,38 +248,92 @@ func (m *LocalMap) TryConsumeAndReturnRemaining(ctx context.Context, key string,
 	return p, nil
 }
 
-// get returns key's live entry at now, creating it if need be.
-func (m *LocalMap) get(key string, now int64) (*mapEntry, error) {
+// get returns key's live entry and the clock reading it was judged at,
+// creating the entry if need be. The clock is read after the lookup starts,
+// so that reading it overlaps the lookup's cache misses.
+func (m *LocalMap) get(key string) (*mapEntry, int64, error) {
 	h := maphash.String(m.seed, key)
 	s := m.shard(h)
-	s.mu.Lock()
-	if i := s.find(h, key); i >= 0 {
-		if e := s.slots[i].e; !m.expired(e, now) {
-			e.last = now
-			s.mu.Unlock()
-			return e, nil
-		}
+	e := s.lookup(h, key)
+	now := m.now()
+	if e != nil && !m.expired(e, now) {
+		m.touch(e, now)
+		return e, now, nil
 	}
-	s.mu.Unlock()
-	return m.create(s, h, key, now)
+	e, err := m.create(s, h, key, now)
+	return e, now, err
 }
 
-// find returns the slot of key, whose hash is h, or -1; the shard lock must
-// be held.
+// lookup returns key's entry, live or not, or nil, without locking when no
+// writer interferes.
+func (s *mapShard) lookup(h uint64, key string) *mapEntry {
+	for range 4 {
+		if seq := s.seq.Load(); seq&1 == 0 {
+			e := s.probe(h, key)
+			if s.seq.Load() == seq {
+				return e
+			}
+		}
+	}
+	s.mu.Lock()
+	e := s.probe(h, key)
+	s.mu.Unlock()
+	return e
+}
+
+// probe returns key's entry or nil; without the lock its answer is only
+// good if seq did not move meanwhile.
+func (s *mapShard) probe(h uint64, key string) *mapEntry {
+	t := s.tab.Load()
+	if t == nil {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := h & mask
+	for range t.slots {
+		sl := &t.slots[i]
+		e := sl.e.Load()
+		if e == nil {
+			return nil
+		}
+		if sl.h.Load() == h && e.key == key {
+			return e
+		}
+		i = (i + 1) & mask
+	}
+	return nil
+}
+
+// find returns the slot index of key, whose hash is h, or -1; the shard
+// lock must be held.
 func (s *mapShard) find(h uint64, key string) int {
-	if len(s.slots) == 0 {
+	t := s.tab.Load()
+	if t == nil {
 		return -1
 	}
-	mask := uint64(len(s.slots) - 1)
+	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
-		sl := &s.slots[i]
-		if sl.e == nil {
+		sl := &t.slots[i]
+		e := sl.e.Load()
+		if e == nil {
 			return -1
 		}
-		if sl.h == h && sl.e.key == key {
+		if sl.h.Load() == h && e.key == key {
 			return int(i)
 		}
 	}
+}
+
+// write runs f under the shard lock as a writer: lookups that overlap it
+// retry.
+func (s *mapShard) write(f func()) {
+	s.mu.Lock()
+	s.seq.Add(1)
+	defer func() {
+		s.seq.Add(1)
+		s.mu.Unlock()
+	}()
+	f()
 }
 
 // create builds key's bucket outside the lock (configFor may be slow) and
@@ -259,7 +346,8 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 	if err != nil {
 		return nil, err
 	}
-	e := &mapEntry{last: now}
+	e := &mapEntry{}
+	e.last.Store(now)
 	if err := e.Local.init(&cfg, m.clock, m.listener); err != nil {
 		return nil, err
 	}
@@ -269,76 +357,110 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 	} else {
 		e.key = strings.Clone(key) // never pin a caller's larger buffer
 	}
-	if len(cfg.Bandwidths) == 1 {
-		e.bw[0] = cfg.Bandwidths[0]
-		e.b = core.NewBucket(core.Config{Bandwidths: e.bw[:]}, now)
+	e.b = core.NewBucket(m.share(cfg), now)
+	if len(e.b.State) == 1 {
 		e.st[0] = e.b.State[0]
 		e.b.State = e.st[:]
-	} else {
-		e.b = core.NewBucket(cfg.Clone(), now)
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i := s.find(h, key); i >= 0 {
-		o := s.slots[i].e
-		if !m.expired(o, now) {
-			o.last = max(o.last, now)
-			return o, nil
+	var got *mapEntry
+	s.write(func() {
+		if i := s.find(h, key); i >= 0 {
+			o := s.tab.Load().slots[i].e.Load()
+			if !m.expired(o, now) {
+				m.touch(o, now)
+				got = o
+				return
+			}
+			s.delete(i)
 		}
-		s.delete(i)
+		if s.n >= m.perShard {
+			m.evict(s, h, now)
+		}
+		s.insert(h, e)
+		got = e
+	})
+	return got, nil
+}
+
+// share returns a configuration equal to cfg whose bandwidths are shared,
+// read-only, with other buckets of the map (core never modifies a
+// configuration in place: replacement swaps it), or a private copy when
+// sharedConfigs distinct configurations are shared already.
+func (m *LocalMap) share(cfg core.Config) core.Config {
+	m.cfgMu.Lock()
+	defer m.cfgMu.Unlock()
+	for i := range m.cfgs {
+		if m.cfgs[i].Equal(&cfg) {
+			return m.cfgs[i]
+		}
 	}
-	if s.n >= m.perShard {
-		m.evict(s, h, now)
+	c := cfg.Clone()
+	if len(m.cfgs) < sharedConfigs {
+		m.cfgs = append(m.cfgs, c)
 	}
-	s.insert(h, e)
-	return e, nil
+	return c
 }
 
 // insert adds e under hash h, growing the table to keep it at most half
-// full; the shard lock must be held and e's key absent.
+// full; the shard must be held for writing and e's key absent.
 func (s *mapShard) insert(h uint64, e *mapEntry) {
-	if 2*(s.n+1) > len(s.slots) {
-		old := s.slots
-		s.slots = make([]mapSlot, max(8, 2*len(old)))
-		for _, sl := range old {
-			if sl.e != nil {
-				s.place(sl)
+	t := s.tab.Load()
+	if t == nil || 2*(s.n+1) > len(t.slots) {
+		size := 8
+		if t != nil {
+			size = 2 * len(t.slots)
+		}
+		nt := &mapTable{slots: make([]mapSlot, size)}
+		if t != nil {
+			for i := range t.slots {
+				if o := t.slots[i].e.Load(); o != nil {
+					nt.place(t.slots[i].h.Load(), o)
+				}
 			}
 		}
+		s.tab.Store(nt)
+		t = nt
 	}
-	s.place(mapSlot{h, e})
+	t.place(h, e)
 	s.n++
 }
 
-// place puts sl in the first free slot of its probe sequence.
-func (s *mapShard) place(sl mapSlot) {
-	mask := uint64(len(s.slots) - 1)
-	i := sl.h & mask
-	for s.slots[i].e != nil {
+// place puts e in the first free slot of h's probe sequence.
+func (t *mapTable) place(h uint64, e *mapEntry) {
+	mask := uint64(len(t.slots) - 1)
+	i := h & mask
+	for t.slots[i].e.Load() != nil {
 		i = (i + 1) & mask
 	}
-	s.slots[i] = sl
+	t.slots[i].h.Store(h)
+	t.slots[i].e.Store(e)
 }
 
 // delete empties slot i and shifts later members of its probe run back, so
-// that no lookup stops early at the hole; the shard lock must be held.
+// that no probe stops early at the hole; the shard must be held for
+// writing.
 func (s *mapShard) delete(i int) {
-	mask := len(s.slots) - 1
+	slots := s.tab.Load().slots
+	mask := len(slots) - 1
 	s.n--
 	for {
-		s.slots[i] = mapSlot{}
+		slots[i].e.Store(nil)
+		slots[i].h.Store(0)
 		j := i
 		for {
 			j = (j + 1) & mask
-			if s.slots[j].e == nil {
+			e := slots[j].e.Load()
+			if e == nil {
 				return
 			}
 			// the entry at j may fill the hole at i unless its home slot lies
 			// cyclically in (i, j]
-			home := int(s.slots[j].h) & mask
+			h := slots[j].h.Load()
+			home := int(h) & mask
 			if (i <= j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
-				s.slots[i] = s.slots[j]
+				slots[i].h.Store(h)
+				slots[i].e.Store(e)
 				i = j
 				break
 			}
@@ -348,15 +470,17 @@ func (s *mapShard) delete(i int) {
 
 // evict makes room in a full shard: it looks at evictionSample entries from
 // a pseudo-random slot (the new key's hash picks it), drops every idle one it
-// sees and, if none was, the least recently used of them. The shard lock must
-// be held.
+// sees and, if none was, the least recently used of them. The shard must be
+// held for writing.
 func (m *LocalMap) evict(s *mapShard, h uint64, now int64) {
-	mask := len(s.slots) - 1
+	slots := s.tab.Load().slots
+	mask := len(slots) - 1
 	victim, seen, dropped := -1, 0, false
+	var victimLast int64
 	// start far from the new key's own probe run; visit each slot once
 	i := int(h>>17) & mask
-	for visited := 0; seen < evictionSample && visited < len(s.slots); visited++ {
-		e := s.slots[i].e
+	for visited := 0; seen < evictionSample && visited < len(slots); visited++ {
+		e := slots[i].e.Load()
 		if e == nil {
 			i = (i + 1) & mask
 			continue
@@ -370,8 +494,8 @@ func (m *LocalMap) evict(s *mapShard, h uint64, now int64) {
 			visited--
 			continue
 		}
-		if victim < 0 || e.last < s.slots[victim].e.last {
-			victim = i
+		if last := e.last.Load(); victim < 0 || last < victimLast {
+			victim, victimLast = i, last
 		}
 		i = (i + 1) & mask
 	}
@@ -384,11 +508,11 @@ func (m *LocalMap) evict(s *mapShard, h uint64, now int64) {
 func (m *LocalMap) Remove(key string) {
 	h := maphash.String(m.seed, key)
 	s := m.shard(h)
-	s.mu.Lock()
-	if i := s.find(h, key); i >= 0 {
-		s.delete(i)
-	}
-	s.mu.Unlock()
+	s.write(func() {
+		if i := s.find(h, key); i >= 0 {
+			s.delete(i)
+		}
+	})
 }
 
 // Len returns the number of buckets held, idle ones included until they are
@@ -413,23 +537,28 @@ func (m *LocalMap) Sweep() int {
 	}
 	now := m.now()
 	dropped := 0
-	var idle []mapSlot
+	var idle []*mapEntry
+	var hashes []uint64
 	for i := range m.shards {
 		s := &m.shards[i]
-		s.mu.Lock()
-		idle = idle[:0]
-		for _, sl := range s.slots {
-			if sl.e != nil && m.expired(sl.e, now) {
-				idle = append(idle, sl)
+		s.write(func() {
+			t := s.tab.Load()
+			if t == nil {
+				return
 			}
-		}
-		for _, sl := range idle {
-			if j := s.find(sl.h, sl.e.key); j >= 0 {
-				s.delete(j)
-				dropped++
+			idle, hashes = idle[:0], hashes[:0]
+			for j := range t.slots {
+				if e := t.slots[j].e.Load(); e != nil && m.expired(e, now) {
+					idle, hashes = append(idle, e), append(hashes, t.slots[j].h.Load())
+				}
 			}
-		}
-		s.mu.Unlock()
+			for j, e := range idle {
+				if k := s.find(hashes[j], e.key); k >= 0 {
+					s.delete(k)
+					dropped++
+				}
+			}
+		})
 	}
 	return dropped
 }

@@ -159,10 +159,8 @@ func TestLocalMapEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 	m.shards[0].mu.Lock()
 	var keys []string
-	for _, sl := range m.shards[0].slots {
-		if sl.e != nil {
-			keys = append(keys, sl.e.key)
-		}
+	for _, sl := range slotsOf(&m.shards[0]) {
+		keys = append(keys, sl.e.key)
 	}
 	m.shards[0].mu.Unlock()
 	for _, k := range keys {
@@ -216,26 +214,43 @@ func TestLocalMapBoundedUnderMillionKeys(t *testing.T) {
 	}
 }
 
-func countEntries(s *mapShard) int {
-	n := 0
-	for _, sl := range s.slots {
-		if sl.e != nil {
-			n++
+type slotView struct {
+	i int
+	h uint64
+	e *mapEntry
+}
+
+// slotsOf returns the occupied slots of s.
+func slotsOf(s *mapShard) []slotView {
+	t := s.tab.Load()
+	if t == nil {
+		return nil
+	}
+	var out []slotView
+	for i := range t.slots {
+		if e := t.slots[i].e.Load(); e != nil {
+			out = append(out, slotView{i, t.slots[i].h.Load(), e})
 		}
 	}
-	return n
+	return out
 }
+
+func countEntries(s *mapShard) int { return len(slotsOf(s)) }
 
 // checkShard verifies the table invariants: every entry is reachable from
 // its home slot without crossing a free slot, and the count is right.
 func checkShard(t *testing.T, s *mapShard) {
 	t.Helper()
-	if s.n != countEntries(s) || (len(s.slots) > 0 && 2*s.n > len(s.slots)) {
-		t.Fatalf("shard holds %d entries, counts %d, in %d slots", countEntries(s), s.n, len(s.slots))
+	size := 0
+	if tab := s.tab.Load(); tab != nil {
+		size = len(tab.slots)
 	}
-	for i, sl := range s.slots {
-		if sl.e != nil && s.find(sl.h, sl.e.key) != i {
-			t.Fatalf("entry %q in slot %d is not found by its hash", sl.e.key, i)
+	if s.n != countEntries(s) || (size > 0 && 2*s.n > size) {
+		t.Fatalf("shard holds %d entries, counts %d, in %d slots", countEntries(s), s.n, size)
+	}
+	for _, sl := range slotsOf(s) {
+		if s.find(sl.h, sl.e.key) != sl.i || s.lookup(sl.h, sl.e.key) != sl.e {
+			t.Fatalf("entry %q in slot %d is not found by its hash", sl.e.key, sl.i)
 		}
 	}
 }
@@ -277,7 +292,7 @@ func TestLocalMapHashCollisions(t *testing.T) {
 		t.Fatalf("table holds %d, want %d", s.n, len(want))
 	}
 	for key, h := range want {
-		if s.find(h, key) < 0 {
+		if s.find(h, key) < 0 || s.lookup(h, key) == nil {
 			t.Fatalf("%q lost", key)
 		}
 	}
@@ -383,5 +398,81 @@ func TestLocalMapShards(t *testing.T) {
 		if m.Len() > max(tt.max, 1) {
 			t.Errorf("max %d: Len %d", tt.max, m.Len())
 		}
+	}
+}
+
+// TestLocalMapConcurrentChurn races lock-free lookups against insertions,
+// evictions, growth, removals and sweeps: a lookup must never hand out
+// another key's bucket, and the bound must hold throughout.
+func TestLocalMapConcurrentChurn(t *testing.T) {
+	const bound = 64
+	m, clk := newTestMap(t, WithMaxEntries(bound), WithIdleTimeout(time.Minute))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 5000 {
+				key := "k" + strconv.Itoa(r.IntN(200))
+				switch r.IntN(20) {
+				case 0:
+					m.Remove(key)
+				case 1:
+					m.Sweep()
+				case 2:
+					clk.Advance(time.Second)
+				default:
+					e, _, err := m.get(key)
+					if err != nil || e.key != key {
+						t.Errorf("lookup of %q returned the bucket of %q (%v)", key, e.key, err)
+						return
+					}
+				}
+				if n := m.Len(); n > bound {
+					t.Errorf("%d buckets held, bound %d", n, bound)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range m.shards {
+		checkShard(t, &m.shards[i])
+	}
+}
+
+func TestLocalMapSharesConfigurations(t *testing.T) {
+	ctx := context.Background()
+	m, _ := newTestMap(t)
+	a, _ := m.Bucket("a")
+	b, _ := m.Bucket("b")
+	if &a.b.Config.Bandwidths[0] != &b.b.Config.Bandwidths[0] {
+		t.Fatal("equal configurations are not shared")
+	}
+	// replacing one bucket's configuration leaves the shared copy alone
+	cfg, _ := core.NewConfig(core.Greedy(1000, 1000, time.Second))
+	if err := a.ReplaceConfiguration(ctx, cfg, core.InheritAsIs); err != nil {
+		t.Fatal(err)
+	}
+	if b.b.Config.Bandwidths[0].Capacity != 10 {
+		t.Fatal("a replacement leaked into another bucket's configuration")
+	}
+	if c, _ := m.Bucket("c"); c.b.Config.Bandwidths[0].Capacity != 10 {
+		t.Fatal("a replacement leaked into the shared configuration")
+	}
+	// beyond sharedConfigs plans, buckets get private copies
+	plans := NewLocalMap(func(key string) (core.Config, error) {
+		n, _ := strconv.Atoi(key)
+		return core.NewConfig(core.Greedy(int64(n+1), 1, time.Second))
+	})
+	for i := range 3 * sharedConfigs {
+		l, err := plans.Bucket(strconv.Itoa(i))
+		if err != nil || available(t, l) != int64(i+1) {
+			t.Fatalf("plan %d: %v", i, err)
+		}
+	}
+	if len(plans.cfgs) != sharedConfigs {
+		t.Fatalf("%d shared configurations, want %d", len(plans.cfgs), sharedConfigs)
 	}
 }
