@@ -35,9 +35,9 @@ import (
 // remains usable after eviction but is no longer the key's bucket.
 type LocalMap struct {
 	configFor func(key string) (core.Config, error)
-	clock     Clock // nil: the default monotonic clock
-	listener  Listener
-	idle      int64 // nanoseconds; 0: never idle-expire
+	clock     Clock     // nil: the default monotonic clock
+	env       *localEnv // the buckets' clock and listener
+	idle      int64     // nanoseconds; 0: never idle-expire
 	// touchEvery is the precision of idle expiry and LRU order: a lookup
 	// records its time only when the last record is this old.
 	touchEvery int64
@@ -63,8 +63,9 @@ type mapShard struct {
 	_   [128 - 32]byte // a shard per pair of cache lines: no false sharing
 }
 
-// mapTable holds the slots; its length is a power of two at least twice the
-// shard's entries, so a probe always meets a free slot.
+// mapTable holds the slots; its length is a power of two and at most 13/16
+// of it is in use, so a probe always meets a free slot. The high load keeps
+// the tables small enough to stay in cache: a lookup costs one miss.
 type mapTable struct {
 	slots []mapSlot
 }
@@ -78,7 +79,7 @@ type mapSlot struct {
 
 // mapEntry is a bucket with the bookkeeping of the map. The state of a
 // single-bandwidth bucket and a short key live inside the entry, and equal
-// configurations share one read-only copy, so that an entry is small (176
+// configurations share one read-only copy, so that an entry is small (144
 // bytes) and a lookup touches one allocation. key is immutable once the
 // entry is published.
 type mapEntry struct {
@@ -89,9 +90,9 @@ type mapEntry struct {
 	st   [1]core.BandState
 }
 
-// inlineKey is the longest key stored inside its entry (an IPv4 address and
-// port, or a UUID, fit); longer keys are copied apart.
-const inlineKey = 32
+// inlineKey is the longest key stored inside its entry (an IPv4 address
+// and port fit); longer keys are copied apart.
+const inlineKey = 24
 
 // sharedConfigs is how many distinct configurations (plans) a LocalMap
 // shares among its buckets.
@@ -152,7 +153,7 @@ func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalM
 	m := &LocalMap{
 		configFor:  configFor,
 		clock:      normalizeClock(o.clock),
-		listener:   o.listener,
+		env:        newEnv(o.clock, o.listener),
 		idle:       int64(o.idle),
 		touchEvery: int64(time.Millisecond),
 		perShard:   o.maxEntries / nshards,
@@ -222,7 +223,7 @@ func (m *LocalMap) TryConsume(ctx context.Context, key string, n int64) (bool, e
 	l.mu.Lock()
 	ok := l.b.TryConsume(n, now)
 	l.mu.Unlock()
-	if l.listener != nil {
+	if l.env.listen() != nil {
 		l.report(ok, n)
 	}
 	return ok, nil
@@ -242,7 +243,7 @@ func (m *LocalMap) TryConsumeAndReturnRemaining(ctx context.Context, key string,
 	l.mu.Lock()
 	p := l.b.TryConsumeAndReturnRemaining(n, now)
 	l.mu.Unlock()
-	if l.listener != nil {
+	if l.env.listen() != nil {
 		l.report(p.Consumed, n)
 	}
 	return p, nil
@@ -348,7 +349,7 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 	}
 	e := &mapEntry{}
 	e.last.Store(now)
-	if err := e.Local.init(&cfg, m.clock, m.listener); err != nil {
+	if err := e.Local.init(&cfg, m.env); err != nil {
 		return nil, err
 	}
 	if len(key) <= inlineKey {
@@ -402,11 +403,11 @@ func (m *LocalMap) share(cfg core.Config) core.Config {
 	return c
 }
 
-// insert adds e under hash h, growing the table to keep it at most half
+// insert adds e under hash h, growing the table to keep it at most 13/16
 // full; the shard must be held for writing and e's key absent.
 func (s *mapShard) insert(h uint64, e *mapEntry) {
 	t := s.tab.Load()
-	if t == nil || 2*(s.n+1) > len(t.slots) {
+	if t == nil || 16*(s.n+1) > 13*len(t.slots) {
 		size := 8
 		if t != nil {
 			size = 2 * len(t.slots)

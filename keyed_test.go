@@ -258,7 +258,7 @@ func checkShard(t *testing.T, s *mapShard) {
 	if tab := s.tab.Load(); tab != nil {
 		size = len(tab.slots)
 	}
-	if s.n != countEntries(s) || (size > 0 && 2*s.n > size) {
+	if s.n != countEntries(s) || (size > 0 && 16*s.n > 13*size) {
 		t.Fatalf("shard holds %d entries, counts %d, in %d slots", countEntries(s), s.n, size)
 	}
 	for _, sl := range slotsOf(s) {

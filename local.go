@@ -26,12 +26,33 @@ import (
 type Local struct {
 	mu sync.Mutex
 	b  core.Bucket // guarded by mu
+	// env is nil for the defaults: the monotonic clock, read without an
+	// interface call, and no listener. A LocalMap's buckets share theirs.
+	env *localEnv
+}
 
-	// clock is nil for the default monotonic clock, which is read without
-	// an interface call.
-	clock Clock
-	// listener is nil when there is none, so the hot path skips the calls.
-	listener Listener
+// localEnv is the clock and listener of one or more local buckets.
+type localEnv struct {
+	clock    Clock    // nil: the default monotonic clock
+	listener Listener // nil: none
+}
+
+// newEnv returns the environment of the given clock and listener, nil for
+// the defaults.
+func newEnv(clock Clock, listener Listener) *localEnv {
+	clock = normalizeClock(clock)
+	if clock == nil && listener == nil {
+		return nil
+	}
+	return &localEnv{clock, listener}
+}
+
+// listen returns the listener, or nil when there is none.
+func (e *localEnv) listen() Listener {
+	if e == nil {
+		return nil
+	}
+	return e.listener
 }
 
 // LocalOption configures NewLocal.
@@ -63,7 +84,7 @@ func NewLocal(cfg core.Config, opts ...LocalOption) (*Local, error) {
 		opt(&o)
 	}
 	l := new(Local)
-	if err := l.init(&cfg, normalizeClock(o.clock), o.listener); err != nil {
+	if err := l.init(&cfg, newEnv(o.clock, o.listener)); err != nil {
 		return nil, err
 	}
 	l.b = core.NewBucket(cfg.Clone(), l.now())
@@ -78,30 +99,30 @@ func normalizeClock(c Clock) Clock {
 	return c
 }
 
-// init validates cfg for clock and sets l's clock and listener; the caller
+// init validates cfg for env's clock and sets l's environment; the caller
 // then sets l.b.
-func (l *Local) init(cfg *core.Config, clock Clock, listener Listener) error {
-	l.clock, l.listener = clock, listener
+func (l *Local) init(cfg *core.Config, env *localEnv) error {
+	l.env = env
 	return cfg.ValidateForClock(l.wall())
 }
 
 // now reads the bucket's clock. The default is MonotonicClock's reading,
 // taken without an interface call.
 func (l *Local) now() int64 {
-	if l.clock == nil {
+	if l.env == nil || l.env.clock == nil {
 		return int64(time.Since(monoBase))
 	}
-	return l.clock.Now()
+	return l.env.clock.Now()
 }
 
-func (l *Local) wall() bool { return l.clock != nil && l.clock.Wall() }
+func (l *Local) wall() bool { return l.env != nil && l.env.clock != nil && l.env.clock.Wall() }
 
 // clockOrDefault returns the clock for sleeping.
 func (l *Local) clockOrDefault() Clock {
-	if l.clock == nil {
+	if l.env == nil || l.env.clock == nil {
 		return MonotonicClock()
 	}
-	return l.clock
+	return l.env.clock
 }
 
 // tokensError is the error for a non-positive token count n.
@@ -117,7 +138,7 @@ func (l *Local) TryConsume(_ context.Context, n int64) (bool, error) {
 	l.mu.Lock()
 	ok := l.b.TryConsume(n, now)
 	l.mu.Unlock()
-	if l.listener != nil {
+	if l.env.listen() != nil {
 		l.report(ok, n)
 	}
 	return ok, nil
@@ -126,9 +147,9 @@ func (l *Local) TryConsume(_ context.Context, n int64) (bool, error) {
 // report tells the listener about a consumption attempt.
 func (l *Local) report(ok bool, n int64) {
 	if ok {
-		l.listener.OnConsumed(n)
+		l.env.listener.OnConsumed(n)
 	} else {
-		l.listener.OnRejected(n)
+		l.env.listener.OnRejected(n)
 	}
 }
 
@@ -144,7 +165,7 @@ func (l *Local) TryConsumeAndReturnRemaining(_ context.Context, n int64) (core.P
 	l.mu.Lock()
 	p := l.b.TryConsumeAndReturnRemaining(n, now)
 	l.mu.Unlock()
-	if l.listener != nil {
+	if l.env.listen() != nil {
 		l.report(p.Consumed, n)
 	}
 	return p, nil
@@ -176,8 +197,8 @@ func (l *Local) TryConsumeAsMuchAsPossible(_ context.Context, limit int64) (int6
 	l.mu.Lock()
 	n := l.b.TryConsumeAsMuchAsPossible(limit, now)
 	l.mu.Unlock()
-	if n > 0 && l.listener != nil {
-		l.listener.OnConsumed(n)
+	if n > 0 && l.env.listen() != nil {
+		l.env.listener.OnConsumed(n)
 	}
 	return n, nil
 }
@@ -225,8 +246,8 @@ func (l *Local) ConsumeIgnoringRateLimits(_ context.Context, n int64) (time.Dura
 	if d == math.MaxInt64 {
 		return 0, ErrOverdraftTooLarge
 	}
-	if l.listener != nil {
-		l.listener.OnConsumed(n)
+	if l.env.listen() != nil {
+		l.env.listener.OnConsumed(n)
 	}
 	return time.Duration(d), nil
 }
@@ -321,28 +342,28 @@ func (l *Local) consumeWithin(ctx context.Context, n, maxWait int64) (bool, erro
 	d := l.b.Reserve(n, maxWait, now)
 	l.mu.Unlock()
 	if d == math.MaxInt64 {
-		if l.listener != nil {
-			l.listener.OnRejected(n)
+		if l.env.listen() != nil {
+			l.env.listener.OnRejected(n)
 		}
 		return false, nil
 	}
 	if d > 0 {
-		if l.listener != nil {
-			l.listener.OnParked(d)
+		if l.env.listen() != nil {
+			l.env.listener.OnParked(d)
 		}
 		if err := sleep(ctx, l.clockOrDefault(), d); err != nil {
 			now := l.now()
 			l.mu.Lock()
 			l.b.AddTokens(n, now)
 			l.mu.Unlock()
-			if l.listener != nil {
-				l.listener.OnInterrupted(err)
+			if l.env.listen() != nil {
+				l.env.listener.OnInterrupted(err)
 			}
 			return false, err
 		}
 	}
-	if l.listener != nil {
-		l.listener.OnConsumed(n)
+	if l.env.listen() != nil {
+		l.env.listener.OnConsumed(n)
 	}
 	return true, nil
 }
