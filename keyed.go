@@ -16,7 +16,8 @@ import (
 
 // LocalMap is a bounded, idle-expiring map of local buckets, one per client
 // key: the in-process per-client limiter (what the Spring Boot article does
-// with a Caffeine cache of Bucket4j buckets). It is safe for concurrent use.
+// with a Caffeine cache of Bucket4j buckets). It is safe for concurrent use;
+// looking up an existing bucket takes no lock and does not allocate.
 //
 // Memory is bounded whatever keys are seen: the map never holds more than
 // its maximum number of entries. When a shard of the map is full, inserting
@@ -125,7 +126,9 @@ func WithMaxEntries(n int) LocalMapOption {
 
 // WithIdleTimeout expires a bucket that has not been looked up for d
 // (Caffeine's expireAfterAccess); d ≤ 0, the default, expires nothing for
-// idleness (the bound still applies).
+// idleness (the bound still applies). Lookups record their time only when
+// the record lags by d/64 (at most 1 ms), so a bucket may expire up to that
+// much early.
 func WithIdleTimeout(d time.Duration) LocalMapOption {
 	return func(o *localMapOptions) { o.idle = max(d, 0) }
 }
