@@ -14,6 +14,7 @@ package olric
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -254,4 +255,45 @@ func countTrue(m map[string]bool) int {
 		}
 	}
 	return n
+}
+
+// TestCrash kills one of three member processes (SIGKILL: no leave, no
+// hand-over) after 300 buckets were drawn down, and checks what the
+// contract says: with one replica exactly the dead member's buckets start
+// over full, with two none does.
+func TestCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const n = 300
+	for _, rf := range []int{1, 2} {
+		t.Run(fmt.Sprintf("replicas=%d", rf), func(t *testing.T) {
+			kids := startChildren(t, 3, rf)
+			kids[0].send(t, fmt.Sprint("SEED ", n))
+			kids[0].expect(t, "SEEDED")
+			kids[2].send(t, fmt.Sprint("OWNED ", n))
+			owned, _ := strconv.Atoi(kids[2].expect(t, "OWNED"))
+			if err := kids[2].cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			kids[0].send(t, "WAIT 2")
+			kids[0].expect(t, "STABLE")
+			settled := time.Since(start)
+			kids[0].send(t, fmt.Sprint("LOST ", n))
+			lost, _ := strconv.Atoi(kids[0].expect(t, "LOST"))
+			t.Logf("replicas=%d: crashed member owned %d of %d buckets; %d lost; routing settled %v after the kill",
+				rf, owned, n, lost, settled.Round(time.Millisecond))
+			want := 0
+			if rf == 1 {
+				want = owned
+			}
+			if lost != want {
+				t.Errorf("%d buckets lost, want %d", lost, want)
+			}
+			for _, k := range kids[:2] {
+				k.send(t, "STOP")
+			}
+		})
+	}
 }

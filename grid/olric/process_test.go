@@ -23,24 +23,31 @@ import (
 //	GO n g   consume: g goroutines × n TryConsume(1) on key "shared";
 //	         answers "ADMITTED k"
 //	AVAIL    answers "AVAIL tokens" (as seen through this member)
+//	SEED n   consumes 10 from each of the buckets crash-0 … crash-(n-1);
+//	         answers "SEEDED"
+//	OWNED n  answers "OWNED k", how many of those buckets this member owns
+//	WAIT m   waits for a routing table with m members and no pending
+//	         hand-over; answers "STABLE"
+//	LOST n   answers "LOST k", how many of those buckets are full again
 //	STOP     shuts the member down and exits
 //
-// It prints "READY" once it reads a routing table with want members and no
-// pending hand-over.
+// It prints "UP" once its member started and "READY" once it reads a
+// routing table with want members and no pending hand-over.
 const childEnv = "BUCKETGRID_OLRIC_CHILD"
 
 // sharedCapacity is the bucket the children share.
 const sharedCapacity = 4000
 
 func childMain() int {
-	// childEnv holds "bindPort memberlistPort members [seed]".
+	// childEnv holds "bindPort memberlistPort members replicas [seed]".
 	f := strings.Fields(os.Getenv(childEnv))
 	base := DefaultLocalConfig()
 	base.BindPort, _ = strconv.Atoi(f[0])
 	base.MemberlistBindPort, _ = strconv.Atoi(f[1])
 	want, _ := strconv.Atoi(f[2])
-	if len(f) > 3 {
-		base.Peers = f[3:]
+	base.ReplicaCount, _ = strconv.Atoi(f[3])
+	if len(f) > 4 {
+		base.Peers = f[4:]
 	}
 	base.ChannelAddr = "127.0.0.1:0"
 	base.LeaveTimeout = 300 * time.Millisecond
@@ -50,10 +57,16 @@ func childMain() int {
 		fmt.Println("ERROR", err)
 		return 1
 	}
+	fmt.Println("UP")
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		r := m.routes.Load()
 		if r.members == want && !guarded(m, r) {
 			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Println("ERROR: no routing table with", want, "members after 60s")
+			return 1
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -91,6 +104,44 @@ func childMain() int {
 				continue
 			}
 			fmt.Println("AVAIL", resp.Results[0].Tokens)
+		case "SEED", "OWNED", "LOST":
+			n, _ := strconv.Atoi(f[1])
+			k := 0
+			for i := range n {
+				key := fmt.Sprint("crash-", i)
+				switch f[0] {
+				case "SEED":
+					if _, err := m.Execute(context.Background(), key, consumeReq(&cfg, 10)); err != nil {
+						fmt.Println("ERROR", err)
+					}
+				case "OWNED":
+					if m.Owner(key) == m.Name() {
+						k++
+					}
+				case "LOST":
+					resp, err := m.Execute(context.Background(), key, availableReq(&cfg))
+					if err != nil {
+						fmt.Println("ERROR", err)
+					} else if resp.Results[0].Tokens == sharedCapacity {
+						k++
+					}
+				}
+			}
+			if f[0] == "SEED" {
+				fmt.Println("SEEDED")
+			} else {
+				fmt.Println(f[0], k)
+			}
+		case "WAIT":
+			n, _ := strconv.Atoi(f[1])
+			for {
+				r := m.routes.Load()
+				if r.members == n && !guarded(m, r) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			fmt.Println("STABLE")
 		case "STOP":
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := m.Shutdown(ctx)
@@ -153,15 +204,51 @@ func TestSeparateProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	kids := startChildren(t, 3, 1)
+	// 3 processes × 4 goroutines × 500 = 6000 attempts on capacity 4000.
+	for _, k := range kids {
+		k.send(t, "GO 500 4")
+	}
+	var total int64
+	for _, k := range kids {
+		n, err := strconv.ParseInt(k.expect(t, "ADMITTED"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if total != sharedCapacity {
+		t.Errorf("admitted %d across processes, want exactly %d", total, sharedCapacity)
+	}
+	for _, k := range kids {
+		k.send(t, "AVAIL")
+		if got := k.expect(t, "AVAIL"); got != "0" {
+			t.Errorf("available %s, want 0", got)
+		}
+	}
+	for _, k := range kids {
+		k.send(t, "STOP")
+	}
+	for _, k := range kids {
+		if err := k.cmd.Wait(); err != nil {
+			t.Errorf("child: %v", err)
+		}
+	}
+}
+
+// startChildren starts n members in n processes with the given replica
+// count and waits until each is READY.
+func startChildren(t *testing.T, n, replicas int) []*child {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var kids []*child
 	var seed string
-	for i := range 3 {
+	for i := range n {
 		p := freePorts(t, 2)
-		spec := fmt.Sprintf("%d %d 3", p[0], p[1])
+		spec := fmt.Sprintf("%d %d %d %d", p[0], p[1], n, replicas)
 		if i == 0 {
 			seed = fmt.Sprintf("127.0.0.1:%d", p[1])
 		} else {
@@ -194,37 +281,14 @@ func TestSeparateProcesses(t *testing.T) {
 				<-done
 			}
 		})
+		if i == 0 {
+			// The others join it: it must be up first, or they may form
+			// clusters of their own (Olric issue #258).
+			k.expect(t, "UP")
+		}
 	}
 	for _, k := range kids {
 		k.expect(t, "READY")
 	}
-	// 3 processes × 4 goroutines × 500 = 6000 attempts on capacity 4000.
-	for _, k := range kids {
-		k.send(t, "GO 500 4")
-	}
-	var total int64
-	for _, k := range kids {
-		n, err := strconv.ParseInt(k.expect(t, "ADMITTED"), 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total += n
-	}
-	if total != sharedCapacity {
-		t.Errorf("admitted %d across processes, want exactly %d", total, sharedCapacity)
-	}
-	for _, k := range kids {
-		k.send(t, "AVAIL")
-		if got := k.expect(t, "AVAIL"); got != "0" {
-			t.Errorf("available %s, want 0", got)
-		}
-	}
-	for _, k := range kids {
-		k.send(t, "STOP")
-	}
-	for _, k := range kids {
-		if err := k.cmd.Wait(); err != nil {
-			t.Errorf("child: %v", err)
-		}
-	}
+	return kids
 }
