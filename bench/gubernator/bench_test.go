@@ -131,6 +131,8 @@ func BenchmarkGubernator(b *testing.B) {
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "checks/s")
 				b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 				b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+				b.ReportMetric(float64(all[len(all)*999/1000].Microseconds()), "p99.9-µs")
+				b.ReportMetric(float64(callers*elapsed.Microseconds())/float64(b.N), "mean-µs")
 				b.ReportMetric(float64(over), "over-admitted")
 			})
 		}

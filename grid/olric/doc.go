@@ -39,27 +39,39 @@
 // for RoutingLease stops executing until it can.
 //
 // What a membership change may cost, as measured by the tests of this
-// package (3 members in one process, 300 buckets under load):
+// package (3 members, 300 buckets drawn down, load running):
 //
 //   - A member joins: nothing. Buckets keep their state on their new owner;
-//     measured over-admission 0.
+//     measured over-admission 0 (TestJoinUnderLoad).
 //   - A member leaves gracefully (Shutdown) with ReplicaCount 2: nothing; the
-//     backups take over. Measured: 0 of 300 buckets lost, over-admission 0.
-//   - A member leaves with ReplicaCount 1: Olric does not hand its data over,
-//     so each bucket it owned starts again full on its new owner. Over-
-//     admission is confined to those buckets and is at most one capacity
-//     each (measured: exactly the leaver's ~1/3 of the buckets reset).
-//   - A member crashes: as a graceful leave, after memberlist declares it
-//     dead; with ReplicaCount 1 its buckets reset to full, with 2 the
-//     synchronous backups keep them. (Not covered by the tests yet.)
+//     backups take over. Measured: 0 buckets lost, over-admission 0 in every
+//     run but one slowed down by the race detector, where one bucket of 100
+//     admitted 19 tokens too many while Olric had not yet promoted its backup
+//     (TestGracefulLeave).
+//   - A member leaves gracefully with ReplicaCount 1: Olric does not hand its
+//     data over, so each bucket it owned starts again full on its new owner:
+//     measured, exactly the leaver's buckets (about a third) and no other.
+//   - A member crashes (SIGKILL of its process): with ReplicaCount 1 exactly
+//     its buckets start over full, with 2 none is lost; requests for its
+//     partitions wait until memberlist declares it dead and the partitions
+//     are handed over (about 5 s with the "local" profile) (TestCrash).
 //
 // So the bound during a membership change is: at most one bucket capacity
-// per bucket whose owner left, and only with ReplicaCount 1. What is not
+// of over-admission per bucket whose owner left or crashed; with
+// ReplicaCount 1 that is what happens to each of them, with 2 it is rare and
+// brief. A join costs nothing. What is not
 // covered: a partition of the network that splits the cluster into two
 // Olric clusters (Olric is AP; each side then owns every key), and clocks
 // of different members far enough apart that a bucket moving between them
 // sees time jump (core never mints tokens for time running backwards, but a
 // clock ahead refills early).
+//
+// # Performance
+//
+// BenchmarkCheck runs 16 callers spread over 3 members in one process on a
+// 2-core machine, side by side with Olric's Lock+Get+Put+Unlock; the module
+// bench/gubernator runs gubernator on the same workload. See README.md for
+// the figures.
 //
 // The DMap holding the buckets belongs to this package: writing to it by
 // other means breaks the owner's copy. The application may use the embedded
