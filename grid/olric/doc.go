@@ -73,6 +73,12 @@
 // bench/gubernator runs gubernator on the same workload. See README.md for
 // the figures.
 //
+// Failures: a request whose owner connection breaks before the answer
+// arrives is sent again (to the same owner or, after re-routing, the new
+// one), so it may be applied twice: a consumption may be counted twice,
+// never forgotten. Errors from Olric on the owner are retried the same way
+// until the request's context (or Config.RequestTimeout) ends.
+//
 // The DMap holding the buckets belongs to this package: writing to it by
 // other means breaks the owner's copy. The application may use the embedded
 // Olric for anything else (see Member.Olric).
