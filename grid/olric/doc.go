@@ -7,8 +7,8 @@
 // request for a key goes to the key's owner, found in Olric's partition table
 // (partition = xxhash64(DMap+key) % PartitionCount, owner = the last primary
 // owner of that partition), over the member's own owner channel: one TCP
-// connection per pair of members, many requests in flight on each, requests
-// and answers written in batches. When the calling member owns the key the
+// connection from each member to each other one, many requests in flight on
+// each, requests and answers written in batches. When the calling member owns the key the
 // request runs in place, without any network. The owner runs core.Process
 // under a per-key lock with its own wall clock, against the bucket stored in
 // Olric (it keeps a copy of what it last wrote, since it is the only writer,
