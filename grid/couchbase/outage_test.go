@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
+	"github.com/bucketgrid/bucketgrid/tck"
 )
 
 // startCaves runs a private gocaves mock cluster from GOCAVES_BIN and returns
@@ -74,34 +75,34 @@ func TestOutage(t *testing.T) {
 	}
 
 	const opTimeout = 300 * time.Millisecond
-	w := startIncrementer(s, "k", opTimeout)
-	defer w.stop()
+	w := tck.StartOutageLoad(s, "k", opTimeout)
+	defer w.Stop()
 
-	w.waitFor(t, func(r incrResults) bool { return r.ok >= 20 }, "20 increments before the outage")
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.OK >= 20 }, "20 increments before the outage")
 	if err := proc.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	w.waitFor(t, func(r incrResults) bool { return r.errs >= 5 }, "5 failures while the server hangs")
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.Errors >= 5 }, "5 failures while the server hangs")
 	if err := proc.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	before := w.results().ok
-	w.waitFor(t, func(r incrResults) bool { return r.ok >= before+20 }, "20 increments after the server recovered")
-	r := w.stop()
-	checkOutcome(t, s, "k", r, opTimeout)
+	before := w.Result().OK
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.OK >= before+20 }, "20 increments after the server recovered")
+	r := w.Stop()
+	tck.CheckOutage(t, s, "k", r, opTimeout)
 
 	// Dead for good: still errors, never lost races, within the timeout.
 	_ = proc.Process.Kill()
 	_ = proc.Wait()
-	w = startIncrementer(s, "k", opTimeout)
-	w.waitFor(t, func(r incrResults) bool { return r.errs >= 5 }, "5 failures after the server died")
-	r = w.stop()
+	w = tck.StartOutageLoad(s, "k", opTimeout)
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.Errors >= 5 }, "5 failures after the server died")
+	r = w.Stop()
 	t.Logf("server dead: ok=%d lost=%d errors=%d, slowest failure %v, last error: %v",
-		r.ok, r.lost, r.errs, r.slowestErr.Round(time.Millisecond), r.lastErr)
-	if r.lost != 0 || r.ok != 0 {
-		t.Errorf("dead server: %d lost races and %d successes reported", r.lost, r.ok)
+		r.OK, r.Lost, r.Errors, r.SlowestErr.Round(time.Millisecond), r.LastErr)
+	if r.Lost != 0 || r.OK != 0 {
+		t.Errorf("dead server: %d lost races and %d successes reported", r.Lost, r.OK)
 	}
-	if r.slowestErr > opTimeout+2*time.Second {
-		t.Errorf("a failing call took %v, beyond its %v timeout", r.slowestErr, opTimeout)
+	if r.SlowestErr > opTimeout+2*time.Second {
+		t.Errorf("a failing call took %v, beyond its %v timeout", r.SlowestErr, opTimeout)
 	}
 }

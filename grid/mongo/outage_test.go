@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
+	"github.com/bucketgrid/bucketgrid/tck"
 )
 
 // ferretServer is a private FerretDB process.
@@ -80,29 +81,29 @@ func TestOutage(t *testing.T) {
 	}
 
 	const opTimeout = 300 * time.Millisecond
-	w := startIncrementer(s, "k", opTimeout)
-	defer w.stop()
+	w := tck.StartOutageLoad(s, "k", opTimeout)
+	defer w.Stop()
 
-	w.waitFor(t, func(r incrResults) bool { return r.ok >= 20 }, "20 increments before the outage")
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.OK >= 20 }, "20 increments before the outage")
 	srv.kill()
-	w.waitFor(t, func(r incrResults) bool { return r.errs >= 5 }, "5 failures during the outage")
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.Errors >= 5 }, "5 failures during the outage")
 	srv = startFerret(t, bin, addr, dir)
-	before := w.results().ok
-	w.waitFor(t, func(r incrResults) bool { return r.ok >= before+20 }, "20 increments after the restart")
+	before := w.Result().OK
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.OK >= before+20 }, "20 increments after the restart")
 
 	// A hung server (stopped, its sockets open) must not hang the caller.
 	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.cmd.Process.Signal(syscall.SIGCONT) })
-	errs := w.results().errs
-	w.waitFor(t, func(r incrResults) bool { return r.errs >= errs+5 }, "5 failures while the server hangs")
+	errs := w.Result().Errors
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.Errors >= errs+5 }, "5 failures while the server hangs")
 	if err := srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	before = w.results().ok
-	w.waitFor(t, func(r incrResults) bool { return r.ok >= before+20 }, "20 increments after the server recovered")
-	r := w.stop()
+	before = w.Result().OK
+	w.WaitFor(t, func(r tck.OutageResult) bool { return r.OK >= before+20 }, "20 increments after the server recovered")
+	r := w.Stop()
 
-	checkOutcome(t, s, "k", r, opTimeout)
+	tck.CheckOutage(t, s, "k", r, opTimeout)
 }
