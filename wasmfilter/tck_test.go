@@ -15,9 +15,17 @@ type realTimeHost struct{ fakeHost }
 
 func (realTimeHost) Now() int64 { return time.Now().UnixNano() }
 
+// TestStoreTCK runs the kit on a prepared store, as the filter runs it: the
+// first worker's Prepare creates every slot, so no insert is an
+// unconditional write. (Unprepared, two racing creators can both "insert" —
+// Envoy's cas 0 — and the kit's linearizability check catches it.)
 func TestStoreTCK(t *testing.T) {
 	tck.RunStore(t, func(t *testing.T) cas.Store {
 		h := &realTimeHost{fakeHost{shared: shareddata.New()}}
-		return NewStore(h, "tck", 1<<16, h.Now)
+		s := NewStore(h, "tck", 1<<12, h.Now)
+		if err := s.Prepare(); err != nil {
+			t.Fatal(err)
+		}
+		return s
 	})
 }
