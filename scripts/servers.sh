@@ -10,16 +10,18 @@
 #   env     print .servers/env, for: eval "$(scripts/servers.sh env)"
 #   status  show which servers run.
 #
-# Binaries are built from the Go module proxy into .servers/bin (gitignored)
-# and rebuilt only when missing or when tools/testservers changed. Builds use
-# a private GOCACHE (.servers/gocache): a shared cache trimmed mid-build breaks
-# them. redis-server comes from apt-get when it is not installed.
+# Binaries are built from the Go module proxy into a per-user cache
+# ($BUCKETGRID_SERVERS_CACHE, default ~/.cache/bucketgrid-servers), so fresh
+# clones on one machine (CI's) reuse them, and rebuilt only when missing or
+# when tools/testservers changed. Builds use a private GOCACHE beside them: a
+# shared cache trimmed mid-build breaks them. redis-server comes from apt-get when it is not installed.
 # Set SERVERS_NO_REDIS=1 to skip redis.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 srv=$root/.servers
-bin=$srv/bin
+cache=${BUCKETGRID_SERVERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bucketgrid-servers}
+bin=$cache/bin
 tools=$root/tools/testservers
 envfile=$srv/env
 
@@ -60,7 +62,7 @@ stamp() { cat "$tools/go.mod" "$tools/go.sum" "$@" 2>/dev/null | cksum | cut -d'
 build() {
 	mkdir -p "$bin"
 	local s
-	export GOCACHE=$srv/gocache GOWORK=off GOFLAGS=-buildvcs=false
+	export GOCACHE=$cache/gocache GOWORK=off GOFLAGS=-buildvcs=false
 	s=$(stamp "$tools"/cmd/ferretdb/*.go)
 	if [ ! -x "$bin/ferretdb" ] || [ "$(cat "$bin/ferretdb.stamp" 2>/dev/null)" != "$s" ]; then
 		log "building FerretDB v1.24.2 (about a minute on a cold cache)"
