@@ -45,9 +45,11 @@ type Bucket interface {
 	// TryConsumeWithin takes n tokens if they become available within
 	// maxWait, waiting for them; false when they would not.
 	TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error)
-	// Diagnose returns the configuration, state and per-bandwidth diagnostics:
-	// the verbose API.
+	// Diagnose returns the configuration, state and per-bandwidth diagnostics.
 	Diagnose(ctx context.Context) (core.Diagnostics, error)
+	// TryConsumeAndReturnRemainingVerbose is TryConsumeAndReturnRemaining
+	// with the diagnostics taken in the same atomic step: the verbose API.
+	TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error)
 }
 
 // Errors returned by buckets.

@@ -216,3 +216,26 @@ func ExampleManager() {
 	// true 0 0s
 	// false 0 20s
 }
+
+func TestVerboseProbeMatchesStateAfterConsumption(t *testing.T) {
+	f := newManagerFixture(t)
+	ctx := context.Background()
+	cfg, _ := core.NewConfig(core.Greedy(10, 10, time.Second).WithID("s"), core.Greedy(100, 100, time.Minute).WithID("m"))
+	local, err := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(f.clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.m.Bucket("k", func(context.Context) (core.Config, error) { return cfg, nil })
+	for _, b := range []bucketgrid.Bucket{local, h} {
+		p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.Consumed || p.Remaining != 6 || d.Available[0] != 6 || d.Available[1] != 96 || len(d.Bucket.Config.Bandwidths) != 2 {
+			t.Fatalf("%T: probe %+v, available %v", b, p, d.Available)
+		}
+		if _, _, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 0); !errors.Is(err, core.ErrTokens) {
+			t.Fatalf("%T: n=0: %v", b, err)
+		}
+	}
+}
