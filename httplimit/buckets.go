@@ -88,18 +88,13 @@ func (l *Local) Map() *bucketgrid.LocalMap { return l.m }
 
 // Take takes cost tokens from key's bucket, creating the bucket from the plan
 // on the key's first use. The decision and the per-bandwidth snapshot are
-// two steps under the bucket's lock, one right after the other; see the
-// package documentation for what that means for exactness.
+// taken under one acquisition of the bucket's lock.
 func (l *Local) Take(ctx context.Context, key string, cost int64) (Usage, error) {
 	b, err := l.m.Bucket(key)
 	if err != nil {
 		return Usage{}, err
 	}
-	p, err := b.TryConsumeAndReturnRemaining(ctx, cost)
-	if err != nil {
-		return Usage{}, err
-	}
-	d, err := b.Diagnose(ctx)
+	p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, cost)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -117,11 +112,10 @@ type Managed struct {
 }
 
 // NewManaged returns distributed per-client buckets held by m, created from
-// plan. Build m over VerboseExecutor(exec) for exact per-policy headers in
-// the same round trip; otherwise only the minimum over bandwidths is known
-// and plan runs on every request to name the policies. Options: WithClock
-// (the clock of the executing side, default bucketgrid.WallClock) and
-// WithBucketOptions (others are ignored).
+// plan. Every Take is one request that brings back the decision and the
+// bucket's per-bandwidth state together. Options: WithClock (the clock of the
+// executing side, default bucketgrid.WallClock) and WithBucketOptions
+// (others are ignored).
 func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...Option) *Managed {
 	o := newOptions(opts)
 	clock := o.clock
@@ -135,58 +129,22 @@ func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...Option) *Managed {
 func (s *Managed) Manager() *bucketgrid.Manager { return s.m }
 
 // Take takes cost tokens from key's distributed bucket in one request (two
-// when the bucket must first be created).
+// when the bucket must first be created), with the bucket's diagnostics in
+// the same answer.
 func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, error) {
 	if s.plan == nil {
 		return Usage{}, errNoPlan
 	}
 	plan := s.plan
 	h := s.m.Bucket(key, func(context.Context) (core.Config, error) { return plan(key) }, s.bopts...)
-	slot := new(diagSlot)
-	p, err := h.TryConsumeAndReturnRemaining(context.WithValue(ctx, diagKey{}, slot), cost)
+	p, d, err := h.TryConsumeAndReturnRemainingVerbose(ctx, cost)
 	if err != nil {
 		return Usage{}, err
 	}
-	if slot.d != nil {
-		return Usage{Probe: p, Config: slot.d.Bucket.Config, Bands: bands(slot.d, cost, s.clock.Now())}, nil
-	}
-	cfg, err := plan(key)
-	if err != nil {
-		return Usage{}, err
-	}
-	return Usage{Probe: p, Config: cfg}, nil
+	return Usage{Probe: p, Config: d.Bucket.Config, Bands: bands(&d, cost, s.clock.Now())}, nil
 }
 
 var errNoPlan = errors.New("httplimit: no plan")
-
-type diagKey struct{}
-
-// diagSlot receives the diagnostics of the last successful request made
-// with a context carrying it.
-type diagSlot struct{ d *core.Diagnostics }
-
-// VerboseExecutor wraps exec so that requests made by a Managed carry back
-// the bucket's per-bandwidth state (core.Request.Verbose) in the same round
-// trip, which makes every RateLimit item exact. Other requests pass through
-// unchanged. Build the Manager over it:
-//
-//	m := bucketgrid.NewManager(httplimit.VerboseExecutor(cas.New(store)))
-func VerboseExecutor(exec bucketgrid.Executor) bucketgrid.Executor { return verboseExec{exec} }
-
-type verboseExec struct{ bucketgrid.Executor }
-
-func (v verboseExec) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
-	slot, _ := ctx.Value(diagKey{}).(*diagSlot)
-	if slot == nil {
-		return v.Executor.Execute(ctx, key, req)
-	}
-	req.Verbose = true
-	resp, err := v.Executor.Execute(ctx, key, req)
-	if err == nil && resp.Status == core.StatusOK && resp.Diagnostics != nil {
-		slot.d = resp.Diagnostics
-	}
-	return resp, err
-}
 
 // bands computes each bandwidth's Band from a snapshot d of the bucket, at
 // now, a time of the bucket's clock no earlier than the snapshot. It uses

@@ -56,21 +56,17 @@
 // state, to which core's own arithmetic is applied at a clock reading taken
 // after the snapshot:
 //
-//   - NewLocal snapshots the bucket right after the decision, under a second
-//     acquisition of its lock: r and t are exact for that instant. When
-//     another request of the same client slips in between, they describe the
-//     bucket after both, which is the newer truth.
-//   - NewManaged over a Manager built on VerboseExecutor gets the snapshot in
-//     the same round trip, from the state the decision wrote: exact, as long
-//     as WithClock reads the same clock as the executing side (for the cas
-//     executor, this process's wall clock; for a grid owner, the owner's).
-//   - NewManaged over any other Manager learns only the probe: the minimum
-//     over bandwidths. Each item then carries that minimum as r, exact for
-//     the tightest bandwidth and a lower bound for the others, and as t the
-//     wait of the whole bucket (the refill that admits the request when
-//     refused, the time to full otherwise): an upper bound, never early. For
-//     a configuration of one bandwidth r is exact. The plan then runs on
-//     every request, to name the policies.
+//   - NewLocal takes the snapshot under the same lock as the decision, and
+//     NewManaged gets it in the same answer as the decision (one round trip,
+//     the state the decision wrote): exact, as long as WithClock reads the
+//     same clock as the executing side (for the cas executor, this process's
+//     wall clock; for a grid owner, the owner's).
+//   - A Buckets of your own may report only the probe (Usage.Bands nil): the
+//     minimum over bandwidths. Each item then carries that minimum as r,
+//     exact for the tightest bandwidth and a lower bound for the others, and
+//     as t the wait of the whole bucket (the refill that admits the request
+//     when refused, the time to full otherwise): an upper bound, never early.
+//     For a configuration of one bandwidth r is exact.
 //
 // Policy identifiers are RFC 9651 Strings: bytes outside printable ASCII in a
 // bandwidth ID are written as '?'. Integers are capped at 999,999,999,999,999

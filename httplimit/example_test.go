@@ -62,13 +62,13 @@ func ExampleNew() {
 }
 
 // Distributed buckets: every process built over the same store shares each
-// client's bucket. VerboseExecutor makes every RateLimit item exact in the
-// same round trip. Paid API keys get a bigger plan, decided once per key when
+// client's bucket; every RateLimit item is exact, from the same round trip
+// as the decision. Paid API keys get a bigger plan, decided once per key when
 // its bucket is created.
 func ExampleNewManaged() {
 	clock := bucketgrid.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	exec := cas.New(memstore.New(memstore.WithClock(clock.Now)), cas.WithClock(clock.Now))
-	m := bucketgrid.NewManager(httplimit.VerboseExecutor(exec))
+	m := bucketgrid.NewManager(exec)
 
 	free := core.Config{Bandwidths: []core.Bandwidth{
 		core.Greedy(10, 10, time.Minute).WithID("minute"),

@@ -56,7 +56,7 @@ func TestFailOpenAndClosed(t *testing.T) {
 	deaf := &brokenStore{Store: memstore.New(), mode: "deaf", release: make(chan struct{})}
 	t.Cleanup(func() { close(deaf.release) })
 	managed := func(exec bucketgrid.Executor) Buckets {
-		return NewManaged(bucketgrid.NewManager(VerboseExecutor(exec)), plan)
+		return NewManaged(bucketgrid.NewManager(exec), plan)
 	}
 	tests := []struct {
 		name    string

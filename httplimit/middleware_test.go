@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -45,11 +46,11 @@ var sources = []source{
 	{"local", func(plan Plan, clock *bucketgrid.FakeClock) Buckets {
 		return NewLocal(plan, WithClock(clock))
 	}, true},
-	{"managed-verbose", func(plan Plan, clock *bucketgrid.FakeClock) Buckets {
-		return NewManaged(bucketgrid.NewManager(VerboseExecutor(store(clock))), plan, WithClock(clock))
-	}, true},
 	{"managed", func(plan Plan, clock *bucketgrid.FakeClock) Buckets {
 		return NewManaged(bucketgrid.NewManager(store(clock)), plan, WithClock(clock))
+	}, true},
+	{"minimum only", func(plan Plan, clock *bucketgrid.FakeClock) Buckets {
+		return minimumOnly{NewManaged(bucketgrid.NewManager(store(clock)), plan, WithClock(clock))}
 	}, false},
 }
 
@@ -336,8 +337,18 @@ func TestProblemNamesFiredLimit(t *testing.T) {
 	}
 }
 
-// Without VerboseExecutor only the minimum is known: every item carries it.
-func TestManagedMinimumOnly(t *testing.T) {
+// minimumOnly is a Buckets that knows only the probe, as a user's own
+// Buckets may: Usage.Bands is nil.
+type minimumOnly struct{ Buckets }
+
+func (m minimumOnly) Take(ctx context.Context, key string, cost int64) (Usage, error) {
+	u, err := m.Buckets.Take(ctx, key, cost)
+	u.Bands = nil
+	return u, err
+}
+
+// When only the minimum is known, every item carries it.
+func TestMinimumOnly(t *testing.T) {
 	cfg := config(t, core.Greedy(5, 1, time.Second).WithID("burst"), core.Intervally(20, 20, time.Hour).WithID("hourly"))
 	clock := bucketgrid.NewFakeClock(t0)
 	h := New(sources[2].build(StaticPlan(cfg), clock)).Handler(ok)

@@ -188,10 +188,9 @@ func (nd *node) init(ctx context.Context, initial Limit) error {
 	if err != nil {
 		return fmt.Errorf("read the limit: %w", err)
 	}
-	// VerboseExecutor brings each bucket's per-bandwidth state back with
-	// the decision, so the RateLimit headers are exact; buckets expire from
-	// the grid ten seconds after they would be full again.
-	nd.mgr = bucketgrid.NewManager(httplimit.VerboseExecutor(nd.member),
+	// Buckets expire from the grid ten seconds after they would be full
+	// again.
+	nd.mgr = bucketgrid.NewManager(nd.member,
 		bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(10*time.Second)))
 	nd.buckets = &planned{mgr: nd.mgr}
 	nd.buckets.apply(l)
