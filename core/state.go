@@ -117,3 +117,12 @@ func satInt(u uint64) int64 {
 	}
 	return int64(u)
 }
+
+// FillTime returns the nanoseconds an empty bandwidth takes to refill to its
+// capacity: ceil(capacity×period/refillTokens) for greedy refill, whole
+// periods for the intervally styles; math.MaxInt64 beyond the int64 range.
+// It is the window of the bandwidth's RateLimit-Policy item.
+func (b *Bandwidth) FillTime() int64 {
+	empty := BandState{}
+	return delayFor(b, &empty, b.Capacity, 0)
+}

@@ -3,7 +3,6 @@ package httplimit
 import (
 	"encoding/json"
 	"math"
-	"math/bits"
 	"net/http"
 	"slices"
 	"strconv"
@@ -59,41 +58,15 @@ func ceilSeconds(ns int64) int64 {
 }
 
 // windowSeconds is the w of a bandwidth's policy item: the seconds an empty
-// bandwidth takes to refill to capacity, rounded up (at least 1). For the
-// classic limit of n tokens per period, refilled n at a time, that is the
-// period.
+// bandwidth takes to refill to capacity (core's FillTime), rounded up, at
+// least 1. For the classic limit of n tokens per period, refilled n at a
+// time, that is the period.
 func windowSeconds(bw *core.Bandwidth) int64 {
-	c, r, p := uint64(bw.Capacity), uint64(bw.RefillTokens), uint64(bw.RefillPeriod)
-	if c == 0 || r == 0 || p == 0 {
-		return 1
-	}
-	var ns uint64
-	if bw.Style == core.RefillGreedy {
-		// ceil(c*p/r) without overflow
-		hi, lo := bits.Mul64(c, p)
-		if hi >= r {
-			return maxSFInteger
-		}
-		q, rem := bits.Div64(hi, lo, r)
-		if rem != 0 {
-			q++
-		}
-		ns = q
-	} else {
-		periods := c / r
-		if c%r != 0 {
-			periods++
-		}
-		hi, lo := bits.Mul64(periods, p)
-		if hi != 0 {
-			return maxSFInteger
-		}
-		ns = lo
-	}
-	if ns > math.MaxInt64 {
+	ns := bw.FillTime()
+	if ns == math.MaxInt64 {
 		return maxSFInteger
 	}
-	return min(max(ceilSeconds(int64(ns)), 1), maxSFInteger)
+	return min(max(ceilSeconds(ns), 1), maxSFInteger)
 }
 
 // policyName is the identifier of bandwidth i: its ID, or "default" for the

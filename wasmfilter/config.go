@@ -358,7 +358,7 @@ func (pc *PolicyConfig) compile() (policy, error) {
 		bws = append(bws, b.WithID(bc.ID))
 		if i == 0 || bc.Capacity < p.quota {
 			p.quota = bc.Capacity
-			p.window = max(1, ceilSeconds(int64(period)))
+			p.window = max(1, ceilSeconds(b.FillTime())) // as httplimit: an empty bandwidth's time to full
 		}
 	}
 	cfg, err := core.NewConfig(bws...)

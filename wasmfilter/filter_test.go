@@ -43,7 +43,8 @@ func TestAdmitThenReject(t *testing.T) {
 		if got := r.headers["x-ratelimit-limit"]; got != "3" {
 			t.Errorf("limit %q", got)
 		}
-		if got := r.headers["ratelimit-policy"]; got != `"per-client";q=3;w=10` {
+		// w: an empty bucket refills its 3 tokens in 30 s
+		if got := r.headers["ratelimit-policy"]; got != `"per-client";q=3;w=30` {
 			t.Errorf("RateLimit-Policy %q", got)
 		}
 		// Full again after (3-remaining) tokens at 10 s each.

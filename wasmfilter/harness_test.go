@@ -362,7 +362,7 @@ func TestWasmTwoVMsShareBuckets(t *testing.T) {
 		if want := string(rune('3' - i)); r.headers["x-ratelimit-remaining"] != want {
 			t.Errorf("request %d: remaining %q, want %s", i, r.headers["x-ratelimit-remaining"], want)
 		}
-		if r.headers["ratelimit-policy"] != `"per-client";q=4;w=10` {
+		if r.headers["ratelimit-policy"] != `"per-client";q=4;w=20` {
 			t.Errorf("RateLimit-Policy %q", r.headers["ratelimit-policy"])
 		}
 	}
