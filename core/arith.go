@@ -25,17 +25,7 @@ func diff(a, b int64) uint64 { return uint64(a) - uint64(b) }
 
 // mulDiv returns floor(a*b/d) and (a*b)%d for unsigned operands, with ok=false
 // when the quotient does not fit in 64 bits.
-func mulDiv(a, b, d uint64) (q, r uint64, ok bool) {
-	hi, lo := bits.Mul64(a, b)
-	if hi == 0 {
-		return lo / d, lo % d, true
-	}
-	if hi >= d {
-		return 0, 0, false
-	}
-	q, r = bits.Div64(hi, lo, d)
-	return q, r, true
-}
+func mulDiv(a, b, d uint64) (q, r uint64, ok bool) { return mulAddDiv(a, b, 0, d) }
 
 // mulAddDiv returns floor((a*b+c)/d) and its remainder, ok=false on a quotient
 // beyond 64 bits.

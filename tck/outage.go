@@ -75,24 +75,9 @@ func (o *Outage) once(s cas.Store, key string, opTimeout time.Duration) {
 		o.mu.Unlock()
 		time.Sleep(10 * time.Millisecond) // do not spin on a dead server
 	}
-	data, ver, found, err := s.Get(ctx, key)
+	ok, inWrite, err := incrementOnce(ctx, s, key)
 	if err != nil {
-		fail(err, false)
-		return
-	}
-	var ok bool
-	if !found {
-		ok, err = s.Insert(ctx, key, []byte("1"), 0)
-	} else {
-		n, perr := strconv.Atoi(string(data))
-		if perr != nil {
-			fail(perr, false)
-			return
-		}
-		ok, err = s.Replace(ctx, key, []byte(strconv.Itoa(n+1)), ver, 0)
-	}
-	if err != nil {
-		fail(err, true)
+		fail(err, inWrite)
 		return
 	}
 	o.mu.Lock()

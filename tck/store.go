@@ -216,28 +216,33 @@ func AtomicityProbe(ctx context.Context, s cas.Store, key string, workers, each 
 
 func increment(ctx context.Context, s cas.Store, key string) error {
 	for {
-		data, ver, found, err := s.Get(ctx, key)
-		if err != nil {
+		ok, _, err := incrementOnce(ctx, s, key)
+		if err != nil || ok {
 			return err
-		}
-		runtime.Gosched() // let other workers in between, as network latency would
-		var ok bool
-		if !found {
-			ok, err = s.Insert(ctx, key, []byte("1"), 0)
-		} else {
-			n, perr := strconv.Atoi(string(data))
-			if perr != nil {
-				return fmt.Errorf("tck: probe counter corrupted: %q", data)
-			}
-			ok, err = s.Replace(ctx, key, []byte(strconv.Itoa(n+1)), ver, 0)
-		}
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
 		}
 	}
+}
+
+// incrementOnce makes one attempt to add 1 to the decimal counter at key:
+// read, then insert or replace. ok=false with no error is a lost race;
+// inWrite says whether an error came from the write (which may have been
+// applied).
+func incrementOnce(ctx context.Context, s cas.Store, key string) (ok, inWrite bool, err error) {
+	data, ver, found, err := s.Get(ctx, key)
+	if err != nil {
+		return false, false, err
+	}
+	runtime.Gosched() // let other writers in between, as network latency would
+	if !found {
+		ok, err = s.Insert(ctx, key, []byte("1"), 0)
+		return ok, err != nil, err
+	}
+	n, err := strconv.Atoi(string(data))
+	if err != nil {
+		return false, false, fmt.Errorf("tck: counter corrupted: %q", data)
+	}
+	ok, err = s.Replace(ctx, key, []byte(strconv.Itoa(n+1)), ver, 0)
+	return ok, err != nil, err
 }
 
 func checkProbe(e *env) {
