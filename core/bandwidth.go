@@ -67,7 +67,9 @@ type Bandwidth struct {
 	// Style is the refill style.
 	Style RefillStyle
 	// FirstRefill is the Unix time in nanoseconds of the first refill of the
-	// aligned styles; ignored by the others.
+	// aligned styles, at or after the epoch (Validate rejects a negative one
+	// with ErrFirstRefill, as Bucket4j rejects an instant before 1970);
+	// ignored by the other styles.
 	FirstRefill int64
 	// InitialTokens is the size of a new bucket when HasInitialTokens is set;
 	// otherwise a new bucket starts full (or adaptive, for that style).
@@ -89,18 +91,34 @@ func Intervally(capacity, refillTokens int64, period time.Duration) Bandwidth {
 }
 
 // IntervallyAligned returns an intervally bandwidth whose first refill
-// happens at firstRefill. It needs a wall clock.
+// happens at firstRefill. It needs a wall clock. A firstRefill before the
+// epoch, or after 2262-04-11 (beyond int64 Unix nanoseconds), gives a
+// bandwidth that Validate rejects with ErrFirstRefill.
 func IntervallyAligned(capacity, refillTokens int64, period time.Duration, firstRefill time.Time) Bandwidth {
 	return Bandwidth{Capacity: capacity, RefillTokens: refillTokens, RefillPeriod: period,
-		Style: RefillIntervallyAligned, FirstRefill: firstRefill.UnixNano()}
+		Style: RefillIntervallyAligned, FirstRefill: firstRefillNanos(firstRefill)}
 }
 
 // IntervallyAlignedAdaptive returns an aligned bandwidth whose initial tokens
 // are computed from the time left until firstRefill. It needs a wall clock and
-// cannot be combined with WithInitialTokens.
+// cannot be combined with WithInitialTokens. firstRefill is checked as by
+// IntervallyAligned.
 func IntervallyAlignedAdaptive(capacity, refillTokens int64, period time.Duration, firstRefill time.Time) Bandwidth {
 	return Bandwidth{Capacity: capacity, RefillTokens: refillTokens, RefillPeriod: period,
-		Style: RefillIntervallyAlignedAdaptive, FirstRefill: firstRefill.UnixNano()}
+		Style: RefillIntervallyAlignedAdaptive, FirstRefill: firstRefillNanos(firstRefill)}
+}
+
+// lastUnixNano is the latest instant int64 Unix nanoseconds can express.
+var lastUnixNano = time.Unix(0, math.MaxInt64)
+
+// firstRefillNanos returns t in Unix nanoseconds, or -1 (which Validate
+// rejects) when t is before the epoch or beyond the int64 range, where
+// t.UnixNano would wrap around to an unrelated instant.
+func firstRefillNanos(t time.Time) int64 {
+	if t.Unix() < 0 || t.After(lastUnixNano) {
+		return -1
+	}
+	return t.UnixNano()
 }
 
 // WithID returns a copy of b with the given id.
@@ -140,6 +158,7 @@ var (
 	ErrAdaptiveWithInitial = errors.New("adaptive initial tokens cannot be combined with explicit initial tokens")
 	ErrUnknownRefillStyle  = errors.New("unknown refill style")
 	ErrNeedsWallClock      = errors.New("aligned refill needs a wall clock")
+	ErrFirstRefill         = errors.New("first refill must be at or after the Unix epoch and before 2262-04-12")
 )
 
 // Limits on a configuration, so that every record has a bounded size.
@@ -170,6 +189,8 @@ func (b *Bandwidth) Validate() error {
 	switch {
 	case b.Style >= numRefillStyles:
 		return ErrUnknownRefillStyle
+	case b.Style.aligned() && b.FirstRefill < 0:
+		return fmt.Errorf("%w: %d ns", ErrFirstRefill, b.FirstRefill)
 	case b.Capacity <= 0:
 		return ErrCapacity
 	case b.RefillTokens <= 0:

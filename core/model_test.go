@@ -284,15 +284,27 @@ func (g gen) bandwidth(now int64, id string) Bandwidth {
 		b = Intervally(capacity, tokens, time.Duration(period))
 	case 6:
 		b = Bandwidth{Capacity: capacity, RefillTokens: tokens, RefillPeriod: time.Duration(period),
-			Style: RefillIntervallyAligned, FirstRefill: now + g.int64In(-1<<40, 1<<40)}
+			Style: RefillIntervallyAligned, FirstRefill: g.firstRefill(now)}
 	case 7:
 		b = Bandwidth{Capacity: capacity, RefillTokens: tokens, RefillPeriod: time.Duration(period),
-			Style: RefillIntervallyAlignedAdaptive, FirstRefill: now + g.int64In(-1<<40, 1<<40)}
+			Style: RefillIntervallyAlignedAdaptive, FirstRefill: g.firstRefill(now)}
 	}
 	if b.Style != RefillIntervallyAlignedAdaptive && g.r.IntN(3) == 0 {
 		b = b.WithInitialTokens(g.pick(0, 1, capacity, capacity/2, g.int64In(0, capacity), math.MaxInt64))
 	}
 	return b.WithID(id)
+}
+
+// firstRefill returns a valid first refill (at or after the epoch) near now,
+// or the epoch itself, or one far from now when now is before the epoch.
+func (g gen) firstRefill(now int64) int64 {
+	if g.r.IntN(8) == 0 {
+		return 0
+	}
+	if f := now + g.int64In(-1<<40, 1<<40); f >= 0 {
+		return f
+	}
+	return g.int64In(0, 1<<40)
 }
 
 func (g gen) config(now int64) Config {
