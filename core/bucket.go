@@ -107,7 +107,10 @@ func (b *Bucket) TimeToFull(now int64) int64 {
 type Probe struct {
 	// Consumed reports whether the tokens were taken.
 	Consumed bool
-	// Remaining is the tokens left after the call (before it, when rejected).
+	// Remaining is the tokens left after the call (before it, when rejected),
+	// never below zero: during an overdraft it is 0, as in Bucket4j's
+	// ConsumptionProbe, and the debt shows in the waits. AvailableTokens and
+	// Diagnostics report the negative balance itself.
 	Remaining int64
 	// NanosToWaitForRefill is, when rejected, how long until the request could
 	// succeed (math.MaxInt64: never, the request exceeds a capacity); zero when
@@ -121,7 +124,8 @@ type Probe struct {
 type Estimate struct {
 	// CanBeConsumed reports whether the tokens are there now.
 	CanBeConsumed bool
-	// Remaining is the available tokens.
+	// Remaining is the available tokens, never below zero (0 during an
+	// overdraft), as in Bucket4j's EstimationProbe.
 	Remaining int64
 	// NanosToWaitForRefill is how long until they would be, when not now.
 	NanosToWaitForRefill int64
@@ -143,7 +147,7 @@ func (b *Bucket) TryConsumeAndReturnRemaining(n, now int64) Probe {
 	b.Refill(now)
 	avail := b.available()
 	if n > avail {
-		return Probe{Remaining: avail, NanosToWaitForRefill: b.delay(n, now, true),
+		return Probe{Remaining: max(avail, 0), NanosToWaitForRefill: b.delay(n, now, true),
 			NanosToWaitForReset: b.TimeToFull(now)}
 	}
 	b.consume(n)
@@ -156,7 +160,7 @@ func (b *Bucket) EstimateAbilityToConsume(n, now int64) Estimate {
 	b.Refill(now)
 	avail := b.available()
 	if n > avail {
-		return Estimate{Remaining: avail, NanosToWaitForRefill: b.delay(n, now, true)}
+		return Estimate{Remaining: max(avail, 0), NanosToWaitForRefill: b.delay(n, now, true)}
 	}
 	return Estimate{CanBeConsumed: true, Remaining: avail}
 }

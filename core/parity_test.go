@@ -15,6 +15,82 @@ import (
 
 const ms = int64(time.Millisecond)
 
+// Bug 1: probes reported negative remaining tokens during an overdraft.
+// Bucket4j's ConsumptionProbe and EstimationProbe constructors store
+// max(0, remaining); getAvailableTokens and the verbose Diagnostics report the
+// raw, negative balance.
+func TestProbesReportNegativeRemaining(t *testing.T) {
+	// capacity 1000, greedy 1000 per minute, full; ConsumeIgnoringRateLimits(121000)
+	// leaves -120000 and a 120-minute debt
+	overdrawn := func(t *testing.T) Bucket {
+		t.Helper()
+		b := mustBucket(t, 0, Greedy(1000, 1000, time.Minute))
+		if w := b.ConsumeIgnoringRateLimits(121000, 0); w != 120*minute {
+			t.Fatalf("overdraft wait %v, want 120m", time.Duration(w))
+		}
+		return b
+	}
+	// a wait for n tokens from -120000 is (120000+n)×60 s/1000 = (120000+n)×60 ms,
+	// exact, so Bucket4j's floor and our ceiling agree
+	const oneToken = (120000 + 1) * 60 * ms
+	const full = 121000 * 60 * ms
+	tests := []struct {
+		name string
+		run  func(b *Bucket) any
+		want any
+	}{
+		{"TryConsumeAndReturnRemaining", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1, 0) },
+			Probe{Remaining: 0, NanosToWaitForRefill: oneToken, NanosToWaitForReset: full}},
+		{"TryConsumeAndReturnRemaining above capacity", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1001, 0) },
+			Probe{Remaining: 0, NanosToWaitForRefill: math.MaxInt64, NanosToWaitForReset: full}},
+		{"TryConsumeAndReturnRemaining a minute later", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1, minute) },
+			Probe{Remaining: 0, NanosToWaitForRefill: oneToken - minute, NanosToWaitForReset: full - minute}},
+		{"EstimateAbilityToConsume", func(b *Bucket) any { return b.EstimateAbilityToConsume(1, 0) },
+			Estimate{Remaining: 0, NanosToWaitForRefill: oneToken}},
+		{"AvailableTokens stays negative", func(b *Bucket) any { return b.AvailableTokens(0) }, int64(-120000)},
+		{"Diagnostics stay negative", func(b *Bucket) any { return b.Diagnose(0).Available[0] }, int64(-120000)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := overdrawn(t)
+			if got := tt.run(&b); got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+
+	t.Run("several bandwidths", func(t *testing.T) {
+		// the minimum is negative in one bandwidth only: still 0
+		b := mustBucket(t, 0, Greedy(1000, 1000, time.Minute).WithID("a"), Greedy(5, 5, time.Second).WithID("b"))
+		b.ConsumeIgnoringRateLimits(7, 0) // a: 993, b: -2
+		if p := b.TryConsumeAndReturnRemaining(1, 0); p.Consumed || p.Remaining != 0 || p.NanosToWaitForRefill != 600*ms {
+			t.Fatalf("probe %+v, want remaining 0 and a 600 ms wait (3 tokens at 5/s)", p)
+		}
+	})
+
+	t.Run("Process", func(t *testing.T) {
+		b := overdrawn(t)
+		stored := AppendBucket(nil, &b)
+		_, changed, resp := Process(stored, Request{Verbose: true, Ops: []Op{
+			{Kind: OpTryConsumeAndReturnRemaining, Tokens: 1},
+			{Kind: OpEstimate, Tokens: 1},
+			{Kind: OpAvailableTokens},
+		}}, 0)
+		if resp.Status != StatusOK || changed {
+			t.Fatalf("status %v changed %v: %s", resp.Status, changed, resp.Message)
+		}
+		want := []Result{{Wait: oneToken, Reset: full}, {Wait: oneToken}, {OK: true, Tokens: -120000}}
+		for i, r := range resp.Results {
+			if r != want[i] {
+				t.Errorf("result %d = %+v, want %+v", i, r, want[i])
+			}
+		}
+		if d := resp.Diagnostics; d == nil || d.Available[0] != -120000 || d.NanosToFull != full {
+			t.Errorf("diagnostics %+v, want the raw -120000 tokens", d)
+		}
+	})
+}
+
 // Bug 2: an aligned first refill before the epoch was accepted. Bucket4j's
 // BandwidthBuilder throws for timeOfFirstRefill.toEpochMilli() < 0, so such a
 // bandwidth can neither create a bucket nor replace a configuration.
