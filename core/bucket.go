@@ -194,15 +194,19 @@ func (b *Bucket) AddTokens(n, now int64) {
 }
 
 // ForceAddTokens adds n tokens to every bandwidth, even beyond capacity;
-// refill pauses while a bandwidth is above its capacity.
+// refill pauses while a bandwidth is at or above its capacity. The fraction
+// of a token already earned is kept, as Bucket4j keeps it, so it counts again
+// once consumption brings the bandwidth below capacity; only a sum beyond
+// the int64 range, saturated to math.MaxInt64, drops it.
 func (b *Bucket) ForceAddTokens(n, now int64) {
 	b.Refill(now)
 	for i := range b.State {
 		s := &b.State[i]
-		s.Size = satAdd(s.Size, n)
-		if s.Size >= b.Config.Bandwidths[i].Capacity {
-			s.RoundingError = 0
+		if s.Size > math.MaxInt64-n {
+			s.Size, s.RoundingError = math.MaxInt64, 0
+			continue
 		}
+		s.Size += n
 	}
 }
 

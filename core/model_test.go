@@ -509,14 +509,14 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			m.refill(now)
 			for i := range m.bands {
 				mb := &m.bands[i]
+				// Bucket4j keeps the carried fraction, even at or above
+				// capacity, unless the sum overflows: then MaxInt64, no
+				// fraction
 				sum := new(big.Int).Add(mb.size, bi(n))
 				if sum.Cmp(bigMaxInt64) > 0 {
-					sum = bi(math.MaxInt64) // core saturates a forced addition
+					sum, mb.carried = bi(math.MaxInt64), bi(0)
 				}
 				mb.size = sum
-				if sum.Cmp(bi(mb.cfg.Capacity)) >= 0 {
-					mb.carried = bi(0)
-				}
 			}
 		case 8:
 			n := g.tokens(&b)

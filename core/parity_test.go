@@ -159,3 +159,52 @@ func TestFirstRefillBeforeEpoch(t *testing.T) {
 		t.Fatalf("DecodeBucket = %v, want ErrCorrupt wrapping ErrFirstRefill", err)
 	}
 }
+
+// Bug 4: ForceAddTokens dropped the partial token. Bucket4j's forceAddTokens
+// leaves the rounding error alone (it zeroes it only when the sum overflows),
+// and refill keeps it while the bandwidth is at or above capacity, so it
+// counts again as soon as consumption brings the bandwidth below.
+func TestForceAddTokensKeepsPartialToken(t *testing.T) {
+	// capacity 10, greedy 10 per µs (one token per 100 ns), full at 0
+	b := mustBucket(t, 0, Greedy(10, 10, time.Microsecond))
+	b.TryConsume(1, 0) // 9
+	// at 67 ns: 10×67 = 670 of the 1000 a token needs; +1 forced → 10
+	b.ForceAddTokens(1, 67)
+	if s := b.State[0]; s.Size != 10 || s.RoundingError != 670 {
+		t.Fatalf("after ForceAddTokens: %+v, want size 10, rounding error 670 kept", s)
+	}
+	b.TryConsume(1, 67) // 9, the 670 still carried
+	// at 134 ns: 670 + 10×67 = 1340 → one more token → 10, the capacity
+	// (full: nothing carried). Bucket4j admits 10 tokens here; dropping the
+	// 670 refused them with a 33 ns wait (1000-670 = 330 more, at 10 per ns).
+	p := b.TryConsumeAndReturnRemaining(10, 134)
+	// after it: empty, full again after 10×100 ns
+	if want := (Probe{Consumed: true, Remaining: 0, NanosToWaitForReset: 1000}); p != want {
+		t.Fatalf("TryConsumeAndReturnRemaining(10) at 134 ns = %+v, want %+v", p, want)
+	}
+	// the fraction also survives a stay above capacity: at 200 ns 660 is
+	// carried (66 ns into the next token) and 15 forced tokens pause refill;
+	// at 300 ns 6 are taken: 9 left, 660 still carried, so the 10th token
+	// arrives 34 ns later (340+660 = 1000), not 100
+	b.ForceAddTokens(15, 200)
+	if s := b.State[0]; s.Size != 15 || s.RoundingError != 660 {
+		t.Fatalf("after ForceAddTokens(15) at 200 ns: %+v, want 15 tokens and 660 carried", s)
+	}
+	if !b.TryConsume(6, 300) || b.State[0].RoundingError != 660 {
+		t.Fatalf("at 300 ns: %+v, want 9 tokens and 660 still carried", b.State[0])
+	}
+	if e := b.EstimateAbilityToConsume(10, 300); e.NanosToWaitForRefill != 34 {
+		t.Fatalf("estimate for 10 at 300 ns = %+v, want a 34 ns wait", e)
+	}
+	if b.TryConsume(10, 333) || !b.TryConsume(10, 334) {
+		t.Fatal("the 10th token must arrive at 334 ns exactly")
+	}
+
+	// a sum beyond int64 saturates and, as in Bucket4j, drops the fraction
+	b = mustBucket(t, 0, Greedy(10, 10, time.Microsecond))
+	b.TryConsume(1, 0)
+	b.ForceAddTokens(math.MaxInt64, 67)
+	if s := b.State[0]; s.Size != math.MaxInt64 || s.RoundingError != 0 {
+		t.Fatalf("after an overflowing ForceAddTokens: %+v, want MaxInt64 and no fraction", s)
+	}
+}
