@@ -15,6 +15,12 @@ import (
 // model computes the exact value and the two must agree. The model follows
 // Bucket4j's state machine (per bandwidth: size, last refill, carried
 // remainder of refillTokens×elapsed/period) and shares no code with core.
+//
+// Where bucketgrid deliberately differs from Bucket4j (the "Differences from
+// Bucket4j" of the package doc), the model states bucketgrid's rule and says
+// so: waits are rounded up and a greedy wait counts from the last refill when
+// the clock reads earlier (delay), the replaced last refill time (replace),
+// exact fractions where Bucket4j uses doubles or truncates a ratio (replace).
 
 var (
 	bigMaxInt64 = big.NewInt(math.MaxInt64)
@@ -603,29 +609,8 @@ func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
 			continue
 		}
 		ob := m.bands[idx]
-		size := new(big.Int).Set(ob.size)
-		newCap, oldCap := bi(nb.Capacity), bi(ob.cfg.Capacity)
-		switch strategy {
-		case InheritProportionally:
-			size.Mul(size, newCap)
-			size.Div(size, oldCap) // Euclidean: floor for a positive divisor
-			size = bi(sat(size))   // core saturates
-		case InheritAsIs:
-			if size.Cmp(newCap) > 0 {
-				size = newCap
-			}
-		case InheritAdditive:
-			if size.Cmp(newCap) > 0 {
-				size = newCap
-			}
-			if nb.Capacity > ob.cfg.Capacity {
-				size.Add(size, new(big.Int).Sub(newCap, oldCap))
-				if size.Cmp(bigMaxInt64) > 0 {
-					size = bi(math.MaxInt64)
-				}
-			}
-		}
-		mb := mBand{cfg: nb, size: size, carried: bi(0)}
+		size, carried := inherit(ob, nb, strategy)
+		mb := mBand{cfg: nb, size: size, carried: carried}
 		switch {
 		case nb.Style == RefillIntervallyAligned || nb.Style == RefillIntervallyAlignedAdaptive:
 			// the latest period boundary at or before now
@@ -647,12 +632,67 @@ func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
 				mb.last = n
 			}
 		}
-		if nb.RefillPeriod == ob.cfg.RefillPeriod && nb.RefillTokens == ob.cfg.RefillTokens && nb.Style == ob.cfg.Style {
-			mb.carried = ob.carried
-		}
 		bands = append(bands, mb)
 	}
 	m.bands = bands
+}
+
+// inherit returns the size and carried remainder a matched bandwidth takes
+// over from ob, by Bucket4j's replaceBandwidthAsIs, ...Proportional and
+// ...Additive, with exact rationals where Bucket4j uses doubles (a
+// deliberate difference): the carried fraction of a token is
+// ob.carried/oldPeriod, and it becomes fraction×newPeriod.
+func inherit(ob mBand, nb Bandwidth, strategy TokensInheritance) (size, carried *big.Int) {
+	oldCap, newCap := bi(ob.cfg.Capacity), bi(nb.Capacity)
+	fraction := new(big.Rat).SetFrac(ob.carried, bi(int64(ob.cfg.RefillPeriod)))
+	greedy := ob.cfg.Style == RefillGreedy && nb.Style == RefillGreedy
+	asIs := func() (*big.Int, *big.Int) {
+		if ob.size.Cmp(newCap) >= 0 {
+			return newCap, bi(0)
+		}
+		if !greedy {
+			return ob.size, bi(0)
+		}
+		return ob.size, floorRat(new(big.Rat).Mul(fraction, ratInt(int64(nb.RefillPeriod))))
+	}
+	switch strategy {
+	case InheritAsIs:
+		return asIs()
+	case InheritAdditive:
+		if nb.Capacity <= ob.cfg.Capacity {
+			return asIs()
+		}
+		if ob.size.Cmp(oldCap) >= 0 {
+			return newCap, bi(0) // over-full (forced): full at the new capacity
+		}
+		size = new(big.Int).Add(ob.size, new(big.Int).Sub(newCap, oldCap))
+		if !greedy {
+			return size, bi(0)
+		}
+		return size, floorRat(new(big.Rat).Mul(fraction, ratInt(int64(nb.RefillPeriod))))
+	default: // InheritProportionally
+		if ob.size.Cmp(oldCap) >= 0 {
+			return newCap, bi(0) // over-full (forced): full at the new capacity
+		}
+		v := new(big.Rat).Add(new(big.Rat).SetInt(ob.size), fraction)
+		v.Mul(v, new(big.Rat).SetFrac(newCap, oldCap))
+		size = floorRat(v)
+		if size.Cmp(bigMinInt64) < 0 {
+			return bi(math.MinInt64), bi(0) // core saturates, with no fraction
+		}
+		if nb.Style != RefillGreedy {
+			return size, bi(0)
+		}
+		rest := new(big.Rat).Sub(v, new(big.Rat).SetInt(size))
+		return size, floorRat(rest.Mul(rest, ratInt(int64(nb.RefillPeriod))))
+	}
+}
+
+func ratInt(v int64) *big.Rat { return new(big.Rat).SetInt64(v) }
+
+// floorRat returns the largest integer not above v.
+func floorRat(v *big.Rat) *big.Int {
+	return new(big.Int).Div(v.Num(), v.Denom()) // Euclidean, and Denom > 0
 }
 
 // TestBackwardsTimeNeverMints: a clock reading earlier than the last refill

@@ -160,6 +160,64 @@ func TestFirstRefillBeforeEpoch(t *testing.T) {
 	}
 }
 
+// Bug 3: replacing the configuration of an over-full bandwidth (after
+// ForceAddTokens) exceeded the new capacity. Bucket4j's replaceBandwidth*
+// methods fill the bandwidth to the new capacity when its size is at or above
+// the old capacity (PROPORTIONALLY, ADDITIVE with a larger capacity) and cap
+// it at the new capacity (AS_IS, and ADDITIVE without a larger capacity).
+func TestReplaceOverFullBand(t *testing.T) {
+	greedy := func(capacity int64) Config {
+		return Config{Bandwidths: []Bandwidth{Greedy(capacity, 10, time.Second)}}
+	}
+	t.Run("issue scenario", func(t *testing.T) {
+		// capacity 100, greedy 10/s, full; ForceAddTokens(500) → 600, refill
+		// paused; at 5 s TryConsume(450) → 150, still above capacity
+		b := mustBucket(t, 0, Greedy(100, 10, time.Second))
+		b.ForceAddTokens(500, 0)
+		if !b.TryConsume(450, 5*sec) || b.AvailableTokens(5*sec) != 150 {
+			t.Fatalf("setup: %d tokens, want 150", b.AvailableTokens(5*sec))
+		}
+		// PROPORTIONALLY to 300: 150 ≥ old capacity 100 → 300 (was 150×3 = 450)
+		b.ReplaceConfiguration(greedy(300), InheritProportionally, 5*sec)
+		if got := b.AvailableTokens(5 * sec); got != 300 {
+			t.Fatalf("after PROPORTIONALLY to 300: %d tokens, want 300", got)
+		}
+		// ADDITIVE to 400: 300 ≥ old capacity 300 → 400 (was min(450, 400)+100 = 500)
+		b.ReplaceConfiguration(greedy(400), InheritAdditive, 6*sec)
+		if got := b.AvailableTokens(6 * sec); got != 400 {
+			t.Fatalf("after ADDITIVE to 400: %d tokens, want 400", got)
+		}
+	})
+	tests := []struct {
+		name     string
+		strategy TokensInheritance
+		newCap   int64
+		want     int64
+	}{
+		// 150 tokens in a bandwidth of capacity 100
+		{"PROPORTIONALLY up", InheritProportionally, 300, 300},       // was 450
+		{"PROPORTIONALLY down", InheritProportionally, 50, 50},       // was 75
+		{"ADDITIVE up", InheritAdditive, 400, 400},                   // was 150+300
+		{"ADDITIVE up, below the tokens", InheritAdditive, 120, 120}, // was min(150, 120)+20
+		{"ADDITIVE down is AS_IS", InheritAdditive, 80, 80},
+		{"AS_IS down", InheritAsIs, 120, 120},
+		{"AS_IS up keeps the forced tokens", InheritAsIs, 300, 150}, // below the new capacity
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustBucket(t, 0, Greedy(100, 10, time.Second))
+			b.ForceAddTokens(50, 0)
+			b.ReplaceConfiguration(greedy(tt.newCap), tt.strategy, sec)
+			if got := b.AvailableTokens(sec); got != tt.want {
+				t.Fatalf("%d tokens, want %d", got, tt.want)
+			}
+			if b.State[0].RoundingError != 0 {
+				t.Fatalf("rounding error %d, want 0", b.State[0].RoundingError)
+			}
+		})
+	}
+}
+
 // Bug 4: ForceAddTokens dropped the partial token. Bucket4j's forceAddTokens
 // leaves the rounding error alone (it zeroes it only when the sum overflows),
 // and refill keeps it while the bandwidth is at or above capacity, so it
@@ -206,5 +264,60 @@ func TestForceAddTokensKeepsPartialToken(t *testing.T) {
 	b.ForceAddTokens(math.MaxInt64, 67)
 	if s := b.State[0]; s.Size != math.MaxInt64 || s.RoundingError != 0 {
 		t.Fatalf("after an overflowing ForceAddTokens: %+v, want MaxInt64 and no fraction", s)
+	}
+}
+
+// Bug 5: configuration replacement dropped the partial token unless period,
+// tokens and style were all equal. Bucket4j's replaceBandwidthAsIs and
+// ...Additive carry the rounding error between greedy bandwidths, rescaled
+// to the new period; ...Proportional scales size and fraction together and
+// keeps the new fraction when the new bandwidth is greedy.
+func TestReplacementKeepsPartialToken(t *testing.T) {
+	tests := []struct {
+		name          string
+		strategy      TokensInheritance
+		new           Bandwidth
+		size, carried int64 // right after the replacement at 150 ms
+		at, want      int64 // then available tokens at at
+	}{
+		// to 10 per 2.5 s: half a token is 1.25e9 of 2.5e9 (Bucket4j keeps
+		// (long)2.5×5e8 = 1e9, 0.4 token: a deliberate difference). At
+		// 300 ms: 10×0.15 s = 1.5e9, +1.25e9 ≥ 2.5e9: one token → 2, as
+		// Bucket4j (1.5e9+1e9 = 2.5e9); dropping the fraction gave 1.
+		{"AS_IS to a longer period", InheritAsIs, Greedy(10, 10, 2500*time.Millisecond), 1, 1.25e9, 300 * ms, 2},
+		// to capacity 20, 20 per 2 s (the same rate): 1+10 = 11 tokens, half
+		// a token = 1e9 of 2e9 (Bucket4j: (long)2.0×5e8, the same). At
+		// 200 ms: 20×5e7 = 1e9, +1e9 = 2e9: one more token → 12 (was 11).
+		{"ADDITIVE with another refill", InheritAdditive, Greedy(20, 20, 2*time.Second), 11, 1e9, 200 * ms, 12},
+		// to capacity 25, 10 per 4 s: (1 + 0.5)×25/10 = 3.75 → 3 tokens,
+		// 0.75 token = 3e9 of 4e9 (Bucket4j's doubles: 1.5×2.5 = 3.75
+		// exactly, (long)(0.75×4e9) = 3e9); ignoring the fraction gave 2.
+		// The 4th token needs (4e9−3e9)/10 ns = 100 ms.
+		{"PROPORTIONALLY", InheritProportionally, Greedy(25, 10, 4*time.Second), 3, 3e9, 250 * ms, 4},
+		// the scaled size counts the fraction, an intervally bandwidth carries none
+		{"PROPORTIONALLY to intervally", InheritProportionally, Intervally(25, 10, 4*time.Second), 3, 0, 4150*ms - 1, 3},
+		{"AS_IS to intervally", InheritAsIs, Intervally(10, 10, time.Second), 1, 0, 1150*ms - 1, 1},
+		// 1 token is at the new capacity: full, nothing carried
+		{"AS_IS capped at the new capacity", InheritAsIs, Greedy(1, 10, time.Second), 1, 0, 150 * ms, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// capacity 10, greedy 10 per second, empty at 0; at 150 ms
+			// 10×0.15 = 1.5 tokens: 1, and half a token (5e8 of 1e9) carried
+			b := mustBucket(t, 0, Greedy(10, 10, time.Second).WithInitialTokens(0))
+			b.ReplaceConfiguration(Config{Bandwidths: []Bandwidth{tt.new}}, tt.strategy, 150*ms)
+			if s := b.State[0]; s.Size != tt.size || s.RoundingError != tt.carried {
+				t.Fatalf("after the replacement %+v, want %d tokens and %d carried", s, tt.size, tt.carried)
+			}
+			if got := b.AvailableTokens(tt.at); got != tt.want {
+				t.Fatalf("at %v: %d tokens, want %d", time.Duration(tt.at), got, tt.want)
+			}
+		})
+	}
+	// PROPORTIONALLY's time to full: (22×4e9 − 3e9)/10 = 8.5 s (was 23×0.4 s = 9.2 s)
+	b := mustBucket(t, 0, Greedy(10, 10, time.Second).WithInitialTokens(0))
+	b.ReplaceConfiguration(Config{Bandwidths: []Bandwidth{Greedy(25, 10, 4*time.Second)}}, InheritProportionally, 150*ms)
+	if got := b.TimeToFull(150 * ms); got != 8500*ms {
+		t.Fatalf("time to full %v, want 8.5s", time.Duration(got))
 	}
 }

@@ -1,6 +1,9 @@
 package core
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // TokensInheritance says how available tokens carry over when a bucket's
 // configuration is replaced. Bandwidths are matched by ID; a bandwidth without
@@ -39,6 +42,25 @@ func (t TokensInheritance) String() string {
 
 // ReplaceConfiguration switches b to cfg at now, carrying tokens over by
 // strategy. cfg must be valid; the state of b is refilled first.
+//
+// Each new bandwidth that matches an old one (see TokensInheritance) takes
+// over its tokens as Bucket4j's BucketState64BitsInteger does:
+//   - A bandwidth at or above the old capacity (after ForceAddTokens) is
+//     full at the new capacity under PROPORTIONALLY and under ADDITIVE with a
+//     larger capacity; AS_IS, and ADDITIVE without a larger capacity, cap
+//     the tokens at the new capacity. No strategy leaves more tokens than the
+//     new capacity.
+//   - The fraction of a token already earned carries over: PROPORTIONALLY
+//     scales tokens and fraction together, (size + fraction) × new/old
+//     capacity, and keeps the fractional part when the new bandwidth is
+//     greedy; AS_IS and ADDITIVE keep the fraction when both bandwidths are
+//     greedy and the tokens stay below the new capacity. A fraction of f
+//     tokens is f×period in RoundingError, rescaled to the new period.
+//
+// Unlike Bucket4j, the arithmetic is exact (Bucket4j computes
+// PROPORTIONALLY in doubles and truncates the period ratio of AS_IS and
+// ADDITIVE to an integer before rescaling the fraction), and the last refill
+// time comes from carriedRefill rather than from the old bandwidth.
 func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance, now int64) {
 	b.Refill(now)
 	if strategy == InheritReset {
@@ -57,24 +79,50 @@ func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance, no
 			continue
 		}
 		ob, os := &old.Bandwidths[i], oldState[i]
-		size := os.Size
-		switch strategy {
-		case InheritProportionally:
-			size = scale(size, nb.Capacity, ob.Capacity)
-		case InheritAsIs:
-			size = min(size, nb.Capacity)
-		case InheritAdditive:
-			size = min(size, nb.Capacity)
-			if nb.Capacity > ob.Capacity {
-				size = satAdd(size, nb.Capacity-ob.Capacity)
+		st := strategy
+		if st == InheritAdditive && nb.Capacity <= ob.Capacity {
+			st = InheritAsIs // ADDITIVE without a capacity increase is AS_IS
+		}
+		s := BandState{LastRefill: carriedRefill(ob, nb, os.LastRefill, now)}
+		switch {
+		case st == InheritAsIs && os.Size >= nb.Capacity,
+			st != InheritAsIs && os.Size >= ob.Capacity:
+			s.Size = nb.Capacity
+		case st == InheritProportionally:
+			s.Size, s.RoundingError = proportional(&os, ob, nb)
+			if nb.Style.intervally() {
+				s.RoundingError = 0 // whole periods only: no fraction to carry
+			}
+		default: // AS_IS below the new capacity, ADDITIVE below the old
+			s.Size = os.Size
+			if st == InheritAdditive {
+				s.Size += nb.Capacity - ob.Capacity // below nb.Capacity: no overflow
+			}
+			if !ob.Style.intervally() && !nb.Style.intervally() {
+				s.RoundingError = rescaleFraction(os.RoundingError, ob.RefillPeriod, nb.RefillPeriod)
 			}
 		}
-		state[j] = BandState{Size: size, LastRefill: carriedRefill(ob, nb, os.LastRefill, now)}
-		if ob.RefillPeriod == nb.RefillPeriod && ob.RefillTokens == nb.RefillTokens && ob.Style == nb.Style {
-			state[j].RoundingError = os.RoundingError
-		}
+		state[j] = s
 	}
 	b.Config, b.State = cfg, state
+}
+
+// proportional returns floor(v) and the fraction of v as a rounding error of
+// nb, where v = (s.Size + s.RoundingError/ob.period) × nb.Capacity /
+// ob.Capacity is the exact PROPORTIONALLY size. It requires s.Size below
+// ob.Capacity, so v is below nb.Capacity; a v below the int64 range
+// saturates to math.MinInt64 with no fraction.
+func proportional(s *BandState, ob, nb *Bandwidth) (size, roundingError int64) {
+	return scaleWithFraction(s.Size, s.RoundingError, int64(ob.RefillPeriod), ob.Capacity, nb.Capacity,
+		int64(nb.RefillPeriod))
+}
+
+// rescaleFraction returns the rounding error of the new period that stands
+// for the same fraction of a token as r does for the old one:
+// floor(r×newPeriod/oldPeriod), below newPeriod since r is below oldPeriod.
+func rescaleFraction(r int64, oldPeriod, newPeriod time.Duration) int64 {
+	q, _, _ := mulDiv(uint64(r), uint64(newPeriod), uint64(oldPeriod))
+	return int64(q)
 }
 
 // carriedRefill picks the last refill time of a matched bandwidth so that the
