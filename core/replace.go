@@ -12,14 +12,17 @@ import (
 type TokensInheritance uint8
 
 const (
-	// InheritProportionally scales tokens by newCapacity/oldCapacity.
+	// InheritProportionally scales tokens, with the fraction of a token
+	// already earned, by newCapacity/oldCapacity, rounding down; a bandwidth
+	// at or above its old capacity (forced tokens) becomes full.
 	InheritProportionally TokensInheritance = iota
 	// InheritAsIs keeps tokens, reduced to the new capacity when above it.
 	InheritAsIs
 	// InheritReset forgets the old state: the bucket starts anew.
 	InheritReset
 	// InheritAdditive keeps tokens (capped at the new capacity) and adds the
-	// capacity increase, if any.
+	// capacity increase, if any; with an increase, a bandwidth at or above
+	// its old capacity (forced tokens) becomes full.
 	InheritAdditive
 
 	numInheritances
@@ -60,7 +63,8 @@ func (t TokensInheritance) String() string {
 // Unlike Bucket4j, the arithmetic is exact (Bucket4j computes
 // PROPORTIONALLY in doubles and truncates the period ratio of AS_IS and
 // ADDITIVE to an integer before rescaling the fraction), and the last refill
-// time comes from carriedRefill rather than from the old bandwidth.
+// time comes from carriedRefill rather than from the old bandwidth: items 2,
+// 4 and 5 of "Differences from Bucket4j" in the package doc.
 func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance, now int64) {
 	b.Refill(now)
 	if strategy == InheritReset {
