@@ -158,7 +158,7 @@ var (
 	ErrAdaptiveWithInitial = errors.New("adaptive initial tokens cannot be combined with explicit initial tokens")
 	ErrUnknownRefillStyle  = errors.New("unknown refill style")
 	ErrNeedsWallClock      = errors.New("aligned refill needs a wall clock")
-	ErrFirstRefill         = errors.New("first refill must be at or after the Unix epoch and before 2262-04-12")
+	ErrFirstRefill         = errors.New("first refill must lie between the Unix epoch and 2262-04-11T23:47:16Z (int64 Unix nanoseconds)")
 )
 
 // Limits on a configuration, so that every record has a bounded size.
