@@ -56,6 +56,9 @@ type Bucket interface {
 var (
 	// ErrTokens: a token count was not positive.
 	ErrTokens = core.ErrTokens
+	// ErrInvalidKey: a key the backend cannot hold (see core.KeyError): the
+	// client's error, returned before any I/O and never retried.
+	ErrInvalidKey = core.ErrInvalidKey
 	// ErrOverdraftTooLarge: ConsumeIgnoringRateLimits would owe more than
 	// fits in a time.Duration; nothing was consumed.
 	ErrOverdraftTooLarge = errors.New("bucketgrid: overdraft wait exceeds the int64 range")

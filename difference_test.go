@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -18,7 +19,7 @@ func TestDifferenceCancelledWaitGivesTokensBack(t *testing.T) {
 	// during the wait it gives the 6 back. Bucket4j's blocking bucket keeps
 	// an interrupted thread's reservation: -2.
 	cfg, _ := core.NewConfig(core.Greedy(10, 10, time.Second).WithInitialTokens(4))
-	clk := blockingClock{NewFakeClock(t0), make(chan int64)}
+	clk := blockingClock{clock.NewFake(t0), make(chan time.Duration)}
 	l, err := NewLocal(cfg, WithLocalClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func TestDifferenceCancelledWaitGivesTokensBack(t *testing.T) {
 func TestDifferenceDefaultClock(t *testing.T) {
 	// Bucket4j's default clock is System.currentTimeMillis, a wall clock, so
 	// aligned refill works by default there; the default here is monotonic
-	// nanoseconds, and aligned styles need a wall clock such as MillisClock.
+	// nanoseconds, and aligned styles need a wall clock such as clock.WallMillis.
 	cfg, err := core.NewConfig(core.IntervallyAligned(10, 10, time.Hour, t0))
 	if err != nil {
 		t.Fatal(err)
@@ -50,10 +51,10 @@ func TestDifferenceDefaultClock(t *testing.T) {
 	if _, err := NewLocal(cfg); !errors.Is(err, core.ErrNeedsWallClock) {
 		t.Fatalf("NewLocal(aligned) with the default clock = %v, want ErrNeedsWallClock", err)
 	}
-	if _, err := NewLocal(cfg, WithLocalClock(MillisClock())); err != nil {
-		t.Fatalf("NewLocal(aligned) with MillisClock = %v", err)
+	if _, err := NewLocal(cfg, WithLocalClock(clock.WallMillis())); err != nil {
+		t.Fatalf("NewLocal(aligned) with clock.WallMillis = %v", err)
 	}
-	if now := MillisClock().Now(); now%int64(time.Millisecond) != 0 {
-		t.Fatalf("MillisClock reads %d, not whole milliseconds", now)
+	if now := clock.WallMillis().Now(); now%int64(time.Millisecond) != 0 {
+		t.Fatalf("clock.WallMillis reads %d, not whole milliseconds", now)
 	}
 }

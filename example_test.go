@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -30,36 +31,36 @@ func ExampleNewLocal() {
 // left and how long the client must wait.
 func ExampleLocal_TryConsumeAndReturnRemaining() {
 	cfg, _ := core.NewConfig(core.Intervally(10, 10, time.Minute))
-	clock := bucketgrid.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(clock))
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(clk))
 	ctx := context.Background()
 
-	clock.Advance(15 * time.Second)
+	clk.Advance(15 * time.Second)
 	for range 10 {
 		bucket.TryConsume(ctx, 1)
 	}
 	probe, _ := bucket.TryConsumeAndReturnRemaining(ctx, 1)
 	fmt.Println("consumed:", probe.Consumed)
 	fmt.Println("remaining:", probe.Remaining)
-	fmt.Println("retry after:", time.Duration(probe.NanosToWaitForRefill))
+	fmt.Println("retry after:", probe.WaitForRefill)
 	// Output:
 	// consumed: false
 	// remaining: 0
 	// retry after: 45s
 }
 
-// Consume waits for refill; with a FakeClock the wait advances the clock at
+// Consume waits for refill; with a clock.Fake the wait advances the clock at
 // once, by exactly the time the tokens needed.
 func ExampleLocal_Consume() {
 	cfg, _ := core.NewConfig(core.Greedy(100, 100, time.Minute).WithInitialTokens(0))
-	clock := bucketgrid.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	var stats bucketgrid.CountingListener
-	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(clock), bucketgrid.WithLocalListener(&stats))
+	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(clk), bucketgrid.WithLocalListener(&stats))
 
 	if err := bucket.Consume(context.Background(), 5); err != nil {
 		panic(err)
 	}
-	fmt.Println("parked:", time.Duration(stats.Parked()))
+	fmt.Println("parked:", stats.Parked())
 	fmt.Println("consumed:", stats.Consumed())
 	// Output:
 	// parked: 3s
@@ -70,7 +71,7 @@ func ExampleLocal_Consume() {
 // takes to repay: Bucket4j's 121000 tokens on 1000 per minute.
 func ExampleLocal_ConsumeIgnoringRateLimits() {
 	cfg, _ := core.NewConfig(core.Greedy(1000, 1000, time.Minute))
-	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(bucketgrid.NewFakeClock(time.Unix(0, 0))))
+	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(clock.NewFake(time.Unix(0, 0))))
 	wait, _ := bucket.ConsumeIgnoringRateLimits(context.Background(), 121000)
 	fmt.Println(wait)
 	// Output: 2h0m0s

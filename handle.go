@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -67,7 +68,7 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 		return resp, nil
 	case core.StatusNotFound:
 		if h.m.recovery == RecoveryFail && h.seen.Load() {
-			return core.Response{}, fmt.Errorf("%w: %q", ErrBucketNotFound, h.key)
+			return core.Response{}, fmt.Errorf("%w: %s", ErrBucketNotFound, core.RedactKey(h.key))
 		}
 		req.Mode = core.ModeCreateIfAbsent
 	case core.StatusConfigNeedsReplacing:
@@ -79,7 +80,7 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 	}
 	cfg, err := h.configFn(ctx)
 	if err != nil {
-		return core.Response{}, fmt.Errorf("bucketgrid: configuration of %q: %w", h.key, err)
+		return core.Response{}, fmt.Errorf("bucketgrid: configuration of %s: %w", core.RedactKey(h.key), err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return core.Response{}, err
@@ -131,7 +132,7 @@ func (h *Handle) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (cor
 		return core.Probe{}, err
 	}
 	h.consumed(r.OK, n)
-	return core.Probe{Consumed: r.OK, Remaining: r.Tokens, NanosToWaitForRefill: r.Wait, NanosToWaitForReset: r.Reset}, nil
+	return core.Probe{Consumed: r.OK, Remaining: r.Tokens, WaitForRefill: time.Duration(r.Wait), WaitForReset: time.Duration(r.Reset)}, nil
 }
 
 // EstimateAbilityToConsume reports whether n tokens could be taken now.
@@ -140,7 +141,7 @@ func (h *Handle) EstimateAbilityToConsume(ctx context.Context, n int64) (core.Es
 	if err != nil {
 		return core.Estimate{}, err
 	}
-	return core.Estimate{CanBeConsumed: r.OK, Remaining: r.Tokens, NanosToWaitForRefill: r.Wait}, nil
+	return core.Estimate{CanBeConsumed: r.OK, Remaining: r.Tokens, WaitForRefill: time.Duration(r.Wait)}, nil
 }
 
 // TryConsumeAsMuchAsPossible takes up to limit tokens.
@@ -244,8 +245,8 @@ func (h *Handle) reserveAndWait(ctx context.Context, n, maxWait int64) (bool, er
 		return false, nil
 	}
 	if r.Wait > 0 {
-		h.listener.OnParked(r.Wait)
-		if err := sleep(ctx, h.m.clock, r.Wait); err != nil {
+		h.listener.OnParked(time.Duration(r.Wait))
+		if err := clock.Sleep(ctx, h.m.clock, time.Duration(r.Wait)); err != nil {
 			h.listener.OnInterrupted(err)
 			// give the reservation back; the caller's context is over, so
 			// use a short context of our own

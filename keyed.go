@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -25,7 +26,7 @@ import (
 // recently used of a random sample (an approximate LRU, as Redis does). An
 // entry idle beyond the timeout is also replaced by a fresh bucket when its
 // key is next seen. There is no background goroutine: all expiry is driven
-// by the map's clock as keys are used, so a FakeClock drives it in tests.
+// by the map's clock as keys are used, so a clock.Fake drives it in tests.
 //
 // Evicting a bucket forgets its state: a client whose bucket was evicted
 // starts again with a new one (full, or at the configured initial tokens).
@@ -36,9 +37,9 @@ import (
 // remains usable after eviction but is no longer the key's bucket.
 type LocalMap struct {
 	configFor func(key string) (core.Config, error)
-	clock     Clock     // nil: the default monotonic clock
-	env       *localEnv // the buckets' clock and listener
-	idle      int64     // nanoseconds; 0: never idle-expire
+	clock     clock.Clock // nil: the default monotonic clock
+	env       *localEnv   // the buckets' clock and listener
+	idle      int64       // nanoseconds; 0: never idle-expire
 	// touchEvery is the precision of idle expiry and LRU order: a lookup
 	// records its time only when the last record is this old.
 	touchEvery int64
@@ -105,7 +106,7 @@ type LocalMapOption func(*localMapOptions)
 type localMapOptions struct {
 	maxEntries int
 	idle       time.Duration
-	clock      Clock
+	clock      clock.Clock
 	listener   Listener
 }
 
@@ -134,8 +135,8 @@ func WithIdleTimeout(d time.Duration) LocalMapOption {
 }
 
 // WithMapClock sets the clock of the map's buckets and of idle expiry; the
-// default is MonotonicClock. Aligned refill styles need a wall clock.
-func WithMapClock(c Clock) LocalMapOption { return func(o *localMapOptions) { o.clock = c } }
+// default is clock.Monotonic(). Aligned refill styles need a wall clock.
+func WithMapClock(c clock.Clock) LocalMapOption { return func(o *localMapOptions) { o.clock = c } }
 
 // WithMapListener sets the listener of every bucket of the map.
 func WithMapListener(l Listener) LocalMapOption { return func(o *localMapOptions) { o.listener = l } }
@@ -173,7 +174,7 @@ func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalM
 // now reads the map's clock.
 func (m *LocalMap) now() int64 {
 	if m.clock == nil {
-		return int64(time.Since(monoBase))
+		return clock.Monotonic().Now()
 	}
 	return m.clock.Now()
 }

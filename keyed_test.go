@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -21,9 +22,9 @@ func perClient(string) (core.Config, error) {
 	return core.NewConfig(core.Intervally(10, 10, time.Minute))
 }
 
-func newTestMap(t *testing.T, opts ...LocalMapOption) (*LocalMap, *FakeClock) {
+func newTestMap(t *testing.T, opts ...LocalMapOption) (*LocalMap, *clock.Fake) {
 	t.Helper()
-	clk := NewFakeClock(t0)
+	clk := clock.NewFake(t0)
 	return NewLocalMap(perClient, append([]LocalMapOption{WithMapClock(clk)}, opts...)...), clk
 }
 
@@ -36,7 +37,7 @@ func TestLocalMapPerClient(t *testing.T) {
 		}
 	}
 	p, err := m.TryConsumeAndReturnRemaining(ctx, "10.0.0.1", 1)
-	if err != nil || p.Consumed || p.NanosToWaitForRefill != int64(time.Minute) {
+	if err != nil || p.Consumed || p.WaitForRefill != time.Minute {
 		t.Fatalf("11th request of client A = %+v, %v; want a rejection with a 1m wait", p, err)
 	}
 	// every client has its own bucket (the article's shared-bucket bug)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -21,8 +22,7 @@ import (
 // (ErrOverdraftTooLarge), or the end of the context of a blocking call.
 //
 // Listener events are reported after the bucket's lock is released, on the
-// caller's goroutine. A Local never reports OnDelayed: it has no scheduling
-// API.
+// caller's goroutine.
 type Local struct {
 	mu sync.Mutex
 	b  core.Bucket // guarded by mu
@@ -33,18 +33,18 @@ type Local struct {
 
 // localEnv is the clock and listener of one or more local buckets.
 type localEnv struct {
-	clock    Clock    // nil: the default monotonic clock
-	listener Listener // nil: none
+	clock    clock.Clock // nil: the default monotonic clock
+	listener Listener    // nil: none
 }
 
 // newEnv returns the environment of the given clock and listener, nil for
 // the defaults.
-func newEnv(clock Clock, listener Listener) *localEnv {
-	clock = normalizeClock(clock)
-	if clock == nil && listener == nil {
+func newEnv(c clock.Clock, listener Listener) *localEnv {
+	c = normalizeClock(c)
+	if c == nil && listener == nil {
 		return nil
 	}
-	return &localEnv{clock, listener}
+	return &localEnv{c, listener}
 }
 
 // listen returns the listener, or nil when there is none.
@@ -59,15 +59,16 @@ func (e *localEnv) listen() Listener {
 type LocalOption func(*localOptions)
 
 type localOptions struct {
-	clock    Clock
+	clock    clock.Clock
 	listener Listener
 }
 
-// WithLocalClock makes the bucket tell time by c instead of MonotonicClock.
-// Aligned refill styles need a clock whose Wall method reports true, such as
-// WallClock, MillisClock or a FakeClock; blocking calls sleep on c when it
-// is a Sleeper. A nil c selects the default.
-func WithLocalClock(c Clock) LocalOption { return func(o *localOptions) { o.clock = c } }
+// WithLocalClock makes the bucket tell time by c instead of
+// clock.Monotonic(). Aligned refill styles need a clock whose Wall method
+// reports true, such as clock.Wall(), clock.WallMillis() or a *clock.Fake;
+// blocking calls wait with clock.Sleep on c, so a clock.Sleeper controls
+// them. A nil c selects the default.
+func WithLocalClock(c clock.Clock) LocalOption { return func(o *localOptions) { o.clock = c } }
 
 // WithLocalListener makes the bucket report its events to l, synchronously,
 // after the bucket's lock is released. A nil l reports nothing, the default.
@@ -75,7 +76,8 @@ func WithLocalListener(l Listener) LocalOption { return func(o *localOptions) { 
 
 // NewLocal returns a bucket of configuration cfg, full (or at each
 // bandwidth's initial tokens) at the clock's current time. It validates cfg
-// first, with cfg.ValidateForClock(clock.Wall()), and returns the
+// first, with cfg.ValidateForClock(c.Wall()) for the bucket's clock c, and
+// returns the
 // *core.ConfigError without building anything when cfg is invalid. The
 // bucket keeps its own copy of cfg.
 func NewLocal(cfg core.Config, opts ...LocalOption) (*Local, error) {
@@ -92,8 +94,8 @@ func NewLocal(cfg core.Config, opts ...LocalOption) (*Local, error) {
 }
 
 // normalizeClock maps the default monotonic clock to nil, the fast path.
-func normalizeClock(c Clock) Clock {
-	if c == MonotonicClock() {
+func normalizeClock(c clock.Clock) clock.Clock {
+	if c == clock.Monotonic() {
 		return nil
 	}
 	return c
@@ -106,11 +108,11 @@ func (l *Local) init(cfg *core.Config, env *localEnv) error {
 	return cfg.ValidateForClock(l.wall())
 }
 
-// now reads the bucket's clock. The default is MonotonicClock's reading,
-// taken without an interface call.
+// now reads the bucket's clock. The default is clock.Monotonic's reading,
+// taken without an interface call (the compiler devirtualizes it).
 func (l *Local) now() int64 {
 	if l.env == nil || l.env.clock == nil {
-		return int64(time.Since(monoBase))
+		return clock.Monotonic().Now()
 	}
 	return l.env.clock.Now()
 }
@@ -118,9 +120,9 @@ func (l *Local) now() int64 {
 func (l *Local) wall() bool { return l.env != nil && l.env.clock != nil && l.env.clock.Wall() }
 
 // clockOrDefault returns the clock for sleeping.
-func (l *Local) clockOrDefault() Clock {
+func (l *Local) clockOrDefault() clock.Clock {
 	if l.env == nil || l.env.clock == nil {
-		return MonotonicClock()
+		return clock.Monotonic()
 	}
 	return l.env.clock
 }
@@ -154,7 +156,7 @@ func (l *Local) report(ok bool, n int64) {
 }
 
 // TryConsumeAndReturnRemaining is TryConsume that also reports the tokens
-// left and, when it refuses, the nanoseconds until the request could succeed
+// left and, when it refuses, how long until the request could succeed
 // (math.MaxInt64 when n exceeds a capacity and never can) and until the
 // bucket is full again.
 func (l *Local) TryConsumeAndReturnRemaining(_ context.Context, n int64) (core.Probe, error) {
@@ -172,7 +174,7 @@ func (l *Local) TryConsumeAndReturnRemaining(_ context.Context, n int64) (core.P
 }
 
 // EstimateAbilityToConsume reports whether n tokens could be taken now and,
-// if not, how many nanoseconds until they could; it takes nothing and
+// if not, how long until they could; it takes nothing and
 // reports no event.
 func (l *Local) EstimateAbilityToConsume(_ context.Context, n int64) (core.Estimate, error) {
 	if n <= 0 {
@@ -293,7 +295,7 @@ func (l *Local) ReplaceConfiguration(_ context.Context, cfg core.Config, strateg
 // Consume takes n tokens, waiting as long as refill takes: it reserves the
 // tokens at once (the bucket may go into overdraft, so later callers queue
 // behind) and then sleeps until they are due, on the clock's terms (a
-// FakeClock advances instead). It returns ErrExceedsCapacity without waiting
+// clock.Fake advances instead). It returns ErrExceedsCapacity without waiting
 // when n exceeds a capacity, and ctx's error when ctx is done before the
 // call or during the wait; see TryConsumeWithin for what an interrupted wait
 // gives back.
@@ -320,7 +322,7 @@ func (l *Local) Consume(ctx context.Context, n int64) error {
 // of an interrupted thread, so the tokens are lost; giving them back matches
 // the promise that a failed call has taken nothing.
 //
-// Events: rejected (over maxWait), parked(nanos) before a wait, interrupted
+// Events: rejected (over maxWait), parked(wait) before a wait, interrupted
 // on ctx's end, consumed on success.
 func (l *Local) TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
 	return l.consumeWithin(ctx, n, max(int64(maxWait), 0))
@@ -349,9 +351,9 @@ func (l *Local) consumeWithin(ctx context.Context, n, maxWait int64) (bool, erro
 	}
 	if d > 0 {
 		if l.env.listen() != nil {
-			l.env.listener.OnParked(d)
+			l.env.listener.OnParked(time.Duration(d))
 		}
-		if err := sleep(ctx, l.clockOrDefault(), d); err != nil {
+		if err := clock.Sleep(ctx, l.clockOrDefault(), time.Duration(d)); err != nil {
 			now := l.now()
 			l.mu.Lock()
 			l.b.AddTokens(n, now)
@@ -379,8 +381,8 @@ func (l *Local) minCapacity() int64 {
 }
 
 // Diagnose returns a snapshot of the configuration and state refilled to
-// now, the tokens of each bandwidth and the nanoseconds until the bucket is
-// full: the verbose API. The snapshot is a copy the caller may keep.
+// now, the tokens of each bandwidth and the time until the bucket is full:
+// the verbose API. The snapshot is a copy the caller may keep.
 func (l *Local) Diagnose(_ context.Context) (core.Diagnostics, error) {
 	now := l.now()
 	l.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -15,13 +16,13 @@ var t0 = time.Date(2026, 11, 30, 16, 20, 0, 0, time.UTC)
 
 // newTestLocal returns a local bucket of bws on a fake clock at t0, with a
 // counting listener.
-func newTestLocal(t *testing.T, bws ...core.Bandwidth) (*Local, *FakeClock, *CountingListener) {
+func newTestLocal(t *testing.T, bws ...core.Bandwidth) (*Local, *clock.Fake, *CountingListener) {
 	t.Helper()
 	cfg, err := core.NewConfig(bws...)
 	if err != nil {
 		t.Fatalf("NewConfig: %v", err)
 	}
-	clk := NewFakeClock(t0)
+	clk := clock.NewFake(t0)
 	var cl CountingListener
 	l, err := NewLocal(cfg, WithLocalClock(clk), WithLocalListener(&cl))
 	if err != nil {
@@ -51,10 +52,10 @@ func TestNewLocalValidates(t *testing.T) {
 		{"zero capacity", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(0, 1, time.Second)}}, nil, core.ErrCapacity},
 		{"too fast", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 2, time.Nanosecond)}}, nil, core.ErrRefillTooFast},
 		{"aligned on monotonic clock", aligned, nil, core.ErrNeedsWallClock},
-		{"aligned on explicit monotonic clock", aligned, []LocalOption{WithLocalClock(MonotonicClock())}, core.ErrNeedsWallClock},
-		{"aligned on wall clock", aligned, []LocalOption{WithLocalClock(WallClock())}, nil},
-		{"aligned on millis clock", aligned, []LocalOption{WithLocalClock(MillisClock())}, nil},
-		{"aligned on fake clock", aligned, []LocalOption{WithLocalClock(NewFakeClock(t0))}, nil},
+		{"aligned on explicit monotonic clock", aligned, []LocalOption{WithLocalClock(clock.Monotonic())}, core.ErrNeedsWallClock},
+		{"aligned on wall clock", aligned, []LocalOption{WithLocalClock(clock.Wall())}, nil},
+		{"aligned on millis clock", aligned, []LocalOption{WithLocalClock(clock.WallMillis())}, nil},
+		{"aligned on fake clock", aligned, []LocalOption{WithLocalClock(clock.NewFake(t0))}, nil},
 		{"greedy on default clock", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}}, nil, nil},
 		{"nil clock and listener", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}},
 			[]LocalOption{WithLocalClock(nil), WithLocalListener(nil)}, nil},
@@ -81,7 +82,7 @@ func TestNewLocalValidates(t *testing.T) {
 
 func TestNewLocalCopiesConfig(t *testing.T) {
 	bws := []core.Bandwidth{core.Greedy(10, 1, time.Second)}
-	l, err := NewLocal(core.Config{Bandwidths: bws}, WithLocalClock(NewFakeClock(t0)))
+	l, err := NewLocal(core.Config{Bandwidths: bws}, WithLocalClock(clock.NewFake(t0)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestLocalNonPositiveTokens(t *testing.T) {
 	if got := available(t, l); got != 10 {
 		t.Fatalf("tokens after invalid calls = %d, want 10", got)
 	}
-	if cl.Consumed()+cl.Rejected()+cl.Parked()+cl.Interrupted() != 0 {
+	if cl.Consumed()+cl.Rejected()+cl.Interrupted() != 0 || cl.Parked() != 0 {
 		t.Fatal("invalid calls reported events")
 	}
 }
@@ -147,28 +148,28 @@ func TestLocalOperations(t *testing.T) {
 		}},
 		{"probe 6 consumed", func(t *testing.T) {
 			p, err := l.TryConsumeAndReturnRemaining(ctx, 6)
-			want := core.Probe{Consumed: true, Remaining: 0, NanosToWaitForReset: int64(time.Second)}
+			want := core.Probe{Consumed: true, Remaining: 0, WaitForReset: time.Second}
 			if err != nil || p != want {
 				t.Fatalf("probe = %+v, %v; want %+v", p, err, want)
 			}
 		}},
 		{"probe 2 rejected", func(t *testing.T) {
 			p, _ := l.TryConsumeAndReturnRemaining(ctx, 2)
-			want := core.Probe{Remaining: 0, NanosToWaitForRefill: int64(200 * ms), NanosToWaitForReset: int64(time.Second)}
+			want := core.Probe{Remaining: 0, WaitForRefill: 200 * ms, WaitForReset: time.Second}
 			if p != want {
 				t.Fatalf("probe = %+v, want %+v", p, want)
 			}
 		}},
 		{"probe above capacity never", func(t *testing.T) {
 			p, _ := l.TryConsumeAndReturnRemaining(ctx, 11)
-			if p.Consumed || p.NanosToWaitForRefill != math.MaxInt64 {
+			if p.Consumed || p.WaitForRefill != math.MaxInt64 {
 				t.Fatalf("probe = %+v, want a wait of math.MaxInt64", p)
 			}
 		}},
 		{"estimate after 250ms", func(t *testing.T) {
 			clk.Advance(250 * ms)
 			e, _ := l.EstimateAbilityToConsume(ctx, 3)
-			want := core.Estimate{Remaining: 2, NanosToWaitForRefill: int64(50 * ms)}
+			want := core.Estimate{Remaining: 2, WaitForRefill: 50 * ms}
 			if e != want {
 				t.Fatalf("estimate = %+v, want %+v", e, want)
 			}
@@ -314,8 +315,8 @@ func TestLocalConsumeParksExactly(t *testing.T) {
 	if err := l.Consume(ctx, 3); err != nil {
 		t.Fatalf("Consume(3) = %v", err)
 	}
-	if got, want := clk.Now()-t0.UnixNano(), int64(300*time.Millisecond); got != want || cl.Parked() != want {
-		t.Fatalf("waited %d (parked %d), want %d", got, cl.Parked(), want)
+	if got, want := time.Duration(clk.Now()-t0.UnixNano()), 300*time.Millisecond; got != want || cl.Parked() != want {
+		t.Fatalf("waited %v (parked %v), want %v", got, cl.Parked(), want)
 	}
 	if cl.Consumed() != 3 || available(t, l) != 0 {
 		t.Fatalf("consumed %d, %d left", cl.Consumed(), available(t, l))
@@ -324,13 +325,13 @@ func TestLocalConsumeParksExactly(t *testing.T) {
 	if err := l.Consume(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cl.Parked(), int64(1300*time.Millisecond); got != want {
-		t.Fatalf("parked %d, want %d", got, want)
+	if got, want := cl.Parked(), 1300*time.Millisecond; got != want {
+		t.Fatalf("parked %v, want %v", got, want)
 	}
 	// tokens available now: no parking
 	clk.Advance(time.Second)
-	if err := l.Consume(ctx, 10); err != nil || cl.Parked() != int64(1300*time.Millisecond) {
-		t.Fatalf("Consume with tokens present = %v, parked %d", err, cl.Parked())
+	if err := l.Consume(ctx, 10); err != nil || cl.Parked() != 1300*time.Millisecond {
+		t.Fatalf("Consume with tokens present = %v, parked %v", err, cl.Parked())
 	}
 }
 
@@ -366,8 +367,8 @@ func TestLocalTryConsumeWithin(t *testing.T) {
 				t.Fatalf("TryConsumeWithin(%d, %v) = %v, %v; want %v, %v", n, tt.maxWait, ok, err, tt.ok, tt.err)
 			}
 			waited := time.Duration(clk.Now() - start)
-			if waited != tt.waited || cl.Parked() != int64(tt.waited) {
-				t.Fatalf("waited %v (parked %v), want %v", waited, time.Duration(cl.Parked()), tt.waited)
+			if waited != tt.waited || cl.Parked() != tt.waited {
+				t.Fatalf("waited %v (parked %v), want %v", waited, cl.Parked(), tt.waited)
 			}
 			switch {
 			case ok:
@@ -394,11 +395,11 @@ func TestLocalTryConsumeWithin(t *testing.T) {
 // blockingClock is a fake clock whose Sleep blocks until its context ends,
 // after announcing that it sleeps.
 type blockingClock struct {
-	*FakeClock
-	sleeping chan int64
+	*clock.Fake
+	sleeping chan time.Duration
 }
 
-func (c blockingClock) Sleep(ctx context.Context, d int64) error {
+func (c blockingClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.sleeping <- d
 	<-ctx.Done()
 	return ctx.Err()
@@ -406,7 +407,7 @@ func (c blockingClock) Sleep(ctx context.Context, d int64) error {
 
 func TestLocalConsumeCancelledGivesTokensBack(t *testing.T) {
 	cfg, _ := core.NewConfig(core.Greedy(10, 10, time.Second).WithInitialTokens(4))
-	clk := blockingClock{NewFakeClock(t0), make(chan int64)}
+	clk := blockingClock{clock.NewFake(t0), make(chan time.Duration)}
 	var cl CountingListener
 	l, err := NewLocal(cfg, WithLocalClock(clk), WithLocalListener(&cl))
 	if err != nil {
@@ -415,8 +416,8 @@ func TestLocalConsumeCancelledGivesTokensBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- l.Consume(ctx, 6) }()
-	if d := <-clk.sleeping; d != int64(200*time.Millisecond) {
-		t.Fatalf("sleeps %v, want 200ms", time.Duration(d))
+	if d := <-clk.sleeping; d != 200*time.Millisecond {
+		t.Fatalf("sleeps %v, want 200ms", d)
 	}
 	if got := available(t, l); got != -2 {
 		t.Fatalf("while parked the reservation holds: %d tokens, want -2", got)
@@ -428,8 +429,8 @@ func TestLocalConsumeCancelledGivesTokensBack(t *testing.T) {
 	if got := available(t, l); got != 4 {
 		t.Fatalf("after cancellation %d tokens, want the 4 given back", got)
 	}
-	if cl.Interrupted() != 1 || cl.Consumed() != 0 || cl.Parked() != int64(200*time.Millisecond) {
-		t.Fatalf("events: interrupted %d consumed %d parked %d", cl.Interrupted(), cl.Consumed(), cl.Parked())
+	if cl.Interrupted() != 1 || cl.Consumed() != 0 || cl.Parked() != 200*time.Millisecond {
+		t.Fatalf("events: interrupted %d consumed %d parked %v", cl.Interrupted(), cl.Consumed(), cl.Parked())
 	}
 	// a context that is already done takes nothing and does not park
 	if err := l.Consume(ctx, 1); !errors.Is(err, context.Canceled) || available(t, l) != 4 {
@@ -452,11 +453,11 @@ func TestLocalConsumeRealClockDeadline(t *testing.T) {
 	// on a loaded machine the deadline may pass before Consume starts: then
 	// nothing is reserved and nothing interrupted
 	if got := available(t, l); got != 0 || cl.Interrupted() > 1 || (cl.Interrupted() == 1) != (cl.Parked() > 0) {
-		t.Fatalf("after the deadline %d tokens, %d interruptions, parked %v", got, cl.Interrupted(), time.Duration(cl.Parked()))
+		t.Fatalf("after the deadline %d tokens, %d interruptions, parked %v", got, cl.Interrupted(), cl.Parked())
 	}
 	// a short real wait completes
 	cfg2, _ := core.NewConfig(core.Greedy(1, 1, 2*time.Millisecond).WithInitialTokens(0))
-	l2, _ := NewLocal(cfg2, WithLocalClock(MonotonicClock()))
+	l2, _ := NewLocal(cfg2, WithLocalClock(clock.Monotonic()))
 	start := time.Now()
 	if ok, err := l2.TryConsumeWithin(context.Background(), 1, time.Second); !ok || err != nil {
 		t.Fatalf("TryConsumeWithin = %v, %v", ok, err)
@@ -531,8 +532,8 @@ func TestLocalContendedMixedOperations(t *testing.T) {
 	wg.Wait()
 	// 2000 Consume(1) calls on a full 1000 bucket: the clock only moves by
 	// blocking waits, and every wait was reported as parked.
-	if got := clk.Now() - t0.UnixNano(); got != cl.Parked() {
-		t.Fatalf("clock moved %d, parked %d: every advance must be a reported wait", got, cl.Parked())
+	if got := time.Duration(clk.Now() - t0.UnixNano()); got != cl.Parked() {
+		t.Fatalf("clock moved %v, parked %v: every advance must be a reported wait", got, cl.Parked())
 	}
 	if avail := available(t, l); avail > 1000 || avail < 0 {
 		t.Fatalf("%d tokens after balanced operations", avail)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -38,7 +39,7 @@ type Manager struct {
 	recovery RecoveryStrategy
 	expiry   core.Expiry
 	listener Listener
-	clock    Clock
+	clock    clock.Clock
 }
 
 // ManagerOption configures a Manager.
@@ -55,10 +56,10 @@ func WithExpiration(e core.Expiry) ManagerOption { return func(m *Manager) { m.e
 // does not set its own.
 func WithManagerListener(l Listener) ManagerOption { return func(m *Manager) { m.listener = l } }
 
-// WithManagerClock sets the clock the blocking operations wait on (a
-// FakeClock makes them return at once); the default is the wall clock. Bucket
-// time itself always comes from the executing side.
-func WithManagerClock(c Clock) ManagerOption { return func(m *Manager) { m.clock = c } }
+// WithManagerClock sets the clock the blocking operations wait on with
+// clock.Sleep (a *clock.Fake makes them return at once); the default is
+// clock.Wall(). Bucket time itself always comes from the executing side.
+func WithManagerClock(c clock.Clock) ManagerOption { return func(m *Manager) { m.clock = c } }
 
 // ExpireNever keeps buckets until removed.
 func ExpireNever() core.Expiry { return core.Expiry{} }
@@ -77,7 +78,7 @@ func ExpireAfterRefill(margin time.Duration) core.Expiry {
 
 // NewManager returns a Manager over exec.
 func NewManager(exec Executor, opts ...ManagerOption) *Manager {
-	m := &Manager{exec: exec, listener: nopListener{}, clock: WallClock()}
+	m := &Manager{exec: exec, listener: nopListener{}, clock: clock.Wall()}
 	for _, o := range opts {
 		o(m)
 	}

@@ -11,11 +11,12 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
 type managerFixture struct {
-	clock *bucketgrid.FakeClock
+	clock *clock.Fake
 	store *memstore.Store
 	m     *bucketgrid.Manager
 	calls int
@@ -23,10 +24,10 @@ type managerFixture struct {
 
 func newManagerFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *managerFixture {
 	t.Helper()
-	f := &managerFixture{clock: bucketgrid.NewFakeClock(time.Unix(1_800_000_000, 0))}
-	f.store = memstore.New(memstore.WithClock(f.clock.Now))
+	f := &managerFixture{clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
+	f.store = memstore.New(memstore.WithClock(f.clock))
 	opts = append([]bucketgrid.ManagerOption{bucketgrid.WithManagerClock(f.clock)}, opts...)
-	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock.Now)), opts...)
+	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), opts...)
 	return f
 }
 
@@ -111,8 +112,8 @@ func TestBlockingConsumeWaitsExactly(t *testing.T) {
 	if waited := time.Duration(f.clock.Now() - t0); waited != 300*time.Millisecond {
 		t.Fatalf("waited %v, want 300ms", waited)
 	}
-	if l.Parked() != int64(300*time.Millisecond) || l.Consumed() != 13 {
-		t.Fatalf("listener parked %v consumed %d", time.Duration(l.Parked()), l.Consumed())
+	if l.Parked() != 300*time.Millisecond || l.Consumed() != 13 {
+		t.Fatalf("listener parked %v consumed %d", l.Parked(), l.Consumed())
 	}
 	ok, err := h.TryConsumeWithin(ctx, 5, 100*time.Millisecond)
 	if ok || err != nil || l.Rejected() != 5 {
@@ -124,14 +125,14 @@ func TestBlockingConsumeWaitsExactly(t *testing.T) {
 }
 
 // cancelClock parks forever: every sleep ends by cancellation.
-type cancelClock struct{ *bucketgrid.FakeClock }
+type cancelClock struct{ *clock.Fake }
 
-func (cancelClock) Sleep(ctx context.Context, _ int64) error { <-ctx.Done(); return ctx.Err() }
+func (cancelClock) Sleep(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
 
 func TestInterruptedConsumeGivesTokensBack(t *testing.T) {
 	var l bucketgrid.CountingListener
 	f := newManagerFixture(t)
-	m := bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock.Now)),
+	m := bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)),
 		bucketgrid.WithManagerClock(cancelClock{f.clock}), bucketgrid.WithManagerListener(&l))
 	h := m.Bucket("k", f.config(core.Greedy(10, 10, time.Second)))
 	bg := context.Background()
@@ -193,8 +194,8 @@ func TestExpirationTTLs(t *testing.T) {
 // ExampleManager shows a distributed bucket per API key on the in-memory
 // store; any cas.Store or grid executor works the same way.
 func ExampleManager() {
-	clock := bucketgrid.NewFakeClock(time.Unix(1_800_000_000, 0)) // keeps the output exact; omit for the wall clock
-	m := bucketgrid.NewManager(cas.New(memstore.New(), cas.WithClock(clock.Now)),
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0)) // keeps the output exact; omit for the wall clock
+	m := bucketgrid.NewManager(cas.New(memstore.New(), cas.WithClock(clk)),
 		bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(time.Minute)))
 	plan := func(context.Context) (core.Config, error) {
 		// runs only when the bucket does not exist yet: look up the client's plan here
@@ -208,7 +209,7 @@ func ExampleManager() {
 			fmt.Println(err)
 			return
 		}
-		fmt.Println(p.Consumed, p.Remaining, time.Duration(p.NanosToWaitForRefill))
+		fmt.Println(p.Consumed, p.Remaining, p.WaitForRefill)
 	}
 	// Output:
 	// true 2 0s

@@ -3,6 +3,7 @@ package bucketgrid
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
 )
@@ -42,6 +43,6 @@ func (h *Handle) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int6
 	}
 	r := resp.Results[0]
 	h.consumed(r.OK, n)
-	return core.Probe{Consumed: r.OK, Remaining: r.Tokens, NanosToWaitForRefill: r.Wait, NanosToWaitForReset: r.Reset},
+	return core.Probe{Consumed: r.OK, Remaining: r.Tokens, WaitForRefill: time.Duration(r.Wait), WaitForReset: time.Duration(r.Reset)},
 		*resp.Diagnostics, nil
 }

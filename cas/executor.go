@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
@@ -24,8 +24,7 @@ var ErrConflict = errors.New("cas: gave up after lost races")
 type Executor struct {
 	store    Store
 	strategy retry.Strategy
-	now      func() int64
-	sleep    func(ctx context.Context, d time.Duration) error
+	clock    clock.Clock
 
 	attempts, conflicts, writes, storeErrors atomic.Int64
 	requests, rounds                         atomic.Int64
@@ -42,18 +41,13 @@ type Option func(*Executor)
 // retry.Default().
 func WithRetry(s retry.Strategy) Option { return func(e *Executor) { e.strategy = s } }
 
-// WithClock sets the clock passed to core.Process and to the strategy, in
-// Unix nanoseconds; the default reads the wall clock. Clients of one store
-// should agree on time: a client behind never mints tokens, one ahead by Δ
-// can admit at most Δ×rate tokens early, once.
-func WithClock(now func() int64) Option { return func(e *Executor) { e.now = now } }
-
-// WithSleep replaces the wait between retries (tests pass one that advances
-// a fake clock). The default waits on a timer and returns early with ctx's
-// error.
-func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
-	return func(e *Executor) { e.sleep = sleep }
-}
+// WithClock sets the clock whose readings are passed to core.Process and to
+// the strategy, and on whose terms the executor waits between retries
+// (clock.Sleep: a *clock.Fake advances instead of waiting). It must read Unix
+// time; the default is clock.Wall(). Clients of one store should agree on
+// time: a client behind never mints tokens, one ahead by Δ can admit at most
+// Δ×rate tokens early, once.
+func WithClock(c clock.Clock) Option { return func(e *Executor) { e.clock = c } }
 
 // WithoutBatching turns coalescing off: every request makes its own
 // read-process-write round. Only useful to measure what coalescing saves.
@@ -64,8 +58,7 @@ func New(store Store, opts ...Option) *Executor {
 	e := &Executor{
 		store:    store,
 		strategy: retry.Default(),
-		now:      func() int64 { return time.Now().UnixNano() },
-		sleep:    sleepTimer,
+		clock:    clock.Wall(),
 		maxBatch: core.MaxOps,
 		queues:   make(map[string]*queue),
 	}
@@ -73,17 +66,6 @@ func New(store Store, opts ...Option) *Executor {
 		o(e)
 	}
 	return e
-}
-
-func sleepTimer(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Execute applies req to key's bucket. It writes only when core.Process
@@ -115,7 +97,7 @@ func (e *Executor) Execute(ctx context.Context, key string, req core.Request) (c
 
 // execute runs one request: read, process, conditional write, retry.
 func (e *Executor) execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
-	start := e.now()
+	start := e.clock.Now()
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return core.Response{}, err
@@ -128,7 +110,7 @@ func (e *Executor) execute(ctx context.Context, key string, req core.Request) (c
 		if !found {
 			data = nil
 		}
-		newData, changed, resp := core.Process(data, req, e.now())
+		newData, changed, resp := core.Process(data, req, e.clock.Now())
 		if !changed {
 			return resp, nil
 		}
@@ -147,7 +129,7 @@ func (e *Executor) execute(ctx context.Context, key string, req core.Request) (c
 			return resp, nil
 		}
 		e.conflicts.Add(1)
-		d := e.strategy.Next(retry.Metadata{Attempt: attempt, Key: key, Start: start, Now: e.now()})
+		d := e.strategy.Next(retry.Metadata{Attempt: attempt, Key: key, Start: start, Now: e.clock.Now()})
 		switch d.Action {
 		case retry.RetryNow:
 		case retry.RetryAfter:
@@ -155,18 +137,18 @@ func (e *Executor) execute(ctx context.Context, key string, req core.Request) (c
 				<-ctx.Done() // the deadline wins: waiting is all that is left
 				return core.Response{}, ctx.Err()
 			}
-			if err := e.sleep(ctx, d.Delay); err != nil {
+			if err := clock.Sleep(ctx, e.clock, d.Delay); err != nil {
 				return core.Response{}, err
 			}
 		default:
-			return core.Response{}, fmt.Errorf("%w: key %q, %d attempts", ErrConflict, key, attempt)
+			return core.Response{}, fmt.Errorf("%w: key %s, %d attempts", ErrConflict, core.RedactKey(key), attempt)
 		}
 	}
 }
 
 func (e *Executor) storeErr(op, key string, err error) error {
 	e.storeErrors.Add(1)
-	return fmt.Errorf("%w: %s %q: %w", ErrStore, op, key, err)
+	return fmt.Errorf("%w: %s %s: %w", ErrStore, op, core.RedactKey(key), err)
 }
 
 // Remove deletes key's bucket.
@@ -192,5 +174,3 @@ func (e *Executor) Stats() Stats {
 	return Stats{Requests: e.requests.Load(), Rounds: e.rounds.Load(), Attempts: e.attempts.Load(), Conflicts: e.conflicts.Load(),
 		Writes: e.writes.Load(), StoreErrors: e.storeErrors.Load()}
 }
-
-var _ bucketgrid.Executor = (*Executor)(nil)

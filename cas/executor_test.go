@@ -3,6 +3,7 @@ package cas_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,9 +12,14 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
+
+// The assertion lives here, outside package cas, so cas does not import the
+// root package (and the .wasm filter, which uses cas, does not link it).
+var _ bucketgrid.Executor = (*cas.Executor)(nil)
 
 func cfg(t *testing.T) bucketgrid.ConfigFunc {
 	t.Helper()
@@ -25,8 +31,8 @@ func cfg(t *testing.T) bucketgrid.ConfigFunc {
 }
 
 func TestManagerOverMemstore(t *testing.T) {
-	clock := bucketgrid.NewFakeClock(time.Unix(1_700_000_000, 0))
-	m := bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(clock.Now)), cas.WithClock(clock.Now)))
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	m := bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(clk)), cas.WithClock(clk)))
 	calls := 0
 	b := m.Bucket("k", func(ctx context.Context) (core.Config, error) { calls++; return cfg(t)(ctx) })
 	ctx := context.Background()
@@ -41,7 +47,7 @@ func TestManagerOverMemstore(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("configuration function ran %d times, want 1", calls)
 	}
-	clock.Advance(100 * time.Millisecond)
+	clk.Advance(100 * time.Millisecond)
 	if ok, _ := b.TryConsume(ctx, 1); !ok {
 		t.Fatal("refilled token refused")
 	}
@@ -76,6 +82,50 @@ func TestExecutorGivesUpWithErrConflict(t *testing.T) {
 	}
 	if s := e.Stats(); s.Conflicts != 3 {
 		t.Fatalf("conflicts = %d, want 3 (attempts honoured)", s.Conflicts)
+	}
+}
+
+// failStore fails every operation.
+type failStore struct{ cas.Store }
+
+var errDown = errors.New("store down")
+
+func (failStore) Get(context.Context, string) ([]byte, cas.Version, bool, error) {
+	return nil, 0, false, errDown
+}
+
+func (failStore) Delete(context.Context, string) error { return errDown }
+
+// TestErrorsRedactKeys: keys are API keys, so no error carries one; the
+// redacted form identifies the key instead.
+func TestErrorsRedactKeys(t *testing.T) {
+	const key = "sk_live_0123456789abcdef"
+	ctx := context.Background()
+	req := core.Request{Ops: []core.Op{{Kind: core.OpTryConsume, Tokens: 1}}}
+	_, storeErr := cas.New(failStore{}).Execute(ctx, key, req)
+	removeErr := cas.New(failStore{}).Remove(ctx, key)
+	st := &conflictStore{Store: memstore.New(), lose: 100}
+	e := cas.New(st, cas.WithRetry(retry.Immediate(2)))
+	if _, err := bucketgrid.NewManager(e).Bucket(key, cfg(t)).TryConsume(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, conflictErr := bucketgrid.NewManager(e).Bucket(key, cfg(t)).TryConsume(ctx, 1)
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"store", storeErr, cas.ErrStore},
+		{"remove", removeErr, cas.ErrStore},
+		{"conflict", conflictErr, cas.ErrConflict},
+	}
+	for _, tt := range tests {
+		if !errors.Is(tt.err, tt.want) {
+			t.Fatalf("%s: err = %v, want %v", tt.name, tt.err, tt.want)
+		}
+		if msg := tt.err.Error(); strings.Contains(msg, key) || !strings.Contains(msg, core.RedactKey(key)) {
+			t.Fatalf("%s: %q must show %s, never the key", tt.name, msg, core.RedactKey(key))
+		}
 	}
 }
 

@@ -1,6 +1,9 @@
 package core
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // Bucket is a configuration with its state: the record that is stored for a
 // key. Its methods are the Bucket4j operations at an explicit time; each
@@ -112,12 +115,15 @@ type Probe struct {
 	// ConsumptionProbe, and the debt shows in the waits. AvailableTokens and
 	// Diagnostics report the negative balance itself.
 	Remaining int64
-	// NanosToWaitForRefill is, when rejected, how long until the request could
-	// succeed (math.MaxInt64: never, the request exceeds a capacity); zero when
-	// consumed.
-	NanosToWaitForRefill int64
-	// NanosToWaitForReset is how long until the bucket is full again.
-	NanosToWaitForReset int64
+	// WaitForRefill is, when rejected, how long until the request could
+	// succeed, rounded up to the nanosecond; math.MaxInt64 (the largest
+	// Duration) means never: the request exceeds a capacity. Zero when
+	// consumed. Bucket4j's nanosToWaitForRefill.
+	WaitForRefill time.Duration
+	// WaitForReset is how long until every bandwidth is full again, zero when
+	// it is full now: Diagnostics.TimeToFull at the same instant. Bucket4j's
+	// nanosToWaitForReset.
+	WaitForReset time.Duration
 }
 
 // Estimate is the result of EstimateAbilityToConsume.
@@ -127,8 +133,11 @@ type Estimate struct {
 	// Remaining is the available tokens, never below zero (0 during an
 	// overdraft), as in Bucket4j's EstimationProbe.
 	Remaining int64
-	// NanosToWaitForRefill is how long until they would be, when not now.
-	NanosToWaitForRefill int64
+	// WaitForRefill is how long until they would be, rounded up to the
+	// nanosecond: zero when they are there now, math.MaxInt64 (the largest
+	// Duration) when never, the request exceeding a capacity. Bucket4j's
+	// nanosToWaitForRefill.
+	WaitForRefill time.Duration
 }
 
 // TryConsume takes n tokens at now if every bandwidth has them.
@@ -147,11 +156,11 @@ func (b *Bucket) TryConsumeAndReturnRemaining(n, now int64) Probe {
 	b.Refill(now)
 	avail := b.available()
 	if n > avail {
-		return Probe{Remaining: max(avail, 0), NanosToWaitForRefill: b.delay(n, now, true),
-			NanosToWaitForReset: b.TimeToFull(now)}
+		return Probe{Remaining: max(avail, 0), WaitForRefill: time.Duration(b.delay(n, now, true)),
+			WaitForReset: time.Duration(b.TimeToFull(now))}
 	}
 	b.consume(n)
-	return Probe{Consumed: true, Remaining: avail - n, NanosToWaitForReset: b.TimeToFull(now)}
+	return Probe{Consumed: true, Remaining: avail - n, WaitForReset: time.Duration(b.TimeToFull(now))}
 }
 
 // EstimateAbilityToConsume reports whether n tokens could be taken at now,
@@ -160,7 +169,7 @@ func (b *Bucket) EstimateAbilityToConsume(n, now int64) Estimate {
 	b.Refill(now)
 	avail := b.available()
 	if n > avail {
-		return Estimate{Remaining: max(avail, 0), NanosToWaitForRefill: b.delay(n, now, true)}
+		return Estimate{Remaining: max(avail, 0), WaitForRefill: time.Duration(b.delay(n, now, true))}
 	}
 	return Estimate{CanBeConsumed: true, Remaining: avail}
 }
@@ -260,14 +269,15 @@ type Diagnostics struct {
 	Bucket Bucket
 	// Available holds the tokens of each bandwidth.
 	Available []int64
-	// NanosToFull is how long until every bandwidth is full.
-	NanosToFull int64
+	// TimeToFull is how long until every bandwidth is full, zero when full
+	// now: Probe.WaitForReset at the same instant.
+	TimeToFull time.Duration
 }
 
 // Diagnose returns the diagnostics at now.
 func (b *Bucket) Diagnose(now int64) Diagnostics {
 	b.Refill(now)
-	d := Diagnostics{Bucket: b.Clone(), Available: make([]int64, len(b.State)), NanosToFull: b.TimeToFull(now)}
+	d := Diagnostics{Bucket: b.Clone(), Available: make([]int64, len(b.State)), TimeToFull: time.Duration(b.TimeToFull(now))}
 	for i := range b.State {
 		d.Available[i] = b.State[i].Size
 	}

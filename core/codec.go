@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // FormatVersion is the version of the binary format written by this package.
@@ -163,7 +164,7 @@ func AppendResponse(dst []byte, r *Response) []byte {
 		for _, a := range d.Available {
 			dst = putI(dst, a)
 		}
-		dst = putI(dst, d.NanosToFull)
+		dst = putI(dst, int64(d.TimeToFull))
 	}
 	return dst
 }
@@ -438,7 +439,7 @@ func DecodeResponse(p []byte) (Response, error) {
 		for i := 0; i < m && d.err == nil; i++ {
 			diag.Available[i] = d.varint()
 		}
-		diag.NanosToFull = d.varint()
+		diag.TimeToFull = time.Duration(d.varint())
 		r.Diagnostics = &diag
 	}
 	d.end()

@@ -18,7 +18,7 @@ func TestDifferenceWaitsRoundedUp(t *testing.T) {
 	// Bucket4j floors: (1×1e9 − 0)/3 = 333 333 333.
 	const exact = 333_333_334
 	b := mustBucket(t, 0, Greedy(10, 3, time.Second).WithInitialTokens(0))
-	if p := b.TryConsumeAndReturnRemaining(1, 0); p.NanosToWaitForRefill != exact || p.NanosToWaitForReset != 3_333_333_334 {
+	if p := b.TryConsumeAndReturnRemaining(1, 0); p.WaitForRefill != exact || p.WaitForReset != 3_333_333_334 {
 		t.Fatalf("probe %+v, want waits 333333334 and 3333333334 (Bucket4j ...333 and ...333)", p)
 	}
 	if early := b.Clone(); early.TryConsume(1, exact-1) {
@@ -79,13 +79,13 @@ func TestDifferenceGreedyWaitWhenClockBehind(t *testing.T) {
 	// ignores the current time: 100 ms, but at 9.6 s nothing has refilled.
 	b := mustBucket(t, 10*sec, Greedy(10, 10, time.Second).WithInitialTokens(0))
 	p := b.TryConsumeAndReturnRemaining(1, 9500*ms)
-	if p.NanosToWaitForRefill != 600*ms || p.NanosToWaitForReset != 1500*ms {
+	if p.WaitForRefill != time.Duration(600*ms) || p.WaitForReset != time.Duration(1500*ms) {
 		t.Fatalf("probe at 9.5 s = %+v, want waits 600 ms and 1.5 s (Bucket4j 100 ms and 1 s)", p)
 	}
-	checkExactWait(t, &b, 1, 9500*ms, p.NanosToWaitForRefill, "clock behind")
+	checkExactWait(t, &b, 1, 9500*ms, int64(p.WaitForRefill), "clock behind")
 	// intervally waits count from the last refill in Bucket4j too
 	iv := mustBucket(t, 10*sec, Intervally(10, 10, time.Second).WithInitialTokens(0))
-	if e := iv.EstimateAbilityToConsume(1, 9500*ms); e.NanosToWaitForRefill != 1500*ms {
+	if e := iv.EstimateAbilityToConsume(1, 9500*ms); e.WaitForRefill != time.Duration(1500*ms) {
 		t.Fatalf("intervally estimate = %+v, want 1.5 s", e)
 	}
 }
@@ -243,7 +243,7 @@ func TestDifferenceVerboseDiagnostics(t *testing.T) {
 	}
 	// 10 − 4 − 9 = −3, raw as in Bucket4j's getAvailableTokensPerEachBandwidth;
 	// full after 13 tokens at 10 per minute = 78 s
-	if len(d.Available) != 1 || d.Available[0] != -3 || d.NanosToFull != 78*sec {
+	if len(d.Available) != 1 || d.Available[0] != -3 || d.TimeToFull != time.Duration(78*sec) {
 		t.Fatalf("diagnostics %+v, want -3 tokens and 78 s to full, after both operations", d)
 	}
 }

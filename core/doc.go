@@ -24,7 +24,7 @@
 // (in this package, or in the root package for 8 and 10).
 //
 //  1. Waits are rounded up. Every wait (Probe and Estimate waits,
-//     ConsumeIgnoringRateLimits, Reserve, Diagnostics.NanosToFull, the
+//     ConsumeIgnoringRateLimits, Reserve, Diagnostics.TimeToFull, the
 //     ExpireAfterRefill TTL) is the shortest after which the tokens are
 //     there, so no caller comes back early; Bucket4j floors a greedy wait,
 //     and a caller who sleeps exactly that long can be refused again.
@@ -110,7 +110,7 @@
 //     nanosecond clock, Bucket4j's to System.currentTimeMillis: by default
 //     every operation sees nanosecond time here, and aligned styles are
 //     refused (ErrNeedsWallClock) until a wall clock is chosen; the root
-//     package's MillisClock reproduces Bucket4j's millisecond steps.
+//     package clock's WallMillis reproduces Bucket4j's millisecond steps.
 //
 //  11. The ExpireAfterRefill TTL is the time to full plus the margin in
 //     nanoseconds (rounded up, at least MinTTL), and none when the bucket

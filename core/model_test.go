@@ -448,17 +448,17 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				want = Probe{Consumed: true, Remaining: sat(new(big.Int).Sub(avail, bi(n)))}
 			} else {
 				// Bucket4j's ConsumptionProbe clamps remaining at zero
-				want = Probe{Remaining: max(sat(avail), 0), NanosToWaitForRefill: math.MaxInt64}
+				want = Probe{Remaining: max(sat(avail), 0), WaitForRefill: math.MaxInt64}
 				if d := m.delay(n, now, true); d != nil {
-					want.NanosToWaitForRefill = sat(d)
+					want.WaitForRefill = time.Duration(sat(d))
 				}
 			}
-			want.NanosToWaitForReset = sat(m.timeToFull(now))
+			want.WaitForReset = time.Duration(sat(m.timeToFull(now)))
 			if p != want {
 				t.Fatalf("%s: TryConsumeAndReturnRemaining(%d) = %+v, model %+v", what, n, p, want)
 			}
 			if !p.Consumed {
-				checkExactWait(t, &b, n, now, p.NanosToWaitForRefill, what)
+				checkExactWait(t, &b, n, now, int64(p.WaitForRefill), what)
 			}
 		case 4:
 			n := g.tokens(&b)
@@ -468,16 +468,16 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			// Bucket4j's EstimationProbe clamps remaining at zero
 			want := Estimate{CanBeConsumed: bi(n).Cmp(avail) <= 0, Remaining: max(sat(avail), 0)}
 			if !want.CanBeConsumed {
-				want.NanosToWaitForRefill = math.MaxInt64
+				want.WaitForRefill = math.MaxInt64
 				if d := m.delay(n, now, true); d != nil {
-					want.NanosToWaitForRefill = sat(d)
+					want.WaitForRefill = time.Duration(sat(d))
 				}
 			}
 			if e != want {
 				t.Fatalf("%s: Estimate(%d) = %+v, model %+v", what, n, e, want)
 			}
 			if !e.CanBeConsumed {
-				checkExactWait(t, &b, n, now, e.NanosToWaitForRefill, what)
+				checkExactWait(t, &b, n, now, int64(e.WaitForRefill), what)
 			}
 		case 5:
 			limit := g.pick(math.MaxInt64, g.tokens(&b))

@@ -40,13 +40,13 @@ func TestProbesReportNegativeRemaining(t *testing.T) {
 		want any
 	}{
 		{"TryConsumeAndReturnRemaining", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1, 0) },
-			Probe{Remaining: 0, NanosToWaitForRefill: oneToken, NanosToWaitForReset: full}},
+			Probe{Remaining: 0, WaitForRefill: time.Duration(oneToken), WaitForReset: time.Duration(full)}},
 		{"TryConsumeAndReturnRemaining above capacity", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1001, 0) },
-			Probe{Remaining: 0, NanosToWaitForRefill: math.MaxInt64, NanosToWaitForReset: full}},
+			Probe{Remaining: 0, WaitForRefill: math.MaxInt64, WaitForReset: time.Duration(full)}},
 		{"TryConsumeAndReturnRemaining a minute later", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1, minute) },
-			Probe{Remaining: 0, NanosToWaitForRefill: oneToken - minute, NanosToWaitForReset: full - minute}},
+			Probe{Remaining: 0, WaitForRefill: time.Duration(oneToken - minute), WaitForReset: time.Duration(full - minute)}},
 		{"EstimateAbilityToConsume", func(b *Bucket) any { return b.EstimateAbilityToConsume(1, 0) },
-			Estimate{Remaining: 0, NanosToWaitForRefill: oneToken}},
+			Estimate{Remaining: 0, WaitForRefill: time.Duration(oneToken)}},
 		{"AvailableTokens stays negative", func(b *Bucket) any { return b.AvailableTokens(0) }, int64(-120000)},
 		{"Diagnostics stay negative", func(b *Bucket) any { return b.Diagnose(0).Available[0] }, int64(-120000)},
 	}
@@ -63,7 +63,7 @@ func TestProbesReportNegativeRemaining(t *testing.T) {
 		// the minimum is negative in one bandwidth only: still 0
 		b := mustBucket(t, 0, Greedy(1000, 1000, time.Minute).WithID("a"), Greedy(5, 5, time.Second).WithID("b"))
 		b.ConsumeIgnoringRateLimits(7, 0) // a: 993, b: -2
-		if p := b.TryConsumeAndReturnRemaining(1, 0); p.Consumed || p.Remaining != 0 || p.NanosToWaitForRefill != 600*ms {
+		if p := b.TryConsumeAndReturnRemaining(1, 0); p.Consumed || p.Remaining != 0 || p.WaitForRefill != time.Duration(600*ms) {
 			t.Fatalf("probe %+v, want remaining 0 and a 600 ms wait (3 tokens at 5/s)", p)
 		}
 	})
@@ -85,7 +85,7 @@ func TestProbesReportNegativeRemaining(t *testing.T) {
 				t.Errorf("result %d = %+v, want %+v", i, r, want[i])
 			}
 		}
-		if d := resp.Diagnostics; d == nil || d.Available[0] != -120000 || d.NanosToFull != full {
+		if d := resp.Diagnostics; d == nil || d.Available[0] != -120000 || d.TimeToFull != time.Duration(full) {
 			t.Errorf("diagnostics %+v, want the raw -120000 tokens", d)
 		}
 	})
@@ -237,7 +237,7 @@ func TestForceAddTokensKeepsPartialToken(t *testing.T) {
 	// 670 refused them with a 33 ns wait (1000-670 = 330 more, at 10 per ns).
 	p := b.TryConsumeAndReturnRemaining(10, 134)
 	// after it: empty, full again after 10×100 ns
-	if want := (Probe{Consumed: true, Remaining: 0, NanosToWaitForReset: 1000}); p != want {
+	if want := (Probe{Consumed: true, Remaining: 0, WaitForReset: 1000}); p != want {
 		t.Fatalf("TryConsumeAndReturnRemaining(10) at 134 ns = %+v, want %+v", p, want)
 	}
 	// the fraction also survives a stay above capacity: at 200 ns 660 is
@@ -251,7 +251,7 @@ func TestForceAddTokensKeepsPartialToken(t *testing.T) {
 	if !b.TryConsume(6, 300) || b.State[0].RoundingError != 660 {
 		t.Fatalf("at 300 ns: %+v, want 9 tokens and 660 still carried", b.State[0])
 	}
-	if e := b.EstimateAbilityToConsume(10, 300); e.NanosToWaitForRefill != 34 {
+	if e := b.EstimateAbilityToConsume(10, 300); e.WaitForRefill != 34 {
 		t.Fatalf("estimate for 10 at 300 ns = %+v, want a 34 ns wait", e)
 	}
 	if b.TryConsume(10, 333) || !b.TryConsume(10, 334) {

@@ -71,10 +71,10 @@ func (b *Bucket) apply(op *Op, now int64) (Result, bool) {
 		return Result{OK: ok}, ok
 	case OpTryConsumeAndReturnRemaining:
 		p := b.TryConsumeAndReturnRemaining(op.Tokens, now)
-		return Result{OK: p.Consumed, Tokens: p.Remaining, Wait: p.NanosToWaitForRefill, Reset: p.NanosToWaitForReset}, p.Consumed
+		return Result{OK: p.Consumed, Tokens: p.Remaining, Wait: int64(p.WaitForRefill), Reset: int64(p.WaitForReset)}, p.Consumed
 	case OpEstimate:
 		e := b.EstimateAbilityToConsume(op.Tokens, now)
-		return Result{OK: e.CanBeConsumed, Tokens: e.Remaining, Wait: e.NanosToWaitForRefill}, false
+		return Result{OK: e.CanBeConsumed, Tokens: e.Remaining, Wait: int64(e.WaitForRefill)}, false
 	case OpTryConsumeAsMuchAsPossible:
 		n := b.TryConsumeAsMuchAsPossible(op.Tokens, now)
 		return Result{OK: n > 0, Tokens: n}, n > 0

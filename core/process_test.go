@@ -233,7 +233,7 @@ func TestProcessBatch(t *testing.T) {
 	if b.Config.Bandwidths[0].Capacity != 20 || b.ConfigVersion != 0 {
 		t.Fatal("OpReplaceConfiguration must replace the configuration and leave the version alone")
 	}
-	if resp.Diagnostics == nil || resp.Diagnostics.Available[0] != 10 || resp.Diagnostics.NanosToFull != 10*int64(time.Minute)/20 {
+	if resp.Diagnostics == nil || resp.Diagnostics.Available[0] != 10 || resp.Diagnostics.TimeToFull != 10*time.Minute/20 {
 		t.Fatalf("diagnostics %+v", resp.Diagnostics)
 	}
 

@@ -87,7 +87,7 @@ func TestGreedyAddsOneTokenPer100ms(t *testing.T) {
 	}
 	e := mustBucket(t, 0, Greedy(10, 10, time.Second).WithInitialTokens(0))
 	p := e.TryConsumeAndReturnRemaining(1, 0)
-	if p.Consumed || p.NanosToWaitForRefill != step || p.NanosToWaitForReset != sec {
+	if p.Consumed || int64(p.WaitForRefill) != step || int64(p.WaitForReset) != sec {
 		t.Fatalf("probe = %+v, want wait 100ms, reset 1s", p)
 	}
 }
@@ -104,7 +104,7 @@ func TestIntervallyWaitsWholePeriod(t *testing.T) {
 		t.Fatalf("after 2.98 periods: %d, want 200", got)
 	}
 	e := b.EstimateAbilityToConsume(250, 2*minute+59*sec)
-	if e.CanBeConsumed || e.NanosToWaitForRefill != sec {
+	if e.CanBeConsumed || int64(e.WaitForRefill) != sec {
 		t.Fatalf("estimate = %+v, want a 1s wait for the next interval", e)
 	}
 }

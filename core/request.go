@@ -41,8 +41,6 @@ const (
 	OpReplaceConfiguration
 	// OpGetConfiguration changes nothing; the response carries Diagnostics.
 	OpGetConfiguration
-
-	numOpKinds
 )
 
 // Op is one bucket operation.

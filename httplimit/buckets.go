@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"math"
+	"time"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -52,10 +54,11 @@ type Usage struct {
 type Band struct {
 	// Available is the bandwidth's tokens (negative in overdraft).
 	Available int64
-	// Wait is the nanoseconds until the bandwidth holds the request's cost
-	// when it holds less (math.MaxInt64 when the cost exceeds its capacity),
-	// otherwise until it gains its next token; 0 when it is full.
-	Wait int64
+	// Wait is how long until the bandwidth holds the request's cost when it
+	// holds less (math.MaxInt64, the largest Duration, when the cost exceeds
+	// its capacity), otherwise until it gains its next token; 0 when it is
+	// full.
+	Wait time.Duration
 }
 
 // Local is Buckets over a bucketgrid.LocalMap: one in-process bucket per
@@ -63,7 +66,7 @@ type Band struct {
 // with every client ever seen. Create it with NewLocal.
 type Local struct {
 	m     *bucketgrid.LocalMap
-	clock bucketgrid.Clock
+	clock clock.Clock
 }
 
 // NewLocal returns local per-client buckets whose configuration comes from
@@ -71,16 +74,16 @@ type Local struct {
 // ignored).
 func NewLocal(plan Plan, opts ...Option) *Local {
 	o := newOptions(opts)
-	clock := o.clock
-	if clock == nil {
-		clock = bucketgrid.MonotonicClock()
+	c := o.clock
+	if c == nil {
+		c = clock.Monotonic()
 	}
 	mapOpts := []bucketgrid.LocalMapOption{
-		bucketgrid.WithMapClock(clock),
+		bucketgrid.WithMapClock(c),
 		bucketgrid.WithMaxEntries(o.maxClients),
 		bucketgrid.WithIdleTimeout(o.idle),
 	}
-	return &Local{m: bucketgrid.NewLocalMap(plan, mapOpts...), clock: clock}
+	return &Local{m: bucketgrid.NewLocalMap(plan, mapOpts...), clock: c}
 }
 
 // Map returns the underlying map, for its Len, Remove and Sweep.
@@ -107,22 +110,22 @@ func (l *Local) Take(ctx context.Context, key string, cost int64) (Usage, error)
 type Managed struct {
 	m     *bucketgrid.Manager
 	plan  Plan
-	clock bucketgrid.Clock
+	clock clock.Clock
 	bopts []bucketgrid.BucketOption
 }
 
 // NewManaged returns distributed per-client buckets held by m, created from
 // plan. Every Take is one request that brings back the decision and the
 // bucket's per-bandwidth state together. Options: WithClock (the clock of the
-// executing side, default bucketgrid.WallClock) and WithBucketOptions
+// executing side, default clock.Wall()) and WithBucketOptions
 // (others are ignored).
 func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...Option) *Managed {
 	o := newOptions(opts)
-	clock := o.clock
-	if clock == nil {
-		clock = bucketgrid.WallClock()
+	c := o.clock
+	if c == nil {
+		c = clock.Wall()
 	}
-	return &Managed{m: m, plan: plan, clock: clock, bopts: o.bucketOpts}
+	return &Managed{m: m, plan: plan, clock: c, bopts: o.bucketOpts}
 }
 
 // Manager returns the Manager the buckets live in.
@@ -173,7 +176,7 @@ func bands(d *core.Diagnostics, cost, now int64) []Band {
 			out[i].Wait = math.MaxInt64
 			continue
 		}
-		out[i].Wait = one.EstimateAbilityToConsume(want, now).NanosToWaitForRefill
+		out[i].Wait = one.EstimateAbilityToConsume(want, now).WaitForRefill
 	}
 	return out
 }

@@ -40,7 +40,7 @@
 // up.
 //
 // A request refused by its bucket gets 429 with Retry-After in delay-seconds
-// (core's NanosToWaitForRefill rounded up, at least 1: never before the
+// (the probe's WaitForRefill rounded up, at least 1: never before the
 // refill that admits it), Cache-Control: no-store, the fields above, and an
 // RFC 9457 application/problem+json body naming the limits that refused it.
 // When the bucket cannot be consulted (an error, or no answer within

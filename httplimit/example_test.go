@@ -10,6 +10,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/httplimit"
 )
@@ -18,7 +19,7 @@ import (
 // refilled at once each minute, health checks unlimited. A fake clock makes
 // the output exact.
 func ExampleNew() {
-	clock := bucketgrid.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	clock := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	plan := httplimit.StaticPlan(core.Config{Bandwidths: []core.Bandwidth{
 		core.Intervally(10, 10, time.Minute).WithID("minute")}})
 	limit := httplimit.New(httplimit.NewLocal(plan, httplimit.WithClock(clock)),
@@ -66,8 +67,8 @@ func ExampleNew() {
 // as the decision. Paid API keys get a bigger plan, decided once per key when
 // its bucket is created.
 func ExampleNewManaged() {
-	clock := bucketgrid.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	exec := cas.New(memstore.New(memstore.WithClock(clock.Now)), cas.WithClock(clock.Now))
+	clock := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	exec := cas.New(memstore.New(memstore.WithClock(clock)), cas.WithClock(clock))
 	m := bucketgrid.NewManager(exec)
 
 	free := core.Config{Bandwidths: []core.Bandwidth{

@@ -44,14 +44,14 @@ const maxSFInteger = 999_999_999_999_999
 
 func clampSF(n int64) int64 { return min(max(n, 0), maxSFInteger) }
 
-// ceilSeconds returns ns nanoseconds in whole seconds, rounded up, so a
-// client waiting that long never comes back before the time has passed.
-func ceilSeconds(ns int64) int64 {
-	if ns <= 0 {
+// ceilSeconds returns d in whole seconds, rounded up, so a client waiting
+// that long never comes back before the time has passed; 0 for d ≤ 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
 		return 0
 	}
-	s := ns / int64(time.Second)
-	if ns%int64(time.Second) != 0 {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
 		s++
 	}
 	return s
@@ -66,7 +66,7 @@ func windowSeconds(bw *core.Bandwidth) int64 {
 	if ns == math.MaxInt64 {
 		return maxSFInteger
 	}
-	return min(max(ceilSeconds(ns), 1), maxSFInteger)
+	return min(max(ceilSeconds(time.Duration(ns)), 1), maxSFInteger)
 }
 
 // policyName is the identifier of bandwidth i: its ID, or "default" for the
@@ -163,14 +163,14 @@ func itemValues(u *Usage, i int, cost int64) (r, t int64) {
 	// exact for the tightest; the waits are upper bounds.
 	p := &u.Probe
 	switch {
-	case !p.Consumed && p.NanosToWaitForRefill == math.MaxInt64:
+	case !p.Consumed && p.WaitForRefill == math.MaxInt64:
 		return p.Remaining, -1
 	case !p.Consumed:
-		return p.Remaining, ceilSeconds(p.NanosToWaitForRefill)
+		return p.Remaining, ceilSeconds(p.WaitForRefill)
 	case len(u.Config.Bandwidths) == 1 && p.Remaining >= u.Config.Bandwidths[0].Capacity:
 		return p.Remaining, 0
 	}
-	return p.Remaining, ceilSeconds(p.NanosToWaitForReset)
+	return p.Remaining, ceilSeconds(p.WaitForReset)
 }
 
 // tightest returns the index of the bandwidth closest to refusing: the
@@ -234,7 +234,7 @@ func writeHeaders(h http.Header, u *Usage, cost int64, which Headers, policy str
 		vals := make([]string, 3)
 		vals[0] = strconv.FormatInt(clampSF(bws[i].Capacity), 10)
 		vals[1] = strconv.FormatInt(clampSF(rem), 10)
-		vals[2] = strconv.FormatInt(clampSF(ceilSeconds(u.Probe.NanosToWaitForReset)), 10)
+		vals[2] = strconv.FormatInt(clampSF(ceilSeconds(u.Probe.WaitForReset)), 10)
 		h[hXLimit], h[hXRemaining], h[hXReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 	}
 }
@@ -273,14 +273,14 @@ func (c *policyCache) get(bws []core.Bandwidth) string {
 }
 
 // RetryAfterSeconds returns the Retry-After delay-seconds for a refused
-// probe: core's NanosToWaitForRefill rounded up to whole seconds, at least 1,
+// probe: its WaitForRefill rounded up to whole seconds, at least 1,
 // so it never points before the refill. ok is false when the request can
 // never succeed (its cost exceeds a capacity).
 func RetryAfterSeconds(p core.Probe) (secs int64, ok bool) {
-	if p.NanosToWaitForRefill == math.MaxInt64 {
+	if p.WaitForRefill == math.MaxInt64 {
 		return 0, false
 	}
-	return min(max(ceilSeconds(p.NanosToWaitForRefill), 1), maxSFInteger), true
+	return min(max(ceilSeconds(p.WaitForRefill), 1), maxSFInteger), true
 }
 
 // Problem is an RFC 9457 problem details object, the body of the

@@ -44,17 +44,17 @@ func TestRateLimitField(t *testing.T) {
 		cost int64
 		want string
 	}{
-		{"bands", Usage{Config: two, Bands: []Band{{3, 400 * time.Millisecond.Nanoseconds()}, {40, 59 * int64(time.Second)}}}, 1,
+		{"bands", Usage{Config: two, Bands: []Band{{3, 400 * time.Millisecond}, {40, 59 * time.Second}}}, 1,
 			`"s";r=3;t=1, "m";r=40;t=59`},
-		{"overdraft written as 0", Usage{Config: one, Bands: []Band{{-4, 5 * int64(time.Second)}}}, 1, `"s";r=0;t=5`},
+		{"overdraft written as 0", Usage{Config: one, Bands: []Band{{-4, 5 * time.Second}}}, 1, `"s";r=0;t=5`},
 		{"full", Usage{Config: one, Bands: []Band{{10, 0}}}, 1, `"s";r=10;t=0`},
 		{"never", Usage{Config: one, Bands: []Band{{10, math.MaxInt64}}}, 11, `"s";r=10`},
-		{"probe only, consumed", Usage{Config: two, Probe: core.Probe{Consumed: true, Remaining: 7, NanosToWaitForReset: 2500 * int64(time.Millisecond)}}, 1,
+		{"probe only, consumed", Usage{Config: two, Probe: core.Probe{Consumed: true, Remaining: 7, WaitForReset: 2500 * time.Millisecond}}, 1,
 			`"s";r=7;t=3, "m";r=7;t=3`},
-		{"probe only, refused", Usage{Config: two, Probe: core.Probe{Remaining: 0, NanosToWaitForRefill: 1, NanosToWaitForReset: 9e9}}, 1,
+		{"probe only, refused", Usage{Config: two, Probe: core.Probe{Remaining: 0, WaitForRefill: 1, WaitForReset: 9e9}}, 1,
 			`"s";r=0;t=1, "m";r=0;t=1`},
 		{"probe only, full", Usage{Config: one, Probe: core.Probe{Consumed: true, Remaining: 10}}, 1, `"s";r=10;t=0`},
-		{"probe only, never", Usage{Config: one, Probe: core.Probe{Remaining: 3, NanosToWaitForRefill: math.MaxInt64}}, 20, `"s";r=3`},
+		{"probe only, never", Usage{Config: one, Probe: core.Probe{Remaining: 3, WaitForRefill: math.MaxInt64}}, 20, `"s";r=3`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,20 +67,20 @@ func TestRateLimitField(t *testing.T) {
 
 func TestRetryAfterSeconds(t *testing.T) {
 	tests := []struct {
-		wait int64
+		wait time.Duration
 		secs int64
 		ok   bool
 	}{
-		{0, 1, true}, {1, 1, true}, {int64(time.Second), 1, true}, {int64(time.Second) + 1, 2, true},
-		{45 * int64(time.Second), 45, true}, {math.MaxInt64 - 1, 9223372037, true}, {math.MaxInt64, 0, false},
+		{0, 1, true}, {1, 1, true}, {time.Second, 1, true}, {time.Second + 1, 2, true},
+		{45 * time.Second, 45, true}, {math.MaxInt64 - 1, 9223372037, true}, {math.MaxInt64, 0, false},
 	}
 	for _, tt := range tests {
-		secs, ok := RetryAfterSeconds(core.Probe{NanosToWaitForRefill: tt.wait})
+		secs, ok := RetryAfterSeconds(core.Probe{WaitForRefill: tt.wait})
 		if secs != tt.secs || ok != tt.ok {
-			t.Errorf("wait %d: %d %v, want %d %v", tt.wait, secs, ok, tt.secs, tt.ok)
+			t.Errorf("wait %v: %d %v, want %d %v", tt.wait, secs, ok, tt.secs, tt.ok)
 		}
-		if ok && secs < math.MaxInt64/int64(time.Second) && secs*int64(time.Second) < tt.wait {
-			t.Errorf("wait %d: %d s is early", tt.wait, secs)
+		if ok && secs < math.MaxInt64/int64(time.Second) && time.Duration(secs)*time.Second < tt.wait {
+			t.Errorf("wait %v: %d s is early", tt.wait, secs)
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -35,7 +35,7 @@ func TestBoundedMemoryMillionClients(t *testing.T) {
 	if raceEnabled {
 		clients = 200_000 // the race detector makes each request ~10× slower
 	}
-	clock := bucketgrid.NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	src := NewLocal(StaticPlan(config(t, core.Intervally(10, 10, time.Minute))),
 		WithClock(clock), WithMaxClients(bound), WithIdleTimeout(2*time.Minute))
 	mw := New(src)

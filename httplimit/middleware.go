@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
 )
 
 // Option configures New, NewLocal and NewManaged: one option set for the
@@ -30,7 +31,7 @@ type options struct {
 	problem  string
 
 	// sources
-	clock      bucketgrid.Clock
+	clock      clock.Clock
 	maxClients int
 	idle       time.Duration
 	bucketOpts []bucketgrid.BucketOption
@@ -114,10 +115,10 @@ func WithErrorHook(f func(r *http.Request, err error)) Option {
 func WithProblemType(uri string) Option { return func(o *options) { o.problem = uri } }
 
 // WithClock sets the clock of NewLocal's buckets (default
-// bucketgrid.MonotonicClock) or, for NewManaged, the clock of the side that
-// executes the bucket (default bucketgrid.WallClock), which the RateLimit
-// waits are measured against. Tests pass a FakeClock.
-func WithClock(c bucketgrid.Clock) Option { return func(o *options) { o.clock = c } }
+// clock.Monotonic()) or, for NewManaged, the clock of the side that executes
+// the bucket (default clock.Wall()), which the RateLimit waits are measured
+// against. Tests pass a *clock.Fake.
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithMaxClients bounds the number of buckets NewLocal holds, evicting the
 // least recently used beyond it (default bucketgrid.DefaultMaxEntries).

@@ -15,6 +15,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -34,22 +35,22 @@ var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write
 // source builds Buckets of a kind over a fake clock.
 type source struct {
 	name  string
-	build func(plan Plan, clock *bucketgrid.FakeClock) Buckets
+	build func(plan Plan, clock *clock.Fake) Buckets
 	exact bool // per-bandwidth values known
 }
 
-func store(clock *bucketgrid.FakeClock) *cas.Executor {
-	return cas.New(memstore.New(memstore.WithClock(clock.Now)), cas.WithClock(clock.Now))
+func store(clock *clock.Fake) *cas.Executor {
+	return cas.New(memstore.New(memstore.WithClock(clock)), cas.WithClock(clock))
 }
 
 var sources = []source{
-	{"local", func(plan Plan, clock *bucketgrid.FakeClock) Buckets {
+	{"local", func(plan Plan, clock *clock.Fake) Buckets {
 		return NewLocal(plan, WithClock(clock))
 	}, true},
-	{"managed", func(plan Plan, clock *bucketgrid.FakeClock) Buckets {
+	{"managed", func(plan Plan, clock *clock.Fake) Buckets {
 		return NewManaged(bucketgrid.NewManager(store(clock)), plan, WithClock(clock))
 	}, true},
-	{"minimum only", func(plan Plan, clock *bucketgrid.FakeClock) Buckets {
+	{"minimum only", func(plan Plan, clock *clock.Fake) Buckets {
 		return minimumOnly{NewManaged(bucketgrid.NewManager(store(clock)), plan, WithClock(clock))}
 	}, false},
 }
@@ -67,7 +68,7 @@ func get(h http.Handler, remote, path string) *httptest.ResponseRecorder {
 func TestPerClientIsolation(t *testing.T) {
 	for _, src := range sources {
 		t.Run(src.name, func(t *testing.T) {
-			clock := bucketgrid.NewFakeClock(t0)
+			clock := clock.NewFake(t0)
 			cfg := config(t, core.Intervally(10, 10, time.Minute).WithID("minute"))
 			mw := New(src.build(StaticPlan(cfg), clock))
 			h := mw.Handler(ok)
@@ -110,7 +111,7 @@ func TestPlans(t *testing.T) {
 	for _, src := range sources[:2] { // the lazy ones
 		t.Run(src.name, func(t *testing.T) {
 			calls = 0
-			clock := bucketgrid.NewFakeClock(t0)
+			clock := clock.NewFake(t0)
 			h := New(src.build(plan, clock), WithKey(HeaderKey("X-Api-Key", nil))).Handler(ok)
 			served := map[string]int{}
 			for range 10 {
@@ -212,7 +213,7 @@ func TestHeadersExact(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(src.name+"/"+tt.name, func(t *testing.T) {
 				cfg := config(t, tt.bws...)
-				clock := bucketgrid.NewFakeClock(t0)
+				clock := clock.NewFake(t0)
 				h := New(src.build(StaticPlan(cfg), clock), WithHeaders(IETFHeaders|XRateLimitHeaders)).Handler(ok)
 				ref := core.NewBucket(cfg.Clone(), clock.Now())
 				var limited int
@@ -269,7 +270,7 @@ func checkProblem(t *testing.T, w *httptest.ResponseRecorder, status int) Proble
 // sub-second offsets.
 func TestRetryAfterNeverEarly(t *testing.T) {
 	cfg := config(t, core.Greedy(3, 1, 700*time.Millisecond).WithID("b"))
-	clock := bucketgrid.NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	h := New(NewLocal(StaticPlan(cfg), WithClock(clock))).Handler(ok)
 	ref := core.NewBucket(cfg.Clone(), clock.Now())
 	checked := 0
@@ -289,11 +290,11 @@ func TestRetryAfterNeverEarly(t *testing.T) {
 		if err != nil || ra < 1 {
 			t.Fatalf("Retry-After %q", w.Header().Get("Retry-After"))
 		}
-		if ra*int64(time.Second) < p.NanosToWaitForRefill {
-			t.Fatalf("Retry-After %d s is earlier than the refill in %v", ra, time.Duration(p.NanosToWaitForRefill))
+		if time.Duration(ra)*time.Second < p.WaitForRefill {
+			t.Fatalf("Retry-After %d s is earlier than the refill in %v", ra, p.WaitForRefill)
 		}
-		if (ra-1)*int64(time.Second) >= p.NanosToWaitForRefill && ra > 1 {
-			t.Fatalf("Retry-After %d s is not the ceiling of %v", ra, time.Duration(p.NanosToWaitForRefill))
+		if time.Duration(ra-1)*time.Second >= p.WaitForRefill && ra > 1 {
+			t.Fatalf("Retry-After %d s is not the ceiling of %v", ra, p.WaitForRefill)
 		}
 		pb := checkProblem(t, w, 429)
 		if pb.RetryAfter != ra || len(pb.Policies) != 1 || pb.Policies[0] != "b" {
@@ -310,7 +311,7 @@ func TestProblemNamesFiredLimit(t *testing.T) {
 	cfg := config(t, core.Greedy(5, 5, time.Second).WithID("burst"), core.Intervally(8, 8, time.Hour).WithID("hourly"))
 	for _, src := range sources {
 		t.Run(src.name, func(t *testing.T) {
-			clock := bucketgrid.NewFakeClock(t0)
+			clock := clock.NewFake(t0)
 			h := New(src.build(StaticPlan(cfg), clock)).Handler(ok)
 			var last Problem
 			for range 6 {
@@ -350,7 +351,7 @@ func (m minimumOnly) Take(ctx context.Context, key string, cost int64) (Usage, e
 // When only the minimum is known, every item carries it.
 func TestMinimumOnly(t *testing.T) {
 	cfg := config(t, core.Greedy(5, 1, time.Second).WithID("burst"), core.Intervally(20, 20, time.Hour).WithID("hourly"))
-	clock := bucketgrid.NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	h := New(sources[2].build(StaticPlan(cfg), clock)).Handler(ok)
 	ref := core.NewBucket(cfg.Clone(), clock.Now())
 	for i := range 7 {
@@ -358,10 +359,10 @@ func TestMinimumOnly(t *testing.T) {
 		w := get(h, "198.51.100.1:1", "/")
 		var want string
 		if p.Consumed {
-			ts := ceilSeconds(p.NanosToWaitForReset)
+			ts := ceilSeconds(p.WaitForReset)
 			want = fmt.Sprintf(`"burst";r=%d;t=%d, "hourly";r=%d;t=%d`, p.Remaining, ts, p.Remaining, ts)
 		} else {
-			ts := ceilSeconds(p.NanosToWaitForRefill)
+			ts := ceilSeconds(p.WaitForRefill)
 			want = fmt.Sprintf(`"burst";r=0;t=%d, "hourly";r=0;t=%d`, ts, ts)
 			if w.Header().Get("Retry-After") != strconv.FormatInt(ts, 10) {
 				t.Errorf("Retry-After %q", w.Header().Get("Retry-After"))
@@ -375,7 +376,7 @@ func TestMinimumOnly(t *testing.T) {
 
 func TestCostAndCapacity(t *testing.T) {
 	cfg := config(t, core.Greedy(10, 10, time.Second).WithID("s"))
-	clock := bucketgrid.NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	cost := func(r *http.Request) int64 {
 		n, _ := strconv.ParseInt(r.URL.Query().Get("cost"), 10, 64)
 		return n
@@ -401,7 +402,7 @@ func TestCostAndCapacity(t *testing.T) {
 
 func TestSkip(t *testing.T) {
 	cfg := config(t, core.Intervally(1, 1, time.Hour))
-	clock := bucketgrid.NewFakeClock(t0)
+	clock := clock.NewFake(t0)
 	mw := New(NewLocal(StaticPlan(cfg), WithClock(clock)),
 		WithOnly("/v1/", "/v2/"), WithExcept("GET /v1/healthz", "/v2/docs/"),
 		WithSkip(func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" }))
@@ -473,7 +474,7 @@ func TestConcurrentExact(t *testing.T) {
 	cfg := config(t, core.Intervally(capacity, capacity, time.Hour).WithID("hour"))
 	for _, src := range sources {
 		t.Run(src.name, func(t *testing.T) {
-			clock := bucketgrid.NewFakeClock(t0)
+			clock := clock.NewFake(t0)
 			mw := New(src.build(StaticPlan(cfg), clock), WithTimeout(0))
 			h := mw.Handler(ok)
 			done := make(chan struct{})
@@ -500,7 +501,7 @@ func TestConcurrentExact(t *testing.T) {
 func TestSpoofingThroughMiddleware(t *testing.T) {
 	cfg := config(t, core.Intervally(3, 3, time.Hour))
 	key := ClientIP{TrustedProxies: MustParsePrefixes("10.0.0.0/8")}.Key
-	h := New(NewLocal(StaticPlan(cfg), WithClock(bucketgrid.NewFakeClock(t0))), WithKey(key)).Handler(ok)
+	h := New(NewLocal(StaticPlan(cfg), WithClock(clock.NewFake(t0))), WithKey(key)).Handler(ok)
 	send := func(remote, xff string) int {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = remote

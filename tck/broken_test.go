@@ -11,6 +11,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -119,7 +120,7 @@ func TestKitCatchesBrokenStores(t *testing.T) {
 				}
 				failures, _ := runCheck(t, cfg, c, func(e *env) {
 					e.store = tt.store()
-					e.execs = storeExecutors(func(*testing.T) cas.Store { return e.store }, cfg)(t, e.clock.Now)
+					e.execs = storeExecutors(func(*testing.T) cas.Store { return e.store }, cfg)(t, e.now())
 				})
 				for _, f := range failures {
 					if strings.Contains(f, phrase) {
@@ -142,7 +143,7 @@ func TestKitPassesCorrectStore(t *testing.T) {
 	for _, c := range append(append([]check(nil), storeChecks...), executorChecks...) {
 		failures, skip := runCheck(t, cfg, c, func(e *env) {
 			e.store = memstore.New()
-			e.execs = storeExecutors(func(*testing.T) cas.Store { return e.store }, cfg)(t, e.clock.Now)
+			e.execs = storeExecutors(func(*testing.T) cas.Store { return e.store }, cfg)(t, e.now())
 		})
 		if skip != "" || len(failures) > 0 {
 			t.Errorf("%s on the reference store: skip %q, failures %q", c.name, skip, failures)
@@ -155,7 +156,7 @@ func TestKitPassesCorrectStore(t *testing.T) {
 type racyExecutor struct {
 	mu    sync.Mutex
 	data  map[string][]byte
-	clock func() int64
+	clock clock.Clock
 }
 
 func (x *racyExecutor) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
@@ -163,7 +164,7 @@ func (x *racyExecutor) Execute(ctx context.Context, key string, req core.Request
 	stored := x.data[key]
 	x.mu.Unlock()
 	runtime.Gosched() // widen the window, as a network hop would
-	next, changed, resp := core.Process(stored, req, x.clock())
+	next, changed, resp := core.Process(stored, req, x.clock.Now())
 	if changed {
 		x.mu.Lock()
 		x.data[key] = next
@@ -191,7 +192,7 @@ func TestKitCatchesRacyExecutor(t *testing.T) {
 		var caught bool
 		for try := 0; try < 5 && !caught; try++ { // a race needs the scheduler's help
 			failures, _ := runCheck(t, cfg, c, func(e *env) {
-				racy := &racyExecutor{data: map[string][]byte{}, clock: e.clock.Now}
+				racy := &racyExecutor{data: map[string][]byte{}, clock: e.clock}
 				e.execs = []bucketgrid.Executor{racy, racy}
 			})
 			caught = len(failures) > 0

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
@@ -103,14 +104,10 @@ type fixture struct {
 
 func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
 	x := &fixture{e: e, fs: &faultStore{Store: e.store}}
-	x.exec = cas.New(x.fs, cas.WithClock(e.clock.Now), cas.WithRetry(retry.Func(func(m retry.Metadata) retry.Decision {
+	x.exec = cas.New(x.fs, cas.WithClock(sleepRecorder{e.clock, &x.slept}), cas.WithRetry(retry.Func(func(m retry.Metadata) retry.Decision {
 		x.meta = append(x.meta, m)
 		return strategy.Next(m)
-	})), cas.WithSleep(func(ctx context.Context, d time.Duration) error {
-		x.slept = append(x.slept, d)
-		e.clock.Advance(d)
-		return ctx.Err()
-	}))
+	})))
 	x.b = bucketgrid.NewManager(x.exec).Bucket(e.key(name), staticConfig(core.Greedy(100, 100, time.Minute)))
 	if ok, err := x.b.TryConsume(e.ctx, 1); err != nil || !ok {
 		e.Fatalf("creating the bucket: ok=%v err=%v", ok, err)
@@ -119,7 +116,7 @@ func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
 }
 
 func (x *fixture) available() int64 {
-	n, err := bucketgrid.NewManager(cas.New(x.e.store, cas.WithClock(x.e.clock.Now))).
+	n, err := bucketgrid.NewManager(cas.New(x.e.store, cas.WithClock(x.e.now()))).
 		Bucket(x.b.Key(), staticConfig(core.Greedy(1, 1, time.Minute))).AvailableTokens(x.e.ctx)
 	if err != nil {
 		x.e.Fatalf("reading the bucket back: %v", err)
@@ -128,6 +125,19 @@ func (x *fixture) available() int64 {
 }
 
 func (x *fixture) reset() { x.slept, x.meta = nil, nil }
+
+// sleepRecorder is the fixture's executor clock: the kit's fake clock, whose
+// Sleep also records each wait between retries. The executor calls it on one
+// goroutine at a time.
+type sleepRecorder struct {
+	*clock.Fake
+	slept *[]time.Duration
+}
+
+func (c sleepRecorder) Sleep(ctx context.Context, d time.Duration) error {
+	*c.slept = append(*c.slept, d)
+	return c.Fake.Sleep(ctx, d)
+}
 
 func checkInjectedConflicts(e *env) {
 	x := newFixture(e, "conflicts", retry.Immediate(4))
@@ -272,8 +282,8 @@ func checkDeadlineWins(e *env) {
 // for time another client already accounted for.
 func checkClockSkew(e *env) {
 	const delta = 50 * time.Millisecond
-	ahead := func() int64 { return e.clock.Now() + int64(delta) }
-	behind := func() int64 { return e.clock.Now() - int64(delta) }
+	ahead := clock.Func(func() int64 { return e.clock.Now() + int64(delta) }, true)
+	behind := clock.Func(func() int64 { return e.clock.Now() - int64(delta) }, true)
 	key := e.key("skew")
 	cfg := staticConfig(core.Greedy(100, 1000, time.Second)) // 1 token/ms
 	a := bucketgrid.NewManager(cas.New(e.store, cas.WithClock(ahead))).Bucket(key, cfg)
@@ -354,7 +364,7 @@ func checkTTLFollowsStrategy(e *env) {
 		{"after refill", bucketgrid.ExpireAfterRefill(2 * time.Second), []time.Duration{2100 * time.Millisecond, 2500 * time.Millisecond}},
 	} {
 		spy := &ttlSpy{Store: e.store}
-		m := bucketgrid.NewManager(cas.New(spy, cas.WithClock(e.clock.Now)), bucketgrid.WithExpiration(tc.expiry))
+		m := bucketgrid.NewManager(cas.New(spy, cas.WithClock(e.now())), bucketgrid.WithExpiration(tc.expiry))
 		h := m.Bucket(e.key("ttl-strategy-"+tc.name), staticConfig(core.Greedy(10, 10, time.Second)))
 		if _, err := h.TryConsume(e.ctx, 1); err != nil {
 			e.Fatalf("%s: %v", tc.name, err)

@@ -101,9 +101,9 @@ func checkSameResults(e *env) {
 			e.Fatalf("%s: Diagnose: %v", mc.name, err)
 		}
 		ld, _ := local.Diagnose(e.ctx)
-		if fmt.Sprint(d.Available) != fmt.Sprint(ld.Available) || d.NanosToFull != ld.NanosToFull {
+		if fmt.Sprint(d.Available) != fmt.Sprint(ld.Available) || d.TimeToFull != ld.TimeToFull {
 			e.Errorf("%s: stored bucket %v (full in %v), the local bucket %v (full in %v)", mc.name,
-				d.Available, time.Duration(d.NanosToFull), ld.Available, time.Duration(ld.NanosToFull))
+				d.Available, d.TimeToFull, ld.Available, ld.TimeToFull)
 		}
 	}
 	// replacement through the executor equals the model's

@@ -38,13 +38,15 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
 )
 
 // ExecutorFactory returns one or more executors that share one storage, as
 // the nodes of a cluster would; the kit spreads calls over all of them. Every
-// executor must take bucket time from clock (Unix nanoseconds, faked by the
-// kit). Use t.Cleanup to release resources.
-type ExecutorFactory func(t *testing.T, clock func() int64) []bucketgrid.Executor
+// executor must take bucket time from c, a wall clock (Unix nanoseconds) that
+// the kit fakes and advances itself; c is not a clock.Sleeper, so waits on it
+// take real time. Use t.Cleanup to release resources.
+type ExecutorFactory func(t *testing.T, c clock.Clock) []bucketgrid.Executor
 
 // StoreFactory returns a store to check. Stores from one factory may share
 // data: the kit uses keys unique to each run.
@@ -99,7 +101,7 @@ func WithoutDelete(reason string) Option { return func(c *config) { c.noDelete =
 type env struct {
 	t     *testing.T
 	cfg   *config
-	clock *bucketgrid.FakeClock
+	clock *clock.Fake
 	run   string // unique per check run, prefixes keys
 	ctx   context.Context
 
@@ -128,14 +130,13 @@ func (e *env) Fatalf(format string, args ...any) {
 	panic(failNow{})
 }
 
+// now returns the kit's fake time as a clock that is not a clock.Sleeper:
+// executors read bucket time from it, but their waits between retries take
+// real time and never move the fake clock, which only the checks advance.
+func (e *env) now() clock.Clock { return clock.Func(e.clock.Now, true) }
+
 // key returns a key unique to this check run.
 func (e *env) key(name string) string { return "tck-" + e.run + "-" + name }
-
-func (e *env) failed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.failures) > 0
-}
 
 type check struct {
 	name string
@@ -164,7 +165,7 @@ func runCheck(t *testing.T, cfg *config, c check, setup func(e *env)) (failures 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e := &env{t: t, cfg: cfg, clock: bucketgrid.NewFakeClock(start), run: runID(), ctx: ctx}
+	e := &env{t: t, cfg: cfg, clock: clock.NewFake(start), run: runID(), ctx: ctx}
 	setup(e)
 	func() {
 		defer func() {
@@ -196,7 +197,7 @@ func Run(t *testing.T, newExecutors ExecutorFactory, opts ...Option) {
 	for _, c := range executorChecks {
 		t.Run(c.name, func(t *testing.T) {
 			failures, skip := runCheck(t, cfg, c, func(e *env) {
-				e.execs = newExecutors(t, e.clock.Now)
+				e.execs = newExecutors(t, e.now())
 				if len(e.execs) == 0 {
 					e.Fatalf("the ExecutorFactory returned no executor")
 				}
@@ -224,11 +225,11 @@ func RunStore(t *testing.T, newStore StoreFactory, opts ...Option) {
 // cluster. They retry with backoff under a generous budget, so contention
 // checks measure the store, not the strategy.
 func storeExecutors(newStore StoreFactory, cfg *config) ExecutorFactory {
-	return func(t *testing.T, clock func() int64) []bucketgrid.Executor {
+	return func(t *testing.T, c clock.Clock) []bucketgrid.Executor {
 		s := newStore(t)
 		execs := make([]bucketgrid.Executor, cfg.nodes)
 		for i := range execs {
-			execs[i] = cas.New(s, cas.WithClock(clock), cas.WithRetry(generousBackoff()))
+			execs[i] = cas.New(s, cas.WithClock(c), cas.WithRetry(generousBackoff()))
 		}
 		return execs
 	}

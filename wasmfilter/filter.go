@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
@@ -150,14 +151,15 @@ func (p *Plugin) Configure(raw []byte) error {
 		return err
 	}
 	execs := make([]*cas.Executor, len(set.policies))
+	clk := hostClock(p.host)
 	for i := range set.policies {
 		pol := &set.policies[i]
-		store := NewStore(p.host, set.prefix+"/"+pol.name, pol.slots, p.host.Now)
+		store := NewStore(p.host, set.prefix+"/"+pol.name, pol.slots, clk)
 		if err := store.Prepare(); err != nil {
 			// Not fatal: unprepared slots are created on first use.
 			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": preparing shared data: "+err.Error())
 		}
-		execs[i] = newExecutor(store, p.host.Now, set.maxAttempts)
+		execs[i] = newExecutor(store, clk, set.maxAttempts)
 	}
 	p.set, p.execs = set, execs
 	return nil
@@ -324,7 +326,7 @@ func (p *Plugin) refund(o *outcome) {
 		return
 	}
 	if d := resp.Diagnostics; d != nil && len(d.Available) > 0 {
-		o.remaining, o.reset = slices.Min(d.Available), d.NanosToFull
+		o.remaining, o.reset = slices.Min(d.Available), int64(d.TimeToFull)
 		o.remaining = max(o.remaining, 0)
 	}
 }
@@ -383,6 +385,6 @@ func (p *Plugin) headers(outs []outcome, dst [][2]string) [][2]string {
 // immediate retries: a proxy-wasm VM cannot sleep (no other code of the VM
 // runs while it would), so the only contenders are the other worker VMs and
 // spinning a few times is the right answer.
-func newExecutor(store *Store, now func() int64, maxAttempts int) *cas.Executor {
-	return cas.New(store, cas.WithRetry(retry.Immediate(maxAttempts)), cas.WithClock(now))
+func newExecutor(store *Store, c clock.Clock, maxAttempts int) *cas.Executor {
+	return cas.New(store, cas.WithRetry(retry.Immediate(maxAttempts)), cas.WithClock(c))
 }

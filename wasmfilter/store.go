@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // Store is a cas.Store on proxy-wasm shared data, the only state the worker
@@ -45,7 +47,7 @@ type Store struct {
 	prefix string
 	slots  uint32
 	probes uint32
-	now    func() int64
+	clock  clock.Clock
 }
 
 // Probes is the number of slots a key may occupy, starting at its home slot.
@@ -61,14 +63,17 @@ var ErrNoFreeSlot = fmt.Errorf("%w: wasmfilter: no free shared-data slot", cas.E
 var errCorruptRecord = errors.New("corrupt shared-data record")
 
 // NewStore returns a store of slots slots (at least 1) under the shared-data
-// key prefix, reading expiry times from now (Unix nanoseconds; nil means
-// host.Now).
-func NewStore(host Host, prefix string, slots uint32, now func() int64) *Store {
-	if now == nil {
-		now = host.Now
+// key prefix, measuring expiry on c, which must read Unix time; a nil c
+// means the host's clock (host.Now).
+func NewStore(host Host, prefix string, slots uint32, c clock.Clock) *Store {
+	if c == nil {
+		c = hostClock(host)
 	}
-	return &Store{host: host, prefix: prefix, slots: max(slots, 1), probes: min(Probes, max(slots, 1)), now: now}
+	return &Store{host: host, prefix: prefix, slots: max(slots, 1), probes: min(Probes, max(slots, 1)), clock: c}
 }
+
+// hostClock is the host's wall clock as a clock.Clock.
+func hostClock(host Host) clock.Clock { return clock.Func(host.Now, true) }
 
 // record is a decoded slot.
 type record struct {
@@ -191,7 +196,7 @@ func (s *Store) expiry(ttl time.Duration) int64 {
 	if ttl <= 0 {
 		return 0
 	}
-	return s.now() + int64(ttl)
+	return s.clock.Now() + int64(ttl)
 }
 
 // Get returns the live value of key. It probes from the key's home slot and
@@ -200,7 +205,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 	if err := ctx.Err(); err != nil {
 		return nil, 0, false, err
 	}
-	now := s.now()
+	now := s.clock.Now()
 	for p := uint32(0); p < s.probes; p++ {
 		r, token, exists, err := s.read(s.slotKey(key, p))
 		if err != nil {
@@ -224,7 +229,7 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	now := s.now()
+	now := s.clock.Now()
 	var (
 		target   string
 		token    uint32 // 0 for a never-written slot: see Store
@@ -284,7 +289,5 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: wasmfilter: delete %q: too many lost races", cas.ErrStore, key)
+	return fmt.Errorf("%w: wasmfilter: delete %s: too many lost races", cas.ErrStore, core.RedactKey(key))
 }
-
-func durationNS(ns int64) time.Duration { return time.Duration(ns) }

@@ -214,7 +214,7 @@ func TestFirstInsertRaceIsBounded(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			execs[i] = newExecutor(store, clock.Load, 16)
+			execs[i] = newExecutor(store, store.clock, 16)
 		}
 		admitted := 0
 		consume := func(e *cas.Executor) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
 )
 
 // Store is an in-memory cas.Store. The zero value is not usable; call New.
@@ -18,7 +19,7 @@ type Store struct {
 	mu      sync.Mutex
 	entries map[string]entry
 	next    cas.Version
-	now     func() int64
+	clock   clock.Clock
 	latency time.Duration
 }
 
@@ -31,9 +32,9 @@ type entry struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock sets the clock TTLs are measured on, in nanoseconds; the default
-// is the wall clock.
-func WithClock(now func() int64) Option { return func(s *Store) { s.now = now } }
+// WithClock sets the clock TTLs are measured on; the default is
+// clock.Wall().
+func WithClock(c clock.Clock) Option { return func(s *Store) { s.clock = c } }
 
 // WithLatency adds a wait to every operation, outside the lock, to model a
 // network round trip in benchmarks. Waits under 2 ms yield the processor in
@@ -43,7 +44,7 @@ func WithLatency(d time.Duration) Option { return func(s *Store) { s.latency = d
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{entries: make(map[string]entry), now: func() int64 { return time.Now().UnixNano() }}
+	s := &Store{entries: make(map[string]entry), clock: clock.Wall()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -65,7 +66,7 @@ func (s *Store) wait(ctx context.Context) error {
 // live returns the entry of key if present and not expired; s.mu held.
 func (s *Store) live(key string) (entry, bool) {
 	e, ok := s.entries[key]
-	if ok && e.expires != 0 && s.now() >= e.expires {
+	if ok && e.expires != 0 && s.clock.Now() >= e.expires {
 		delete(s.entries, key)
 		return entry{}, false
 	}
@@ -76,7 +77,7 @@ func (s *Store) put(key string, data []byte, ttl time.Duration) {
 	s.next++
 	e := entry{data: append([]byte(nil), data...), ver: s.next}
 	if ttl > 0 {
-		e.expires = s.now() + int64(ttl)
+		e.expires = s.clock.Now() + int64(ttl)
 	}
 	s.entries[key] = e
 }
@@ -159,5 +160,5 @@ func (s *Store) TTL(key string) (time.Duration, bool) {
 	if e.expires == 0 {
 		return 0, true
 	}
-	return time.Duration(e.expires - s.now()), true
+	return time.Duration(e.expires - s.clock.Now()), true
 }

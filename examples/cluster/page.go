@@ -160,7 +160,7 @@ func (nd *node) state(w http.ResponseWriter, r *http.Request) {
 		if len(d.Available) > 0 {
 			b.Tokens = d.Available[0]
 		}
-		b.MillisToFull = (d.NanosToFull + 999_999) / 1_000_000
+		b.MillisToFull = int64((d.TimeToFull + time.Millisecond - 1) / time.Millisecond)
 	}
 	writeJSON(w, http.StatusOK, st)
 }

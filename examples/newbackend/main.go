@@ -98,7 +98,7 @@ func run(ctx context.Context, addr string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	wait := time.Duration(probe.NanosToWaitForRefill)
+	wait := probe.WaitForRefill
 	check(!probe.Consumed && wait > 0 && wait <= 2*time.Second,
 		"the 6th request, on node B, is rejected: remaining %d, retry after %v", probe.Remaining, wait.Round(time.Millisecond))
 

@@ -39,6 +39,7 @@ import (
 	"github.com/couchbase/gocb/v2"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // MaxKeyLen is the longest document id Couchbase accepts, in bytes.
@@ -118,7 +119,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 	}
 	var data []byte
 	if err := res.Content(&data); err != nil {
-		return nil, 0, false, fmt.Errorf("grid/couchbase: get %q: %w", key, err)
+		return nil, 0, false, fmt.Errorf("grid/couchbase: get %s: %w", core.RedactKey(key), err)
 	}
 	return data, cas.Version(res.Cas()), true, nil
 }
@@ -206,9 +207,9 @@ func (s *Store) prepare(ctx context.Context, key string) (id string, timeout tim
 // kept in the chain so callers can test errors.Is(err, context.Canceled).
 func (s *Store) fail(ctx context.Context, op, key string, err error) error {
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("grid/couchbase: %s %q: %w (%w)", op, key, err, cerr)
+		return fmt.Errorf("grid/couchbase: %s %s: %w (%w)", op, core.RedactKey(key), err, cerr)
 	}
-	return fmt.Errorf("grid/couchbase: %s %q: %w", op, key, err)
+	return fmt.Errorf("grid/couchbase: %s %s: %w", op, core.RedactKey(key), err)
 }
 
 // expiry turns a ttl into Couchbase's whole seconds, rounding up so that

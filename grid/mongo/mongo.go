@@ -53,6 +53,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // codeNotImplemented is the server error FerretDB returns for TTL indexes.
@@ -66,7 +68,7 @@ type Store struct {
 	version string
 	expires string
 	id      func(key string) any
-	now     func() time.Time
+	clock   clock.Clock
 }
 
 var _ cas.Store = (*Store)(nil)
@@ -110,17 +112,22 @@ func WithKeyMapping(id func(key string) any) Option {
 }
 
 // WithClock sets the clock that decides expiry: expiresAt is written as
-// now()+ttl and a document reads as absent once now() has reached it. The
-// default is time.Now. Clients of one collection should agree on the time.
-func WithClock(now func() time.Time) Option {
+// now+ttl and a document reads as absent once now has reached it. The
+// default is clock.Wall(). c must read Unix time (c.Wall() true), since
+// expiresAt is a BSON date; a nil or non-wall clock is an error. Clients of
+// one collection should agree on the time.
+func WithClock(c clock.Clock) Option {
 	return func(s *Store) error {
-		if now == nil {
-			return errors.New("grid/mongo: nil clock")
+		if c == nil || !c.Wall() {
+			return errors.New("grid/mongo: the clock must be a wall clock (Unix time)")
 		}
-		s.now = now
+		s.clock = c
 		return nil
 	}
 }
+
+// now returns the store's clock reading.
+func (s *Store) now() time.Time { return time.Unix(0, s.clock.Now()) }
 
 // New returns a Store that keeps buckets in coll. It does not contact the
 // server; call EnsureIndexes once at startup to have expired documents
@@ -135,7 +142,7 @@ func New(coll *mongodrv.Collection, opts ...Option) (*Store, error) {
 		version: "version",
 		expires: "expiresAt",
 		id:      func(key string) any { return key },
-		now:     time.Now,
+		clock:   clock.Wall(),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -221,18 +228,18 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 		return nil, 0, false, nil
 	}
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("grid/mongo: get %q: %w", key, err)
+		return nil, 0, false, fmt.Errorf("grid/mongo: get %s: %w", core.RedactKey(key), err)
 	}
 	if exp, ok := raw.Lookup(s.expires).DateTimeOK(); ok && exp <= s.now().UnixMilli() {
 		return nil, 0, false, nil
 	}
 	_, data, ok := raw.Lookup(s.state).BinaryOK()
 	if !ok {
-		return nil, 0, false, fmt.Errorf("grid/mongo: get %q: field %q is not binary data", key, s.state)
+		return nil, 0, false, fmt.Errorf("grid/mongo: get %s: field %q is not binary data", core.RedactKey(key), s.state)
 	}
 	ver, ok := raw.Lookup(s.version).AsInt64OK()
 	if !ok {
-		return nil, 0, false, fmt.Errorf("grid/mongo: get %q: field %q is not an integer", key, s.version)
+		return nil, 0, false, fmt.Errorf("grid/mongo: get %s: field %q is not an integer", core.RedactKey(key), s.version)
 	}
 	return data, cas.Version(ver), true, nil
 }
@@ -252,7 +259,7 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 			return true, nil
 		}
 		if !mongodrv.IsDuplicateKeyError(err) {
-			return false, fmt.Errorf("grid/mongo: insert %q: %w", key, err)
+			return false, fmt.Errorf("grid/mongo: insert %s: %w", core.RedactKey(key), err)
 		}
 		// Take over an expired document, atomically against other writers:
 		// only one of them can still match expiresAt <= now.
@@ -261,13 +268,13 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 			{Key: s.expires, Value: bson.D{{Key: "$lte", Value: bson.NewDateTimeFromTime(now)}}},
 		}, doc)
 		if err != nil {
-			return false, fmt.Errorf("grid/mongo: insert %q over expired: %w", key, err)
+			return false, fmt.Errorf("grid/mongo: insert %s over expired: %w", core.RedactKey(key), err)
 		}
 		if res.MatchedCount > 0 {
 			return true, nil
 		}
 		if ctx.Err() != nil {
-			return false, fmt.Errorf("grid/mongo: insert %q: %w", key, ctx.Err())
+			return false, fmt.Errorf("grid/mongo: insert %s: %w", core.RedactKey(key), ctx.Err())
 		}
 	}
 	return false, nil
@@ -288,7 +295,7 @@ func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Ve
 		}},
 	}, s.doc(id, data, int64(ver)+1, ttl, now))
 	if err != nil {
-		return false, fmt.Errorf("grid/mongo: replace %q: %w", key, err)
+		return false, fmt.Errorf("grid/mongo: replace %s: %w", core.RedactKey(key), err)
 	}
 	return res.MatchedCount > 0, nil
 }
@@ -297,7 +304,7 @@ func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Ve
 // error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: s.id(key)}}); err != nil {
-		return fmt.Errorf("grid/mongo: delete %q: %w", key, err)
+		return fmt.Errorf("grid/mongo: delete %s: %w", core.RedactKey(key), err)
 	}
 	return nil
 }

@@ -4,33 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
 )
-
-// fakeClock is a settable clock for expiry tests.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 func newStore(t testing.TB, pool uint64, opts ...mongo.Option) *mongo.Store {
 	t.Helper()
@@ -51,8 +33,8 @@ func ctxT(t testing.TB) context.Context {
 // TestContract checks the cas.Store contract directly; TestTCK runs the
 // shared kit on top.
 func TestContract(t *testing.T) {
-	clock := &fakeClock{now: time.Now()}
-	s := newStore(t, 1, mongo.WithClock(clock.Now))
+	clk := clock.NewFake(time.Now())
+	s := newStore(t, 1, mongo.WithClock(clk))
 	ctx := ctxT(t)
 	mustGet := func(key string) ([]byte, cas.Version, bool) {
 		t.Helper()
@@ -127,8 +109,8 @@ func TestContract(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	clock := &fakeClock{now: time.Now()}
-	s := newStore(t, 1, mongo.WithClock(clock.Now))
+	clk := clock.NewFake(time.Now())
+	s := newStore(t, 1, mongo.WithClock(clk))
 	ctx := ctxT(t)
 
 	if ok, err := s.Insert(ctx, "k", []byte("a"), time.Minute); !ok || err != nil {
@@ -139,11 +121,11 @@ func TestExpiry(t *testing.T) {
 		t.Fatal(found, err)
 	}
 	// BSON dates have millisecond precision; expiry rounds up, never early.
-	clock.Advance(time.Minute - time.Millisecond)
+	clk.Advance(time.Minute - time.Millisecond)
 	if _, _, found, _ := s.Get(ctx, "k"); !found {
 		t.Fatal("expired early")
 	}
-	clock.Advance(2 * time.Millisecond)
+	clk.Advance(2 * time.Millisecond)
 	if _, _, found, err := s.Get(ctx, "k"); found || err != nil {
 		t.Fatalf("expired document: found=%v err=%v", found, err)
 	}
@@ -165,7 +147,7 @@ func TestExpiry(t *testing.T) {
 	if ok, err := s.Replace(ctx, "k", []byte("e"), v, 0); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	clock.Advance(time.Hour)
+	clk.Advance(time.Hour)
 	if d, _, found, _ := s.Get(ctx, "k"); !found || string(d) != "e" {
 		t.Fatalf("ttl 0 replace still expires: %q %v", d, found)
 	}
@@ -174,15 +156,15 @@ func TestExpiry(t *testing.T) {
 	if ok, err := s.Replace(ctx, "k", []byte("f"), v, time.Second); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	clock.Advance(time.Second + time.Millisecond)
+	clk.Advance(time.Second + time.Millisecond)
 	if _, _, found, _ := s.Get(ctx, "k"); found {
 		t.Fatal("replace with ttl did not expire")
 	}
 }
 
 func TestSubMillisecondTTL(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
-	s := newStore(t, 1, mongo.WithClock(clock.Now))
+	clk := clock.NewFake(time.Unix(1000, 0))
+	s := newStore(t, 1, mongo.WithClock(clk))
 	ctx := ctxT(t)
 	if ok, err := s.Insert(ctx, "k", []byte("a"), time.Microsecond); !ok || err != nil {
 		t.Fatal(ok, err)
@@ -190,17 +172,17 @@ func TestSubMillisecondTTL(t *testing.T) {
 	if _, _, found, _ := s.Get(ctx, "k"); !found {
 		t.Fatal("1µs ttl read as expired at once")
 	}
-	clock.Advance(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	if _, _, found, _ := s.Get(ctx, "k"); found {
 		t.Fatal("1µs ttl alive after 1ms")
 	}
 }
 
 func TestEnsureIndexesAndRemoveExpired(t *testing.T) {
-	clock := &fakeClock{now: time.Now()}
+	clk := clock.NewFake(time.Now())
 	c := connect(t, mongoURI(t), 1)
 	coll := collection(t, c)
-	s, err := mongo.New(coll, mongo.WithClock(clock.Now))
+	s, err := mongo.New(coll, mongo.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +198,7 @@ func TestEnsureIndexesAndRemoveExpired(t *testing.T) {
 			t.Fatal(ok, err)
 		}
 	}
-	clock.Advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	n, err := s.RemoveExpired(ctx, 2)
 	if err != nil || n != 2 {
 		t.Fatalf("RemoveExpired(2) = %d, %v; want 2", n, err)
@@ -267,6 +249,7 @@ func TestOptions(t *testing.T) {
 		mongo.WithFieldNames("$s", "v", "e"),
 		mongo.WithKeyMapping(nil),
 		mongo.WithClock(nil),
+		mongo.WithClock(clock.Monotonic()),
 	} {
 		if _, err := mongo.New(coll, o); err == nil {
 			t.Error("invalid option accepted")

@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/bucketgrid/bucketgrid/clock"
 )
 
 // Config configures one member: the embedded Olric member and the owner
@@ -54,9 +56,10 @@ type Config struct {
 	// registry lives in DMap+".members". Default "bucketgrid".
 	DMap string
 
-	// Clock returns wall-clock Unix nanoseconds. It is the time of every
-	// bucket this member owns. Default time.Now().UnixNano().
-	Clock func() int64
+	// Clock is the time of every bucket this member owns. It must read Unix
+	// time (Clock.Wall() true), or Start returns ErrClock. Default
+	// clock.Wall().
+	Clock clock.Clock
 
 	// LogOutput receives Olric's, memberlist's and go-redis's logs. Nil
 	// discards them. go-redis logs through a package-level logger, so the
@@ -137,6 +140,7 @@ func DefaultLANConfig() Config {
 var (
 	ErrNoBindAddr = errors.New("bucketgrid/olric: BindAddr is required")
 	ErrTimings    = errors.New("bucketgrid/olric: need 0 < RoutingRefresh < RoutingLease < HandoverGrace")
+	ErrClock      = errors.New("bucketgrid/olric: Clock must read Unix time")
 )
 
 // withDefaults fills the zero fields and validates c.
@@ -170,7 +174,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.DMap = d.DMap
 	}
 	if c.Clock == nil {
-		c.Clock = func() int64 { return time.Now().UnixNano() }
+		c.Clock = clock.Wall()
+	}
+	if !c.Clock.Wall() {
+		return c, ErrClock
 	}
 	if c.LogOutput == nil {
 		c.LogOutput = io.Discard

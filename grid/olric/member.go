@@ -293,7 +293,7 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.
 			}
 		}
 	}
-	newStored, changed, resp := core.Process(stored, *req, m.cfg.Clock())
+	newStored, changed, resp := core.Process(stored, *req, m.cfg.Clock.Now())
 	if changed {
 		var err error
 		if resp.TTL > 0 {

@@ -3,9 +3,9 @@ package olric
 import (
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/tck"
 )
 
@@ -14,13 +14,13 @@ import (
 // check (the kit uses keys unique to each check); its owners read the time
 // of whichever check is running.
 func TestTCK(t *testing.T) {
-	var clock atomic.Pointer[func() int64]
-	now := func() int64 { return (*clock.Load())() }
-	wall := func() int64 { return time.Now().UnixNano() }
-	clock.Store(&wall)
+	var current atomic.Pointer[clock.Clock]
+	wall := clock.Wall()
+	current.Store(&wall)
+	now := clock.Func(func() int64 { return (*current.Load()).Now() }, true)
 	ms := startCluster(t, 3, func(c *Config) { c.Clock = now })
-	tck.Run(t, func(t *testing.T, c func() int64) []bucketgrid.Executor {
-		clock.Store(&c)
+	tck.Run(t, func(t *testing.T, c clock.Clock) []bucketgrid.Executor {
+		current.Store(&c)
 		return []bucketgrid.Executor{ms[0], ms[1], ms[2]}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -21,6 +22,11 @@ func TestConfigValidation(t *testing.T) {
 	c.RoutingLease = c.HandoverGrace
 	if _, err := Start(context.Background(), c); !errors.Is(err, ErrTimings) {
 		t.Errorf("lease = grace: %v, want ErrTimings", err)
+	}
+	c = DefaultLocalConfig()
+	c.Clock = clock.Monotonic()
+	if _, err := Start(context.Background(), c); !errors.Is(err, ErrClock) {
+		t.Errorf("monotonic clock: %v, want ErrClock", err)
 	}
 	if _, err := DefaultLANConfig().withDefaults(); !errors.Is(err, ErrNoBindAddr) {
 		t.Errorf("LAN config without an address: %v, want ErrNoBindAddr", err)

@@ -77,6 +77,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // casScript writes ARGV[2] (version and state) to KEYS[1] if the stored
@@ -188,7 +189,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 		return nil, 0, false, err
 	}
 	if len(b) < versionLen {
-		return nil, 0, false, fmt.Errorf("%w: key %q holds %d bytes", ErrCorrupt, s.prefix+key, len(b))
+		return nil, 0, false, fmt.Errorf("%w: key %s holds %d bytes", ErrCorrupt, core.RedactKey(s.prefix+key), len(b))
 	}
 	return b[versionLen:], cas.Version(binary.BigEndian.Uint64(b)), true, nil
 }
