@@ -109,8 +109,8 @@
 //  10. Clocks. Local buckets of the root package default to a monotonic
 //     nanosecond clock, Bucket4j's to System.currentTimeMillis: by default
 //     every operation sees nanosecond time here, and aligned styles are
-//     refused (ErrNeedsWallClock) until a wall clock is chosen; the root
-//     package clock's WallMillis reproduces Bucket4j's millisecond steps.
+//     refused (ErrNeedsWallClock) until a wall clock is chosen; package
+//     clock's WallMillis reproduces Bucket4j's millisecond steps.
 //
 //  11. The ExpireAfterRefill TTL is the time to full plus the margin in
 //     nanoseconds (rounded up, at least MinTTL), and none when the bucket
