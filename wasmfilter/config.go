@@ -1,10 +1,7 @@
 package wasmfilter
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -24,19 +21,32 @@ import (
 //	    "bandwidths": [{"capacity": 100, "refill_tokens": 100, "period": "1m"}]
 //	  }],
 //	  "failure_mode": "open",
+//	  "table_full": "evict_oldest",
 //	  "headers": {"ietf": true, "x_ratelimit": true}
 //	}
+//
+// The json tags name the members; ParseConfig matches them exactly (no case
+// folding) and rejects unknown and repeated members. A null member counts as
+// absent.
 type Config struct {
 	// Policies are checked in order; every policy whose match accepts the
 	// request consumes from its bucket, and the request is rejected when any
 	// of them has no tokens left. Required, at most MaxPolicies.
 	Policies []PolicyConfig `json:"policies"`
 	// FailureMode decides what happens when shared data fails (an error
-	// status from the host, a corrupt record, no free slot): "open" (the
-	// default) lets the request through, "closed" rejects it. Losing the
-	// compare-and-swap race MaxAttempts times is always a rejection: contention on a key means
-	// traffic on that key, and must not open the gate.
+	// status from the host, a directory this build cannot read): "open"
+	// (the default) lets the request through, "closed" rejects it. Losing
+	// the compare-and-swap race MaxAttempts times is always a rejection:
+	// contention on a key means traffic on that key, and must not open the
+	// gate. A full slot table is not a failure: see TableFull.
 	FailureMode string `json:"failure_mode,omitempty"`
+	// TableFull decides what happens to a new client when every slot its
+	// probes reach holds a live bucket of another client: "evict_oldest"
+	// (the default) evicts the probed bucket closest to full, whose client
+	// starts again from a full bucket; "reject" answers 429 with Retry-After
+	// the time until a probed bucket frees its slot; "allow" lets the
+	// request through unlimited. Each case is counted (see Metrics).
+	TableFull string `json:"table_full,omitempty"`
 	// MaxAttempts bounds the compare-and-swap attempts of one check
 	// (default 16). Retries are immediate: a proxy-wasm VM cannot sleep.
 	MaxAttempts int `json:"max_attempts,omitempty"`
@@ -44,34 +54,42 @@ type Config struct {
 	Headers HeadersConfig `json:"headers"`
 	// Deny shapes the rejection.
 	Deny DenyConfig `json:"deny"`
+	// Path says how :path is read for matching and for the ":path" key.
+	Path PathConfig `json:"path"`
 	// SharedDataPrefix prefixes every shared-data key (default "bucketgrid").
 	// Shared data is per vm_id: plugins sharing a VM id must use different
 	// prefixes or policy names to keep their buckets apart.
 	SharedDataPrefix string `json:"shared_data_prefix,omitempty"`
+	// StatPrefix starts the name of every metric (default "bucketgrid"):
+	// 1 to 64 characters of [A-Za-z0-9_].
+	StatPrefix string `json:"stat_prefix,omitempty"`
 }
 
 // PolicyConfig is one rate-limit policy.
 type PolicyConfig struct {
-	// Name identifies the policy in the IETF headers and in shared-data
-	// keys: 1 to 64 characters of [A-Za-z0-9_.-].
+	// Name identifies the policy in the IETF headers, in shared-data keys
+	// and in metric names: 1 to 64 characters of [A-Za-z0-9_.-].
 	Name string `json:"name"`
 	// Match selects the requests the policy applies to; empty matches all.
 	Match MatchConfig `json:"match"`
 	// Key lists the parts of the bucket key, joined in order:
 	// "source.address" (the downstream peer's IP, port removed — the hop
 	// Envoy itself saw, never a client-written X-Forwarded-For entry),
-	// "header:<name>" (a request header; absent counts as empty), ":path",
-	// ":authority", ":method" (pseudo-headers). An empty list gives one
-	// bucket for the whole policy.
+	// "header:<name>" (a request header; absent counts as empty), ":path"
+	// (read as Path says), ":authority", ":method" (pseudo-headers). An
+	// empty list gives one bucket for the whole policy. A key longer than
+	// MaxKeyLen bytes, or not valid UTF-8, is replaced by its SHA-256 digest
+	// in a namespace no literal key can reach.
 	Key []string `json:"key"`
 	// Bandwidths are the limits of the bucket; all must allow a request.
 	Bandwidths []BandwidthConfig `json:"bandwidths"`
-	// Cost is the number of tokens a request takes (default 1).
+	// Cost is the number of tokens a request takes (default 1, at most the
+	// smallest capacity).
 	Cost int64 `json:"cost,omitempty"`
 	// Slots bounds the number of buckets the policy keeps in shared data
-	// (default 4096, at most MaxSlots). Shared data can never be deleted, so
-	// keys hash into this many slots; see Store. The first worker to start
-	// creates them all (Store.Prepare), about 10 µs per slot under wazero.
+	// (default DefaultSlots, at most MaxSlots); see Store. Size it above the
+	// number of clients whose buckets are not full at the same time,
+	// divided by 0.9.
 	Slots int `json:"slots,omitempty"`
 	// Version is the configuration version of the policy's buckets. Raise it
 	// after changing the bandwidths: stored buckets of a lower version are
@@ -81,14 +99,27 @@ type PolicyConfig struct {
 
 // MatchConfig selects requests.
 type MatchConfig struct {
-	// PathPrefix matches requests whose :path starts with it.
+	// PathPrefix matches requests whose path (read as Config.Path says)
+	// starts with it. It must start with "/".
 	PathPrefix string `json:"path_prefix,omitempty"`
+}
+
+// PathConfig says how the filter reads :path.
+type PathConfig struct {
+	// Normalize (default true) matches and keys on the normalised path:
+	// query cut off, escapes of unreserved characters decoded, "//" collapsed,
+	// "." and ".." resolved. false uses the raw :path, query included.
+	Normalize *bool `json:"normalize,omitempty"`
+	// IgnoreCase lower-cases the path (and the prefixes) before matching and
+	// keying, for upstreams that treat /API and /api alike.
+	IgnoreCase bool `json:"ignore_case,omitempty"`
 }
 
 // BandwidthConfig is one limit: capacity tokens, refilled by refill_tokens
 // every period.
 type BandwidthConfig struct {
-	// ID names the bandwidth (optional; unique within the policy).
+	// ID names the bandwidth in the IETF headers (optional; unique within
+	// the policy; characters of [A-Za-z0-9_.-]).
 	ID string `json:"id,omitempty"`
 	// Capacity is the most tokens the bucket holds: the burst.
 	Capacity int64 `json:"capacity"`
@@ -113,25 +144,80 @@ type HeadersConfig struct {
 
 // DenyConfig shapes the 429 response.
 type DenyConfig struct {
-	// Body is the response body (default "rate limit exceeded\n").
+	// Body is the response body (default DefaultDenyBody).
 	Body *string `json:"body,omitempty"`
 	// ContentType is the body's media type (default "text/plain").
 	ContentType string `json:"content_type,omitempty"`
 }
 
-// Limits of a configuration.
+// Limits and defaults of a configuration.
 const (
-	MaxPolicies  = 16
-	MaxSlots     = 1 << 18
-	DefaultSlots = 4096
-	maxNameLen   = 64
+	MaxPolicies     = 16
+	MaxSlots        = 1 << 18
+	DefaultSlots    = 4096
+	DefaultDenyBody = "rate limit exceeded\n"
+	maxNameLen      = 64
+	maxAttemptsCap  = 1000
+	// maxSFInteger is the largest integer an RFC 9651 structured field
+	// holds (15 digits).
+	maxSFInteger = 999_999_999_999_999
 )
 
-// ErrConfig marks every configuration error.
+// ErrConfig marks every configuration error; a *ConfigError matches it.
 var ErrConfig = errors.New("wasmfilter: invalid plugin configuration")
 
-func configErr(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...)
+// ConfigError is an invalid plugin configuration: Path locates the
+// offending value ("policies[0].bandwidths[1].period"; empty for the
+// document as a whole) and Msg says what is wrong with it.
+type ConfigError struct {
+	Path string
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Path == "" {
+		return ErrConfig.Error() + ": " + e.Msg
+	}
+	return ErrConfig.Error() + ": " + e.Path + ": " + e.Msg
+}
+
+// Is reports whether target is ErrConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
+func configErr(path, msg string) error { return &ConfigError{Path: path, Msg: msg} }
+
+// ParseConfig reads and validates a plugin configuration.
+func ParseConfig(raw []byte) (Config, error) {
+	c, err := decodeConfig(raw)
+	if err != nil {
+		return c, err
+	}
+	_, err = c.compile()
+	return c, err
+}
+
+// tableFull is a compiled Config.TableFull.
+type tableFull uint8
+
+const (
+	tableFullEvict tableFull = iota
+	tableFullReject
+	tableFullAllow
+)
+
+// settings is a compiled Config.
+type settings struct {
+	policies    []policy
+	failOpen    bool
+	tableFull   tableFull
+	maxAttempts int
+	headers     HeadersConfig
+	body        []byte
+	contentType string
+	prefix      string
+	statPrefix  string
+	normalize   bool
+	foldCase    bool
 }
 
 // policy is a compiled PolicyConfig.
@@ -143,11 +229,18 @@ type policy struct {
 	slots      uint32
 	config     core.Config
 	version    int64
-	// quota and window are reported in RateLimit-Policy and
-	// x-ratelimit-limit: the smallest-capacity bandwidth, which bounds the
-	// remaining tokens.
-	quota  int64
-	window int64 // seconds, at least 1
+	// bands describe the bandwidths in the headers, in requests of cost
+	// tokens; items is the policy's part of RateLimit-Policy.
+	bands   []bandInfo
+	items   string
+	metrics metrics
+}
+
+// bandInfo is one bandwidth as the headers describe it.
+type bandInfo struct {
+	item string // the structured-field string naming it, quoted
+	q    int64  // capacity in requests: capacity / cost
+	w    int64  // seconds to fill from empty, at least 1
 }
 
 type keyKind uint8
@@ -155,6 +248,7 @@ type keyKind uint8
 const (
 	keySourceAddress keyKind = iota + 1
 	keyHeader
+	keyPath
 )
 
 type keyPart struct {
@@ -162,94 +256,28 @@ type keyPart struct {
 	name string
 }
 
-// settings is a compiled Config.
-type settings struct {
-	policies    []policy
-	failOpen    bool
-	maxAttempts int
-	headers     HeadersConfig
-	body        []byte
-	contentType string
-	prefix      string
-}
-
-// ParseConfig reads and validates a plugin configuration. Unknown fields are
-// errors, so a misspelt option is reported rather than ignored.
-func ParseConfig(raw []byte) (Config, error) {
-	var c Config
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return c, configErr("%v", err)
-	}
-	// json.Decoder would reject unknown fields itself, but reading through an
-	// io.Reader links os file reads into the .wasm, an import (fd_read) that
-	// Envoy does not provide.
-	var generic any
-	if err := json.Unmarshal(raw, &generic); err != nil {
-		return c, configErr("%v", err)
-	}
-	if err := unknownFields(generic, reflect.TypeFor[Config](), ""); err != nil {
-		return c, err
-	}
-	_, err := c.compile()
-	return c, err
-}
-
-// unknownFields reports the first object member of v that has no field in t
-// (matched by json tag, exactly).
-func unknownFields(v any, t reflect.Type, path string) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch v := v.(type) {
-	case map[string]any:
-		if t.Kind() != reflect.Struct {
-			return nil
-		}
-		for name, sub := range v {
-			f, ok := fieldByTag(t, name)
-			if !ok {
-				return configErr("unknown field %q", strings.TrimPrefix(path+"."+name, "."))
-			}
-			if err := unknownFields(sub, f.Type, path+"."+name); err != nil {
-				return err
-			}
-		}
-	case []any:
-		if t.Kind() != reflect.Slice {
-			return nil
-		}
-		for i, sub := range v {
-			if err := unknownFields(sub, t.Elem(), path+"["+strconv.Itoa(i)+"]"); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if tag == name {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
 func (c *Config) compile() (*settings, error) {
 	s := &settings{maxAttempts: 16, headers: c.Headers, contentType: "text/plain",
-		body: []byte("rate limit exceeded\n"), prefix: "bucketgrid"}
+		body: []byte(DefaultDenyBody), prefix: "bucketgrid", statPrefix: "bucketgrid", normalize: true,
+		foldCase: c.Path.IgnoreCase}
 	switch c.FailureMode {
 	case "", "open":
 		s.failOpen = true
 	case "closed":
 	default:
-		return nil, configErr("failure_mode %q: want \"open\" or \"closed\"", c.FailureMode)
+		return nil, configErr("failure_mode", strconv.Quote(c.FailureMode)+`: want "open" or "closed"`)
 	}
-	if c.MaxAttempts < 0 || c.MaxAttempts > 1000 {
-		return nil, configErr("max_attempts %d: want 1..1000", c.MaxAttempts)
+	switch c.TableFull {
+	case "", "evict_oldest":
+	case "reject":
+		s.tableFull = tableFullReject
+	case "allow":
+		s.tableFull = tableFullAllow
+	default:
+		return nil, configErr("table_full", strconv.Quote(c.TableFull)+`: want "evict_oldest", "reject" or "allow"`)
+	}
+	if c.MaxAttempts < 0 || c.MaxAttempts > maxAttemptsCap {
+		return nil, configErr("max_attempts", strconv.Itoa(c.MaxAttempts)+": want 1 to "+strconv.Itoa(maxAttemptsCap))
 	}
 	if c.MaxAttempts > 0 {
 		s.maxAttempts = c.MaxAttempts
@@ -257,26 +285,39 @@ func (c *Config) compile() (*settings, error) {
 	if c.Deny.Body != nil {
 		s.body = []byte(*c.Deny.Body)
 	}
-	if c.Deny.ContentType != "" {
-		s.contentType = c.Deny.ContentType
+	if ct := c.Deny.ContentType; ct != "" {
+		if strings.ContainsAny(ct, "\r\n\x00") {
+			return nil, configErr("deny.content_type", "contains a line break or NUL")
+		}
+		s.contentType = ct
 	}
 	if c.SharedDataPrefix != "" {
 		s.prefix = c.SharedDataPrefix
 	}
-	if len(c.Policies) == 0 {
-		return nil, configErr("no policies")
+	if c.StatPrefix != "" {
+		if !validName(c.StatPrefix, false) {
+			return nil, configErr("stat_prefix", strconv.Quote(c.StatPrefix)+": want 1 to 64 characters of [A-Za-z0-9_]")
+		}
+		s.statPrefix = c.StatPrefix
 	}
-	if len(c.Policies) > MaxPolicies {
-		return nil, configErr("%d policies: at most %d", len(c.Policies), MaxPolicies)
+	if c.Path.Normalize != nil {
+		s.normalize = *c.Path.Normalize
+	}
+	switch n := len(c.Policies); {
+	case n == 0:
+		return nil, configErr("policies", "none: want 1 to "+strconv.Itoa(MaxPolicies))
+	case n > MaxPolicies:
+		return nil, configErr("policies", strconv.Itoa(n)+" policies: at most "+strconv.Itoa(MaxPolicies))
 	}
 	for i := range c.Policies {
-		p, err := c.Policies[i].compile()
+		at := "policies[" + strconv.Itoa(i) + "]"
+		p, err := c.Policies[i].compile(at, s)
 		if err != nil {
-			return nil, fmt.Errorf("policy %d: %w", i, err)
+			return nil, err
 		}
 		for j := range s.policies {
 			if s.policies[j].name == p.name {
-				return nil, configErr("policy %d: duplicate name %q", i, p.name)
+				return nil, configErr(at+".name", strconv.Quote(p.name)+": also the name of policies["+strconv.Itoa(j)+"]")
 			}
 		}
 		s.policies = append(s.policies, p)
@@ -284,13 +325,16 @@ func (c *Config) compile() (*settings, error) {
 	return s, nil
 }
 
-func validName(n string) bool {
+// validName reports whether n is 1 to maxNameLen characters of
+// [A-Za-z0-9_] (and of ".-" when punct).
+func validName(n string, punct bool) bool {
 	if n == "" || len(n) > maxNameLen {
 		return false
 	}
-	for _, r := range n {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
+	for i := 0; i < len(n); i++ {
+		switch c := n[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_':
+		case punct && (c == '.' || c == '-'):
 		default:
 			return false
 		}
@@ -298,49 +342,73 @@ func validName(n string) bool {
 	return true
 }
 
-func (pc *PolicyConfig) compile() (policy, error) {
-	p := policy{name: pc.Name, pathPrefix: pc.Match.PathPrefix, cost: 1, slots: DefaultSlots, version: pc.Version}
-	if !validName(pc.Name) {
-		return p, configErr("name %q: want 1 to %d characters of [A-Za-z0-9_.-]", pc.Name, maxNameLen)
+func (pc *PolicyConfig) compile(at string, s *settings) (policy, error) {
+	p := policy{name: pc.Name, cost: 1, slots: DefaultSlots, version: pc.Version}
+	if !validName(pc.Name, true) {
+		return p, configErr(at+".name", strconv.Quote(pc.Name)+": want 1 to 64 characters of [A-Za-z0-9_.-]")
 	}
 	if pc.Cost < 0 {
-		return p, configErr("cost %d: must be positive", pc.Cost)
+		return p, configErr(at+".cost", strconv.FormatInt(pc.Cost, 10)+": must be positive")
 	}
 	if pc.Cost > 0 {
 		p.cost = pc.Cost
 	}
 	if pc.Slots < 0 || pc.Slots > MaxSlots {
-		return p, configErr("slots %d: want 1..%d", pc.Slots, MaxSlots)
+		return p, configErr(at+".slots", strconv.Itoa(pc.Slots)+": want 1 to "+strconv.Itoa(MaxSlots))
 	}
 	if pc.Slots > 0 {
 		p.slots = uint32(pc.Slots)
 	}
 	if pc.Version < 0 {
-		return p, configErr("version %d: must not be negative", pc.Version)
+		return p, configErr(at+".version", strconv.FormatInt(pc.Version, 10)+": must not be negative")
 	}
-	if pc.Match.PathPrefix != "" && !strings.HasPrefix(pc.Match.PathPrefix, "/") {
-		return p, configErr("match.path_prefix %q: must start with /", pc.Match.PathPrefix)
+	if pp := pc.Match.PathPrefix; pp != "" {
+		if !strings.HasPrefix(pp, "/") {
+			return p, configErr(at+".match.path_prefix", strconv.Quote(pp)+": must start with /")
+		}
+		if s.normalize {
+			pp = normalizePath(pp, s.foldCase)
+		} else if s.foldCase {
+			pp = strings.ToLower(pp)
+		}
+		p.pathPrefix = pp
 	}
-	for _, k := range pc.Key {
+	for k, part := range pc.Key {
 		switch {
-		case k == "source.address":
+		case part == "source.address":
 			p.key = append(p.key, keyPart{kind: keySourceAddress})
-		case k == ":path" || k == ":authority" || k == ":method":
-			p.key = append(p.key, keyPart{kind: keyHeader, name: k})
-		case strings.HasPrefix(k, "header:") && len(k) > len("header:"):
-			p.key = append(p.key, keyPart{kind: keyHeader, name: strings.ToLower(k[len("header:"):])})
+		case part == ":path":
+			p.key = append(p.key, keyPart{kind: keyPath})
+		case part == ":authority" || part == ":method":
+			p.key = append(p.key, keyPart{kind: keyHeader, name: part})
+		case strings.HasPrefix(part, "header:") && len(part) > len("header:"):
+			p.key = append(p.key, keyPart{kind: keyHeader, name: strings.ToLower(part[len("header:"):])})
 		default:
-			return p, configErr("key %q: want source.address, header:<name>, :path, :authority or :method", k)
+			return p, configErr(at+".key["+strconv.Itoa(k)+"]",
+				strconv.Quote(part)+": want source.address, header:<name>, :path, :authority or :method")
 		}
 	}
-	if len(pc.Bandwidths) == 0 {
-		return p, configErr("no bandwidths")
+	if err := p.compileBandwidths(at, pc.Bandwidths, s.headers.IETF); err != nil {
+		return p, err
 	}
-	bws := make([]core.Bandwidth, 0, len(pc.Bandwidths))
-	for i, bc := range pc.Bandwidths {
+	p.metrics = newMetrics(s.statPrefix, p.name)
+	return p, nil
+}
+
+func (p *policy) compileBandwidths(at string, bcs []BandwidthConfig, ietf bool) error {
+	if len(bcs) == 0 {
+		return configErr(at+".bandwidths", "none: want at least one")
+	}
+	bws := make([]core.Bandwidth, 0, len(bcs))
+	smallest := int64(-1)
+	for i, bc := range bcs {
+		bat := at + ".bandwidths[" + strconv.Itoa(i) + "]"
 		period, err := time.ParseDuration(bc.Period)
 		if err != nil {
-			return p, configErr("bandwidth %d: period: %v", i, err)
+			return configErr(bat+".period", strconv.Quote(bc.Period)+": want a duration such as \"1s\", \"1m\" or \"24h\"")
+		}
+		if bc.ID != "" && !validName(bc.ID, true) {
+			return configErr(bat+".id", strconv.Quote(bc.ID)+": want 1 to 64 characters of [A-Za-z0-9_.-]")
 		}
 		refill := bc.RefillTokens
 		if refill == 0 {
@@ -353,23 +421,55 @@ func (pc *PolicyConfig) compile() (policy, error) {
 		case "intervally":
 			b = core.Intervally(bc.Capacity, refill, period)
 		default:
-			return p, configErr("bandwidth %d: style %q: want greedy or intervally", i, bc.Style)
+			return configErr(bat+".style", strconv.Quote(bc.Style)+": want \"greedy\" or \"intervally\"")
 		}
 		bws = append(bws, b.WithID(bc.ID))
-		if i == 0 || bc.Capacity < p.quota {
-			p.quota = bc.Capacity
-			p.window = max(1, ceilSeconds(b.FillTime())) // as httplimit: an empty bandwidth's time to full
+		if smallest < 0 || bc.Capacity < smallest {
+			smallest = bc.Capacity
 		}
 	}
 	cfg, err := core.NewConfig(bws...)
 	if err != nil {
-		return p, fmt.Errorf("%w: %w", ErrConfig, err)
+		var ce *core.ConfigError
+		if errors.As(err, &ce) && ce.Bandwidth >= 0 {
+			return configErr(at+".bandwidths["+strconv.Itoa(ce.Bandwidth)+"]", ce.Err.Error())
+		}
+		if ce != nil {
+			err = ce.Err
+		}
+		return configErr(at+".bandwidths", err.Error())
 	}
-	if p.cost > p.quota {
-		return p, configErr("cost %d exceeds the smallest capacity %d: every request would be rejected", p.cost, p.quota)
+	if p.cost > smallest {
+		return configErr(at+".cost", strconv.FormatInt(p.cost, 10)+" exceeds the smallest capacity "+
+			strconv.FormatInt(smallest, 10)+": every request would be rejected")
 	}
 	p.config = cfg
-	return p, nil
+	p.bands = make([]bandInfo, len(bws))
+	var items strings.Builder
+	for i := range bws {
+		b := &p.bands[i]
+		b.q = bws[i].Capacity / p.cost
+		if ietf && b.q > maxSFInteger {
+			return configErr(at+".bandwidths["+strconv.Itoa(i)+"].capacity", strconv.FormatInt(bws[i].Capacity, 10)+
+				": "+strconv.FormatInt(b.q, 10)+" requests is more than the 15 digits a RateLimit-Policy integer can carry")
+		}
+		b.w = max(1, ceilSeconds(bws[i].FillTime()))
+		name := p.name
+		if len(bws) > 1 {
+			id := bws[i].ID
+			if id == "" {
+				id = strconv.Itoa(i)
+			}
+			name += "/" + id
+		}
+		b.item = `"` + name + `"` // names and ids need no escaping
+		if i > 0 {
+			items.WriteString(", ")
+		}
+		items.WriteString(b.item + ";q=" + strconv.FormatInt(b.q, 10) + ";w=" + strconv.FormatInt(b.w, 10))
+	}
+	p.items = items.String()
+	return nil
 }
 
 // ceilSeconds rounds nanoseconds up to whole seconds.

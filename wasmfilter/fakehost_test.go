@@ -4,15 +4,18 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/envoystats"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
 
-// fakeHost is one VM's view of a fake Envoy: the shared data (shared by
-// every fakeHost of one "Envoy"), a clock, and the current request.
+// fakeHost is one VM's view of a fake Envoy: the shared data and the stats
+// (shared by every fakeHost of one "Envoy"), a clock, and the current
+// request.
 type fakeHost struct {
 	shared *shareddata.Data
 	clock  *atomic.Int64
 	config []byte
+	stats  *envoystats.VM
 
 	reqHeaders map[string]string
 	source     string // source.address; "" for none
@@ -29,7 +32,7 @@ type localResponse struct {
 }
 
 func newFakeHost(shared *shareddata.Data, clock *atomic.Int64, config string) *fakeHost {
-	return &fakeHost{shared: shared, clock: clock, config: []byte(config)}
+	return &fakeHost{shared: shared, clock: clock, config: []byte(config), stats: envoystats.New().VM()}
 }
 
 func (h *fakeHost) Log(level LogLevel, msg string) {
@@ -83,6 +86,24 @@ func (h *fakeHost) SharedData(key string) ([]byte, uint32, error) {
 
 func (h *fakeHost) SetSharedData(key string, value []byte, cas uint32) error {
 	return StatusError(h.shared.Set(key, value, cas))
+}
+
+func (h *fakeHost) DefineMetric(kind MetricKind, name string) (uint32, error) {
+	id, st := h.stats.Define(uint32(kind), name)
+	return id, StatusError(st)
+}
+
+func (h *fakeHost) IncrementMetric(id uint32, delta int64) error {
+	return StatusError(h.stats.Increment(id, delta))
+}
+
+func (h *fakeHost) RecordMetric(id uint32, value uint64) error {
+	return StatusError(h.stats.Record(id, value))
+}
+
+func (h *fakeHost) GetMetric(id uint32) (uint64, error) {
+	v, st := h.stats.Get(id)
+	return v, StatusError(st)
 }
 
 func (h *fakeHost) Now() int64 { return h.clock.Load() }

@@ -2,8 +2,6 @@ package wasmfilter
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"slices"
 	"strconv"
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
-	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
@@ -115,12 +112,14 @@ func (v *VM) OnDelete(id uint32) {
 // executors over the stores holding their buckets. VM creates plugins as the
 // host creates root contexts.
 type Plugin struct {
-	host  Host
-	set   *settings
-	execs []*cas.Executor // one per policy
+	host   Host
+	set    *settings
+	execs  []*cas.Executor // one per policy
+	stores []*Store
 
 	// Per-request failures are logged at most once a second, with a count
-	// of the ones suppressed: an outage must not flood Envoy's log.
+	// of the ones suppressed: an outage must not flood Envoy's log. Log
+	// lines never contain a bucket key or any part of one.
 	lastLog    int64
 	suppressed int
 }
@@ -139,10 +138,11 @@ func (p *Plugin) logLimited(level LogLevel, msg string) {
 	p.host.Log(level, msg)
 }
 
-// Configure parses and applies a plugin configuration (see Config). On
-// error the plugin keeps its previous configuration.
+// Configure parses and applies a plugin configuration (see Config): it
+// defines the metrics and prepares every policy's slot table. On error the
+// plugin keeps its previous configuration.
 func (p *Plugin) Configure(raw []byte) error {
-	c, err := ParseConfig(raw)
+	c, err := decodeConfig(raw)
 	if err != nil {
 		return err
 	}
@@ -151,17 +151,21 @@ func (p *Plugin) Configure(raw []byte) error {
 		return err
 	}
 	execs := make([]*cas.Executor, len(set.policies))
-	clk := hostClock(p.host)
+	stores := make([]*Store, len(set.policies))
 	for i := range set.policies {
 		pol := &set.policies[i]
-		store := NewStore(p.host, set.prefix+"/"+pol.name, pol.slots, clk)
+		if err := pol.metrics.define(p.host); err != nil {
+			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": defining metrics: "+err.Error())
+		}
+		store := NewStore(p.host, set.prefix+"/"+pol.name,
+			StoreConfig{Slots: pol.slots, EvictOldest: set.tableFull == tableFullEvict, Now: p.host.Now})
 		if err := store.Prepare(); err != nil {
-			// Not fatal: unprepared slots are created on first use.
+			// Not fatal: unprepared entries are created on first use.
 			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": preparing shared data: "+err.Error())
 		}
-		execs[i] = newExecutor(store, clk, set.maxAttempts)
+		stores[i], execs[i] = store, newExecutor(store, p.host.Now, set.maxAttempts)
 	}
-	p.set, p.execs = set, execs
+	p.set, p.execs, p.stores = set, execs, stores
 	return nil
 }
 
@@ -171,47 +175,119 @@ type outcome struct {
 	idx       int    // index of pol
 	key       string // bucket key, for a refund
 	ok        bool
-	remaining int64
+	remaining int64 // tokens: the minimum over bandwidths
 	wait      int64 // ns until the request could succeed
 	reset     int64 // ns until the bucket is full
+	bands     []bandState
+}
+
+// refusal is why a request is answered locally: a policy's rejection, or a
+// failure to decide.
+type refusal struct {
+	status  int
+	details string
+	retry   int64 // Retry-After seconds; 0 for none
 }
 
 // Check rate-limits the current request: it consumes from the bucket of
-// every matching policy, in order, and stops at the first rejection. A
-// rejected request is answered with a local 429 and ActionPause, and the
-// policies before the rejecting one get their tokens back: a rejected request
-// costs nothing. An admitted one continues, and pending are the headers for
-// its response.
+// every matching policy, in order, and stops at the first refusal. A refused
+// request is answered locally (429, or 400 for a key the store cannot hold)
+// with ActionPause, and the policies before the refusing one get their
+// tokens back: a refused request costs nothing. An admitted one continues,
+// and pending are the headers for its response.
 func (p *Plugin) Check() (a Action, pending [][2]string) {
-	path, _, _ := p.host.Header(RequestHeaders, ":path")
+	path := p.path()
 	var outs []outcome
 	for i := range p.set.policies {
 		pol := &p.set.policies[i]
 		if !strings.HasPrefix(path, pol.pathPrefix) {
 			continue
 		}
-		o, err := p.check(i, pol)
+		o, err := p.check(i, pol, path)
 		if err != nil {
-			if errors.Is(err, cas.ErrConflict) {
-				p.logLimited(LogWarn, "bucketgrid: policy "+pol.name+": "+err.Error())
-				return p.deny(append(outs, outcome{pol: pol, wait: 1}), true), nil
-			}
-			p.logLimited(LogError, "bucketgrid: policy "+pol.name+": "+err.Error())
-			if p.set.failOpen {
+			r, pass := p.failure(pol, p.stores[i], err)
+			if pass {
 				continue
 			}
-			return p.deny(append(outs, outcome{pol: pol, wait: 1}), true), nil
+			return p.refuse(outs, nil, r), nil
+		}
+		if !o.ok {
+			pol.metrics.add(p.host, metricOverLimit, 1)
+			return p.refuse(outs, &o, refusal{status: 429, details: "bucketgrid_rate_limited",
+				retry: max(1, ceilSeconds(o.wait))}), nil
 		}
 		outs = append(outs, o)
-		if !o.ok {
-			return p.deny(outs, false), nil
-		}
+	}
+	for i := range outs {
+		outs[i].pol.metrics.add(p.host, metricOK, 1)
 	}
 	return ActionContinue, p.headers(outs, nil)
 }
 
-func (p *Plugin) check(i int, pol *policy) (outcome, error) {
-	key, err := p.key(pol)
+// path returns :path as the configuration reads it.
+func (p *Plugin) path() string {
+	path, _, _ := p.host.Header(RequestHeaders, ":path")
+	if p.set.normalize {
+		return normalizePath(path, p.set.foldCase)
+	}
+	if p.set.foldCase {
+		return strings.ToLower(path)
+	}
+	return path
+}
+
+// failure decides what an error of pol's check does: pass reports that the
+// request goes on without this policy; otherwise r is the refusal. Every
+// case is counted and logged without the key.
+func (p *Plugin) failure(pol *policy, store *Store, err error) (r refusal, pass bool) {
+	prefix := "bucketgrid: policy " + pol.name + ": "
+	var full *TableFullError
+	switch {
+	case errors.Is(err, errInvalidKeySentinel):
+		pol.metrics.add(p.host, metricInvalidKey, 1)
+		return refusal{status: 400, details: "bucketgrid_invalid_key"}, false
+	case errors.As(err, &full):
+		pol.metrics.add(p.host, metricTableFull, 1)
+		slots := strconv.FormatUint(uint64(pol.slots), 10)
+		if p.set.tableFull == tableFullAllow {
+			pol.metrics.add(p.host, metricTableFullAllowed, 1)
+			p.logLimited(LogWarn, prefix+"slot table full ("+slots+" slots): new client allowed without a limit (table_full allow)")
+			return r, true
+		}
+		p.logLimited(LogWarn, prefix+"slot table full ("+slots+" slots): new client rejected (table_full reject)")
+		return refusal{status: 429, details: "bucketgrid_table_full", retry: max(1, ceilSeconds(int64(full.Wait)))}, false
+	case errors.Is(err, cas.ErrConflict):
+		pol.metrics.add(p.host, metricCASGaveUp, 1)
+		p.logLimited(LogWarn, prefix+"gave up after "+strconv.Itoa(p.set.maxAttempts)+" lost compare-and-swap races: request rejected")
+		return refusal{status: 429, details: "bucketgrid_contention", retry: 1}, false
+	}
+	pol.metrics.add(p.host, metricError, 1)
+	if p.set.failOpen {
+		pol.metrics.add(p.host, metricFailureModeAllowed, 1)
+		p.logLimited(LogError, prefix+describe(err)+": request allowed (failure_mode open)")
+		return r, true
+	}
+	p.logLimited(LogError, prefix+describe(err)+": request rejected (failure_mode closed)")
+	return refusal{status: 429, details: "bucketgrid_failure", retry: 1}, false
+}
+
+// describe says what failed in terms that never include a key: the host's
+// status, or the kind of failure.
+func describe(err error) string {
+	var st Status
+	switch {
+	case errors.As(err, &st):
+		return "shared data failed (" + st.Error() + ")"
+	case errors.Is(err, errCorruptRecord):
+		return "corrupt shared-data directory"
+	case errors.Is(err, core.ErrCorruptState):
+		return "corrupt bucket state"
+	}
+	return "bucket check failed"
+}
+
+func (p *Plugin) check(i int, pol *policy, path string) (outcome, error) {
+	key, err := p.key(pol, path)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -222,8 +298,13 @@ func (p *Plugin) check(i int, pol *policy) (outcome, error) {
 		ConfigVersion: pol.version,
 		Inheritance:   core.InheritProportionally,
 		Expiry:        core.Expiry{Kind: core.ExpireAfterRefill},
+		Verbose:       p.set.headers.IETF || p.set.headers.XRateLimit,
 	}
-	resp, err := p.execs[i].Execute(context.Background(), key, req)
+	exec := p.execs[i]
+	conflicts, evicted := exec.Stats().Conflicts, p.stores[i].Evictions()
+	resp, err := exec.Execute(context.Background(), key, req)
+	pol.metrics.add(p.host, metricCASConflict, exec.Stats().Conflicts-conflicts)
+	pol.metrics.add(p.host, metricEvicted, int64(p.stores[i].Evictions()-evicted))
 	if err != nil {
 		return outcome{}, err
 	}
@@ -234,157 +315,61 @@ func (p *Plugin) check(i int, pol *policy) (outcome, error) {
 		return outcome{}, err
 	}
 	r := resp.Results[0]
-	return outcome{pol: pol, idx: i, key: key, ok: r.OK, remaining: max(r.Tokens, 0), wait: r.Wait, reset: r.Reset}, nil
+	return outcome{pol: pol, idx: i, key: key, ok: r.OK, remaining: max(r.Tokens, 0), wait: r.Wait, reset: r.Reset,
+		bands: bandStates(pol, resp.Diagnostics, p.host.Now())}, nil
 }
 
-// key builds the bucket key of the request under pol.
-func (p *Plugin) key(pol *policy) (string, error) {
-	var b strings.Builder
-	b.WriteString(pol.name)
-	for _, part := range pol.key {
-		b.WriteByte(0)
-		switch part.kind {
-		case keySourceAddress:
-			v, found, err := p.host.Property("source", "address")
-			if err != nil && !errors.Is(err, StatusNotFound) {
-				return "", err
-			}
-			if found {
-				b.WriteString(hostOf(string(v)))
-			}
-		case keyHeader:
-			v, _, err := p.host.Header(RequestHeaders, part.name)
-			if err != nil && !errors.Is(err, StatusNotFound) {
-				return "", err
-			}
-			b.WriteString(v)
-		}
+// refuse answers the request locally as r says, after giving the tokens of
+// the admitted policies back. rejected is the outcome of the policy whose
+// bucket rejected the request, nil when the refusal is a failure to decide;
+// the headers describe the admitted policies and the rejecting one.
+func (p *Plugin) refuse(admitted []outcome, rejected *outcome, r refusal) Action {
+	for i := range admitted {
+		p.refund(&admitted[i])
 	}
-	key := b.String()
-	if len(key) > maxKeyLen {
-		// Client-chosen header values can be long, and every slot record
-		// holds its key: store a digest instead, collision-resistant so
-		// that no client can aim at another's bucket.
-		sum := sha256.Sum256([]byte(key))
-		key = pol.name + "\x00#" + hex.EncodeToString(sum[:])
+	outs := admitted
+	if rejected != nil {
+		outs = append(outs, *rejected)
 	}
-	return key, nil
-}
-
-// maxKeyLen bounds the key stored in a slot record.
-const maxKeyLen = 128
-
-// hostOf strips the port from an Envoy address: "10.0.0.1:5000" →
-// "10.0.0.1", "[::1]:5000" → "::1". Other forms are returned unchanged.
-func hostOf(addr string) string {
-	if strings.HasPrefix(addr, "[") {
-		if end := strings.IndexByte(addr, ']'); end > 0 {
-			return addr[1:end]
-		}
-		return addr
+	var hdrs [][2]string
+	if r.retry > 0 {
+		hdrs = append(hdrs, [2]string{"retry-after", strconv.FormatInt(r.retry, 10)})
 	}
-	if i := strings.LastIndexByte(addr, ':'); i >= 0 && strings.IndexByte(addr, ':') == i {
-		return addr[:i]
+	body, ct := p.set.body, p.set.contentType
+	if r.status == 429 {
+		hdrs = append(hdrs, [2]string{"x-envoy-ratelimited", "true"})
+		hdrs = p.headers(outs, hdrs)
+	} else {
+		body, ct = []byte("invalid rate-limit key\n"), "text/plain"
 	}
-	return addr
-}
-
-// deny sends the 429. failure marks a rejection that is not a policy's
-// answer (contention, or a store failure with fail-closed): it carries
-// Retry-After 1 and no quota headers for the failed policy.
-func (p *Plugin) deny(outs []outcome, failure bool) Action {
-	for i := range outs[:len(outs)-1] {
-		p.refund(&outs[i])
-	}
-	last := outs[len(outs)-1]
-	retry := max(1, ceilSeconds(last.wait))
-	if failure {
-		retry = 1
-		outs = outs[:len(outs)-1]
-	}
-	hdrs := [][2]string{
-		{"retry-after", strconv.FormatInt(retry, 10)},
-		{"x-envoy-ratelimited", "true"},
-		{"content-type", p.set.contentType},
-	}
-	hdrs = p.headers(outs, hdrs)
-	if err := p.host.SendLocalResponse(429, "bucketgrid_rate_limited", p.set.body, hdrs); err != nil {
-		p.host.Log(LogError, "bucketgrid: sending the 429: "+err.Error())
+	hdrs = append(hdrs, [2]string{"content-type", ct})
+	if err := p.host.SendLocalResponse(r.status, r.details, body, hdrs); err != nil {
+		p.host.Log(LogError, "bucketgrid: sending the local response: "+err.Error())
 	}
 	return ActionPause
 }
 
 // refund gives an admitted policy's tokens back (capped at capacity) when a
-// later policy rejected the request. A failed refund is only logged: the
-// tokens then come back by refill.
+// later policy refused the request, and updates the outcome's state. A
+// failed refund is only logged: the tokens then come back by refill.
 func (p *Plugin) refund(o *outcome) {
 	req := core.Request{Mode: core.ModeBare, Verbose: true,
 		Ops: []core.Op{{Kind: core.OpAddTokens, Tokens: o.pol.cost}}}
 	resp, err := p.execs[o.idx].Execute(context.Background(), o.key, req)
 	if err != nil {
-		p.logLimited(LogWarn, "bucketgrid: policy "+o.pol.name+": refund: "+err.Error())
+		p.logLimited(LogWarn, "bucketgrid: policy "+o.pol.name+": refund: "+describe(err))
 		return
 	}
 	if d := resp.Diagnostics; d != nil && len(d.Available) > 0 {
-		o.remaining, o.reset = slices.Min(d.Available), int64(d.TimeToFull)
-		o.remaining = max(o.remaining, 0)
+		o.remaining, o.reset = max(slices.Min(d.Available), 0), d.NanosToFull
+		o.bands = bandStates(o.pol, d, p.host.Now())
 	}
-}
-
-// seconds reports when a policy's quota is back: for an admitted request
-// the time until its bucket is full, for a rejected one the time until the
-// request could succeed (never less than a second).
-func (o *outcome) seconds() int64 {
-	if o.ok {
-		return ceilSeconds(o.reset)
-	}
-	return max(1, ceilSeconds(o.wait))
-}
-
-// headers appends the configured rate-limit headers describing outs.
-func (p *Plugin) headers(outs []outcome, dst [][2]string) [][2]string {
-	if len(outs) == 0 {
-		return dst
-	}
-	if p.set.headers.IETF {
-		var pol, rl strings.Builder
-		for i := range outs {
-			o := &outs[i]
-			if i > 0 {
-				pol.WriteString(", ")
-				rl.WriteString(", ")
-			}
-			// Policy names are restricted to characters that need no
-			// escaping in a structured-field string.
-			pol.WriteString(`"` + o.pol.name + `";q=` + strconv.FormatInt(o.pol.quota, 10) +
-				";w=" + strconv.FormatInt(o.pol.window, 10))
-			rl.WriteString(`"` + o.pol.name + `";r=` + strconv.FormatInt(o.remaining, 10) +
-				";t=" + strconv.FormatInt(o.seconds(), 10))
-		}
-		dst = append(dst, [2]string{"ratelimit-policy", pol.String()}, [2]string{"ratelimit", rl.String()})
-	}
-	if p.set.headers.XRateLimit {
-		// The binding policy: the one with the fewest tokens left (a
-		// rejected one when there is one).
-		b := &outs[0]
-		for i := range outs {
-			o := &outs[i]
-			if (!o.ok && b.ok) || (o.ok == b.ok && o.remaining < b.remaining) {
-				b = o
-			}
-		}
-		dst = append(dst,
-			[2]string{"x-ratelimit-limit", strconv.FormatInt(b.pol.quota, 10)},
-			[2]string{"x-ratelimit-remaining", strconv.FormatInt(b.remaining, 10)},
-			[2]string{"x-ratelimit-reset", strconv.FormatInt(b.seconds(), 10)})
-	}
-	return dst
 }
 
 // newExecutor returns the compare-and-swap executor over store, with bounded
 // immediate retries: a proxy-wasm VM cannot sleep (no other code of the VM
 // runs while it would), so the only contenders are the other worker VMs and
 // spinning a few times is the right answer.
-func newExecutor(store *Store, c clock.Clock, maxAttempts int) *cas.Executor {
-	return cas.New(store, cas.WithRetry(retry.Immediate(maxAttempts)), cas.WithClock(c))
+func newExecutor(store *Store, now func() int64, maxAttempts int) *cas.Executor {
+	return cas.New(store, cas.WithRetry(retry.Immediate(maxAttempts)), cas.WithClock(now))
 }

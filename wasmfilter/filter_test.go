@@ -47,8 +47,12 @@ func TestAdmitThenReject(t *testing.T) {
 		if got := r.headers["ratelimit-policy"]; got != `"per-client";q=3;w=30` {
 			t.Errorf("RateLimit-Policy %q", got)
 		}
-		// Full again after (3-remaining) tokens at 10 s each.
+		// t: full again after (3-remaining) tokens at 10 s each; with
+		// nothing left, when the next token comes.
 		wantT := fmt.Sprint(10 * (i + 1))
+		if want == "0" {
+			wantT = "10"
+		}
 		if got := r.headers["ratelimit"]; got != `"per-client";r=`+want+`;t=`+wantT {
 			t.Errorf("RateLimit %q, want t=%s", got, wantT)
 		}
@@ -132,11 +136,15 @@ func TestHeaderKeyAndSeveralPolicies(t *testing.T) {
 	if r.status != 200 {
 		t.Fatal(r.status)
 	}
-	if got := r.headers["ratelimit-policy"]; got != `"global";q=100;w=1, "per-key";q=4;w=60` {
+	// Every bandwidth of every policy, in requests of the policy's cost.
+	if got := r.headers["ratelimit-policy"]; got != `"global";q=100;w=1, "per-key/burst";q=2;w=60, "per-key/day";q=500;w=86400` {
 		t.Errorf("policy header %q", got)
 	}
-	if got := r.headers["x-ratelimit-remaining"]; got != "2" {
-		t.Errorf("binding remaining %q, want 2", got)
+	if got := r.headers["ratelimit"]; got != `"global";r=99;t=1, "per-key/burst";r=1;t=30, "per-key/day";r=499;t=173` {
+		t.Errorf("RateLimit %q", got)
+	}
+	if got := r.headers["x-ratelimit-remaining"]; got != "1" || r.headers["x-ratelimit-limit"] != "2" {
+		t.Errorf("binding remaining %q of %q, want 1 of 2 (per-key/burst)", got, r.headers["x-ratelimit-limit"])
 	}
 	vm.do("", a)
 	if r := vm.do("", a); r.status != 429 {
@@ -237,7 +245,7 @@ func TestContentionRejectsEvenWhenFailOpen(t *testing.T) {
 	if r.status != 429 || r.headers["retry-after"] != "1" {
 		t.Fatalf("contended request: %d %v", r.status, r.headers)
 	}
-	if !strings.Contains(strings.Join(vm.host.logs, "\n"), "gave up after lost races") {
+	if !strings.Contains(strings.Join(vm.host.logs, "\n"), "gave up after 3 lost compare-and-swap races") {
 		t.Errorf("contention not logged: %q", vm.host.logs)
 	}
 }
@@ -290,12 +298,12 @@ func TestTwoVMsExactAccounting(t *testing.T) {
 
 func TestUnknownFieldsNamed(t *testing.T) {
 	for cfg, want := range map[string]string{
-		`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s", "burst": 2}]}]}`: `"policies[0].bandwidths[0].burst"`,
-		`{"headers": {"ietf": true, "draft": 6}, "policies": []}`:                                    `"headers.draft"`,
+		`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s", "burst": 2}]}]}`: `policies[0].bandwidths[0].burst: unknown member`,
+		`{"headers": {"ietf": true, "draft": 6}, "policies": []}`:                                    `headers.draft: unknown member`,
 	} {
 		_, err := ParseConfig([]byte(cfg))
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want unknown field %s", cfg, err, want)
+			t.Errorf("%s: %v, want %s", cfg, err, want)
 		}
 	}
 }

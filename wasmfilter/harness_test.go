@@ -19,12 +19,14 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/bucketgrid/bucketgrid/wasmfilter"
+	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/envoystats"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
 
 // The harness: an "Envoy" of wazero instances of filter.wasm. Each instance
-// is one worker VM; they share one shareddata.Data (Envoy's rules) and one
-// wall clock, which the filter reads through WASI clock_time_get.
+// is one worker VM; they share one shareddata.Data and one envoystats.Stats
+// (Envoy's rules) and one wall clock, which the filter reads through WASI
+// clock_time_get.
 
 const wasmPath = "filter.wasm" // built by scripts/build-wasm.sh
 
@@ -68,6 +70,7 @@ type envoy struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	shared   *shareddata.Data
+	stats    *envoystats.Stats
 	clock    atomic.Int64
 }
 
@@ -75,6 +78,7 @@ type envoy struct {
 type worker struct {
 	e      *envoy
 	mod    api.Module
+	stats  *envoystats.VM
 	alloc  api.Function
 	fns    map[string]api.Function // exports, looked up once: each lookup makes a call engine
 	config []byte
@@ -103,7 +107,7 @@ func newEnvoy(t testing.TB) *envoy {
 	wasm := loadWasm(t)
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, runtimeConfig())
-	e := &envoy{t: t, rt: rt, shared: shareddata.New()}
+	e := &envoy{t: t, rt: rt, shared: shareddata.New(), stats: envoystats.New()}
 	e.clock.Store(1_780_000_000_000_000_000)
 	t.Cleanup(func() { e.rt.Close(ctx) })
 	wasi_snapshot_preview1.MustInstantiate(ctx, e.rt)
@@ -143,22 +147,52 @@ func give(ctx context.Context, m api.Module, data []byte, retPtr, retSize uint32
 
 func (e *envoy) hostModule() wazero.HostModuleBuilder {
 	b := e.rt.NewHostModuleBuilder("env")
-	// fn exports a host function of n i32 parameters and one i32 result
-	// without reflection (WithFunc's reflection would dominate the
-	// benchmark).
+	// fnTyped exports a host function of the given parameter types and one
+	// i32 result without reflection (WithFunc's reflection would dominate
+	// the benchmark); fn is the usual case of n i32 parameters.
+	fnTyped := func(name string, params []api.ValueType, f func(ctx context.Context, m api.Module, p []uint64) uint32) {
+		n := len(params)
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
+			var p [10]uint64
+			copy(p[:n], stack)
+			stack[0] = uint64(f(ctx, m, p[:n]))
+		}), params, []api.ValueType{api.ValueTypeI32}).Export(name)
+	}
 	fn := func(name string, n int, f func(ctx context.Context, m api.Module, p []uint32) uint32) {
 		params := make([]api.ValueType, n)
 		for i := range params {
 			params[i] = api.ValueTypeI32
 		}
-		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
-			var p [10]uint32
+		fnTyped(name, params, func(ctx context.Context, m api.Module, p []uint64) uint32 {
+			var q [10]uint32
 			for i := range n {
-				p[i] = uint32(stack[i])
+				q[i] = uint32(p[i])
 			}
-			stack[0] = uint64(f(ctx, m, p[:n]))
-		}), params, []api.ValueType{api.ValueTypeI32}).Export(name)
+			return f(ctx, m, q[:n])
+		})
 	}
+	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
+	fn("proxy_define_metric", 4, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		kind, np, ns, retID := p[0], p[1], p[2], p[3]
+		id, st := cur(ctx).stats.Define(kind, string(read(m, np, ns)))
+		if st == envoystats.OK {
+			m.Memory().WriteUint32Le(retID, id)
+		}
+		return st
+	})
+	fnTyped("proxy_increment_metric", []api.ValueType{i32, i64}, func(ctx context.Context, m api.Module, p []uint64) uint32 {
+		return cur(ctx).stats.Increment(uint32(p[0]), int64(p[1]))
+	})
+	fnTyped("proxy_record_metric", []api.ValueType{i32, i64}, func(ctx context.Context, m api.Module, p []uint64) uint32 {
+		return cur(ctx).stats.Record(uint32(p[0]), p[1])
+	})
+	fn("proxy_get_metric", 2, func(ctx context.Context, m api.Module, p []uint32) uint32 {
+		v, st := cur(ctx).stats.Get(p[0])
+		if st == envoystats.OK {
+			m.Memory().WriteUint64Le(p[1], v)
+		}
+		return st
+	})
 	fn("proxy_log", 3, func(ctx context.Context, m api.Module, p []uint32) uint32 {
 		ptr, size := p[1], p[2] // p[0] is the level
 		w := cur(ctx)
@@ -261,7 +295,7 @@ func parsePairs(b []byte) (map[string]string, error) {
 // vm start and configure. ok is what proxy_on_configure returned.
 func (e *envoy) newWorker(config string) (w *worker, ok bool) {
 	e.t.Helper()
-	w = &worker{e: e, config: []byte(config), nextID: 2, fns: map[string]api.Function{}}
+	w = &worker{e: e, config: []byte(config), nextID: 2, fns: map[string]api.Function{}, stats: e.stats.VM()}
 	ctx := context.WithValue(context.Background(), workerKey{}, w)
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions().
 		WithWalltime(func() (int64, int32) {
@@ -390,15 +424,16 @@ func TestWasmTwoVMsShareBuckets(t *testing.T) {
 	if r := w2.do("192.0.2.1:1", api); r.status != 429 {
 		t.Fatalf("second after one refill: %+v", r)
 	}
-	// The state really lives in shared data: the policy's 4096 slots,
-	// prepared by the first worker configured, two of them holding a bucket (one per
-	// client); the others hold 10-byte tombstones.
-	if n := e.shared.Len(); n != 4096+1 {
-		t.Errorf("%d shared-data keys, want 4096 and the ready marker", n)
+	// The state really lives in shared data: the policy's 4096 slots and
+	// 512 directories, prepared by the first worker configured, two slots
+	// holding a bucket (one per client); the others hold 14-byte empty
+	// records.
+	if n := e.shared.Len(); n != 4096+512+1 {
+		t.Errorf("%d shared-data keys, want 4096 slots, 512 directories and the ready marker", n)
 	}
 	used := 0
 	for i := range 4096 {
-		if v, _, _ := e.shared.Get("bucketgrid/per-client/" + strconv.Itoa(i)); len(v) > 10 {
+		if v, _, _ := e.shared.Get("bucketgrid/per-client/s/" + strconv.Itoa(i)); len(v) > 14 {
 			used++
 		}
 	}
@@ -488,7 +523,10 @@ var envoyImports = map[string][]string{
 		"fd_fdstat_get", "fd_fdstat_set_flags", "fd_prestat_get", "fd_prestat_dir_name"},
 	"env": {"proxy_log", "proxy_get_buffer_bytes", "proxy_get_header_map_value", "proxy_add_header_map_value",
 		"proxy_send_local_response", "proxy_get_shared_data", "proxy_set_shared_data", "proxy_get_property",
-		"proxy_http_call", "proxy_grpc_call"},
+		"proxy_http_call", "proxy_grpc_call",
+		// Metrics: in proxy-wasm-cpp-host's host functions (exports.h,
+		// FOR_ALL_HOST_FUNCTIONS) since ABI 0.1.0, so in every Envoy 1.33+.
+		"proxy_define_metric", "proxy_increment_metric", "proxy_record_metric", "proxy_get_metric"},
 }
 
 func TestWasmImportsWithinEnvoy(t *testing.T) {

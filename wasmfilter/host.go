@@ -32,6 +32,19 @@ type Host interface {
 	// unconditionally; any other cas writes only when it equals the stored
 	// token, and otherwise fails with StatusCASMismatch.
 	SetSharedData(key string, value []byte, cas uint32) error
+	// DefineMetric defines a metric of kind named name and returns its id
+	// (proxy_define_metric). Envoy prefixes the name with "wasmcustom."
+	// internally and strips that prefix again in its admin output; every VM
+	// defining the same name shares one metric.
+	DefineMetric(kind MetricKind, name string) (id uint32, err error)
+	// IncrementMetric adds delta to a metric (proxy_increment_metric). Envoy
+	// refuses a delta of 0 or less on a counter with StatusBadArgument.
+	IncrementMetric(id uint32, delta int64) error
+	// RecordMetric sets a gauge, records a histogram value, or adds to a
+	// counter (proxy_record_metric).
+	RecordMetric(id uint32, value uint64) error
+	// GetMetric returns a counter's or gauge's value (proxy_get_metric).
+	GetMetric(id uint32) (uint64, error)
 	// Now returns the wall-clock time in Unix nanoseconds. Every VM of one
 	// Envoy reads the same clock (WASI realtime), which makes the stored
 	// refill times comparable across workers.
@@ -49,6 +62,16 @@ const (
 	LogWarn
 	LogError
 	LogCritical
+)
+
+// MetricKind is a proxy_metric_type_t.
+type MetricKind uint32
+
+// The metric kinds of ABI 0.2.1.
+const (
+	MetricCounter   MetricKind = 0
+	MetricGauge     MetricKind = 1
+	MetricHistogram MetricKind = 2
 )
 
 // MapType is a proxy_map_type_t: which header map a call addresses.

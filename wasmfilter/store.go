@@ -4,113 +4,239 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
-	"github.com/bucketgrid/bucketgrid/clock"
-	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // Store is a cas.Store on proxy-wasm shared data, the only state the worker
-// VMs of one Envoy share.
+// VMs of one Envoy share. Shared data has no delete and no TTL through ABI
+// 0.2.1 and lives as long as the Envoy process, so Store keeps a fixed table
+// of slots under a shared-data prefix.
 //
-// Shared data has no delete and no TTL through ABI 0.2.1, and lives as long
-// as the Envoy process, so Store keeps a fixed table: a key hashes to a home
-// slot and probes at most Probes slots from there. Each slot is one shared-data
-// entry, "<prefix>/<slot>", holding a record of its own: format version,
-// expiry time, the full key (so a colliding key is recognised) and the value.
-// A slot is free when it holds a tombstone or an expired record; writes into
-// a free slot are compare-and-swaps against the free record's token, so two
-// VMs can never both take it. An expired record is one whose bucket is full
-// again (the TTL core.Process computes with core.ExpireAfterRefill): taking
-// over such a slot loses nothing, because a full bucket and a new one are the
-// same. When every probed slot holds a live record of another key, Insert
-// fails with ErrNoFreeSlot.
+// # Layout
 //
-// The first-insert race: a slot that has never been written can only be
-// created with cas 0, which Envoy treats as an unconditional write. When k
-// VMs insert into the same never-written slot at the same moment, the last
-// write wins and the other k−1 writes are lost: at most (k−1)×cost extra
-// requests are admitted, k ≤ the number of worker threads, once per slot
-// for the life of the Envoy process. Every later write of the slot is a real
-// compare-and-swap. Prepare, which the filter calls when a plugin is
-// configured, creates every slot as a tombstone before the VM serves
-// traffic, which moves those unconditional writes out of request handling.
+// Slots ("<prefix>/s/<i>") hold one bucket each: a record of the key, its
+// expiry, the value and the slot's generation, a counter raised every time
+// the slot changes hands. Directories ("<prefix>/d/<j>", one per
+// SlotsPerDirectory slots) say where each key lives: a key hashes to exactly
+// one directory, whose entries map a fingerprint of the key to a slot and the
+// generation the key got there. The directory is the one place that decides
+// whether a key exists, so every writer that creates a key compare-and-swaps
+// the same shared-data entry; the slot can be anywhere in the table.
 //
-// Version packs the probe index (high 32 bits) with Envoy's cas token (low
-// 32 bits); tokens come from one process-wide counter, so a token still in
+// Get reads the key's directory, then the slot an entry names, and believes
+// the slot only when it holds the key with the entry's generation: a slot
+// that has been given to another key since (a higher generation, another
+// key) is never read as this key's bucket. Replace compare-and-swaps the
+// slot on the token Get returned.
+//
+// Insert first looks for the key's own record: an expired one (a bucket
+// that has refilled completely, equal to a new one) is reused in place, by
+// compare-and-swap on the token any Replace of the old record would use, so
+// a writer holding a version from before the expiry always loses. Otherwise
+// it claims a slot: a free or expired one among Probes slots of a sequence
+// derived from the key (or, with EvictOldest, the probed bucket closest to
+// full), writes the record there with the next generation, and publishes the
+// slot in the directory by compare-and-swap. If the directory changed in
+// between, the claim is released and the insert reports a lost race. The
+// directory entry of the slot's previous owner is removed on the way, best
+// effort; entries that lead nowhere are also dropped whenever a directory
+// fills up.
+//
+// # Capacity
+//
+// Any key may use any slot its probes reach, so the table fills almost
+// completely before a new key finds none free: with Probes = 128, the first
+// turn-away comes at 93 % to 99 % of the slots (measured in the README).
+// With EvictOldest a full table evicts instead: the bucket closest to full
+// among the probed ones, whose client then starts again from a full bucket
+// — the loss is the tokens that bucket still lacked. Without it Insert
+// returns a *TableFullError.
+//
+// # The one unconditional write
+//
+// A shared-data key that has never been written can only be created with cas
+// 0, which Envoy treats as an unconditional write. Prepare, which the filter
+// calls when a plugin is configured, creates every slot and directory before
+// the VM serves traffic, so that while serving every write is a true
+// compare-and-swap. What remains is a worker whose start-up read and write of
+// one entry straddle another worker's complete start-up and a request that
+// wrote that very entry; see Prepare. If Prepare fails, entries are created
+// on first use with the same race per entry.
+//
+// # Versions
+//
+// Version packs the slot (high 32 bits) with Envoy's cas token (low 32
+// bits). Tokens come from one process-wide counter, so a token still in
 // place proves the slot still holds the record that was read.
+//
+// A Store is safe for concurrent use; the filter uses one per policy and VM.
 type Store struct {
-	host   Host
-	prefix string
-	slots  uint32
-	probes uint32
-	clock  clock.Clock
+	host    Host
+	prefix  string
+	slots   uint32
+	dirs    uint32
+	probes  uint32
+	evict   bool
+	now     func() int64
+	evicted atomic.Uint64
+
+	mu   sync.Mutex
+	memo memo // the record the last Get found
 }
 
-// Probes is the number of slots a key may occupy, starting at its home slot.
-const Probes = 4
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	// Slots is the number of buckets the table holds (at least 1; 0 means
+	// DefaultSlots).
+	Slots uint32
+	// EvictOldest makes Insert evict the probed bucket closest to full when
+	// no probed slot is free, instead of returning a *TableFullError.
+	EvictOldest bool
+	// Now returns Unix nanoseconds, the clock of the expiry times; nil means
+	// the host's.
+	Now func() int64
+}
 
-// recordVersion is the format version of a slot record.
-const recordVersion = 1
+// Table geometry.
+const (
+	// Probes is the number of slots an insert may examine for a free one.
+	Probes = 128
+	// SlotsPerDirectory is the number of slots per directory entry of
+	// shared data.
+	SlotsPerDirectory = 8
+	// directoryCap bounds the entries of one directory: four times the
+	// average of a full table, which a uniform hash exceeds with a
+	// probability below 10⁻⁹ per directory.
+	directoryCap = 32
+	// MaxKeyLen is the longest key a Store holds; the filter digests longer
+	// keys (core.FitKey).
+	MaxKeyLen = 128
+)
 
-// ErrNoFreeSlot reports that every slot a key may use holds a live bucket of
-// another key: the table is full. It wraps cas.ErrStore.
-var ErrNoFreeSlot = fmt.Errorf("%w: wasmfilter: no free shared-data slot", cas.ErrStore)
+// Record formats; a reader treats any other first byte as a record of
+// another build (see read).
+const (
+	slotFormat      = 2
+	directoryFormat = 3
+)
 
-var errCorruptRecord = errors.New("corrupt shared-data record")
+// ErrTableFull reports that no slot a new key may use is free: every probed
+// slot holds a live bucket of another key. A *TableFullError matches it.
+var ErrTableFull = errors.New("wasmfilter: slot table full")
 
-// NewStore returns a store of slots slots (at least 1) under the shared-data
-// key prefix, measuring expiry on c, which must read Unix time; a nil c
-// means the host's clock (host.Now).
-func NewStore(host Host, prefix string, slots uint32, c clock.Clock) *Store {
-	if c == nil {
-		c = hostClock(host)
+// TableFullError is returned by Insert when the table has no room for a new
+// key and the store does not evict.
+type TableFullError struct {
+	// Wait is how long until the first probed bucket expires (frees its
+	// slot): a lower bound of when the key could find room. 0 when unknown.
+	Wait time.Duration
+}
+
+func (e *TableFullError) Error() string {
+	return "wasmfilter: slot table full (a slot frees in " + e.Wait.String() + ")"
+}
+
+// Is reports whether target is ErrTableFull.
+func (e *TableFullError) Is(target error) bool { return target == ErrTableFull }
+
+// ErrCorruptRecord wraps a shared-data entry this build wrote but cannot
+// decode. It wraps cas.ErrStore.
+var errCorruptRecord = errors.New("wasmfilter: corrupt shared-data record")
+
+// NewStore returns the table of cfg.Slots slots under the shared-data key
+// prefix. Call Prepare before serving requests.
+func NewStore(host Host, prefix string, cfg StoreConfig) *Store {
+	n := cfg.Slots
+	if n == 0 {
+		n = DefaultSlots
 	}
-	return &Store{host: host, prefix: prefix, slots: max(slots, 1), probes: min(Probes, max(slots, 1)), clock: c}
+	now := cfg.Now
+	if now == nil {
+		now = host.Now
+	}
+	return &Store{
+		host: host, prefix: prefix, slots: n, dirs: (n + SlotsPerDirectory - 1) / SlotsPerDirectory,
+		probes: min(Probes, n), evict: cfg.EvictOldest, now: now,
+	}
 }
 
-// hostClock is the host's wall clock as a clock.Clock.
-func hostClock(host Host) clock.Clock { return clock.Func(host.Now, true) }
+// Evictions returns the number of live buckets this Store has evicted.
+func (s *Store) Evictions() uint64 { return s.evicted.Load() }
 
-// record is a decoded slot.
-type record struct {
+var le = binary.LittleEndian
+
+// slotRecord is a decoded slot.
+type slotRecord struct {
+	gen     uint32
 	expires int64 // Unix ns; 0: never
 	key     string
 	data    []byte
+	foreign bool // another build's record: occupied, never touched
 }
 
-func (r *record) live(now int64) bool {
-	return r.key != "" && (r.expires <= 0 || now < r.expires)
+func (r *slotRecord) live(now int64) bool {
+	return r.foreign || r.key != "" && (r.expires <= 0 || now < r.expires)
 }
 
-func appendRecord(dst []byte, key string, data []byte, expires int64) []byte {
-	dst = append(dst, recordVersion)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(expires))
+func appendSlot(dst []byte, gen uint32, expires int64, key string, data []byte) []byte {
+	dst = append(dst, slotFormat)
+	dst = le.AppendUint32(dst, gen)
+	dst = le.AppendUint64(dst, uint64(expires))
 	dst = binary.AppendUvarint(dst, uint64(len(key)))
 	dst = append(dst, key...)
 	return append(dst, data...)
 }
 
-func decodeRecord(b []byte) (record, error) {
-	var r record
-	if len(b) < 9 || b[0] != recordVersion {
-		return r, errCorruptRecord
+func decodeSlot(b []byte) (slotRecord, bool) {
+	var r slotRecord
+	if len(b) < 13 || b[0] != slotFormat {
+		return r, false
 	}
-	r.expires = int64(binary.LittleEndian.Uint64(b[1:9]))
-	n, w := binary.Uvarint(b[9:])
-	if w <= 0 || n > uint64(len(b)-9-w) {
-		return r, errCorruptRecord
+	r.gen = le.Uint32(b[1:])
+	r.expires = int64(le.Uint64(b[5:]))
+	n, w := binary.Uvarint(b[13:])
+	if w <= 0 || n > uint64(len(b)-13-w) {
+		return r, false
 	}
-	off := 9 + w
+	off := 13 + w
 	r.key = string(b[off : off+int(n)])
 	r.data = b[off+int(n):]
-	return r, nil
+	return r, true
 }
 
-// fnv1a is the 64-bit FNV-1a hash; inlined to keep the .wasm small.
+// dirEntry says that the key of fingerprint fp got slot at generation gen.
+type dirEntry struct {
+	fp, slot, gen uint32
+}
+
+func appendDirectory(dst []byte, es []dirEntry) []byte {
+	dst = append(dst, directoryFormat)
+	for _, e := range es {
+		dst = le.AppendUint32(le.AppendUint32(le.AppendUint32(dst, e.fp), e.slot), e.gen)
+	}
+	return dst
+}
+
+func decodeDirectory(b []byte) ([]dirEntry, bool) {
+	if len(b) < 1 || b[0] != directoryFormat || (len(b)-1)%12 != 0 {
+		return nil, false
+	}
+	es := make([]dirEntry, (len(b)-1)/12)
+	for i := range es {
+		p := b[1+12*i:]
+		es[i] = dirEntry{fp: le.Uint32(p), slot: le.Uint32(p[4:]), gen: le.Uint32(p[8:])}
+	}
+	return es, true
+}
+
+// The hashes of a key: FNV-1a spread by the SplitMix64 finalizer, one
+// derivation per use so that directory, fingerprint and probe sequence are
+// independent.
 func fnv1a(s string) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(s); i++ {
@@ -120,174 +246,457 @@ func fnv1a(s string) uint64 {
 	return h
 }
 
-func (s *Store) slotKey(key string, probe uint32) string {
-	return s.slotName((uint32(fnv1a(key)%uint64(s.slots)) + probe) % s.slots)
+func mix(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	return h ^ h>>31
 }
 
-func (s *Store) slotName(slot uint32) string {
-	return s.prefix + "/" + strconv.FormatUint(uint64(slot), 10)
+type keyHash struct {
+	dir, fp, start, step uint32
 }
 
-// Prepare creates every never-written slot as a tombstone, so that no
-// insert ever needs an unconditional write. Run it before the VM serves
-// requests: then a worker can only lose a write to another worker's Prepare
-// if that worker, in the instant between this one's read and write of the
-// same slot, finished its own Prepare and stored a bucket there. Slots that
-// exist are left alone, so calling it again (a reconfiguration, another
-// worker starting) is harmless. When every slot exists, a marker key
-// "<prefix>/ready" records it, and later calls cost one read.
-func (s *Store) Prepare() error {
-	marker := s.prefix + "/ready"
-	want := strconv.FormatUint(uint64(s.slots), 10)
-	if v, _, err := s.host.SharedData(marker); err == nil && string(v) == want {
-		return nil
-	}
-	tomb := appendRecord(nil, "", nil, 0)
-	for slot := range s.slots {
-		name := s.slotName(slot)
-		_, _, err := s.host.SharedData(name)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, StatusNotFound) {
-			return fmt.Errorf("%w: get %s: %w", cas.ErrStore, name, err)
-		}
-		if err := s.host.SetSharedData(name, tomb, 0); err != nil {
-			return fmt.Errorf("%w: set %s: %w", cas.ErrStore, name, err)
+func (s *Store) hash(key string) keyHash {
+	h := fnv1a(key)
+	a, b := mix(h), mix(h^0x9e3779b97f4a7c15)
+	k := keyHash{dir: uint32(a % uint64(s.dirs)), fp: uint32(a >> 32), start: uint32(b % uint64(s.slots)), step: 1}
+	if s.slots > 1 {
+		// A step coprime to the table size makes the probes distinct.
+		k.step = 1 + uint32((b>>32)%uint64(s.slots-1))
+		for gcd(k.step, s.slots) != 1 {
+			k.step++
 		}
 	}
-	if err := s.host.SetSharedData(marker, []byte(want), 0); err != nil {
-		return fmt.Errorf("%w: set %s: %w", cas.ErrStore, marker, err)
-	}
-	return nil
+	return k
 }
 
-// read returns the slot's record; exists is false for a never-written slot.
-// A record this version cannot decode (another format version sharing the
-// prefix during an upgrade) is returned as a live record of no key: it
-// occupies the slot and is never overwritten.
-func (s *Store) read(slotKey string) (r record, token uint32, exists bool, err error) {
-	v, token, err := s.host.SharedData(slotKey)
+func gcd(a, b uint32) uint32 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func (k *keyHash) probe(i, slots uint32) uint32 {
+	return uint32((uint64(k.start) + uint64(i)*uint64(k.step)) % uint64(slots))
+}
+
+func (s *Store) slotName(i uint32) string {
+	return s.prefix + "/s/" + strconv.FormatUint(uint64(i), 10)
+}
+func (s *Store) dirName(i uint32) string { return s.prefix + "/d/" + strconv.FormatUint(uint64(i), 10) }
+
+// storeErr marks a host failure; the message names the shared-data entry,
+// never a bucket key.
+func storeErr(op, name string, err error) error {
+	return &hostError{op: op, name: name, err: err}
+}
+
+type hostError struct {
+	op, name string
+	err      error
+}
+
+func (e *hostError) Error() string {
+	return "wasmfilter: shared data " + e.op + " " + e.name + ": " + e.err.Error()
+}
+
+func (e *hostError) Unwrap() []error { return []error{cas.ErrStore, e.err} }
+
+// readSlot returns slot i's record and token; a never-written slot reads as
+// an empty one with token 0 (see Store for that write).
+func (s *Store) readSlot(i uint32) (slotRecord, uint32, error) {
+	name := s.slotName(i)
+	v, token, err := s.host.SharedData(name)
 	if errors.Is(err, StatusNotFound) {
-		return r, 0, false, nil
+		return slotRecord{}, 0, nil
 	}
 	if err != nil {
-		return r, 0, false, fmt.Errorf("%w: get %s: %w", cas.ErrStore, slotKey, err)
+		return slotRecord{}, 0, storeErr("get", name, err)
 	}
-	if r, err = decodeRecord(v); err != nil {
-		return record{key: "\x00foreign"}, token, true, nil
+	r, ok := decodeSlot(v)
+	if !ok {
+		// Another build's record (a format upgrade sharing the vm_id): it
+		// occupies the slot and is never overwritten.
+		return slotRecord{foreign: true}, token, nil
 	}
-	return r, token, true, nil
+	return r, token, nil
 }
 
-// write sets the slot with the token; a mismatch is a lost race.
-func (s *Store) write(slotKey string, rec []byte, token uint32) (bool, error) {
-	err := s.host.SetSharedData(slotKey, rec, token)
+// readDir returns directory i's entries and token; a never-written
+// directory is empty with token 0. A directory this build cannot decode is
+// an error: the keys it maps cannot be found.
+func (s *Store) readDir(i uint32) ([]dirEntry, uint32, error) {
+	name := s.dirName(i)
+	v, token, err := s.host.SharedData(name)
+	if errors.Is(err, StatusNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, storeErr("get", name, err)
+	}
+	es, ok := decodeDirectory(v)
+	if !ok {
+		return nil, 0, storeErr("decode", name, errCorruptRecord)
+	}
+	return es, token, nil
+}
+
+// write sets a shared-data entry if its token is still token; a mismatch is
+// a lost race.
+func (s *Store) write(name string, value []byte, token uint32) (bool, error) {
+	err := s.host.SetSharedData(name, value, token)
 	if errors.Is(err, StatusCASMismatch) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("%w: set %s: %w", cas.ErrStore, slotKey, err)
+		return false, storeErr("set", name, err)
 	}
 	return true, nil
 }
 
-func (s *Store) expiry(ttl time.Duration) int64 {
+func (s *Store) expiry(now int64, ttl time.Duration) int64 {
 	if ttl <= 0 {
 		return 0
 	}
-	return s.clock.Now() + int64(ttl)
+	return now + int64(ttl)
 }
 
-// Get returns the live value of key. It probes from the key's home slot and
-// stops at the first never-written slot: the key cannot lie beyond it.
-func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
+// memo is what the last Get found, so that Replace knows the record's
+// generation and expiry without reading the slot again.
+type memo struct {
+	key     string
+	slot    uint32
+	token   uint32
+	gen     uint32
+	expires int64
+}
+
+// found is a key's record as its directory leads to it.
+type found struct {
+	slot, token uint32
+	rec         slotRecord
+}
+
+// lookup follows key's directory entries; dead lists the entries of key's
+// fingerprint whose slot no longer holds it at their generation.
+func (s *Store) lookup(key string, h keyHash) (f found, ok bool, es []dirEntry, dtoken uint32, dead []int, err error) {
+	es, dtoken, err = s.readDir(h.dir)
+	if err != nil {
+		return f, false, nil, 0, nil, err
+	}
+	for i, e := range es {
+		if e.fp != h.fp || e.slot >= s.slots {
+			continue
+		}
+		rec, token, err := s.readSlot(e.slot)
+		if err != nil {
+			return f, false, nil, 0, nil, err
+		}
+		if !rec.foreign && rec.key == key && rec.gen == e.gen {
+			return found{slot: e.slot, token: token, rec: rec}, true, es, dtoken, dead, nil
+		}
+		dead = append(dead, i)
+	}
+	return f, false, es, dtoken, dead, nil
+}
+
+func checkKey(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if key == "" || len(key) > MaxKeyLen {
+		return errInvalidKey(key)
+	}
+	return nil
+}
+
+// Get returns the live value of key: one directory read and one slot read.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
+	if err := checkKey(ctx, key); err != nil {
 		return nil, 0, false, err
 	}
-	now := s.clock.Now()
-	for p := uint32(0); p < s.probes; p++ {
-		r, token, exists, err := s.read(s.slotKey(key, p))
-		if err != nil {
-			return nil, 0, false, err
-		}
-		if !exists {
-			break
-		}
-		if r.key == key && r.live(now) {
-			return r.data, cas.Version(uint64(p)<<32 | uint64(token)), true, nil
-		}
+	now := s.now()
+	f, ok, _, _, _, err := s.lookup(key, s.hash(key))
+	if err != nil || !ok || !f.rec.live(now) {
+		return nil, 0, false, err
 	}
-	return nil, 0, false, nil
+	s.mu.Lock()
+	s.memo = memo{key: key, slot: f.slot, token: f.token, gen: f.rec.gen, expires: f.rec.expires}
+	s.mu.Unlock()
+	return f.rec.data, cas.Version(uint64(f.slot)<<32 | uint64(f.token)), true, nil
 }
 
-// Insert writes key into the first free probed slot. It reports a lost race
-// (false, nil) when key is live in any probed slot or when another VM took
-// the free slot first; see Store for the one write that cannot be
-// conditional.
-func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
-	if err := ctx.Err(); err != nil {
+// Replace writes key when its slot still holds the version read and the
+// record has not expired: an expired key is gone, as in every store.
+func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
+	if err := checkKey(ctx, key); err != nil {
 		return false, err
 	}
-	now := s.clock.Now()
-	var (
-		target   string
-		token    uint32 // 0 for a never-written slot: see Store
-		haveFree bool
-	)
-	for p := uint32(0); p < s.probes; p++ {
-		sk := s.slotKey(key, p)
-		r, tok, exists, err := s.read(sk)
+	slot, token := uint32(ver>>32), uint32(ver)
+	if slot >= s.slots || token == 0 {
+		return false, nil
+	}
+	s.mu.Lock()
+	m := s.memo
+	s.mu.Unlock()
+	if m.key != key || m.slot != slot || m.token != token {
+		rec, t, err := s.readSlot(slot)
 		if err != nil {
 			return false, err
 		}
-		switch {
-		case !exists:
-			if !haveFree {
-				target, token, haveFree = sk, 0, true
-			}
-		case r.key == key && r.live(now):
+		if t != token || rec.foreign || rec.key != key {
 			return false, nil
-		case !r.live(now):
-			if !haveFree {
-				target, token, haveFree = sk, tok, true
-			}
-			continue
-		default:
-			continue
 		}
-		break // a never-written slot ends the probe sequence
+		m = memo{key: key, slot: slot, token: token, gen: rec.gen, expires: rec.expires}
 	}
-	if !haveFree {
-		return false, ErrNoFreeSlot
-	}
-	return s.write(target, appendRecord(nil, key, data, s.expiry(ttl)), token)
-}
-
-// Replace writes key only when its slot still holds the version read.
-func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	p, token := uint32(ver>>32), uint32(ver)
-	if p >= s.probes || token == 0 {
+	now := s.now()
+	if m.expires > 0 && now >= m.expires {
 		return false, nil
 	}
-	return s.write(s.slotKey(key, p), appendRecord(nil, key, data, s.expiry(ttl)), token)
+	return s.write(s.slotName(slot), appendSlot(nil, m.gen, s.expiry(now, ttl), key, data), token)
 }
 
-// Delete writes a tombstone over key's slot, by compare-and-swap; shared
-// data itself cannot be deleted. Deleting an absent key is not an error.
+// Insert writes key when it is absent or expired. It reports a lost race
+// (false, nil) when key is live, or when another writer changed the slot or
+// the directory first; a *TableFullError when no probed slot is free (see
+// StoreConfig.EvictOldest).
+func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
+	if err := checkKey(ctx, key); err != nil {
+		return false, err
+	}
+	now := s.now()
+	h := s.hash(key)
+	f, ok, es, dtoken, dead, err := s.lookup(key, h)
+	if err != nil {
+		return false, err
+	}
+	exp := s.expiry(now, ttl)
+	if ok {
+		if f.rec.live(now) {
+			return false, nil
+		}
+		// Reuse the expired record in place, on the token a Replace of it
+		// would use: one of the two writers loses.
+		return s.write(s.slotName(f.slot), appendSlot(nil, f.rec.gen, exp, key, data), f.token)
+	}
+	es, ok, err = s.makeRoom(es, dead, now)
+	if !ok || err != nil {
+		return false, err
+	}
+	slot, token, prev, err := s.claimable(h, now)
+	if err != nil {
+		return false, err
+	}
+	gen := prev.gen + 1
+	if ok, err := s.write(s.slotName(slot), appendSlot(nil, gen, exp, key, data), token); !ok || err != nil {
+		return false, err
+	}
+	if prev.key != "" && prev.key != key && prev.live(now) {
+		s.evicted.Add(1)
+	}
+	es = append(es, dirEntry{fp: h.fp, slot: slot, gen: gen})
+	if ok, err := s.write(s.dirName(h.dir), appendDirectory(nil, es), dtoken); !ok || err != nil {
+		// Another insert into this directory came first: give the slot back
+		// and let the executor start again from Get.
+		s.release(slot, key, gen)
+		return false, err
+	}
+	if prev.key != "" && prev.key != key {
+		s.unlink(prev.key, slot, prev.gen)
+	}
+	return true, nil
+}
+
+// makeRoom returns the directory entries without dead ones, with room for
+// one more: when the directory is full it drops every entry whose slot no
+// longer holds a live record of that generation, and then, if it is still
+// full, evicts the bucket closest to full (EvictOldest) or reports the table
+// full. ok is false when the eviction lost a race.
+func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, ok bool, err error) {
+	out = make([]dirEntry, 0, len(es)+1)
+	for i, e := range es {
+		if len(dead) > 0 && dead[0] == i {
+			dead = dead[1:]
+			continue
+		}
+		out = append(out, e)
+	}
+	if len(out) < directoryCap {
+		return out, true, nil
+	}
+	kept := out[:0]
+	var (
+		victim     dirEntry
+		victimTok  uint32
+		victimRec  slotRecord
+		haveVictim bool
+		soonest    int64
+	)
+	for _, e := range out {
+		rec, token, err := s.readSlot(e.slot)
+		if err != nil {
+			return nil, false, err
+		}
+		if rec.foreign || rec.key == "" || rec.gen != e.gen || s.hash(rec.key).fp != e.fp || !rec.live(now) {
+			continue
+		}
+		kept = append(kept, e)
+		if rec.expires > 0 && (!haveVictim || rec.expires < soonest) {
+			victim, victimTok, victimRec, haveVictim, soonest = e, token, rec, true, rec.expires
+		}
+	}
+	if len(kept) < directoryCap {
+		return kept, true, nil
+	}
+	if !s.evict || !haveVictim {
+		return nil, false, fullError(haveVictim, soonest, now)
+	}
+	ok, err = s.write(s.slotName(victim.slot), appendSlot(nil, victimRec.gen, 0, "", nil), victimTok)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	s.evicted.Add(1)
+	for i, e := range kept {
+		if e == victim {
+			return append(kept[:i], kept[i+1:]...), true, nil
+		}
+	}
+	return kept, true, nil
+}
+
+func fullError(known bool, soonest, now int64) error {
+	e := &TableFullError{}
+	if known {
+		e.Wait = time.Duration(max(soonest-now, 0))
+	}
+	return e
+}
+
+// claimable returns the slot an insert of h takes: the first free or
+// expired one of its probes, or with EvictOldest the probed live bucket that
+// expires first; prev is its current record.
+func (s *Store) claimable(h keyHash, now int64) (slot, token uint32, prev slotRecord, err error) {
+	var (
+		best     uint32
+		bestTok  uint32
+		bestRec  slotRecord
+		haveBest bool
+	)
+	for i := range s.probes {
+		sl := h.probe(i, s.slots)
+		rec, tok, err := s.readSlot(sl)
+		if err != nil {
+			return 0, 0, prev, err
+		}
+		if !rec.live(now) {
+			return sl, tok, rec, nil
+		}
+		if !rec.foreign && rec.expires > 0 && (!haveBest || rec.expires < bestRec.expires) {
+			best, bestTok, bestRec, haveBest = sl, tok, rec, true
+		}
+	}
+	if !s.evict || !haveBest {
+		return 0, 0, prev, fullError(haveBest, bestRec.expires, now)
+	}
+	return best, bestTok, bestRec, nil
+}
+
+// release frees slot if it still holds key at gen: an unpublished claim.
+func (s *Store) release(slot uint32, key string, gen uint32) {
+	rec, token, err := s.readSlot(slot)
+	if err == nil && !rec.foreign && rec.key == key && rec.gen == gen {
+		_, _ = s.write(s.slotName(slot), appendSlot(nil, gen, 0, "", nil), token)
+	}
+}
+
+// unlink removes the directory entry that gave slot to key at gen, if it is
+// still there. Best effort: an entry left behind leads to a slot that no
+// longer holds key at gen, which every reader recognises as dead.
+func (s *Store) unlink(key string, slot, gen uint32) {
+	h := s.hash(key)
+	es, token, err := s.readDir(h.dir)
+	if err != nil {
+		return
+	}
+	for i, e := range es {
+		if e.fp == h.fp && e.slot == slot && e.gen == gen {
+			_, _ = s.write(s.dirName(h.dir), appendDirectory(nil, append(es[:i:i], es[i+1:]...)), token)
+			return
+		}
+	}
+}
+
+// Delete frees key's slot by compare-and-swap (shared data itself cannot be
+// deleted) and removes its directory entry. Deleting an absent key is not an
+// error.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	for attempt := 0; attempt < 16; attempt++ {
-		_, ver, found, err := s.Get(ctx, key)
-		if err != nil || !found {
+	if err := checkKey(ctx, key); err != nil {
+		return err
+	}
+	h := s.hash(key)
+	for range 16 {
+		f, ok, _, _, _, err := s.lookup(key, h)
+		if err != nil || !ok {
 			return err
 		}
-		ok, err := s.write(s.slotKey(key, uint32(ver>>32)), appendRecord(nil, "", nil, 0), uint32(ver))
-		if err != nil || ok {
+		ok, err = s.write(s.slotName(f.slot), appendSlot(nil, f.rec.gen, 0, "", nil), f.token)
+		if err != nil {
+			return err
+		}
+		if ok {
+			s.unlink(key, f.slot, f.rec.gen)
+			return nil
+		}
+	}
+	return errors.Join(cas.ErrStore, errors.New("wasmfilter: delete: too many lost races"))
+}
+
+// Prepare creates every slot and directory that does not exist yet, empty,
+// so that no later write needs an unconditional one. Run it before the VM
+// serves requests: a worker can then only lose a write to another worker's
+// Prepare if, between this worker's read and write of one entry, the other
+// worker finished its whole Prepare and a request wrote that same entry —
+// then that request's write is undone (for a slot: one bucket's update; for
+// a directory: its entries, whose keys start again from full buckets).
+// Entries that exist are left alone, so calling it again (a reconfiguration,
+// another worker starting) is harmless; when every entry exists a marker
+// records it, and later calls cost one read.
+func (s *Store) Prepare() error {
+	marker := s.prefix + "/ready"
+	want := "v" + strconv.Itoa(slotFormat) + " " + strconv.FormatUint(uint64(s.slots), 10)
+	if v, _, err := s.host.SharedData(marker); err == nil && string(v) == want {
+		return nil
+	}
+	create := func(name string, value []byte) error {
+		_, _, err := s.host.SharedData(name)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, StatusNotFound) {
+			return storeErr("get", name, err)
+		}
+		if err := s.host.SetSharedData(name, value, 0); err != nil {
+			return storeErr("set", name, err)
+		}
+		return nil
+	}
+	empty := appendSlot(nil, 0, 0, "", nil)
+	for i := range s.slots {
+		if err := create(s.slotName(i), empty); err != nil {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: wasmfilter: delete %s: too many lost races", cas.ErrStore, core.RedactKey(key))
+	noEntries := appendDirectory(nil, nil)
+	for i := range s.dirs {
+		if err := create(s.dirName(i), noEntries); err != nil {
+			return err
+		}
+	}
+	if err := s.host.SetSharedData(marker, []byte(want), 0); err != nil {
+		return storeErr("set", marker, err)
+	}
+	return nil
 }

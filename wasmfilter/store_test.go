@@ -61,16 +61,20 @@ type storeFixture struct {
 	store  *Store
 }
 
-func newStoreFixture(slots uint32) *storeFixture {
+func newStoreFixture(slots uint32, evict bool) *storeFixture {
 	f := &storeFixture{shared: shareddata.New(), clock: newClock()}
-	h := newFakeHost(f.shared, f.clock, "")
-	f.store = NewStore(h, "p", slots, nil)
+	f.store = f.vm(slots, evict)
 	return f
+}
+
+// vm returns another VM's store over the fixture's shared data and clock.
+func (f *storeFixture) vm(slots uint32, evict bool) *Store {
+	return NewStore(newFakeHost(f.shared, f.clock, ""), "p", StoreConfig{Slots: slots, EvictOldest: evict})
 }
 
 func TestStoreInsertGetReplaceDelete(t *testing.T) {
 	ctx := context.Background()
-	f := newStoreFixture(16)
+	f := newStoreFixture(16, false)
 	s := f.store
 	if _, _, found, err := s.Get(ctx, "a"); found || err != nil {
 		t.Fatalf("absent: found %v err %v", found, err)
@@ -100,26 +104,51 @@ func TestStoreInsertGetReplaceDelete(t *testing.T) {
 	if ok, err := s.Replace(ctx, "a", []byte("v5"), ver, 0); ok || err != nil {
 		t.Fatalf("replace after delete: %v %v", ok, err)
 	}
-	// The tombstone is reused, by CAS, for the next insert.
 	if ok, _ := s.Insert(ctx, "a", []byte("v6"), 0); !ok {
-		t.Fatal("insert over a tombstone failed")
+		t.Fatal("insert after delete failed")
 	}
-	if n := f.shared.Len(); n != 1 {
-		t.Fatalf("%d shared-data keys, want 1 slot", n)
+	// One slot and one directory: shared data never grows past the table.
+	if n := f.shared.Len(); n != 2 {
+		t.Fatalf("%d shared-data keys, want one slot and one directory", n)
+	}
+}
+
+func TestStoreRejectsKeysItCannotHold(t *testing.T) {
+	ctx := context.Background()
+	f := newStoreFixture(16, false)
+	for _, key := range []string{"", strings.Repeat("k", MaxKeyLen+1)} {
+		if _, _, _, err := f.store.Get(ctx, key); !errors.Is(err, errInvalidKeySentinel) {
+			t.Errorf("Get(%d bytes): %v, want an invalid key", len(key), err)
+		}
+		if _, err := f.store.Insert(ctx, key, nil, 0); !errors.Is(err, errInvalidKeySentinel) {
+			t.Errorf("Insert(%d bytes): %v, want an invalid key", len(key), err)
+		}
+	}
+	if f.shared.Sets()+f.shared.Len() != 0 {
+		t.Fatal("an invalid key cost a shared-data call")
+	}
+	if ok, err := f.store.Insert(ctx, strings.Repeat("k", MaxKeyLen), nil, 0); !ok || err != nil {
+		t.Fatalf("a key of MaxKeyLen bytes: %v %v", ok, err)
 	}
 }
 
 func TestStoreTTLFreesTheSlot(t *testing.T) {
 	ctx := context.Background()
-	f := newStoreFixture(1) // one slot: every key collides
+	f := newStoreFixture(1, false) // one slot: every key competes for it
 	s := f.store
 	if ok, _ := s.Insert(ctx, "a", []byte("x"), time.Second); !ok {
 		t.Fatal("insert a")
 	}
-	if _, err := s.Insert(ctx, "b", []byte("y"), time.Second); !errors.Is(err, ErrNoFreeSlot) || !errors.Is(err, cas.ErrStore) {
-		t.Fatalf("full table: %v, want ErrNoFreeSlot (a cas.ErrStore)", err)
+	f.clock.Add(int64(300 * time.Millisecond))
+	_, err := s.Insert(ctx, "b", []byte("y"), time.Second)
+	var full *TableFullError
+	if !errors.As(err, &full) || !errors.Is(err, ErrTableFull) || errors.Is(err, cas.ErrStore) {
+		t.Fatalf("full table: %v, want a *TableFullError that is not a store failure", err)
 	}
-	f.clock.Add(int64(time.Second) - 1)
+	if full.Wait != 700*time.Millisecond {
+		t.Errorf("table full: wait %v, want the 700ms until a's bucket expires", full.Wait)
+	}
+	f.clock.Add(int64(700*time.Millisecond) - 1)
 	if _, _, found, _ := s.Get(ctx, "a"); !found {
 		t.Fatal("expired early")
 	}
@@ -133,15 +162,20 @@ func TestStoreTTLFreesTheSlot(t *testing.T) {
 	if data, _, found, _ := s.Get(ctx, "b"); !found || string(data) != "y" {
 		t.Fatal("b not stored")
 	}
+	if _, _, found, _ := s.Get(ctx, "a"); found {
+		t.Fatal("a found in b's slot")
+	}
+	if s.Evictions() != 0 {
+		t.Fatal("taking an expired slot counted as an eviction")
+	}
 }
 
-func TestStoreProbesPastCollisions(t *testing.T) {
+func TestStoreFillsEverySlot(t *testing.T) {
 	ctx := context.Background()
-	f := newStoreFixture(4)
+	f := newStoreFixture(4, false)
 	s := f.store
-	// Four slots, four probes: four keys fit whatever their hashes.
 	for i := range 4 {
-		if ok, err := s.Insert(ctx, fmt.Sprint("k", i), []byte{byte(i)}, 0); !ok || err != nil {
+		if ok, err := s.Insert(ctx, fmt.Sprint("k", i), []byte{byte(i)}, time.Hour); !ok || err != nil {
 			t.Fatalf("insert %d: %v %v", i, ok, err)
 		}
 	}
@@ -151,30 +185,30 @@ func TestStoreProbesPastCollisions(t *testing.T) {
 			t.Fatalf("k%d: %v %v", i, found, data)
 		}
 	}
-	if _, err := s.Insert(ctx, "k4", nil, 0); !errors.Is(err, ErrNoFreeSlot) {
+	if _, err := s.Insert(ctx, "k4", nil, 0); !errors.Is(err, ErrTableFull) {
 		t.Fatalf("fifth key: %v", err)
 	}
 	// A record of another format version occupies its slot and survives.
-	f.shared.Set("p/0", []byte{99, 1, 2}, 0)
 	for i := range 4 {
 		_ = s.Delete(ctx, fmt.Sprint("k", i))
 	}
+	f.shared.Set("p/s/0", []byte{99, 1, 2}, 0)
 	for i := range 3 {
-		if ok, err := s.Insert(ctx, fmt.Sprint("n", i), nil, 0); !ok || err != nil {
+		if ok, err := s.Insert(ctx, fmt.Sprint("n", i), nil, time.Hour); !ok || err != nil {
 			t.Fatalf("n%d: %v %v", i, ok, err)
 		}
 	}
-	if _, err := s.Insert(ctx, "n3", nil, 0); !errors.Is(err, ErrNoFreeSlot) {
+	if _, err := s.Insert(ctx, "n3", nil, 0); !errors.Is(err, ErrTableFull) {
 		t.Fatalf("the foreign record was overwritten: %v", err)
 	}
-	if v, _, _ := f.shared.Get("p/0"); v[0] != 99 {
+	if v, _, _ := f.shared.Get("p/s/0"); v[0] != 99 {
 		t.Fatal("foreign record overwritten")
 	}
 }
 
 func TestStoreErrorsAreNotLostRaces(t *testing.T) {
 	ctx := context.Background()
-	f := newStoreFixture(16)
+	f := newStoreFixture(16, false)
 	f.shared.Fail = func(op, key string) uint32 { return uint32(StatusInternalFailure) }
 	if _, _, _, err := f.store.Get(ctx, "a"); !errors.Is(err, cas.ErrStore) || !strings.Contains(err.Error(), "INTERNAL_FAILURE") {
 		t.Fatalf("get: %v", err)
@@ -185,6 +219,210 @@ func TestStoreErrorsAreNotLostRaces(t *testing.T) {
 	if ok, err := f.store.Replace(ctx, "a", nil, 1, 0); ok || !errors.Is(err, cas.ErrStore) {
 		t.Fatalf("replace: %v %v", ok, err)
 	}
+	f.shared.Fail = nil
+	f.shared.Set("p/d/0", []byte("garbage"), 0)
+	if _, _, _, err := f.store.Get(ctx, "a"); !errors.Is(err, cas.ErrStore) {
+		t.Fatalf("a corrupt directory: %v, want a store failure", err)
+	}
+}
+
+// TestStoreReplaceAfterExpiryIsALostRace: an expired key is gone, so a
+// Replace with a version read before the expiry must fail, as it does in
+// memstore (the cas.Store contract).
+func TestStoreReplaceAfterExpiryIsALostRace(t *testing.T) {
+	ctx := context.Background()
+	f := newStoreFixture(16, false)
+	s := f.store
+	s.Insert(ctx, "k", []byte("v"), time.Second)
+	_, ver, _, _ := s.Get(ctx, "k")
+	f.clock.Add(int64(time.Second))
+	if ok, err := s.Replace(ctx, "k", []byte("w"), ver, time.Second); ok || err != nil {
+		t.Fatalf("Replace over an expired record: ok=%v err=%v, want a lost race", ok, err)
+	}
+	// The same through another VM's store, which has no memory of the Get.
+	if ok, err := f.vm(16, false).Replace(ctx, "k", []byte("w"), ver, time.Second); ok || err != nil {
+		t.Fatalf("Replace over an expired record from another VM: ok=%v err=%v", ok, err)
+	}
+}
+
+// TestStoreExpiryWritersShareOneToken is the regression test of issue 11:
+// VM A reads key k, k's bucket expires, VM B finds it absent and inserts it
+// anew, and A's Replace arrives late — with a clock that still sees the old
+// record live, as another VM's clock may. B's insert and A's replace must
+// compare-and-swap the same token, so that A loses and retries; before, B's
+// insert could land in another probed slot, A's replace succeeded too, and
+// one of the two consumptions was lost. Each iteration uses another key, so
+// the keys' slots fall in every arrangement.
+func TestStoreExpiryWritersShareOneToken(t *testing.T) {
+	ctx := context.Background()
+	for i := range 64 {
+		shared, clockB := shareddata.New(), newClock()
+		clockA := new(atomic.Int64)
+		a := NewStore(newFakeHost(shared, clockA, ""), "p", StoreConfig{Slots: 4})
+		b := NewStore(newFakeHost(shared, clockB, ""), "p", StoreConfig{Slots: 4})
+		k := fmt.Sprint("key-", i)
+		// A filler with a shorter life occupies a slot k's probes may reach
+		// first.
+		if ok, err := b.Insert(ctx, "filler", []byte("f"), time.Second); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if ok, err := b.Insert(ctx, k, []byte("old"), 10*time.Second); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		clockA.Store(clockB.Load())
+		_, ver, found, err := a.Get(ctx, k)
+		if !found || err != nil {
+			t.Fatal(found, err)
+		}
+		clockB.Add(int64(10 * time.Second)) // both records have expired for B
+		if _, _, found, _ := b.Get(ctx, k); found {
+			t.Fatal("expired record found")
+		}
+		if ok, err := b.Insert(ctx, k, []byte("b"), 10*time.Second); !ok || err != nil {
+			t.Fatalf("%s: B's insert after expiry: %v %v", k, ok, err)
+		}
+		if ok, _ := a.Replace(ctx, k, []byte("a"), ver, 10*time.Second); ok {
+			t.Fatalf("%s: A's replace with a version from before the expiry succeeded after B's insert: "+
+				"two writers, two tokens, one write lost", k)
+		}
+		if data, _, _, _ := b.Get(ctx, k); string(data) != "b" {
+			t.Fatalf("%s: %q after the race, want B's insert", k, data)
+		}
+	}
+}
+
+func TestStoreEvictsTheBucketClosestToFull(t *testing.T) {
+	ctx := context.Background()
+	f := newStoreFixture(4, true)
+	s := f.store
+	ttls := []time.Duration{4 * time.Hour, time.Hour, 3 * time.Hour, 2 * time.Hour}
+	for i, ttl := range ttls {
+		if ok, err := s.Insert(ctx, fmt.Sprint("k", i), []byte(fmt.Sprint("k", i)), ttl); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	if ok, err := s.Insert(ctx, "new", []byte("new"), time.Hour); !ok || err != nil {
+		t.Fatalf("insert into a full table with eviction: %v %v", ok, err)
+	}
+	if s.Evictions() != 1 {
+		t.Fatalf("%d evictions, want 1", s.Evictions())
+	}
+	for i := range ttls {
+		data, _, found, _ := s.Get(ctx, fmt.Sprint("k", i))
+		if i == 1 {
+			if found {
+				t.Fatalf("k1, the bucket closest to full, was not evicted (holds %q)", data)
+			}
+			continue
+		}
+		if !found || string(data) != fmt.Sprint("k", i) {
+			t.Fatalf("k%d: %q %v", i, data, found)
+		}
+	}
+	// The evicted client starts again from an absent bucket (evicting in
+	// turn the one closest to full, "new"); no key ever reads another's.
+	if ok, err := s.Insert(ctx, "k1", []byte("k1"), 90*time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	for _, k := range []string{"k0", "k1", "k2", "k3", "new"} {
+		data, _, found, _ := s.Get(ctx, k)
+		if found != (k != "new") || found && string(data) != k {
+			t.Fatalf("%s: %q found %v", k, data, found)
+		}
+	}
+	// Each eviction removed the evicted key's directory entry.
+	entries := 0
+	for d := range s.dirs {
+		es, _, _ := s.readDir(d)
+		entries += len(es)
+	}
+	if entries != 4 {
+		t.Fatalf("%d directory entries, want the 4 live keys'", entries)
+	}
+}
+
+// keysInOneDirectory returns n keys that hash to directory 0 of s.
+func keysInOneDirectory(s *Store, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprint("client-", i)
+		if s.hash(k).dir == 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func TestStoreFullDirectory(t *testing.T) {
+	ctx := context.Background()
+	for _, evict := range []bool{false, true} {
+		f := newStoreFixture(1024, evict)
+		s := f.store
+		keys := keysInOneDirectory(s, directoryCap+1)
+		for i, k := range keys[:directoryCap] {
+			ttl := time.Duration(directoryCap+1-i) * time.Minute // keys[last] expires first
+			if ok, err := s.Insert(ctx, k, []byte(k), ttl); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+		}
+		last := keys[directoryCap]
+		ok, err := s.Insert(ctx, last, []byte(last), time.Hour)
+		if !evict {
+			if !errors.Is(err, ErrTableFull) {
+				t.Fatalf("full directory without eviction: %v %v", ok, err)
+			}
+			// Stale entries do not count: once one bucket expires, the
+			// directory has room again.
+			f.clock.Add(int64(2 * time.Minute))
+			if ok, err := s.Insert(ctx, last, []byte(last), time.Hour); !ok || err != nil {
+				t.Fatalf("after an expiry: %v %v", ok, err)
+			}
+			continue
+		}
+		if !ok || err != nil {
+			t.Fatalf("full directory with eviction: %v %v", ok, err)
+		}
+		if _, _, found, _ := s.Get(ctx, keys[directoryCap-1]); found {
+			t.Fatal("the bucket closest to full was not evicted")
+		}
+		for _, k := range append(keys[:directoryCap-1:directoryCap-1], last) {
+			if data, _, found, _ := s.Get(ctx, k); !found || string(data) != k {
+				t.Fatalf("%s: %q %v", k, data, found)
+			}
+		}
+	}
+}
+
+// TestStoreChurnKeepsDirectoriesSmall: clients come and go for many
+// lifetimes of the table; every directory entry still leads to its record
+// (each taker of a slot removes the old owner's entry), so the directories
+// hold at most one entry per slot.
+func TestStoreChurnKeepsDirectoriesSmall(t *testing.T) {
+	ctx := context.Background()
+	f := newStoreFixture(256, false)
+	s := f.store
+	for i := range 20 * 256 {
+		k := fmt.Sprint("c", i)
+		if ok, err := s.Insert(ctx, k, []byte(k), time.Minute); !ok || err != nil {
+			t.Fatalf("client %d: %v %v", i, ok, err)
+		}
+		f.clock.Add(int64(time.Minute / 200)) // about 200 live clients at a time
+	}
+	longest, entries := 0, 0
+	for d := range s.dirs {
+		es, _, _ := s.readDir(d)
+		longest, entries = max(longest, len(es)), entries+len(es)
+		for _, e := range es {
+			rec, _, _ := s.readSlot(e.slot)
+			if rec.gen != e.gen || s.hash(rec.key).fp != e.fp {
+				t.Fatalf("directory %d: stale entry %+v (slot holds %q at generation %d)", d, e, rec.key, rec.gen)
+			}
+		}
+	}
+	if entries > int(s.slots) {
+		t.Fatalf("%d directory entries for %d slots", entries, s.slots)
+	}
+	t.Logf("longest directory: %d entries (%d slots per directory)", longest, SlotsPerDirectory)
 }
 
 // TestFirstInsertRaceIsBounded shows the one write Envoy cannot make
@@ -208,7 +446,7 @@ func TestFirstInsertRaceIsBounded(t *testing.T) {
 		shared, clock := shareddata.New(), newClock()
 		var execs [2]*cas.Executor
 		for i := range execs {
-			store := NewStore(newFakeHost(shared, clock, ""), "p", 64, nil)
+			store := NewStore(newFakeHost(shared, clock, ""), "p", StoreConfig{Slots: 64})
 			if prepare {
 				if err := store.Prepare(); err != nil {
 					t.Fatal(err)
@@ -227,7 +465,7 @@ func TestFirstInsertRaceIsBounded(t *testing.T) {
 			}
 		}
 		// VM 2's whole request runs between VM 1's read (bucket absent) and
-		// VM 1's write of the new bucket.
+		// VM 1's first write.
 		var once bool
 		shared.BeforeSet = func(key string) {
 			if !once {
@@ -251,13 +489,13 @@ func TestFirstInsertRaceIsBounded(t *testing.T) {
 	}
 }
 
-func TestPrepareCreatesEverySlotOnce(t *testing.T) {
-	f := newStoreFixture(100)
+func TestPrepareCreatesEveryEntryOnce(t *testing.T) {
+	f := newStoreFixture(100, false)
 	if err := f.store.Prepare(); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.shared.Len(); n != 101 {
-		t.Fatalf("%d keys, want 100 slots and the ready marker", n)
+	if n := f.shared.Len(); n != 100+13+1 {
+		t.Fatalf("%d keys, want 100 slots, 13 directories and the ready marker", n)
 	}
 	ctx := context.Background()
 	if ok, _ := f.store.Insert(ctx, "a", []byte("x"), 0); !ok {
@@ -268,9 +506,9 @@ func TestPrepareCreatesEverySlotOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if f.shared.Sets() != sets {
-		t.Fatal("Prepare rewrote existing slots")
+		t.Fatal("Prepare rewrote existing entries")
 	}
-	// Without the marker (a worker died half-way), existing slots are kept.
+	// Without the marker (a worker died half-way), existing entries are kept.
 	f.shared.Set("p/ready", []byte("no"), 0)
 	sets = f.shared.Sets()
 	if err := f.store.Prepare(); err != nil {

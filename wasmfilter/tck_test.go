@@ -22,7 +22,7 @@ func (realTimeHost) Now() int64 { return time.Now().UnixNano() }
 func TestStoreTCK(t *testing.T) {
 	tck.RunStore(t, func(t *testing.T) cas.Store {
 		h := &realTimeHost{fakeHost{shared: shareddata.New()}}
-		s := NewStore(h, "tck", 1<<12, nil)
+		s := NewStore(h, "tck", StoreConfig{Slots: 1 << 12, Now: h.Now})
 		if err := s.Prepare(); err != nil {
 			t.Fatal(err)
 		}

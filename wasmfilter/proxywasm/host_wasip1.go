@@ -122,6 +122,30 @@ func (host) SetSharedData(key string, value []byte, cas uint32) error {
 	return wasmfilter.StatusError(proxySetSharedData(strPtr(key), uint32(len(key)), bytesPtr(value), uint32(len(value)), cas))
 }
 
+// DefineMetric calls proxy_define_metric.
+func (host) DefineMetric(kind wasmfilter.MetricKind, name string) (uint32, error) {
+	var id uint32
+	err := wasmfilter.StatusError(proxyDefineMetric(uint32(kind), strPtr(name), uint32(len(name)), unsafe.Pointer(&id)))
+	return id, err
+}
+
+// IncrementMetric calls proxy_increment_metric.
+func (host) IncrementMetric(id uint32, delta int64) error {
+	return wasmfilter.StatusError(proxyIncrementMetric(id, delta))
+}
+
+// RecordMetric calls proxy_record_metric.
+func (host) RecordMetric(id uint32, value uint64) error {
+	return wasmfilter.StatusError(proxyRecordMetric(id, value))
+}
+
+// GetMetric calls proxy_get_metric.
+func (host) GetMetric(id uint32) (uint64, error) {
+	var v uint64
+	err := wasmfilter.StatusError(proxyGetMetric(id, unsafe.Pointer(&v)))
+	return v, err
+}
+
 //go:wasmimport wasi_snapshot_preview1 clock_time_get
 func clockTimeGet(clockID uint32, precision uint64, ret unsafe.Pointer) uint32
 

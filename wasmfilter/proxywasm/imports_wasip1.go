@@ -28,3 +28,15 @@ func proxyGetSharedData(key unsafe.Pointer, keySize uint32, retData, retSize, re
 
 //go:wasmimport env proxy_set_shared_data
 func proxySetSharedData(key unsafe.Pointer, keySize uint32, value unsafe.Pointer, valueSize uint32, cas uint32) uint32
+
+//go:wasmimport env proxy_define_metric
+func proxyDefineMetric(kind uint32, name unsafe.Pointer, nameSize uint32, retID unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_increment_metric
+func proxyIncrementMetric(id uint32, delta int64) uint32
+
+//go:wasmimport env proxy_record_metric
+func proxyRecordMetric(id uint32, value uint64) uint32
+
+//go:wasmimport env proxy_get_metric
+func proxyGetMetric(id uint32, retValue unsafe.Pointer) uint32

@@ -1,0 +1,249 @@
+package wasmfilter
+
+import (
+	"strconv"
+	"strings"
+)
+
+// decodeConfig reads a configuration document into a Config. Members are
+// matched by exact name; unknown and repeated members, values of the wrong
+// type and numbers that are not integers in range are errors naming the
+// member's path. null counts as absent.
+func decodeConfig(raw []byte) (Config, error) {
+	var c Config
+	v, err := parseJSON(raw)
+	if err != nil {
+		return c, err
+	}
+	err = members(v, "", func(d *decoder, name string) bool {
+		switch name {
+		case "policies":
+			d.array(func(d *decoder) { c.Policies = append(c.Policies, decodePolicy(d)) })
+		case "failure_mode":
+			d.str(&c.FailureMode)
+		case "table_full":
+			d.str(&c.TableFull)
+		case "max_attempts":
+			d.int(&c.MaxAttempts)
+		case "headers":
+			d.object(func(d *decoder, name string) bool {
+				switch name {
+				case "ietf":
+					d.bool(&c.Headers.IETF)
+				case "x_ratelimit":
+					d.bool(&c.Headers.XRateLimit)
+				default:
+					return false
+				}
+				return true
+			})
+		case "deny":
+			d.object(func(d *decoder, name string) bool {
+				switch name {
+				case "body":
+					if d.v.kind != jsonNull {
+						var b string
+						d.str(&b)
+						c.Deny.Body = &b
+					}
+				case "content_type":
+					d.str(&c.Deny.ContentType)
+				default:
+					return false
+				}
+				return true
+			})
+		case "path":
+			d.object(func(d *decoder, name string) bool {
+				switch name {
+				case "normalize":
+					if d.v.kind != jsonNull {
+						var b bool
+						d.bool(&b)
+						c.Path.Normalize = &b
+					}
+				case "ignore_case":
+					d.bool(&c.Path.IgnoreCase)
+				default:
+					return false
+				}
+				return true
+			})
+		case "shared_data_prefix":
+			d.str(&c.SharedDataPrefix)
+		case "stat_prefix":
+			d.str(&c.StatPrefix)
+		default:
+			return false
+		}
+		return true
+	})
+	return c, err
+}
+
+func decodePolicy(d *decoder) PolicyConfig {
+	var p PolicyConfig
+	d.object(func(d *decoder, name string) bool {
+		switch name {
+		case "name":
+			d.str(&p.Name)
+		case "match":
+			d.object(func(d *decoder, name string) bool {
+				if name != "path_prefix" {
+					return false
+				}
+				d.str(&p.Match.PathPrefix)
+				return true
+			})
+		case "key":
+			d.array(func(d *decoder) {
+				var k string
+				d.str(&k)
+				p.Key = append(p.Key, k)
+			})
+		case "bandwidths":
+			d.array(func(d *decoder) { p.Bandwidths = append(p.Bandwidths, decodeBandwidth(d)) })
+		case "cost":
+			d.int64(&p.Cost)
+		case "slots":
+			d.int(&p.Slots)
+		case "version":
+			d.int64(&p.Version)
+		default:
+			return false
+		}
+		return true
+	})
+	return p
+}
+
+func decodeBandwidth(d *decoder) BandwidthConfig {
+	var b BandwidthConfig
+	d.object(func(d *decoder, name string) bool {
+		switch name {
+		case "id":
+			d.str(&b.ID)
+		case "capacity":
+			d.int64(&b.Capacity)
+		case "refill_tokens":
+			d.int64(&b.RefillTokens)
+		case "period":
+			d.str(&b.Period)
+		case "style":
+			d.str(&b.Style)
+		default:
+			return false
+		}
+		return true
+	})
+	return b
+}
+
+// decoder is a position in the document: a value and its path. The first
+// error sticks in *err and stops all further decoding.
+type decoder struct {
+	v    jsonValue
+	path string
+	err  *error
+}
+
+// members decodes the object v with field, which decodes the member it
+// knows and reports false for a name it does not.
+func members(v jsonValue, path string, field func(d *decoder, name string) bool) error {
+	var err error
+	d := decoder{v: v, path: path, err: &err}
+	d.object(field)
+	return err
+}
+
+func (d *decoder) fail(msg string) {
+	if *d.err == nil {
+		*d.err = configErr(d.path, msg)
+	}
+}
+
+func (d *decoder) want(k jsonKind) bool {
+	if *d.err != nil || d.v.kind == jsonNull {
+		return false
+	}
+	if d.v.kind != k {
+		d.fail("want " + k.String() + ", got " + d.v.kind.String())
+		return false
+	}
+	return true
+}
+
+func (d *decoder) child(v jsonValue, path string) *decoder {
+	return &decoder{v: v, path: path, err: d.err}
+}
+
+func (d *decoder) object(field func(d *decoder, name string) bool) {
+	if !d.want(jsonObject) {
+		return
+	}
+	for i, m := range d.v.members {
+		path := m.name
+		if d.path != "" {
+			path = d.path + "." + m.name
+		}
+		for _, prev := range d.v.members[:i] {
+			if prev.name == m.name {
+				d.child(m.value, path).fail("repeated member")
+				return
+			}
+		}
+		if !field(d.child(m.value, path), m.name) {
+			d.child(m.value, path).fail("unknown member")
+		}
+		if *d.err != nil {
+			return
+		}
+	}
+}
+
+func (d *decoder) array(item func(d *decoder)) {
+	if !d.want(jsonArray) {
+		return
+	}
+	for i, v := range d.v.items {
+		item(d.child(v, d.path+"["+strconv.Itoa(i)+"]"))
+		if *d.err != nil {
+			return
+		}
+	}
+}
+
+func (d *decoder) str(dst *string) {
+	if d.want(jsonString) {
+		*dst = d.v.text
+	}
+}
+
+func (d *decoder) bool(dst *bool) {
+	if d.want(jsonBool) {
+		*dst = d.v.boolean
+	}
+}
+
+func (d *decoder) int64(dst *int64) {
+	if !d.want(jsonNumber) {
+		return
+	}
+	lit := d.v.text
+	if strings.ContainsAny(lit, ".eE") {
+		d.fail(lit + ": want an integer")
+		return
+	}
+	n, err := strconv.ParseInt(lit, 10, 64)
+	if err != nil {
+		d.fail(lit + ": out of the range of a 64-bit integer")
+		return
+	}
+	*dst = n
+}
+
+func (d *decoder) int(dst *int) {
+	var n int64
+	d.int64(&n)
+	*dst = int(n)
+}

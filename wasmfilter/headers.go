@@ -1,0 +1,114 @@
+package wasmfilter
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// bandState is one bandwidth after a check, as the headers describe it.
+type bandState struct {
+	// r is the requests the bandwidth still allows: its tokens divided by
+	// the policy's cost, rounded down.
+	r int64
+	// t is the seconds, rounded up, until r is at least 1 again when it is
+	// 0, and otherwise until the bandwidth is full.
+	t int64
+}
+
+// bandStates computes every bandwidth's state from the diagnostics of a
+// verbose response, at now (the time the response was computed at). It
+// uses core's own arithmetic on single-bandwidth copies of the snapshot. It
+// returns nil when the stored bucket's bandwidths are not the policy's (a
+// bucket written by an older configuration of the same version).
+func bandStates(pol *policy, d *core.Diagnostics, now int64) []bandState {
+	if d == nil {
+		return nil
+	}
+	bws := d.Bucket.Config.Bandwidths
+	if len(bws) != len(pol.bands) || len(d.Bucket.State) != len(bws) {
+		return nil
+	}
+	out := make([]bandState, len(bws))
+	for i := range bws {
+		one := core.Bucket{Config: core.Config{Bandwidths: bws[i : i+1]}, State: d.Bucket.State[i : i+1]}
+		avail := one.AvailableTokens(now)
+		var ns int64
+		if avail < pol.cost {
+			ns = one.EstimateAbilityToConsume(pol.cost, now).NanosToWaitForRefill
+		} else {
+			ns = one.TimeToFull(now)
+		}
+		out[i] = bandState{r: max(avail, 0) / pol.cost, t: ceilSeconds(ns)}
+	}
+	return out
+}
+
+// band returns the state of bandwidth i of o; without per-bandwidth
+// diagnostics, the minimum over bandwidths stands for each.
+func (o *outcome) band(i int) bandState {
+	if o.bands != nil {
+		return o.bands[i]
+	}
+	s := bandState{r: o.remaining / o.pol.cost}
+	if s.r == 0 {
+		s.t = max(1, ceilSeconds(o.wait))
+	} else {
+		s.t = ceilSeconds(o.reset)
+	}
+	return s
+}
+
+// headers appends the configured rate-limit headers describing outs: every
+// bandwidth of every policy that took part, in requests.
+//
+//	RateLimit-Policy: "per-client/burst";q=10;w=60, "per-client/hourly";q=200;w=3600
+//	RateLimit: "per-client/burst";r=9;t=6, "per-client/hourly";r=199;t=3600
+//
+// The x-ratelimit headers describe the binding bandwidth: the fewest
+// requests left (ties: the smallest quota).
+func (p *Plugin) headers(outs []outcome, dst [][2]string) [][2]string {
+	if len(outs) == 0 {
+		return dst
+	}
+	if p.set.headers.IETF {
+		var pol, rl strings.Builder
+		for i := range outs {
+			o := &outs[i]
+			if i > 0 {
+				pol.WriteString(", ")
+				rl.WriteString(", ")
+			}
+			pol.WriteString(o.pol.items)
+			for j := range o.pol.bands {
+				if j > 0 {
+					rl.WriteString(", ")
+				}
+				s := o.band(j)
+				rl.WriteString(o.pol.bands[j].item + ";r=" + strconv.FormatInt(s.r, 10) + ";t=" + strconv.FormatInt(s.t, 10))
+			}
+		}
+		dst = append(dst, [2]string{"ratelimit-policy", pol.String()}, [2]string{"ratelimit", rl.String()})
+	}
+	if p.set.headers.XRateLimit {
+		var (
+			best     bandState
+			bestInfo *bandInfo
+		)
+		for i := range outs {
+			o := &outs[i]
+			for j := range o.pol.bands {
+				s, info := o.band(j), &o.pol.bands[j]
+				if bestInfo == nil || s.r < best.r || s.r == best.r && info.q < bestInfo.q {
+					best, bestInfo = s, info
+				}
+			}
+		}
+		dst = append(dst,
+			[2]string{"x-ratelimit-limit", strconv.FormatInt(bestInfo.q, 10)},
+			[2]string{"x-ratelimit-remaining", strconv.FormatInt(best.r, 10)},
+			[2]string{"x-ratelimit-reset", strconv.FormatInt(best.t, 10)})
+	}
+	return dst
+}
