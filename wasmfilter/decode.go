@@ -18,7 +18,10 @@ func decodeConfig(raw []byte) (Config, error) {
 	err = members(v, "", func(d *decoder, name string) bool {
 		switch name {
 		case "policies":
-			d.array(func(d *decoder) { c.Policies = append(c.Policies, decodePolicy(d)) })
+			c.Policies = []PolicyConfig{}
+			if !d.array(func(d *decoder) { c.Policies = append(c.Policies, decodePolicy(d)) }) {
+				c.Policies = nil
+			}
 		case "failure_mode":
 			d.str(&c.FailureMode)
 		case "table_full":
@@ -96,13 +99,19 @@ func decodePolicy(d *decoder) PolicyConfig {
 				return true
 			})
 		case "key":
-			d.array(func(d *decoder) {
+			p.Key = []string{}
+			if !d.array(func(d *decoder) {
 				var k string
 				d.str(&k)
 				p.Key = append(p.Key, k)
-			})
+			}) {
+				p.Key = nil
+			}
 		case "bandwidths":
-			d.array(func(d *decoder) { p.Bandwidths = append(p.Bandwidths, decodeBandwidth(d)) })
+			p.Bandwidths = []BandwidthConfig{}
+			if !d.array(func(d *decoder) { p.Bandwidths = append(p.Bandwidths, decodeBandwidth(d)) }) {
+				p.Bandwidths = nil
+			}
 		case "cost":
 			d.int64(&p.Cost)
 		case "slots":
@@ -201,16 +210,20 @@ func (d *decoder) object(field func(d *decoder, name string) bool) {
 	}
 }
 
-func (d *decoder) array(item func(d *decoder)) {
+// array decodes each item of an array with item; it reports false when
+// the value is null (or an error), so that the caller can tell an absent
+// array from an empty one, as encoding/json does.
+func (d *decoder) array(item func(d *decoder)) bool {
 	if !d.want(jsonArray) {
-		return
+		return false
 	}
 	for i, v := range d.v.items {
 		item(d.child(v, d.path+"["+strconv.Itoa(i)+"]"))
 		if *d.err != nil {
-			return
+			return false
 		}
 	}
+	return true
 }
 
 func (d *decoder) str(dst *string) {

@@ -27,6 +27,7 @@ type fakeHost struct {
 
 type localResponse struct {
 	status  int
+	details string
 	body    string
 	headers map[string]string
 }
@@ -64,7 +65,7 @@ func (h *fakeHost) SendLocalResponse(status int, details string, body []byte, he
 	if h.local != nil {
 		panic("two local responses")
 	}
-	l := &localResponse{status: status, body: string(body), headers: map[string]string{}}
+	l := &localResponse{status: status, details: details, body: string(body), headers: map[string]string{}}
 	for _, kv := range headers {
 		l.headers[kv[0]] = kv[1]
 	}
@@ -115,9 +116,43 @@ type fakeVM struct {
 	next uint32
 }
 
+// fakeEnvoy is what every VM of one fake Envoy shares.
+type fakeEnvoy struct {
+	shared *shareddata.Data
+	stats  *envoystats.Stats
+	clock  *atomic.Int64
+}
+
+func newFakeEnvoy() *fakeEnvoy {
+	return &fakeEnvoy{shared: shareddata.New(), stats: envoystats.New(), clock: newClock()}
+}
+
+// vm starts a VM (a worker) configured with config.
+func (e *fakeEnvoy) vm(t testing.TB, config string) *fakeVM {
+	t.Helper()
+	h := newFakeHost(e.shared, e.clock, config)
+	h.stats = e.stats.VM()
+	return startFakeVM(t, h, config)
+}
+
+// metric returns the counter of policy and event under the default stat
+// prefix, as Envoy's /stats shows it; a counter never defined fails t.
+func (e *fakeEnvoy) metric(t testing.TB, policy, event string) uint64 {
+	t.Helper()
+	v, ok := e.stats.Value("bucketgrid.policy." + policy + "." + event)
+	if !ok {
+		t.Fatalf("no metric %s.%s; have %v", policy, event, e.stats.Names())
+	}
+	return v
+}
+
 func newFakeVM(t testing.TB, shared *shareddata.Data, clock *atomic.Int64, config string) *fakeVM {
 	t.Helper()
-	h := newFakeHost(shared, clock, config)
+	return startFakeVM(t, newFakeHost(shared, clock, config), config)
+}
+
+func startFakeVM(t testing.TB, h *fakeHost, config string) *fakeVM {
+	t.Helper()
 	vm := NewVM(h)
 	vm.OnContextCreate(1, 0)
 	if !vm.OnVMStart(1, 0) {
@@ -131,7 +166,8 @@ func newFakeVM(t testing.TB, shared *shareddata.Data, clock *atomic.Int64, confi
 
 // result is what one request saw.
 type result struct {
-	status  int // 200 when admitted
+	status  int    // 200 when admitted
+	details string // of a local response
 	headers map[string]string
 	body    string
 }
@@ -148,7 +184,7 @@ func (f *fakeVM) do(source string, headers map[string]string) result {
 		if h.local == nil {
 			panic("paused without a local response")
 		}
-		res.status, res.headers, res.body = h.local.status, h.local.headers, h.local.body
+		res.status, res.details, res.headers, res.body = h.local.status, h.local.details, h.local.headers, h.local.body
 	} else {
 		if h.local != nil {
 			panic("local response but continued")

@@ -1,6 +1,8 @@
 package wasmfilter
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -8,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
 
@@ -343,12 +346,134 @@ func TestLongKeysAreDigested(t *testing.T) {
 		t.Fatal("another long key shares the bucket")
 	}
 	for i := range 4096 {
-		if v, _, st := shared.Get(fmt.Sprintf("bucketgrid/p/%d", i)); st == 0 && len(v) > 200 {
+		if v, _, st := shared.Get(fmt.Sprintf("bucketgrid/p/s/%d", i)); st == 0 && len(v) > 200 {
 			t.Fatalf("slot %d holds %d bytes", i, len(v))
 		}
 	}
-	if _, err := ParseConfig([]byte(`{"policies": [{"name": "p", "cost": 5, "bandwidths": [{"capacity": 4, "period": "1h"}]}]}`)); err == nil {
-		t.Fatal("cost above capacity accepted")
+	// Keys that are not valid UTF-8 are digested too, and limited like any.
+	for i, want := range []int{200, 429} {
+		if r := vm.do("", map[string]string{"x-api-key": "\xff\xfe"}); r.status != want {
+			t.Fatalf("invalid UTF-8 key, request %d: %d", i, r.status)
+		}
+	}
+}
+
+// TestDigestsHaveTheirOwnNamespace is the regression test of issue 11: a
+// long key's bucket is stored under a digest, and no short key a client
+// can send may land in that bucket — before, the header value
+// "#<hex SHA-256 of the long key>" did.
+func TestDigestsHaveTheirOwnNamespace(t *testing.T) {
+	cfg := `{"policies": [{"name": "p", "key": ["header:x-api-key"], "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`
+	vm := newFakeVM(t, shareddata.New(), newClock(), cfg)
+	long := strings.Repeat("k", 200)
+	vm.do("", map[string]string{"x-api-key": long})
+	if r := vm.do("", map[string]string{"x-api-key": long}); r.status != 429 {
+		t.Fatal("the long key is not limited")
+	}
+	for _, digest := range []string{
+		sha256Hex("p\x00" + long), // the digest of the whole key
+		sha256Hex(long),           // of the header value alone
+	} {
+		for _, v := range []string{"#" + digest, digest} {
+			if r := vm.do("", map[string]string{"x-api-key": v}); r.status != 200 {
+				t.Errorf("header %q shares the long key's bucket", v)
+			}
+		}
+	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestNoKeyInLogs runs every path that logs while serving — shared-data
+// failures (open and closed), contention, a full table (reject and allow),
+// a failed refund — with keys no log line may contain.
+func TestNoKeyInLogs(t *testing.T) {
+	const secret, addr = "SECRET-api-key-0123456789", "203.0.113.77"
+	keys := map[string]string{":path": "/api/x", "x-api-key": secret}
+	run := func(cfg string, setup func(env *fakeEnvoy, vm *fakeVM)) []string {
+		env := newFakeEnvoy()
+		vm := env.vm(t, cfg)
+		setup(env, vm)
+		return vm.host.logs
+	}
+	pol := func(extra string) string {
+		return `{` + extra + ` "max_attempts": 2, "policies": [
+		  {"name": "a", "key": ["header:x-api-key", "source.address"], "slots": 1, "bandwidths": [{"capacity": 5, "period": "1h"}]},
+		  {"name": "b", "key": [":path", "header:x-api-key"], "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`
+	}
+	var logs []string
+	for _, mode := range []string{"open", "closed"} {
+		logs = append(logs, run(pol(`"failure_mode": "`+mode+`",`), func(env *fakeEnvoy, vm *fakeVM) {
+			env.shared.Fail = func(op, key string) uint32 { return uint32(StatusInternalFailure) }
+			vm.do(addr+":1", keys)
+		})...)
+	}
+	logs = append(logs, run(pol(""), func(env *fakeEnvoy, vm *fakeVM) {
+		vm.do(addr+":1", keys)
+		other := env.vm(t, pol(""))
+		var inside bool
+		env.shared.BeforeSet = func(string) {
+			if !inside {
+				inside = true
+				other.do(addr+":1", keys)
+				inside = false
+			}
+		}
+		vm.do(addr+":1", keys)
+	})...)
+	for _, full := range []string{"reject", "allow"} {
+		logs = append(logs, run(pol(`"table_full": "`+full+`",`), func(env *fakeEnvoy, vm *fakeVM) {
+			vm.do("198.51.100.1:1", nil)
+			vm.do(addr+":1", keys)
+		})...)
+	}
+	logs = append(logs, run(pol(""), func(env *fakeEnvoy, vm *fakeVM) {
+		vm.do(addr+":1", keys) // a and b admitted
+		sets := 0
+		env.shared.Fail = func(op, key string) uint32 {
+			if op == "set" {
+				sets++
+				if sets > 1 { // a's consumption succeeds, its refund fails
+					return uint32(StatusInternalFailure)
+				}
+			}
+			return 0
+		}
+		env.clock.Add(int64(time.Second)) // past the log limiter
+		vm.do(addr+":1", keys)            // b refuses, a's refund fails
+	})...)
+	joined := strings.Join(logs, "\n")
+	for _, want := range []string{"failure_mode open", "failure_mode closed", "compare-and-swap", "table_full reject",
+		"table_full allow", "refund"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no log line about %q: %q", want, logs)
+		}
+	}
+	for _, l := range logs {
+		if strings.Contains(l, "SECRET") || strings.Contains(l, addr) || strings.Contains(l, "/api/x") || strings.ContainsRune(l, 0) {
+			t.Errorf("log line carries a key: %q", l)
+		}
+	}
+}
+
+// TestInvalidKeyIsTheClientsError: a key the store refuses is answered 400
+// and counted; it never reaches the failure mode (fail-open would make it a
+// way around the limit). The filter digests every key into one the store
+// holds, so this guards the path rather than a case a request can reach.
+func TestInvalidKeyIsTheClientsError(t *testing.T) {
+	env := newFakeEnvoy()
+	vm := env.vm(t, `{"failure_mode": "open", "policies": [{"name": "p", "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`)
+	p := vm.vm.plugins[1]
+	pol := &p.set.policies[0]
+	r, pass := p.failure(pol, p.stores[0], fmt.Errorf("%w: get: %w", cas.ErrStore, errInvalidKey("k")))
+	if pass || r.status != 400 || r.details != "bucketgrid_invalid_key" {
+		t.Fatalf("invalid key: pass %v, %+v", pass, r)
+	}
+	if env.metric(t, "p", "invalid_key") != 1 || env.metric(t, "p", "failure_mode_allowed") != 0 {
+		t.Fatal("not counted as an invalid key")
 	}
 }
 

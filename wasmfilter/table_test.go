@@ -1,0 +1,204 @@
+package wasmfilter
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// perClient is the example's per-client policy (examples/envoy): 10 a
+// minute and 200 an hour, refilled hourly all at once — a bucket is not
+// full, so its slot stays taken, for an hour after its client's first
+// request.
+func perClient(slots int, tableFull string) string {
+	return `{"policies": [{"name": "per-client", "key": ["source.address"], "slots": ` + strconv.Itoa(slots) + `,
+	  "bandwidths": [{"id": "burst", "capacity": 10, "refill_tokens": 10, "period": "1m"},
+	                 {"id": "hourly", "capacity": 200, "period": "1h", "style": "intervally"}]}],
+	  "table_full": "` + tableFull + `", "headers": {"ietf": true}}`
+}
+
+func clientAddr(i int) string {
+	return fmt.Sprintf("10.%d.%d.%d:4000", i>>16&255, i>>8&255, i&255)
+}
+
+// TestFourThousandClientsInOneHour is the sizing case of issue 15: 4096
+// slots, 4096 distinct clients arriving over one hour, each sending 11
+// requests at once. Every client is limited (10 admitted, the 11th
+// refused) under the default table_full, evict_oldest; under reject and
+// allow, the clients that find no slot get what was configured — a 429
+// carrying Retry-After, or no limit at all — and are counted. In every
+// mode the table takes at least 90 % of its slots before the first
+// client finds no room.
+func TestFourThousandClientsInOneHour(t *testing.T) {
+	const slots, clients, burst = 4096, 4096, 10
+	for _, mode := range []string{"evict_oldest", "reject", "allow"} {
+		t.Run(mode, func(t *testing.T) {
+			env := newFakeEnvoy()
+			vm := env.vm(t, perClient(slots, mode))
+			firstFull := -1
+			turnedAway, unlimited := 0, 0
+			for c := range clients {
+				env.clock.Add(int64(time.Hour) / clients)
+				admitted := 0
+				for i := range burst + 1 {
+					r := vm.do(clientAddr(c), nil)
+					switch {
+					case r.status == 200:
+						admitted++
+					case r.status == 429 && r.details == "bucketgrid_table_full":
+						if mode != "reject" || i != 0 {
+							t.Fatalf("client %d request %d: table full under %s", c, i, mode)
+						}
+						if ra, _ := strconv.Atoi(r.headers["retry-after"]); ra < 1 || ra > 3600 {
+							t.Fatalf("client %d: Retry-After %q", c, r.headers["retry-after"])
+						}
+					case r.status != 429 || r.details != "bucketgrid_rate_limited":
+						t.Fatalf("client %d request %d: %d %s", c, i, r.status, r.details)
+					}
+					if r.details == "bucketgrid_table_full" {
+						break
+					}
+				}
+				full := env.metric(t, "per-client", "table_full") + env.metric(t, "per-client", "evicted")
+				if firstFull < 0 && full > 0 {
+					firstFull = c
+				}
+				switch {
+				case admitted == burst:
+				case admitted == 0 && mode == "reject":
+					turnedAway++
+				case admitted == burst+1 && mode == "allow":
+					unlimited++
+				default:
+					t.Fatalf("client %d: %d of %d requests admitted under %s", c, admitted, burst+1, mode)
+				}
+			}
+			if firstFull < 0 {
+				firstFull = clients
+			}
+			t.Logf("%s: first client without a free slot: #%d (%.1f %% of %d slots); %d turned away, %d unlimited; evicted %d",
+				mode, firstFull, 100*float64(firstFull)/slots, slots, turnedAway, unlimited, env.metric(t, "per-client", "evicted"))
+			if firstFull < slots*9/10 {
+				t.Errorf("the table turned its first client away at %d of %d slots, want at least 90 %%", firstFull, slots)
+			}
+			if got := env.metric(t, "per-client", "table_full_allowed"); got != uint64(unlimited*(burst+1)) {
+				t.Errorf("table_full_allowed = %d, want %d", got, unlimited*(burst+1))
+			}
+			if mode == "evict_oldest" && env.metric(t, "per-client", "table_full") != 0 {
+				t.Error("table_full counted under evict_oldest")
+			}
+		})
+	}
+}
+
+// TestTinyTableLimitsEveryClient is the issue's 4-slot case: a fifth
+// client used to send 7,000 requests, all admitted, under the default
+// configuration. Now the default evicts, and the client is limited.
+func TestTinyTableLimitsEveryClient(t *testing.T) {
+	env := newFakeEnvoy()
+	vm := env.vm(t, perClient(4, "evict_oldest"))
+	for c := range 4 {
+		vm.do(clientAddr(c), nil)
+	}
+	admitted := 0
+	for range 7000 {
+		if vm.do(clientAddr(4), nil).status == 200 {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("the fifth client of a 4-slot table: %d of 7000 admitted, want 10", admitted)
+	}
+	if env.metric(t, "per-client", "evicted") != 1 {
+		t.Fatalf("evicted %d, want 1", env.metric(t, "per-client", "evicted"))
+	}
+}
+
+// TestEvictionAcrossVMsNeverMixesClients: four VMs on four goroutines (as
+// four Envoy workers) share a table far too small for their clients, with
+// eviction; clients' requests land on random workers. A client's bucket may
+// be evicted (it starts again full), but no request may ever see another
+// client's bucket: with the clock frozen, what a client has left is never
+// less than its capacity minus its own admitted requests.
+func TestEvictionAcrossVMsNeverMixesClients(t *testing.T) {
+	const vms, clients, perClientRequests, capacity = 4, 48, 40, 1000
+	cfg := `{"max_attempts": 1000, "table_full": "evict_oldest", "headers": {"x_ratelimit": true},
+	  "policies": [{"name": "p", "key": ["header:client"], "slots": 16,
+	  "bandwidths": [{"capacity": 1000, "refill_tokens": 1, "period": "1h"}]}]}`
+	env := newFakeEnvoy()
+	var mu [clients]sync.Mutex
+	var admitted [clients]int
+	var wg sync.WaitGroup
+	for v := range vms {
+		vm := env.vm(t, cfg)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(v), 1))
+			for range clients * perClientRequests / vms {
+				c := rng.IntN(clients)
+				mu[c].Lock() // one request per client at a time, so its count is exact
+
+				r := vm.do("", map[string]string{"client": "c" + strconv.Itoa(c)})
+				if r.status == 200 {
+					admitted[c]++
+					rem, _ := strconv.Atoi(r.headers["x-ratelimit-remaining"])
+					if rem < capacity-admitted[c] {
+						t.Errorf("client %d saw %d left after %d admitted requests of its own: another client's bucket", c, rem, admitted[c])
+					}
+				}
+				mu[c].Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if env.metric(t, "p", "evicted") == 0 {
+		t.Fatal("no eviction: the test did not test eviction")
+	}
+	t.Logf("evicted %d, cas conflicts %d", env.metric(t, "p", "evicted"), env.metric(t, "p", "cas_conflict"))
+}
+
+// TestStoreOwnershipUnderRacingVMs drives the store directly from four
+// VMs' stores on four goroutines, over a table of 8 slots and 40 keys with
+// eviction: every value a key's Get returns was written for that key.
+func TestStoreOwnershipUnderRacingVMs(t *testing.T) {
+	ctx := context.Background()
+	f := newStoreFixture(8, true)
+	var wg sync.WaitGroup
+	for v := range 4 {
+		s := f.vm(8, true)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(v), 2))
+			for i := range 3000 {
+				k := "k" + strconv.Itoa(rng.IntN(40))
+				data, ver, found, err := s.Get(ctx, k)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if found && !strings.HasPrefix(string(data), k+"/") {
+					t.Errorf("Get(%s) returned %q", k, data)
+					return
+				}
+				val := []byte(k + "/" + strconv.Itoa(v) + "/" + strconv.Itoa(i))
+				if found {
+					_, err = s.Replace(ctx, k, val, ver, time.Hour)
+				} else {
+					_, err = s.Insert(ctx, k, val, time.Duration(1+rng.IntN(60))*time.Minute)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
