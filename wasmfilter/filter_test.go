@@ -317,10 +317,12 @@ func TestUnknownFieldsNamed(t *testing.T) {
 func BenchmarkNativeRequest(b *testing.B) {
 	cfg := `{"policies": [{"name": "p", "key": ["source.address"],
 	  "bandwidths": [{"capacity": 1000000000, "period": "1s"}]}], "headers": {"ietf": true, "x_ratelimit": true}}`
-	vm := newFakeVM(b, shareddata.New(), newClock(), cfg)
+	shared := shareddata.New()
+	vm := newFakeVM(b, shared, newClock(), cfg)
 	h := map[string]string{":path": "/"}
 	b.ReportAllocs()
 	cpu0 := cpuTime()
+	calls0 := shared.Gets() + shared.Sets()
 	for b.Loop() {
 		if vm.do("192.0.2.1:1", h).status != 200 {
 			b.Fatal("rejected")
@@ -329,6 +331,7 @@ func BenchmarkNativeRequest(b *testing.B) {
 	if cpu := cpuTime() - cpu0; cpu > 0 {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
+	b.ReportMetric(float64(shared.Gets()+shared.Sets()-calls0)/float64(b.N), "shared-data-calls/op")
 }
 
 func TestLongKeysAreDigested(t *testing.T) {

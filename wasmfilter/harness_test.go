@@ -342,6 +342,7 @@ func (w *worker) fatalf(format string, args ...any) {
 
 type reply struct {
 	status  int
+	details string
 	headers map[string]string
 	body    string
 }
@@ -357,7 +358,7 @@ func (w *worker) do(source string, headers map[string]string) reply {
 	r := reply{status: 200, headers: map[string]string{}}
 	switch a := w.call(ctx, "proxy_on_request_headers", id, uint64(len(headers)), 1)[0]; {
 	case a == 1 && w.local != nil:
-		r.status, r.headers, r.body = int(w.local.status), w.local.headers, w.local.body
+		r.status, r.details, r.headers, r.body = int(w.local.status), w.local.details, w.local.headers, w.local.body
 	case a == 0 && w.local == nil:
 		w.call(ctx, "proxy_on_response_headers", id, 0, 1)
 		for _, kv := range w.respHeaders {

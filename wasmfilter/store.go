@@ -85,9 +85,19 @@ type Store struct {
 	now     func() int64
 	evicted atomic.Uint64
 
-	mu   sync.Mutex
-	memo memo // the record the last Get found
+	mu     sync.Mutex
+	memo   memo    // the record the last Get found
+	places []place // where keys were found, by hash; see Get
 }
+
+// place remembers the slot and generation a key was published at.
+type place struct {
+	key       string
+	slot, gen uint32
+}
+
+// placeCache bounds the places a Store remembers.
+const placeCache = 1024
 
 // StoreConfig configures a Store.
 type StoreConfig struct {
@@ -161,7 +171,7 @@ func NewStore(host Host, prefix string, cfg StoreConfig) *Store {
 	}
 	return &Store{
 		host: host, prefix: prefix, slots: n, dirs: (n + SlotsPerDirectory - 1) / SlotsPerDirectory,
-		probes: min(Probes, n), evict: cfg.EvictOldest, now: now,
+		probes: min(Probes, n), evict: cfg.EvictOldest, now: now, places: make([]place, min(n, placeCache)),
 	}
 }
 
@@ -413,19 +423,49 @@ func checkKey(ctx context.Context, key string) error {
 	return nil
 }
 
-// Get returns the live value of key: one directory read and one slot read.
+// Get returns the live value of key: one directory read and one slot read,
+// or only the slot read when this Store found key before. It remembers
+// where it found a key (a small table indexed by hash), and trusts the slot
+// it remembers only while the slot still holds key at the generation the
+// directory gave it: a slot never returns to a key at an old generation,
+// and a directory only moves a key whose slot no longer holds it, so that
+// record is still the one the directory names.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
 	if err := checkKey(ctx, key); err != nil {
 		return nil, 0, false, err
 	}
 	now := s.now()
-	f, ok, _, _, _, err := s.lookup(key, s.hash(key))
-	if err != nil || !ok || !f.rec.live(now) {
-		return nil, 0, false, err
+	h := s.hash(key)
+	i := h.fp % uint32(len(s.places))
+	s.mu.Lock()
+	pl := s.places[i]
+	s.mu.Unlock()
+	var (
+		f  found
+		ok bool
+	)
+	if pl.key == key {
+		rec, token, err := s.readSlot(pl.slot)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		f, ok = found{slot: pl.slot, token: token, rec: rec}, !rec.foreign && rec.key == key && rec.gen == pl.gen
+	}
+	if !ok {
+		var err error
+		if f, ok, _, _, _, err = s.lookup(key, h); err != nil || !ok {
+			return nil, 0, false, err
+		}
 	}
 	s.mu.Lock()
-	s.memo = memo{key: key, slot: f.slot, token: f.token, gen: f.rec.gen, expires: f.rec.expires}
+	s.places[i] = place{key: key, slot: f.slot, gen: f.rec.gen}
+	if f.rec.live(now) {
+		s.memo = memo{key: key, slot: f.slot, token: f.token, gen: f.rec.gen, expires: f.rec.expires}
+	}
 	s.mu.Unlock()
+	if !f.rec.live(now) {
+		return nil, 0, false, nil
+	}
 	return f.rec.data, cas.Version(uint64(f.slot)<<32 | uint64(f.token)), true, nil
 }
 
@@ -507,6 +547,9 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 	if prev.key != "" && prev.key != key {
 		s.unlink(prev.key, slot, prev.gen)
 	}
+	s.mu.Lock()
+	s.places[h.fp%uint32(len(s.places))] = place{key: key, slot: slot, gen: gen}
+	s.mu.Unlock()
 	return true, nil
 }
 

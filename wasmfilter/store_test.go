@@ -521,3 +521,50 @@ func TestPrepareCreatesEveryEntryOnce(t *testing.T) {
 		t.Fatal("Prepare destroyed a bucket")
 	}
 }
+
+// TestStorePlacesFollowTheDirectory: a VM remembers where it found a key;
+// when the key has moved (evicted by another VM, deleted, inserted again
+// elsewhere), the remembered slot is never read as the key's bucket.
+func TestStorePlacesFollowTheDirectory(t *testing.T) {
+	ctx := context.Background()
+	f := newStoreFixture(2, true)
+	a, b := f.store, f.vm(2, true)
+	get := func(s *Store, k string) string {
+		t.Helper()
+		data, _, found, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			return "-"
+		}
+		return string(data)
+	}
+	b.Insert(ctx, "k", []byte("k1"), time.Hour)
+	b.Insert(ctx, "x", []byte("x"), 2*time.Hour)
+	if got := get(a, "k"); got != "k1" { // a remembers k's slot
+		t.Fatal(got)
+	}
+	gets := f.shared.Gets()
+	if get(a, "k"); f.shared.Gets()-gets != 1 {
+		t.Fatalf("a remembered key costs %d reads, want 1 (the slot)", f.shared.Gets()-gets)
+	}
+	b.Insert(ctx, "l", []byte("l"), 3*time.Hour) // evicts k, closest to full: l takes k's slot
+	if got := get(a, "k"); got != "-" {
+		t.Fatalf("k after its eviction reads %q, want absent", got)
+	}
+	b.Insert(ctx, "k", []byte("k2"), time.Hour) // k comes back (evicting x)
+	if got := get(a, "k"); got != "k2" {
+		t.Fatalf("k after coming back: %q", got)
+	}
+	if err := b.Delete(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(a, "k"); got != "-" {
+		t.Fatalf("k after delete: %q", got)
+	}
+	b.Insert(ctx, "k", []byte("k3"), time.Hour) // the same slot, a new generation
+	if got := get(a, "k"); got != "k3" {
+		t.Fatalf("k after a new insert: %q", got)
+	}
+}

@@ -2,6 +2,7 @@ package wasmfilter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -201,4 +202,50 @@ func TestStoreOwnershipUnderRacingVMs(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// firstTurnAway inserts distinct client keys that never expire into a
+// fresh table of n slots until one finds no room, and returns how many got
+// in.
+func firstTurnAway(tb testing.TB, n int) int {
+	ctx := context.Background()
+	s := newStoreFixture(uint32(n), false).store
+	for c := 0; ; c++ {
+		ok, err := s.Insert(ctx, "per-client\x00"+hostOf(clientAddr(c)), []byte("state"), time.Hour)
+		switch {
+		case errors.Is(err, ErrTableFull):
+			return c
+		case err != nil || !ok:
+			tb.Fatalf("client %d: %v %v", c, ok, err)
+		}
+	}
+}
+
+// TestSizingRule: a table takes at least 90 % of its slots before the first
+// new client finds none free, at every size up to 16384 (the README's
+// table, up to MaxSlots, comes from BenchmarkFirstTurnAway).
+func TestSizingRule(t *testing.T) {
+	for _, n := range []int{1, 8, 64, 256, 1024, 4096, 16384} {
+		got := firstTurnAway(t, n)
+		t.Logf("%6d slots: first turn-away at client %6d (%.1f %%)", n, got, 100*float64(got)/float64(n))
+		if got < n*9/10 {
+			t.Errorf("%d slots: first turn-away at %d clients, under 90 %%", n, got)
+		}
+	}
+}
+
+// BenchmarkFirstTurnAway measures the sizing table of the README:
+//
+//	go test -run '^$' -bench FirstTurnAway -benchtime 1x .
+func BenchmarkFirstTurnAway(b *testing.B) {
+	for _, n := range []int{64, 256, 1024, 4096, 16384, 65536, MaxSlots} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			var got int
+			for b.Loop() {
+				got = firstTurnAway(b, n)
+			}
+			b.ReportMetric(float64(got), "clients")
+			b.ReportMetric(100*float64(got)/float64(n), "%slots")
+		})
+	}
 }

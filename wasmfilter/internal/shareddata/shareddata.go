@@ -37,6 +37,7 @@ type Data struct {
 	// tests use it to interleave another VM's write between a read and a
 	// write.
 	BeforeSet  func(key string)
+	gets       int
 	sets       int
 	mismatches int
 }
@@ -69,6 +70,7 @@ func (d *Data) Get(key string) ([]byte, uint32, uint32) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.gets++
 	e, ok := d.m[key]
 	if !ok {
 		return nil, 0, NotFound
@@ -103,6 +105,13 @@ func (d *Data) Len() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.m)
+}
+
+// Gets returns the number of reads.
+func (d *Data) Gets() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.gets
 }
 
 // Sets returns the number of successful writes.
