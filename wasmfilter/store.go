@@ -554,10 +554,13 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 }
 
 // makeRoom returns the directory entries without dead ones, with room for
-// one more: when the directory is full it drops every entry whose slot no
-// longer holds a live record of that generation, and then, if it is still
-// full, evicts the bucket closest to full (EvictOldest) or reports the table
-// full. ok is false when the eviction lost a race.
+// one more. When the directory is full it drops every entry whose slot no
+// longer holds its key at its generation, and frees (by compare-and-swap)
+// the slots of expired buckets before dropping their entries: a writer
+// reusing an expired record in place compares that same token, so no record
+// can come back to life behind the directory's back. If the directory is
+// still full, it evicts the bucket closest to full (EvictOldest) or reports
+// the table full. ok is false when an eviction lost a race.
 func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, ok bool, err error) {
 	out = make([]dirEntry, 0, len(es)+1)
 	for i, e := range es {
@@ -574,7 +577,7 @@ func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, 
 	var (
 		victim     dirEntry
 		victimTok  uint32
-		victimRec  slotRecord
+		victimGen  uint32
 		haveVictim bool
 		soonest    int64
 	)
@@ -583,12 +586,22 @@ func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, 
 		if err != nil {
 			return nil, false, err
 		}
-		if rec.foreign || rec.key == "" || rec.gen != e.gen || s.hash(rec.key).fp != e.fp || !rec.live(now) {
+		if rec.foreign || rec.key == "" || rec.gen != e.gen || s.hash(rec.key).fp != e.fp {
+			continue // the slot has changed hands: a dead entry
+		}
+		if !rec.live(now) {
+			freed, err := s.write(s.slotName(e.slot), appendSlot(nil, rec.gen, 0, "", nil), token)
+			if err != nil {
+				return nil, false, err
+			}
+			if !freed {
+				kept = append(kept, e) // written meanwhile: keep it
+			}
 			continue
 		}
 		kept = append(kept, e)
 		if rec.expires > 0 && (!haveVictim || rec.expires < soonest) {
-			victim, victimTok, victimRec, haveVictim, soonest = e, token, rec, true, rec.expires
+			victim, victimTok, victimGen, haveVictim, soonest = e, token, rec.gen, true, rec.expires
 		}
 	}
 	if len(kept) < directoryCap {
@@ -597,7 +610,7 @@ func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, 
 	if !s.evict || !haveVictim {
 		return nil, false, fullError(haveVictim, soonest, now)
 	}
-	ok, err = s.write(s.slotName(victim.slot), appendSlot(nil, victimRec.gen, 0, "", nil), victimTok)
+	ok, err = s.write(s.slotName(victim.slot), appendSlot(nil, victimGen, 0, "", nil), victimTok)
 	if !ok || err != nil {
 		return nil, false, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -566,5 +568,125 @@ func TestStorePlacesFollowTheDirectory(t *testing.T) {
 	b.Insert(ctx, "k", []byte("k3"), time.Hour) // the same slot, a new generation
 	if got := get(a, "k"); got != "k3" {
 		t.Fatalf("k after a new insert: %q", got)
+	}
+}
+
+// TestStorePruningNeverOrphansARecord: VM a reuses key v's expired record
+// in place while VM b, inserting into the same full directory, drops v's
+// expired entry to make room. b frees v's slot by compare-and-swap before
+// dropping the entry, so a's write loses and no live record of v is left
+// that the directory does not name (which a's memory of v's slot would
+// still trust, splitting v's bucket in two).
+func TestStorePruningNeverOrphansARecord(t *testing.T) {
+	ctx := context.Background()
+	f := newStoreFixture(1024, false)
+	a, b, c := f.store, f.vm(1024, false), f.vm(1024, false)
+	keys := keysInOneDirectory(a, directoryCap+1)
+	v, newcomer := keys[0], keys[directoryCap]
+	for _, k := range keys[:directoryCap] {
+		if ok, err := a.Insert(ctx, k, []byte(k), time.Minute); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	a.Get(ctx, v) // a remembers v's slot
+	f.clock.Add(int64(time.Minute))
+	var once bool
+	f.shared.BeforeSet = func(string) {
+		if !once {
+			once = true
+			if ok, err := b.Insert(ctx, newcomer, []byte(newcomer), time.Minute); !ok || err != nil {
+				t.Errorf("newcomer: %v %v", ok, err)
+			}
+		}
+	}
+	ok, err := a.Insert(ctx, v, []byte("v again"), time.Minute) // reuse in place
+	f.shared.BeforeSet = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok { // lost the race, as the executor would, and tries again
+		if ok, err = a.Insert(ctx, v, []byte("v again"), time.Minute); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	da, _, fa, _ := a.Get(ctx, v)
+	dc, _, fc, _ := c.Get(ctx, v)
+	if !fa || !fc || string(da) != "v again" || string(dc) != "v again" {
+		t.Fatalf("v: a reads %q (%v), a VM without memory reads %q (%v): one bucket, two places", da, fa, dc, fc)
+	}
+}
+
+// TestStoreViewsAgreeUnderInterleaving interleaves random operations of
+// three VMs' stores — one operation may run between another's read and
+// write — over a prepared table too small for the keys (or a directory too
+// small for them), with expiry and eviction, and checks after each step
+// that every VM, whatever it remembers, reads each key exactly as a VM with
+// no memory does: no key ever has two live buckets.
+func TestStoreViewsAgreeUnderInterleaving(t *testing.T) {
+	ctx := context.Background()
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		evict := seed%2 == 0
+		slots := uint32(8)
+		var keys []string
+		for i := range 12 {
+			keys = append(keys, "k"+strconv.Itoa(i))
+		}
+		if seed%4 >= 2 { // keys that share one directory of a large table
+			slots = 1024
+			keys = keysInOneDirectory(NewStore(nil, "p", StoreConfig{Slots: slots, Now: func() int64 { return 0 }}), directoryCap+8)
+		}
+		f := newStoreFixture(slots, evict)
+		if err := f.store.Prepare(); err != nil {
+			t.Fatal(err)
+		}
+		vms := []*Store{f.store, f.vm(slots, evict), f.vm(slots, evict)}
+		op := func(s *Store) {
+			k := keys[rng.IntN(len(keys))]
+			data, ver, found, err := s.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ttl := time.Duration(1+rng.IntN(5)) * time.Second
+			switch {
+			case rng.IntN(10) == 0:
+				err = s.Delete(ctx, k)
+			case found:
+				_, err = s.Replace(ctx, k, append(data, '+'), ver, ttl)
+			default:
+				_, err = s.Insert(ctx, k, []byte(k), ttl)
+			}
+			if err != nil && !errors.Is(err, ErrTableFull) {
+				t.Fatal(err)
+			}
+		}
+		depth := 0
+		f.shared.BeforeSet = func(string) {
+			if depth == 0 && rng.IntN(3) == 0 {
+				depth++
+				op(vms[rng.IntN(len(vms))])
+				depth--
+			}
+		}
+		for step := range 300 {
+			op(vms[rng.IntN(len(vms))])
+			if rng.IntN(4) == 0 {
+				f.clock.Add(int64(rng.IntN(2000)) * int64(time.Millisecond))
+			}
+			saved := f.shared.BeforeSet
+			f.shared.BeforeSet = nil
+			fresh := f.vm(slots, false)
+			for _, k := range keys {
+				want, _, wantFound, _ := fresh.Get(ctx, k)
+				for j, s := range vms {
+					got, _, found, _ := s.Get(ctx, k)
+					if found != wantFound || string(got) != string(want) {
+						t.Fatalf("seed %d step %d: VM %d reads %s as %q (%v), the directory says %q (%v)",
+							seed, step, j, k, got, found, want, wantFound)
+					}
+				}
+			}
+			f.shared.BeforeSet = saved
+		}
 	}
 }
