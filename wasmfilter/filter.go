@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
@@ -152,18 +153,19 @@ func (p *Plugin) Configure(raw []byte) error {
 	}
 	execs := make([]*cas.Executor, len(set.policies))
 	stores := make([]*Store, len(set.policies))
+	clk := hostClock(p.host)
 	for i := range set.policies {
 		pol := &set.policies[i]
 		if err := pol.metrics.define(p.host); err != nil {
 			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": defining metrics: "+err.Error())
 		}
 		store := NewStore(p.host, set.prefix+"/"+pol.name,
-			StoreConfig{Slots: pol.slots, EvictOldest: set.tableFull == tableFullEvict, Now: p.host.Now})
+			StoreConfig{Slots: pol.slots, EvictOldest: set.tableFull == tableFullEvict, Clock: clk})
 		if err := store.Prepare(); err != nil {
 			// Not fatal: unprepared entries are created on first use.
 			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": preparing shared data: "+err.Error())
 		}
-		stores[i], execs[i] = store, newExecutor(store, p.host.Now, set.maxAttempts)
+		stores[i], execs[i] = store, newExecutor(store, clk, set.maxAttempts)
 	}
 	p.set, p.execs, p.stores = set, execs, stores
 	return nil
@@ -243,7 +245,7 @@ func (p *Plugin) failure(pol *policy, store *Store, err error) (r refusal, pass 
 	prefix := "bucketgrid: policy " + pol.name + ": "
 	var full *TableFullError
 	switch {
-	case errors.Is(err, errInvalidKeySentinel):
+	case errors.Is(err, core.ErrInvalidKey):
 		pol.metrics.add(p.host, metricInvalidKey, 1)
 		return refusal{status: 400, details: "bucketgrid_invalid_key"}, false
 	case errors.As(err, &full):
@@ -361,7 +363,7 @@ func (p *Plugin) refund(o *outcome) {
 		return
 	}
 	if d := resp.Diagnostics; d != nil && len(d.Available) > 0 {
-		o.remaining, o.reset = max(slices.Min(d.Available), 0), d.NanosToFull
+		o.remaining, o.reset = max(slices.Min(d.Available), 0), int64(d.TimeToFull)
 		o.bands = bandStates(o.pol, d, p.host.Now())
 	}
 }
@@ -370,6 +372,6 @@ func (p *Plugin) refund(o *outcome) {
 // immediate retries: a proxy-wasm VM cannot sleep (no other code of the VM
 // runs while it would), so the only contenders are the other worker VMs and
 // spinning a few times is the right answer.
-func newExecutor(store *Store, now func() int64, maxAttempts int) *cas.Executor {
-	return cas.New(store, cas.WithRetry(retry.Immediate(maxAttempts)), cas.WithClock(now))
+func newExecutor(store *Store, c clock.Clock, maxAttempts int) *cas.Executor {
+	return cas.New(store, cas.WithRetry(retry.Immediate(maxAttempts)), cas.WithClock(c))
 }

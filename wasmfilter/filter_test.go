@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
 
@@ -471,7 +472,7 @@ func TestInvalidKeyIsTheClientsError(t *testing.T) {
 	vm := env.vm(t, `{"failure_mode": "open", "policies": [{"name": "p", "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`)
 	p := vm.vm.plugins[1]
 	pol := &p.set.policies[0]
-	r, pass := p.failure(pol, p.stores[0], fmt.Errorf("%w: get: %w", cas.ErrStore, errInvalidKey("k")))
+	r, pass := p.failure(pol, p.stores[0], fmt.Errorf("%w: get: %w", cas.ErrStore, core.InvalidKey("k", "test")))
 	if pass || r.status != 400 || r.details != "bucketgrid_invalid_key" {
 		t.Fatalf("invalid key: pass %v, %+v", pass, r)
 	}

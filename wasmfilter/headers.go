@@ -36,7 +36,7 @@ func bandStates(pol *policy, d *core.Diagnostics, now int64) []bandState {
 		avail := one.AvailableTokens(now)
 		var ns int64
 		if avail < pol.cost {
-			ns = one.EstimateAbilityToConsume(pol.cost, now).NanosToWaitForRefill
+			ns = int64(one.EstimateAbilityToConsume(pol.cost, now).WaitForRefill)
 		} else {
 			ns = one.TimeToFull(now)
 		}

@@ -1,17 +1,16 @@
 package wasmfilter
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // key builds the bucket key of the current request under pol: the policy
 // name and each configured part, NUL-separated. path is the :path as the
-// configuration reads it. A key the store cannot hold verbatim is digested
-// (fitKey), so that every request has a key the store accepts.
+// configuration reads it. A key the store cannot hold verbatim is digested,
+// so that every request has a key the store accepts.
 func (p *Plugin) key(pol *policy, path string) (string, error) {
 	var b strings.Builder
 	b.WriteString(pol.name)
@@ -36,26 +35,11 @@ func (p *Plugin) key(pol *policy, path string) (string, error) {
 			b.WriteString(v)
 		}
 	}
-	return fitKey(b.String()), nil
+	// A key too long for a slot, or not valid UTF-8, becomes its digest,
+	// in a namespace no literal key reaches (core.FitKey).
+	key, _ := core.FitKey(b.String(), MaxKeyLen)
+	return key, nil
 }
-
-// fitKey returns key unchanged when it is at most MaxKeyLen bytes of valid
-// UTF-8 not starting with '#', and otherwise '#' and the hex SHA-256 of key.
-// Literal keys start with a policy name, never with '#', so no literal key
-// reaches a digest's bucket. TODO(w0): core.FitKey.
-func fitKey(key string) string {
-	if len(key) <= MaxKeyLen && utf8.ValidString(key) && !strings.HasPrefix(key, "#") {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return "#" + hex.EncodeToString(sum[:])
-}
-
-// errInvalidKey is the error for a key the store cannot hold. TODO(w0):
-// core.InvalidKey.
-func errInvalidKey(string) error { return errInvalidKeySentinel }
-
-var errInvalidKeySentinel = errors.New("wasmfilter: invalid key")
 
 // hostOf strips the port from an Envoy address: "10.0.0.1:5000" →
 // "10.0.0.1", "[::1]:5000" → "::1". Other forms are returned unchanged.

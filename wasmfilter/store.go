@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // Store is a cas.Store on proxy-wasm shared data, the only state the worker
@@ -82,7 +84,7 @@ type Store struct {
 	dirs    uint32
 	probes  uint32
 	evict   bool
-	now     func() int64
+	clock   clock.Clock
 	evicted atomic.Uint64
 
 	mu     sync.Mutex
@@ -107,9 +109,9 @@ type StoreConfig struct {
 	// EvictOldest makes Insert evict the probed bucket closest to full when
 	// no probed slot is free, instead of returning a *TableFullError.
 	EvictOldest bool
-	// Now returns Unix nanoseconds, the clock of the expiry times; nil means
-	// the host's.
-	Now func() int64
+	// Clock measures the expiry times and must read Unix time (every worker
+	// VM compares them); nil means the host's clock (Host.Now).
+	Clock clock.Clock
 }
 
 // Table geometry.
@@ -123,8 +125,9 @@ const (
 	// average of a full table, which a uniform hash exceeds with a
 	// probability below 10⁻⁹ per directory.
 	directoryCap = 32
-	// MaxKeyLen is the longest key a Store holds; the filter digests longer
-	// keys (core.FitKey).
+	// MaxKeyLen is the longest key a Store holds; a longer or empty key is
+	// a *core.KeyError, before any host call. The filter fits every key to
+	// it (core.FitKey).
 	MaxKeyLen = 128
 )
 
@@ -165,15 +168,18 @@ func NewStore(host Host, prefix string, cfg StoreConfig) *Store {
 	if n == 0 {
 		n = DefaultSlots
 	}
-	now := cfg.Now
-	if now == nil {
-		now = host.Now
+	c := cfg.Clock
+	if c == nil {
+		c = hostClock(host)
 	}
 	return &Store{
 		host: host, prefix: prefix, slots: n, dirs: (n + SlotsPerDirectory - 1) / SlotsPerDirectory,
-		probes: min(Probes, n), evict: cfg.EvictOldest, now: now, places: make([]place, min(n, placeCache)),
+		probes: min(Probes, n), evict: cfg.EvictOldest, clock: c, places: make([]place, min(n, placeCache)),
 	}
 }
+
+// hostClock is the host's wall clock as a clock.Clock.
+func hostClock(host Host) clock.Clock { return clock.Func(host.Now, true) }
 
 // Evictions returns the number of live buckets this Store has evicted.
 func (s *Store) Evictions() uint64 { return s.evicted.Load() }
@@ -417,8 +423,11 @@ func checkKey(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if key == "" || len(key) > MaxKeyLen {
-		return errInvalidKey(key)
+	switch {
+	case key == "":
+		return core.InvalidKey(key, "empty")
+	case len(key) > MaxKeyLen:
+		return core.InvalidKey(key, "longer than "+strconv.Itoa(MaxKeyLen)+" bytes")
 	}
 	return nil
 }
@@ -434,7 +443,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 	if err := checkKey(ctx, key); err != nil {
 		return nil, 0, false, err
 	}
-	now := s.now()
+	now := s.clock.Now()
 	h := s.hash(key)
 	i := h.fp % uint32(len(s.places))
 	s.mu.Lock()
@@ -492,7 +501,7 @@ func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Ve
 		}
 		m = memo{key: key, slot: slot, token: token, gen: rec.gen, expires: rec.expires}
 	}
-	now := s.now()
+	now := s.clock.Now()
 	if m.expires > 0 && now >= m.expires {
 		return false, nil
 	}
@@ -507,7 +516,7 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 	if err := checkKey(ctx, key); err != nil {
 		return false, err
 	}
-	now := s.now()
+	now := s.clock.Now()
 	h := s.hash(key)
 	f, ok, es, dtoken, dead, err := s.lookup(key, h)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
@@ -119,10 +120,10 @@ func TestStoreRejectsKeysItCannotHold(t *testing.T) {
 	ctx := context.Background()
 	f := newStoreFixture(16, false)
 	for _, key := range []string{"", strings.Repeat("k", MaxKeyLen+1)} {
-		if _, _, _, err := f.store.Get(ctx, key); !errors.Is(err, errInvalidKeySentinel) {
+		if _, _, _, err := f.store.Get(ctx, key); !errors.Is(err, core.ErrInvalidKey) {
 			t.Errorf("Get(%d bytes): %v, want an invalid key", len(key), err)
 		}
-		if _, err := f.store.Insert(ctx, key, nil, 0); !errors.Is(err, errInvalidKeySentinel) {
+		if _, err := f.store.Insert(ctx, key, nil, 0); !errors.Is(err, core.ErrInvalidKey) {
 			t.Errorf("Insert(%d bytes): %v, want an invalid key", len(key), err)
 		}
 	}
@@ -634,7 +635,7 @@ func TestStoreViewsAgreeUnderInterleaving(t *testing.T) {
 		}
 		if seed%4 >= 2 { // keys that share one directory of a large table
 			slots = 1024
-			keys = keysInOneDirectory(NewStore(nil, "p", StoreConfig{Slots: slots, Now: func() int64 { return 0 }}), directoryCap+8)
+			keys = keysInOneDirectory(NewStore(nil, "p", StoreConfig{Slots: slots, Clock: clock.Func(func() int64 { return 0 }, true)}), directoryCap+8)
 		}
 		f := newStoreFixture(slots, evict)
 		if err := f.store.Prepare(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/tck"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
@@ -22,7 +23,7 @@ func (realTimeHost) Now() int64 { return time.Now().UnixNano() }
 func TestStoreTCK(t *testing.T) {
 	tck.RunStore(t, func(t *testing.T) cas.Store {
 		h := &realTimeHost{fakeHost{shared: shareddata.New()}}
-		s := NewStore(h, "tck", StoreConfig{Slots: 1 << 12, Now: h.Now})
+		s := NewStore(h, "tck", StoreConfig{Slots: 1 << 12, Clock: clock.Func(h.Now, true)})
 		if err := s.Prepare(); err != nil {
 			t.Fatal(err)
 		}
