@@ -371,7 +371,8 @@ func (p *Plugin) refund(o *outcome) {
 // newExecutor returns the compare-and-swap executor over store, with bounded
 // immediate retries: a proxy-wasm VM cannot sleep (no other code of the VM
 // runs while it would), so the only contenders are the other worker VMs and
-// spinning a few times is the right answer.
+// spinning a few times is the right answer. A VM runs one request at a time,
+// so there is nothing to coalesce: batching would only cost allocations.
 func newExecutor(store *Store, c clock.Clock, maxAttempts int) *cas.Executor {
-	return cas.New(store, cas.WithRetry(retry.Immediate(maxAttempts)), cas.WithClock(c))
+	return cas.New(store, cas.WithRetry(retry.Immediate(maxAttempts)), cas.WithClock(c), cas.WithoutBatching())
 }
