@@ -87,9 +87,11 @@ type PolicyConfig struct {
 	// smallest capacity).
 	Cost int64 `json:"cost,omitempty"`
 	// Slots bounds the number of buckets the policy keeps in shared data
-	// (default DefaultSlots, at most MaxSlots); see Store. Size it above the
+	// (default DefaultSlots, at most MaxSlots); see Store. Set it to the
 	// number of clients whose buckets are not full at the same time,
-	// divided by 0.9.
+	// divided by 0.9. Changing it moves every key: buckets start again full,
+	// and the entries of a larger former table stay in shared data until
+	// Envoy restarts.
 	Slots int `json:"slots,omitempty"`
 	// Version is the configuration version of the policy's buckets. Raise it
 	// after changing the bandwidths: stored buckets of a lower version are

@@ -45,7 +45,7 @@ func loadWasm(t testing.TB) []byte {
 }
 
 // compilationCache compiles filter.wasm once per machine: compiling the
-// 4 MB module takes seconds, and about a minute under -race (the compiler
+// 3.6 MB module takes seconds, and about a minute under -race (the compiler
 // is instrumented Go code). The cache is keyed by the module's bytes and
 // wazero's version, so a rebuilt filter.wasm is compiled anew.
 var compilationCache = func() wazero.CompilationCache {
