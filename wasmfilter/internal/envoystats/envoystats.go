@@ -81,62 +81,54 @@ func (v *VM) Define(kind uint32, name string) (uint32, uint32) {
 	return id, OK
 }
 
-func (v *VM) find(id uint32) (*stat, uint32) {
+// with runs f on the stat of id and its type, under the lock; an unknown
+// id is NotFound.
+func (v *VM) with(id uint32, f func(st *stat, kind uint32) uint32) uint32 {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
 	st := v.ids[id]
 	if st == nil {
-		return nil, NotFound
+		return NotFound
 	}
-	return st, id & 3
+	return f(st, id&3)
 }
 
 // Increment implements proxy_increment_metric.
 func (v *VM) Increment(id uint32, delta int64) uint32 {
-	v.s.mu.Lock()
-	defer v.s.mu.Unlock()
-	st, kind := v.find(id)
-	switch {
-	case st == nil:
-		return NotFound
-	case kind == Counter && delta > 0:
-		st.value += uint64(delta)
-	case kind == Gauge:
-		st.value += uint64(delta)
-	default:
-		return BadArgument
-	}
-	return OK
+	return v.with(id, func(st *stat, kind uint32) uint32 {
+		if kind == Histogram || kind == Counter && delta <= 0 {
+			return BadArgument
+		}
+		st.value += uint64(delta) // a gauge's negative delta wraps to a subtraction
+		return OK
+	})
 }
 
 // Record implements proxy_record_metric.
 func (v *VM) Record(id uint32, value uint64) uint32 {
-	v.s.mu.Lock()
-	defer v.s.mu.Unlock()
-	st, kind := v.find(id)
-	switch {
-	case st == nil:
-		return NotFound
-	case kind == Counter:
-		st.value += value
-	case kind == Gauge:
-		st.value = value
-	default:
-		st.samples = append(st.samples, value)
-	}
-	return OK
+	return v.with(id, func(st *stat, kind uint32) uint32 {
+		switch kind {
+		case Counter:
+			st.value += value
+		case Gauge:
+			st.value = value
+		default:
+			st.samples = append(st.samples, value)
+		}
+		return OK
+	})
 }
 
 // Get implements proxy_get_metric.
-func (v *VM) Get(id uint32) (uint64, uint32) {
-	v.s.mu.Lock()
-	defer v.s.mu.Unlock()
-	st, kind := v.find(id)
-	switch {
-	case st == nil:
-		return 0, NotFound
-	case kind == Histogram:
-		return 0, BadArgument
-	}
-	return st.value, OK
+func (v *VM) Get(id uint32) (value uint64, status uint32) {
+	status = v.with(id, func(st *stat, kind uint32) uint32 {
+		if kind == Histogram {
+			return BadArgument
+		}
+		value = st.value
+		return OK
+	})
+	return value, status
 }
 
 // Value returns the counter or gauge name as Envoy's admin /stats shows it
