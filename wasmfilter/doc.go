@@ -92,7 +92,7 @@
 // Each policy therefore has a fixed table of slots (slots, default 4096) with
 // a directory per 8 slots; see Store for the design and its one
 // unconditional write. A bucket's slot frees when the bucket has refilled
-// completely (then it equals a new one). A table takes 93 % to 100 % of its
+// completely (then it equals a new one). A table takes 92 % to 100 % of its
 // slots before the first new client finds none free (measured: 97 % for
 // 4096 slots), so size slots at the number of clients whose buckets are not
 // full at the same time, divided by 0.9. Times are WASI wall-clock

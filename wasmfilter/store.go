@@ -53,7 +53,7 @@ import (
 //
 // Any key may use any slot its probes reach, so the table fills almost
 // completely before a new key finds none free: with Probes = 128, the first
-// turn-away comes at 93 % to 99 % of the slots (measured in the README).
+// turn-away comes at 92 % to 100 % of the slots (measured in the README).
 // With EvictOldest a full table evicts instead: the bucket closest to full
 // among the probed ones, whose client then starts again from a full bucket
 // — the loss is the tokens that bucket still lacked. Without it Insert
