@@ -2,7 +2,6 @@ package wasmfilter
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"strconv"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
-	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // Store is a cas.Store on proxy-wasm shared data, the only state the worker
@@ -123,19 +121,12 @@ const (
 	SlotsPerDirectory = 8
 	// directoryCap bounds the entries of one directory: four times the
 	// average of a full table, which a uniform hash exceeds with a
-	// probability below 10⁻⁹ per directory.
+	// probability of 3×10⁻¹¹ per directory (Poisson, mean 8).
 	directoryCap = 32
 	// MaxKeyLen is the longest key a Store holds; a longer or empty key is
 	// a *core.KeyError, before any host call. The filter fits every key to
 	// it (core.FitKey).
 	MaxKeyLen = 128
-)
-
-// Record formats; a reader treats any other first byte as a record of
-// another build (see read).
-const (
-	slotFormat      = 2
-	directoryFormat = 3
 )
 
 // ErrTableFull reports that no slot a new key may use is free: every probed
@@ -150,6 +141,7 @@ type TableFullError struct {
 	Wait time.Duration
 }
 
+// Error says that the table is full and when a probed slot frees.
 func (e *TableFullError) Error() string {
 	return "wasmfilter: slot table full (a slot frees in " + e.Wait.String() + ")"
 }
@@ -157,8 +149,8 @@ func (e *TableFullError) Error() string {
 // Is reports whether target is ErrTableFull.
 func (e *TableFullError) Is(target error) bool { return target == ErrTableFull }
 
-// ErrCorruptRecord wraps a shared-data entry this build wrote but cannot
-// decode. It wraps cas.ErrStore.
+// errCorruptRecord marks a directory this build cannot decode; the error
+// that carries it is a store failure (cas.ErrStore).
 var errCorruptRecord = errors.New("wasmfilter: corrupt shared-data record")
 
 // NewStore returns the table of cfg.Slots slots under the shared-data key
@@ -183,254 +175,6 @@ func hostClock(host Host) clock.Clock { return clock.Func(host.Now, true) }
 
 // Evictions returns the number of live buckets this Store has evicted.
 func (s *Store) Evictions() uint64 { return s.evicted.Load() }
-
-var le = binary.LittleEndian
-
-// slotRecord is a decoded slot.
-type slotRecord struct {
-	gen     uint32
-	expires int64 // Unix ns; 0: never
-	key     string
-	data    []byte
-	foreign bool // another build's record: occupied, never touched
-}
-
-func (r *slotRecord) live(now int64) bool {
-	return r.foreign || r.key != "" && (r.expires <= 0 || now < r.expires)
-}
-
-func appendSlot(dst []byte, gen uint32, expires int64, key string, data []byte) []byte {
-	dst = append(dst, slotFormat)
-	dst = le.AppendUint32(dst, gen)
-	dst = le.AppendUint64(dst, uint64(expires))
-	dst = binary.AppendUvarint(dst, uint64(len(key)))
-	dst = append(dst, key...)
-	return append(dst, data...)
-}
-
-func decodeSlot(b []byte) (slotRecord, bool) {
-	var r slotRecord
-	if len(b) < 13 || b[0] != slotFormat {
-		return r, false
-	}
-	r.gen = le.Uint32(b[1:])
-	r.expires = int64(le.Uint64(b[5:]))
-	n, w := binary.Uvarint(b[13:])
-	if w <= 0 || n > uint64(len(b)-13-w) {
-		return r, false
-	}
-	off := 13 + w
-	r.key = string(b[off : off+int(n)])
-	r.data = b[off+int(n):]
-	return r, true
-}
-
-// dirEntry says that the key of fingerprint fp got slot at generation gen.
-type dirEntry struct {
-	fp, slot, gen uint32
-}
-
-func appendDirectory(dst []byte, es []dirEntry) []byte {
-	dst = append(dst, directoryFormat)
-	for _, e := range es {
-		dst = le.AppendUint32(le.AppendUint32(le.AppendUint32(dst, e.fp), e.slot), e.gen)
-	}
-	return dst
-}
-
-func decodeDirectory(b []byte) ([]dirEntry, bool) {
-	if len(b) < 1 || b[0] != directoryFormat || (len(b)-1)%12 != 0 {
-		return nil, false
-	}
-	es := make([]dirEntry, (len(b)-1)/12)
-	for i := range es {
-		p := b[1+12*i:]
-		es[i] = dirEntry{fp: le.Uint32(p), slot: le.Uint32(p[4:]), gen: le.Uint32(p[8:])}
-	}
-	return es, true
-}
-
-// The hashes of a key: FNV-1a spread by the SplitMix64 finalizer, one
-// derivation per use so that directory, fingerprint and probe sequence are
-// independent.
-func fnv1a(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
-func mix(h uint64) uint64 {
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	return h ^ h>>31
-}
-
-type keyHash struct {
-	dir, fp, start, step uint32
-}
-
-func (s *Store) hash(key string) keyHash {
-	h := fnv1a(key)
-	a, b := mix(h), mix(h^0x9e3779b97f4a7c15)
-	k := keyHash{dir: uint32(a % uint64(s.dirs)), fp: uint32(a >> 32), start: uint32(b % uint64(s.slots)), step: 1}
-	if s.slots > 1 {
-		// A step coprime to the table size makes the probes distinct.
-		k.step = 1 + uint32((b>>32)%uint64(s.slots-1))
-		for gcd(k.step, s.slots) != 1 {
-			k.step++
-		}
-	}
-	return k
-}
-
-func gcd(a, b uint32) uint32 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-func (k *keyHash) probe(i, slots uint32) uint32 {
-	return uint32((uint64(k.start) + uint64(i)*uint64(k.step)) % uint64(slots))
-}
-
-func (s *Store) slotName(i uint32) string {
-	return s.prefix + "/s/" + strconv.FormatUint(uint64(i), 10)
-}
-func (s *Store) dirName(i uint32) string { return s.prefix + "/d/" + strconv.FormatUint(uint64(i), 10) }
-
-// storeErr marks a host failure; the message names the shared-data entry,
-// never a bucket key.
-func storeErr(op, name string, err error) error {
-	return &hostError{op: op, name: name, err: err}
-}
-
-type hostError struct {
-	op, name string
-	err      error
-}
-
-func (e *hostError) Error() string {
-	return "wasmfilter: shared data " + e.op + " " + e.name + ": " + e.err.Error()
-}
-
-func (e *hostError) Unwrap() []error { return []error{cas.ErrStore, e.err} }
-
-// readSlot returns slot i's record and token; a never-written slot reads as
-// an empty one with token 0 (see Store for that write).
-func (s *Store) readSlot(i uint32) (slotRecord, uint32, error) {
-	name := s.slotName(i)
-	v, token, err := s.host.SharedData(name)
-	if errors.Is(err, StatusNotFound) {
-		return slotRecord{}, 0, nil
-	}
-	if err != nil {
-		return slotRecord{}, 0, storeErr("get", name, err)
-	}
-	r, ok := decodeSlot(v)
-	if !ok {
-		// Another build's record (a format upgrade sharing the vm_id): it
-		// occupies the slot and is never overwritten.
-		return slotRecord{foreign: true}, token, nil
-	}
-	return r, token, nil
-}
-
-// readDir returns directory i's entries and token; a never-written
-// directory is empty with token 0. A directory this build cannot decode is
-// an error: the keys it maps cannot be found.
-func (s *Store) readDir(i uint32) ([]dirEntry, uint32, error) {
-	name := s.dirName(i)
-	v, token, err := s.host.SharedData(name)
-	if errors.Is(err, StatusNotFound) {
-		return nil, 0, nil
-	}
-	if err != nil {
-		return nil, 0, storeErr("get", name, err)
-	}
-	es, ok := decodeDirectory(v)
-	if !ok {
-		return nil, 0, storeErr("decode", name, errCorruptRecord)
-	}
-	return es, token, nil
-}
-
-// write sets a shared-data entry if its token is still token; a mismatch is
-// a lost race.
-func (s *Store) write(name string, value []byte, token uint32) (bool, error) {
-	err := s.host.SetSharedData(name, value, token)
-	if errors.Is(err, StatusCASMismatch) {
-		return false, nil
-	}
-	if err != nil {
-		return false, storeErr("set", name, err)
-	}
-	return true, nil
-}
-
-func (s *Store) expiry(now int64, ttl time.Duration) int64 {
-	if ttl <= 0 {
-		return 0
-	}
-	return now + int64(ttl)
-}
-
-// memo is what the last Get found, so that Replace knows the record's
-// generation and expiry without reading the slot again.
-type memo struct {
-	key     string
-	slot    uint32
-	token   uint32
-	gen     uint32
-	expires int64
-}
-
-// found is a key's record as its directory leads to it.
-type found struct {
-	slot, token uint32
-	rec         slotRecord
-}
-
-// lookup follows key's directory entries; dead lists the entries of key's
-// fingerprint whose slot no longer holds it at their generation.
-func (s *Store) lookup(key string, h keyHash) (f found, ok bool, es []dirEntry, dtoken uint32, dead []int, err error) {
-	es, dtoken, err = s.readDir(h.dir)
-	if err != nil {
-		return f, false, nil, 0, nil, err
-	}
-	for i, e := range es {
-		if e.fp != h.fp || e.slot >= s.slots {
-			continue
-		}
-		rec, token, err := s.readSlot(e.slot)
-		if err != nil {
-			return f, false, nil, 0, nil, err
-		}
-		if !rec.foreign && rec.key == key && rec.gen == e.gen {
-			return found{slot: e.slot, token: token, rec: rec}, true, es, dtoken, dead, nil
-		}
-		dead = append(dead, i)
-	}
-	return f, false, es, dtoken, dead, nil
-}
-
-func checkKey(ctx context.Context, key string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	switch {
-	case key == "":
-		return core.InvalidKey(key, "empty")
-	case len(key) > MaxKeyLen:
-		return core.InvalidKey(key, "longer than "+strconv.Itoa(MaxKeyLen)+" bytes")
-	}
-	return nil
-}
 
 // Get returns the live value of key: one directory read and one slot read,
 // or only the slot read when this Store found key before. It remembers
@@ -560,138 +304,6 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 	s.places[h.fp%uint32(len(s.places))] = place{key: key, slot: slot, gen: gen}
 	s.mu.Unlock()
 	return true, nil
-}
-
-// makeRoom returns the directory entries without dead ones, with room for
-// one more. When the directory is full it drops every entry whose slot no
-// longer holds its key at its generation, and frees (by compare-and-swap)
-// the slots of expired buckets before dropping their entries: a writer
-// reusing an expired record in place compares that same token, so no record
-// can come back to life behind the directory's back. If the directory is
-// still full, it evicts the bucket closest to full (EvictOldest) or reports
-// the table full. ok is false when an eviction lost a race.
-func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, ok bool, err error) {
-	out = make([]dirEntry, 0, len(es)+1)
-	for i, e := range es {
-		if len(dead) > 0 && dead[0] == i {
-			dead = dead[1:]
-			continue
-		}
-		out = append(out, e)
-	}
-	if len(out) < directoryCap {
-		return out, true, nil
-	}
-	kept := out[:0]
-	var (
-		victim     dirEntry
-		victimTok  uint32
-		victimGen  uint32
-		haveVictim bool
-		soonest    int64
-	)
-	for _, e := range out {
-		rec, token, err := s.readSlot(e.slot)
-		if err != nil {
-			return nil, false, err
-		}
-		if rec.foreign || rec.key == "" || rec.gen != e.gen || s.hash(rec.key).fp != e.fp {
-			continue // the slot has changed hands: a dead entry
-		}
-		if !rec.live(now) {
-			freed, err := s.write(s.slotName(e.slot), appendSlot(nil, rec.gen, 0, "", nil), token)
-			if err != nil {
-				return nil, false, err
-			}
-			if !freed {
-				kept = append(kept, e) // written meanwhile: keep it
-			}
-			continue
-		}
-		kept = append(kept, e)
-		if rec.expires > 0 && (!haveVictim || rec.expires < soonest) {
-			victim, victimTok, victimGen, haveVictim, soonest = e, token, rec.gen, true, rec.expires
-		}
-	}
-	if len(kept) < directoryCap {
-		return kept, true, nil
-	}
-	if !s.evict || !haveVictim {
-		return nil, false, fullError(haveVictim, soonest, now)
-	}
-	ok, err = s.write(s.slotName(victim.slot), appendSlot(nil, victimGen, 0, "", nil), victimTok)
-	if !ok || err != nil {
-		return nil, false, err
-	}
-	s.evicted.Add(1)
-	for i, e := range kept {
-		if e == victim {
-			return append(kept[:i], kept[i+1:]...), true, nil
-		}
-	}
-	return kept, true, nil
-}
-
-func fullError(known bool, soonest, now int64) error {
-	e := &TableFullError{}
-	if known {
-		e.Wait = time.Duration(max(soonest-now, 0))
-	}
-	return e
-}
-
-// claimable returns the slot an insert of h takes: the first free or
-// expired one of its probes, or with EvictOldest the probed live bucket that
-// expires first; prev is its current record.
-func (s *Store) claimable(h keyHash, now int64) (slot, token uint32, prev slotRecord, err error) {
-	var (
-		best     uint32
-		bestTok  uint32
-		bestRec  slotRecord
-		haveBest bool
-	)
-	for i := range s.probes {
-		sl := h.probe(i, s.slots)
-		rec, tok, err := s.readSlot(sl)
-		if err != nil {
-			return 0, 0, prev, err
-		}
-		if !rec.live(now) {
-			return sl, tok, rec, nil
-		}
-		if !rec.foreign && rec.expires > 0 && (!haveBest || rec.expires < bestRec.expires) {
-			best, bestTok, bestRec, haveBest = sl, tok, rec, true
-		}
-	}
-	if !s.evict || !haveBest {
-		return 0, 0, prev, fullError(haveBest, bestRec.expires, now)
-	}
-	return best, bestTok, bestRec, nil
-}
-
-// release frees slot if it still holds key at gen: an unpublished claim.
-func (s *Store) release(slot uint32, key string, gen uint32) {
-	rec, token, err := s.readSlot(slot)
-	if err == nil && !rec.foreign && rec.key == key && rec.gen == gen {
-		_, _ = s.write(s.slotName(slot), appendSlot(nil, gen, 0, "", nil), token)
-	}
-}
-
-// unlink removes the directory entry that gave slot to key at gen, if it is
-// still there. Best effort: an entry left behind leads to a slot that no
-// longer holds key at gen, which every reader recognises as dead.
-func (s *Store) unlink(key string, slot, gen uint32) {
-	h := s.hash(key)
-	es, token, err := s.readDir(h.dir)
-	if err != nil {
-		return
-	}
-	for i, e := range es {
-		if e.fp == h.fp && e.slot == slot && e.gen == gen {
-			_, _ = s.write(s.dirName(h.dir), appendDirectory(nil, append(es[:i:i], es[i+1:]...)), token)
-			return
-		}
-	}
 }
 
 // Delete frees key's slot by compare-and-swap (shared data itself cannot be
