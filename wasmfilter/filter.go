@@ -66,7 +66,8 @@ func (v *VM) OnConfigure(id uint32, size int) bool {
 		return false
 	}
 	if err := p.Configure(raw); err != nil {
-		v.host.Log(LogError, "bucketgrid: "+err.Error())
+		// "wasmfilter: invalid plugin configuration: <path>: <what>", once.
+		v.host.Log(LogError, err.Error())
 		return false
 	}
 	v.host.Log(LogInfo, "bucketgrid: configured "+strconv.Itoa(len(p.set.policies))+" policies")

@@ -191,8 +191,9 @@ func TestBadConfigurationRefused(t *testing.T) {
 			if vm.OnConfigure(1, len(cfg)) {
 				t.Fatal("invalid configuration accepted")
 			}
-			if len(h.logs) == 0 || !strings.Contains(h.logs[len(h.logs)-1], "invalid plugin configuration") {
-				t.Fatalf("reason not logged: %q", h.logs)
+			if len(h.logs) == 0 || !strings.HasPrefix(h.logs[len(h.logs)-1], "wasmfilter: invalid plugin configuration: ") ||
+				strings.Count(h.logs[len(h.logs)-1], "wasmfilter:") != 1 {
+				t.Fatalf("reason not logged once, with one prefix: %q", h.logs)
 			}
 			// An unconfigured plugin lets traffic through untouched.
 			vm.OnContextCreate(2, 1)
