@@ -208,7 +208,7 @@ func (p *Plugin) Check() (a Action, pending [][2]string) {
 		}
 		o, err := p.check(i, pol, path)
 		if err != nil {
-			r, pass := p.failure(pol, p.stores[i], err)
+			r, pass := p.failure(pol, err)
 			if pass {
 				continue
 			}
@@ -242,7 +242,7 @@ func (p *Plugin) path() string {
 // failure decides what an error of pol's check does: pass reports that the
 // request goes on without this policy; otherwise r is the refusal. Every
 // case is counted and logged without the key.
-func (p *Plugin) failure(pol *policy, store *Store, err error) (r refusal, pass bool) {
+func (p *Plugin) failure(pol *policy, err error) (r refusal, pass bool) {
 	prefix := "bucketgrid: policy " + pol.name + ": "
 	var full *TableFullError
 	switch {
@@ -257,7 +257,11 @@ func (p *Plugin) failure(pol *policy, store *Store, err error) (r refusal, pass 
 			p.logLimited(LogWarn, prefix+"slot table full ("+slots+" slots): new client allowed without a limit (table_full allow)")
 			return r, true
 		}
-		p.logLimited(LogWarn, prefix+"slot table full ("+slots+" slots): new client rejected (table_full reject)")
+		why := "table_full reject"
+		if p.set.tableFull == tableFullEvict {
+			why = "nothing to evict: every probed slot holds another build's record"
+		}
+		p.logLimited(LogWarn, prefix+"slot table full ("+slots+" slots): new client rejected ("+why+")")
 		return refusal{status: 429, details: "bucketgrid_table_full", retry: max(1, ceilSeconds(int64(full.Wait)))}, false
 	case errors.Is(err, cas.ErrConflict):
 		pol.metrics.add(p.host, metricCASGaveUp, 1)

@@ -473,7 +473,7 @@ func TestInvalidKeyIsTheClientsError(t *testing.T) {
 	vm := env.vm(t, `{"failure_mode": "open", "policies": [{"name": "p", "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`)
 	p := vm.vm.plugins[1]
 	pol := &p.set.policies[0]
-	r, pass := p.failure(pol, p.stores[0], fmt.Errorf("%w: get: %w", cas.ErrStore, core.InvalidKey("k", "test")))
+	r, pass := p.failure(pol, fmt.Errorf("%w: get: %w", cas.ErrStore, core.InvalidKey("k", "test")))
 	if pass || r.status != 400 || r.details != "bucketgrid_invalid_key" {
 		t.Fatalf("invalid key: pass %v, %+v", pass, r)
 	}
