@@ -16,6 +16,13 @@
 # when tools/testservers changed. Builds use a private GOCACHE beside them: a
 # shared cache trimmed mid-build breaks them. redis-server comes from apt-get when it is not installed.
 # Set SERVERS_NO_REDIS=1 to skip redis.
+#
+# The cache also holds envoyproxy/ratelimit (the peer of cmd/bucketgrid's
+# differential test and benchmark), built once at the pinned pseudo-version
+# below. It is not started here: the tests start it on the Redis above with a
+# runtime folder of their own. Builds into the cache hold a per-user lock, so
+# two checkouts starting their servers at once never build the same binary
+# concurrently.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -59,8 +66,14 @@ stop_one() { # PIDFILE BINARY
 # stamp of the sources a binary is built from; a change forces a rebuild.
 stamp() { cat "$tools/go.mod" "$tools/go.sum" "$@" 2>/dev/null | cksum | cut -d' ' -f1; }
 
+# The envoyproxy/ratelimit commit the peer is built from (see
+# /work/shared/facts/envoy-ratelimit.md): the newest the module proxy serves.
+ratelimit_version=v1.4.1-0.20260122083618-3fb702589d36
+
 build() {
 	mkdir -p "$bin"
+	exec 8>"$cache/build.lock"
+	flock 8
 	local s
 	export GOCACHE=$cache/gocache GOWORK=off GOFLAGS=-buildvcs=false
 	s=$(stamp "$tools"/cmd/ferretdb/*.go)
@@ -75,6 +88,17 @@ build() {
 		"$tools/build-gocaves.sh" "$bin/gocaves"
 		echo "$s" >"$bin/gocaves.stamp"
 	fi
+	if [ ! -x "$bin/envoy-ratelimit" ] || [ "$(cat "$bin/envoy-ratelimit.stamp" 2>/dev/null)" != "$ratelimit_version" ]; then
+		log "building envoyproxy/ratelimit $ratelimit_version (about a minute on a cold cache)"
+		local gobin
+		gobin=$(mktemp -d "$cache/ratelimit.XXXXXX")
+		GOBIN=$gobin go install "github.com/envoyproxy/ratelimit/src/service_cmd@$ratelimit_version"
+		mv "$gobin/service_cmd" "$bin/envoy-ratelimit"
+		rm -rf "$gobin"
+		echo "$ratelimit_version" >"$bin/envoy-ratelimit.stamp"
+	fi
+	flock -u 8
+	exec 8>&-
 }
 
 # wait_for FILE PIDFILE NAME: wait up to 30 s for FILE to be non-empty while
@@ -183,6 +207,7 @@ write_env() {
 		echo "export COUCHBASE_CONNSTR='$(cat "$srv/gocaves.connstr")'"
 		echo "export COUCHBASE_USERNAME=Administrator COUCHBASE_PASSWORD=password COUCHBASE_BUCKET=default"
 		echo "export FERRETDB_BIN='$bin/ferretdb' GOCAVES_BIN='$bin/gocaves'"
+		echo "export ENVOY_RATELIMIT_BIN='$bin/envoy-ratelimit'"
 		if [ -s "$srv/redis.addr" ]; then
 			echo "export REDIS_ADDR='$(cat "$srv/redis.addr")'"
 		fi
