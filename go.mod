@@ -7,3 +7,5 @@ require (
 	github.com/sethvargo/go-limiter v0.7.1
 	golang.org/x/time v0.16.0
 )
+
+require gopkg.in/yaml.v2 v2.4.0

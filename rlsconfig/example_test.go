@@ -1,0 +1,52 @@
+package rlsconfig_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/rlsconfig"
+)
+
+// The whole protocol against buckets held in a map through core.Process, as
+// an executor runs it: plan, run each item's operations as one batch, decide.
+func Example() {
+	cfg, err := rlsconfig.Load([]rlsconfig.File{{Name: "shop.yaml", Data: []byte(`
+domain: shop
+descriptors:
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: client
+    value: partner
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket, burst: 10}
+`)}}, rlsconfig.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	buckets := map[string][]byte{}
+	now := time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)
+	for _, client := range []string{"alice", "alice", "alice", "partner"} {
+		items, err := cfg.Plan(&rlsconfig.Request{Domain: "shop", Descriptors: []rlsconfig.Descriptor{
+			{Entries: []rlsconfig.Entry{{Key: "client", Value: client}}},
+		}})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		it := &items[0]
+		bc := it.BucketConfig()
+		next, changed, resp := core.Process(buckets[it.Key], core.Request{
+			Mode: core.ModeCreateIfAbsent, Config: &bc, Ops: it.Ops()}, now.UnixNano())
+		if changed {
+			buckets[it.Key] = next
+		}
+		st, _ := it.Decide(resp.Results, now)
+		fmt.Println(client, st.Code, st.Remaining, st.ResetAfter)
+	}
+	// Output:
+	// alice OK 1 30s
+	// alice OK 0 30s
+	// alice OVER_LIMIT 0 30s
+	// partner OK 9 600ms
+}
