@@ -239,6 +239,16 @@ func writeHeaders(h http.Header, u *Usage, cost int64, which Headers, policy str
 	}
 }
 
+// SetHeaders sets on h the rate-limit fields the middleware would write for
+// u, the outcome of taking cost tokens: which selects IETFHeaders and
+// XRateLimitHeaders, formatted exactly as the middleware formats them (see
+// the package documentation). It sets no Retry-After (RetryAfterSeconds
+// computes that). It lets a service answering for a proxy, such as an Envoy
+// rate-limit service, give clients the same fields.
+func SetHeaders(h http.Header, u Usage, cost int64, which Headers) {
+	writeHeaders(h, &u, cost, which, PolicyField(u.Config))
+}
+
 // policyCache remembers the RateLimit-Policy values of the last few
 // configurations seen, so that the usual handful of plans costs no
 // formatting per request. It is safe for concurrent use.

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -104,5 +105,29 @@ func TestPolicyCache(t *testing.T) {
 	bws[0].Capacity = 8
 	if got := c.get(bws); got != `"x";q=8;w=2` {
 		t.Errorf("after mutation: %s", got)
+	}
+}
+
+func TestSetHeaders(t *testing.T) {
+	u := Usage{Probe: core.Probe{Consumed: true, Remaining: 4, NanosToWaitForReset: int64(1500 * time.Millisecond)},
+		Config: core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 5, time.Second).WithID("s")}}}
+	for _, tc := range []struct {
+		which Headers
+		want  map[string]string
+	}{
+		{0, map[string]string{}},
+		{IETFHeaders, map[string]string{hPolicy: `"s";q=10;w=2`, hRateLimit: `"s";r=4;t=2`}},
+		{XRateLimitHeaders, map[string]string{hXLimit: "10", hXRemaining: "4", hXReset: "2"}},
+	} {
+		h := http.Header{}
+		SetHeaders(h, u, 1, tc.which)
+		if len(h) != len(tc.want) {
+			t.Errorf("%v: %v, want %v", tc.which, h, tc.want)
+		}
+		for k, v := range tc.want {
+			if h.Get(k) != v {
+				t.Errorf("%v: %s = %q, want %q", tc.which, k, h.Get(k), v)
+			}
+		}
 	}
 }

@@ -114,6 +114,9 @@ func Load(files []File, opts Options) (*Config, error) {
 	return c, nil
 }
 
+// HasDomain reports whether domain is configured.
+func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
+
 // Domains returns the number of domains configured.
 func (c *Config) Domains() int { return len(c.domains) }
 

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/httplimit"
+	"github.com/bucketgrid/bucketgrid/rlsconfig"
+)
+
+// config is everything the flags set.
+type config struct {
+	ConfigPaths    []string
+	GRPCAddr       string
+	HTTPAddr       string
+	Rules          rlsconfig.Options
+	ShadowMode     bool
+	QuotaMode      bool
+	Headers        httplimit.Headers
+	Timeout        time.Duration
+	ReloadInterval time.Duration
+	Backend        string
+	Grid           gridFlags
+	TLS            tlsFlags
+	MaxValued      int
+	ShutdownGrace  time.Duration
+	LogLevel       slog.Level
+}
+
+// gridFlags configure the embedded grid member (-backend grid).
+type gridFlags struct {
+	Bind     string   // Olric host:port; the owner channel uses port+1, gossip port+2
+	Peers    []string // gossip addresses of members to join
+	Env      string   // local or lan
+	Replicas int
+}
+
+// tlsFlags configure TLS on the gRPC listener.
+type tlsFlags struct {
+	Cert, Key, ClientCA string
+}
+
+type listFlag struct{ v *[]string }
+
+func (l listFlag) String() string {
+	if l.v == nil {
+		return ""
+	}
+	return strings.Join(*l.v, ",")
+}
+
+func (l listFlag) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			*l.v = append(*l.v, f)
+		}
+	}
+	return nil
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
+	var c config
+	var algorithm, headers, level string
+	var ratio float64
+	fs.Var(listFlag{&c.ConfigPaths}, "config", "configuration `path`: a YAML file, or a directory of *.yaml files (repeatable, or comma-separated)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (the RLS API, health, reflection)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/json, /healthcheck, /metrics); empty disables it")
+	fs.StringVar(&algorithm, "algorithm", "fixed_window", "algorithm of rules that name none: fixed_window (envoyproxy/ratelimit's) or token_bucket")
+	fs.BoolVar(&c.Rules.MergeDomains, "merge-domains", false, "let several files configure one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
+	fs.Float64Var(&ratio, "near-limit-ratio", 0.8, "fraction of a limit above which hits count as near the limit")
+	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "answer OK to everything, counting what would be refused")
+	fs.BoolVar(&c.QuotaMode, "quota-mode", false, "treat every rule as quota_mode")
+	fs.StringVar(&headers, "headers", "ietf", "response headers for Envoy to add: none, ietf (RateLimit-Policy, RateLimit), x-ratelimit, or ietf,x-ratelimit")
+	fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound on answering one request")
+	fs.DurationVar(&c.ReloadInterval, "reload-interval", time.Second, "how often the configuration files are checked for changes")
+	fs.StringVar(&c.Backend, "backend", "grid", "where the buckets live: grid (an Olric grid of the instances), memory (this process only), or a store URI: redis://, mongodb://, couchbase://")
+	fs.StringVar(&c.Grid.Bind, "grid-bind", "127.0.0.1:3320", "grid member's Olric `host:port`; the owner channel uses port+1 and gossip port+2")
+	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join; empty starts a new grid")
+	fs.StringVar(&c.Grid.Env, "grid-env", "local", "grid timings: local (one host) or lan")
+	fs.IntVar(&c.Grid.Replicas, "grid-replicas", 1, "copies of each bucket: 1, or 2 to lose nothing when an instance leaves")
+	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "gRPC server certificate `file` (PEM); with -tls-key enables TLS")
+	fs.StringVar(&c.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")
+	fs.StringVar(&c.TLS.ClientCA, "tls-client-ca", "", "CA `file` (PEM) that client certificates must chain to (mutual TLS)")
+	fs.IntVar(&c.MaxValued, "metrics-max-valued", 1000, "most metric series whose rule label holds client values (detailed_metric, value_to_metric, overrides)")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown")
+	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var errs []error
+	if len(c.ConfigPaths) == 0 {
+		errs = append(errs, errors.New("-config is required"))
+	}
+	a, ok := rlsconfig.ParseAlgorithm(algorithm)
+	if !ok {
+		errs = append(errs, fmt.Errorf("-algorithm %q: want fixed_window or token_bucket", algorithm))
+	}
+	c.Rules.Algorithm = a
+	if ratio <= 0 || ratio > 1 {
+		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want a fraction in (0, 1]", ratio))
+	}
+	c.Rules.NearLimitRatio = float32(ratio)
+	switch strings.ReplaceAll(headers, " ", "") {
+	case "none", "":
+	case "ietf":
+		c.Headers = httplimit.IETFHeaders
+	case "x-ratelimit":
+		c.Headers = httplimit.XRateLimitHeaders
+	case "ietf,x-ratelimit", "x-ratelimit,ietf":
+		c.Headers = httplimit.IETFHeaders | httplimit.XRateLimitHeaders
+	default:
+		errs = append(errs, fmt.Errorf("-headers %q: want none, ietf, x-ratelimit or ietf,x-ratelimit", headers))
+	}
+	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 {
+		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace not negative"))
+	}
+	if c.Backend == "grid" {
+		if _, port, err := splitHostPort(c.Grid.Bind); err != nil || port < 1 || port > 65533 {
+			errs = append(errs, fmt.Errorf("-grid-bind %q: want host:port with a port below 65534", c.Grid.Bind))
+		}
+		if c.Grid.Env != "local" && c.Grid.Env != "lan" {
+			errs = append(errs, fmt.Errorf("-grid-env %q: want local or lan", c.Grid.Env))
+		}
+		if c.Grid.Replicas < 1 {
+			errs = append(errs, errors.New("-grid-replicas must be at least 1"))
+		}
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		errs = append(errs, errors.New("-tls-cert and -tls-key go together"))
+	}
+	if c.TLS.ClientCA != "" && c.TLS.Cert == "" {
+		errs = append(errs, errors.New("-tls-client-ca needs -tls-cert and -tls-key"))
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
+		errs = append(errs, fmt.Errorf("-log-level: %w", err))
+	}
+	return c, errors.Join(errs...)
+}
+
+func splitHostPort(s string) (string, int, error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	return host, port, err
+}

@@ -1,0 +1,163 @@
+// Package metrics is the Prometheus instrumentation of the rate-limit
+// service: per rule, the counters envoyproxy/ratelimit keeps (total hits,
+// within, near and over the limit, shadow-mode overrides), named by its
+// stats keys; per domain, requests, errors and latency.
+//
+// Every label value comes from the configuration, never from a client,
+// except where the configuration asks for client values
+// (detailed_metric, value_to_metric, Envoy's limit overrides): those keys
+// are admitted up to a fixed number per process, then counted under the
+// rule's configuration path with the suffix ".__other", so clients can
+// never grow the number of series without bound.
+package metrics
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bucketgrid/bucketgrid/rlsconfig"
+)
+
+// UnknownDomain is the domain label of requests whose domain is not
+// configured (or not readable): clients choose domains too.
+const UnknownDomain = "_unknown"
+
+// maxLabelBytes bounds a rule label; longer ones are cut.
+const maxLabelBytes = 256
+
+// Metrics holds the service's collectors in a registry of its own. A nil
+// *Metrics records nothing, so every method may be called on nil.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	hits, within, near, over, shadow *prometheus.CounterVec
+	globalShadow                     prometheus.Counter
+	requests, errors                 *prometheus.CounterVec
+	latency                          *prometheus.HistogramVec
+	configLoads                      *prometheus.CounterVec
+
+	maxValued int
+	mu        sync.Mutex
+	valued    map[string]bool // value-bearing rule labels admitted
+}
+
+// New returns the collectors, registered with the Go and process
+// collectors in a new registry. maxValued bounds the rule labels that
+// carry client values (detailed_metric and the like); 0 admits none.
+func New(maxValued int) *Metrics {
+	rule := []string{"rule"}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: name, Help: help}, rule)
+	}
+	m := &Metrics{
+		reg:    prometheus.NewRegistry(),
+		hits:   counter("total_hits_total", "Hits counted against a rule (envoyproxy/ratelimit's total_hits)."),
+		within: counter("within_limit_total", "Hits a rule admitted."),
+		near:   counter("near_limit_total", "Hits above the near-limit ratio of a rule's limit."),
+		over:   counter("over_limit_total", "Hits over a rule's limit."),
+		shadow: counter("shadow_mode_total", "Hits over a rule's limit that shadow mode let through."),
+		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: "global_shadow_mode_total",
+			Help: "Requests over the limit that the service-wide shadow mode answered OK."}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: "requests_total",
+			Help: "Requests answered, by domain, API (grpc, json) and overall code."}, []string{"domain", "api", "code"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: "errors_total",
+			Help: "Requests not answered, by domain, API and kind (invalid_request, no_config, backend, timeout, canceled, internal)."},
+			[]string{"domain", "api", "kind"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "bucketgrid_rls", Name: "request_duration_seconds",
+			Help:    "Time to answer a request, by domain and API.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"domain", "api"}),
+		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: "config_loads_total",
+			Help: "Configuration loads, by result (success, error)."}, []string{"result"}),
+		maxValued: maxValued,
+		valued:    map[string]bool{},
+	}
+	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.globalShadow, m.requests, m.errors,
+		m.latency, m.configLoads, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry, to register more collectors or gather.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// RuleLabel returns the rule label of r: its stats key, or for a key that
+// carries client values and arrives after the bound, its configuration path
+// + ".__other".
+func (m *Metrics) RuleLabel(r *rlsconfig.Rule) string {
+	key := r.StatsKey
+	if len(key) > maxLabelBytes {
+		key = key[:maxLabelBytes]
+	}
+	if !r.ValuesInStatsKey {
+		return key
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.valued[key] {
+		return key
+	}
+	if len(m.valued) < m.maxValued {
+		m.valued[key] = true
+		return key
+	}
+	return r.Path + ".__other"
+}
+
+// Descriptor records one counted descriptor's status under its rule.
+func (m *Metrics) Descriptor(r *rlsconfig.Rule, st *rlsconfig.Status, hits uint64) {
+	if m == nil {
+		return
+	}
+	l := m.RuleLabel(r)
+	add := func(v *prometheus.CounterVec, n uint64) {
+		if n > 0 {
+			v.WithLabelValues(l).Add(float64(n))
+		}
+	}
+	add(m.hits, hits)
+	add(m.within, st.WithinHits)
+	add(m.near, st.NearHits)
+	add(m.over, st.OverHits)
+	add(m.shadow, st.ShadowHits)
+}
+
+// Request records one request: its overall code, or the kind of error
+// that kept it from being answered ("" when answered).
+func (m *Metrics) Request(domain, api, code, errKind string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if errKind != "" {
+		m.errors.WithLabelValues(domain, api, errKind).Inc()
+	} else {
+		m.requests.WithLabelValues(domain, api, code).Inc()
+	}
+	m.latency.WithLabelValues(domain, api).Observe(d.Seconds())
+}
+
+// GlobalShadow records a request the service-wide shadow mode let through.
+func (m *Metrics) GlobalShadow() {
+	if m != nil {
+		m.globalShadow.Inc()
+	}
+}
+
+// ConfigLoad records a configuration load.
+func (m *Metrics) ConfigLoad(ok bool) {
+	if m == nil {
+		return
+	}
+	r := "success"
+	if !ok {
+		r = "error"
+	}
+	m.configLoads.WithLabelValues(r).Inc()
+}

@@ -1,0 +1,285 @@
+// Package service is the Rate Limit Service: Envoy's
+// envoy.service.ratelimit.v3 API and envoyproxy/ratelimit's JSON endpoint
+// over rlsconfig's rules and a bucketgrid.Manager. It is a thin shell: the
+// rules decide which bucket, which operations and what answer; the Manager's
+// executor (the embedded grid or a CAS store) runs the operations.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/httplimit"
+	"github.com/bucketgrid/bucketgrid/rlsconfig"
+)
+
+// Options configure a Service. Manager is required.
+type Options struct {
+	// Manager holds the buckets.
+	Manager *bucketgrid.Manager
+	// Headers selects the response_headers_to_add: httplimit.IETFHeaders
+	// (RateLimit-Policy, RateLimit) and/or httplimit.XRateLimitHeaders;
+	// zero adds none.
+	Headers httplimit.Headers
+	// GlobalShadowMode answers OK to every request, counting what would
+	// have been refused (envoyproxy/ratelimit's SHADOW_MODE).
+	GlobalShadowMode bool
+	// GlobalQuotaMode treats every rule as quota_mode.
+	GlobalQuotaMode bool
+	// Timeout bounds a request whose context has no deadline; default 1s.
+	Timeout time.Duration
+	// Metrics receives the measurements; nil records nothing.
+	Metrics *metrics.Metrics
+	// Logger receives errors; nil discards them. Descriptor values are
+	// never logged: they are the clients'.
+	Logger *slog.Logger
+	// Now is the clock of the answers' reset durations; default time.Now.
+	Now func() time.Time
+}
+
+// Service answers ShouldRateLimit. It is safe for concurrent use; its
+// configuration is swapped atomically by SetConfig.
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+
+	opts Options
+	cfg  atomic.Pointer[rlsconfig.Config]
+}
+
+// Errors of a request. ErrNoConfig is the service's (no configuration
+// loaded yet); the others are the caller's.
+var (
+	ErrNoConfig = errors.New("no rate limit configuration loaded")
+)
+
+// New returns a service without a configuration: it refuses requests until
+// SetConfig.
+func New(opts Options) *Service {
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Service{opts: opts}
+}
+
+// SetConfig makes cfg the configuration of every request that starts from
+// now on.
+func (s *Service) SetConfig(cfg *rlsconfig.Config) { s.cfg.Store(cfg) }
+
+// Config returns the current configuration, nil before the first SetConfig.
+func (s *Service) Config() *rlsconfig.Config { return s.cfg.Load() }
+
+// ShouldRateLimit implements the RLS v3 API. Request errors (bounds, an
+// empty domain, no descriptors) are InvalidArgument; a missing configuration
+// and backend failures are Unavailable, so Envoy applies its
+// failure_mode_deny.
+func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	resp, err := s.answer(ctx, in, "grpc")
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+// answer checks in and records it as a request of api.
+func (s *Service) answer(ctx context.Context, in *rlspb.RateLimitRequest, api string) (*rlspb.RateLimitResponse, error) {
+	start := time.Now()
+	resp, domain, err := s.check(ctx, in)
+	kind := errorKind(err)
+	s.opts.Metrics.Request(domain, api, resp.GetOverallCode().String(), kind, time.Since(start))
+	if kind == "backend" || kind == "internal" {
+		s.opts.Logger.Warn("rate limit request failed", "domain", domain, "api", api, "err", err)
+	}
+	return resp, err
+}
+
+// check answers in; domain is the metric label of its domain.
+func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, string, error) {
+	cfg := s.cfg.Load()
+	if cfg == nil {
+		return nil, metrics.UnknownDomain, ErrNoConfig
+	}
+	req, err := toRequest(in)
+	if err != nil {
+		return nil, metrics.UnknownDomain, err
+	}
+	domain := metrics.UnknownDomain
+	if cfg.HasDomain(req.Domain) {
+		domain = req.Domain
+	}
+	items, err := cfg.Plan(&req)
+	if err != nil {
+		return nil, domain, &requestError{err}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
+	}
+	statuses, err := s.run(ctx, items)
+	if err != nil {
+		return nil, domain, err
+	}
+	code, shadowed := rlsconfig.Overall(statuses, s.opts.GlobalShadowMode)
+	for i := range items {
+		if items[i].Kind == rlsconfig.Limited {
+			s.opts.Metrics.Descriptor(&items[i].Rule, &statuses[i], items[i].Hits)
+		}
+	}
+	if shadowed {
+		s.opts.Metrics.GlobalShadow()
+	}
+	return s.response(items, statuses, code), domain, nil
+}
+
+// run executes every Limited item's batch and decides each status. Items
+// of one bucket run in descriptor order, as envoyproxy/ratelimit's pipeline
+// applies them; different buckets run concurrently.
+func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.Status, error) {
+	statuses := make([]rlsconfig.Status, len(items))
+	errs := make([]error, len(items))
+	var groups [][]int // indices of the items of one bucket, in order
+	byKey := map[string]int{}
+	for i := range items {
+		if items[i].Kind != rlsconfig.Limited || items[i].Ops() == nil {
+			statuses[i], errs[i] = s.runItem(ctx, &items[i])
+			continue
+		}
+		g, ok := byKey[items[i].Key]
+		if !ok {
+			g = len(groups)
+			byKey[items[i].Key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	runGroup := func(g []int) {
+		for _, i := range g {
+			statuses[i], errs[i] = s.runItem(ctx, &items[i])
+		}
+	}
+	if len(groups) == 1 {
+		runGroup(groups[0])
+	} else {
+		var wg sync.WaitGroup
+		for _, g := range groups {
+			wg.Go(func() { runGroup(g) })
+		}
+		wg.Wait()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if s.opts.GlobalQuotaMode {
+		for i := range statuses {
+			if statuses[i].Over && statuses[i].Code == rlsconfig.OverLimit {
+				statuses[i].Code = rlsconfig.OK
+				items[i].Rule.QuotaMode = true
+			}
+		}
+	}
+	return statuses, nil
+}
+
+func (s *Service) runItem(ctx context.Context, it *rlsconfig.Item) (rlsconfig.Status, error) {
+	ops := it.Ops()
+	if ops == nil {
+		return it.Decide(nil, s.opts.Now())
+	}
+	cfg := it.BucketConfig()
+	h := s.opts.Manager.Bucket(it.Key, func(context.Context) (core.Config, error) { return cfg, nil })
+	res, err := h.Execute(ctx, ops...)
+	if err != nil {
+		return rlsconfig.Status{}, &backendError{redact(err, it)}
+	}
+	return it.Decide(res, s.opts.Now())
+}
+
+// requestError is a request the caller got wrong.
+type requestError struct{ err error }
+
+func (e *requestError) Error() string { return e.err.Error() }
+func (e *requestError) Unwrap() error { return e.err }
+
+// backendError is a bucket the executor could not consult.
+type backendError struct{ err error }
+
+func (e *backendError) Error() string { return "rate limit backend: " + e.err.Error() }
+func (e *backendError) Unwrap() error { return e.err }
+
+// redact replaces it's bucket key, which holds the client's descriptor
+// values, by its rule's configuration path in err's text: errors are logged.
+func redact(err error, it *rlsconfig.Item) error {
+	msg := err.Error()
+	safe := strings.ReplaceAll(msg, strconv.Quote(it.Key), "<key of "+it.Rule.Path+">")
+	safe = strings.ReplaceAll(safe, it.Key, "<key of "+it.Rule.Path+">")
+	if safe == msg {
+		return err
+	}
+	return &redactedError{msg: safe, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// errorKind classifies err for the metrics; "" for nil.
+func errorKind(err error) string {
+	var re *requestError
+	var be *backendError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &re):
+		return "invalid_request"
+	case errors.Is(err, ErrNoConfig):
+		return "no_config"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.As(err, &be):
+		return "backend"
+	}
+	return "internal"
+}
+
+// grpcError maps a request's error to its gRPC status.
+func grpcError(err error) error {
+	var re *requestError
+	var be *backendError
+	switch {
+	case errors.As(err, &re):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.As(err, &be), errors.Is(err, ErrNoConfig):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Internal, fmt.Sprint(err))
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
+	"github.com/bucketgrid/bucketgrid/rlsconfig"
+)
+
+// expiryMargin is how long a bucket outlives the moment it is full again:
+// from then on a missing bucket and a full one answer alike.
+const expiryMargin = 10 * time.Second
+
+// run starts the instance and serves until ctx ends, then shuts down
+// gracefully. It writes one line to stdout when it is ready:
+//
+//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320
+func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
+	m := metrics.New(c.MaxValued)
+	ld := &loader.Loader{Paths: c.ConfigPaths, Options: c.Rules}
+	rules, err := ld.Load()
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	m.ConfigLoad(true)
+
+	grpcLn, err := net.Listen("tcp", c.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("-grpc-addr: %w", err)
+	}
+	defer grpcLn.Close()
+	var httpLn net.Listener
+	if c.HTTPAddr != "" {
+		if httpLn, err = net.Listen("tcp", c.HTTPAddr); err != nil {
+			return fmt.Errorf("-http-addr: %w", err)
+		}
+		defer httpLn.Close()
+	}
+	creds, err := serverCredentials(c.TLS)
+	if err != nil {
+		return err
+	}
+
+	be, err := openBackend(ctx, c, stderr)
+	if err != nil {
+		return fmt.Errorf("backend %s: %w", c.Backend, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		if cerr := be.close(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("backend %s: close: %w", c.Backend, cerr))
+		}
+	}()
+
+	svc := service.New(service.Options{
+		Manager:          bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin))),
+		Headers:          c.Headers,
+		GlobalShadowMode: c.ShadowMode,
+		GlobalQuotaMode:  c.QuotaMode,
+		Timeout:          c.Timeout,
+		Metrics:          m,
+		Logger:           log,
+	})
+	svc.SetConfig(rules)
+	log.Info("configuration loaded", "domains", rules.Domains(), "paths", c.ConfigPaths)
+
+	var opts []grpc.ServerOption
+	if creds != nil {
+		opts = append(opts, grpc.Creds(creds))
+	}
+	gs := grpc.NewServer(opts...)
+	rlspb.RegisterRateLimitServiceServer(gs, svc)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	var healthy atomic.Bool
+	healthy.Store(true)
+	mux := http.NewServeMux()
+	mux.Handle("POST /json", svc.JSONHandler())
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+		if !healthy.Load() {
+			http.Error(w, "shutting down", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "OK")
+	})
+	mux.Handle("GET /metrics", m.Handler())
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	var wg sync.WaitGroup
+	serveErr := make(chan error, 2)
+	wg.Go(func() {
+		if err := gs.Serve(grpcLn); err != nil {
+			serveErr <- fmt.Errorf("grpc: %w", err)
+		}
+	})
+	if httpLn != nil {
+		wg.Go(func() {
+			if err := hsrv.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("http: %w", err)
+			}
+		})
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	wg.Go(func() {
+		ld.Watch(watchCtx, c.ReloadInterval, func(cfg *rlsconfig.Config) {
+			svc.SetConfig(cfg)
+			m.ConfigLoad(true)
+			log.Info("configuration reloaded", "domains", cfg.Domains())
+		}, func(err error) {
+			m.ConfigLoad(false)
+			log.Error("configuration reload failed; keeping the previous configuration", "err", err)
+		})
+	})
+
+	httpAddr := ""
+	if httpLn != nil {
+		httpAddr = httpLn.Addr().String()
+	}
+	fmt.Fprintf(stdout, "bucketgrid ready grpc=%s http=%s backend=%s%s\n", grpcLn.Addr(), httpAddr, c.Backend, be.describe)
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	log.Info("shutting down")
+	healthy.Store(false)
+	hs.Shutdown()
+	stopWatch()
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownGrace)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-grace.Done():
+		gs.Stop()
+		<-stopped
+	}
+	if httpLn != nil {
+		if serr := hsrv.Shutdown(grace); serr != nil {
+			hsrv.Close()
+		}
+	}
+	wg.Wait()
+	return err
+}
