@@ -115,14 +115,16 @@ func (l *Loader) Load() (*rlsconfig.Config, error) {
 }
 
 // Watch polls the files every interval until ctx ends. When their names or
-// contents differ from the last load attempted it loads them and calls
-// loaded with the new configuration, or failed with the reason it keeps the
-// old one. Files that cannot be read are reported once per distinct error.
-// It is not safe to call Load or Watch concurrently.
+// contents differ from the last load attempted, and have held still for one
+// poll (so a file caught half-written is not loaded), it loads them and
+// calls loaded with the new configuration, or failed with the reason it
+// keeps the old one. Files that cannot be read are reported once per
+// distinct error. It is not safe to call Load or Watch concurrently.
 func (l *Loader) Watch(ctx context.Context, interval time.Duration, loaded func(*rlsconfig.Config), failed func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastReadErr string
+	var seen [sha256.Size]byte // contents of the previous poll
 	for {
 		select {
 		case <-ctx.Done():
@@ -138,7 +140,9 @@ func (l *Loader) Watch(ctx context.Context, interval time.Duration, loaded func(
 			continue
 		}
 		lastReadErr = ""
-		if sum == l.last {
+		prev := seen
+		seen = sum
+		if sum == l.last || sum != prev {
 			continue
 		}
 		l.last = sum
