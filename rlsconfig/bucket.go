@@ -110,6 +110,25 @@ func (r *Rule) Policy() core.Bandwidth {
 	return bw
 }
 
+// NeedsBucket reports whether it is counted in a bucket, that is, whether
+// Ops is not nil.
+func (it *Item) NeedsBucket() bool {
+	return it.Kind == Limited && (it.Rule.Algorithm != TokenBucket || it.Rule.RequestsPerUnit > 0)
+}
+
+// opCount is len(it.Ops()), without building them.
+func (it *Item) opCount() int {
+	switch {
+	case !it.NeedsBucket():
+		return 0
+	case it.Hits == 0 && it.Rule.Algorithm == FixedWindow:
+		return 1
+	case it.Hits > 0 && it.Rule.Algorithm == TokenBucket:
+		return 1
+	}
+	return 2
+}
+
 // Ops returns the operations to run atomically, as one batch, on it's
 // bucket; nil when the item needs no bucket (NoLimit, Unlimited, and a
 // token bucket of 0 requests, which refuses everything).
@@ -119,17 +138,14 @@ func (r *Rule) Policy() core.Bandwidth {
 // on a token bucket, which never goes over, it is over when not one token is
 // left.
 func (it *Item) Ops() []core.Op {
-	if it.Kind != Limited {
+	if !it.NeedsBucket() {
 		return nil
 	}
 	l := &it.Rule.Limit
 	n := int64(l.RequestsPerUnit)
 	if l.Algorithm == TokenBucket {
 		c := int64(l.Capacity())
-		switch {
-		case n == 0:
-			return nil
-		case it.Hits == 0:
+		if it.Hits == 0 {
 			return []core.Op{{Kind: core.OpEstimate, Tokens: 1}, {Kind: core.OpEstimate, Tokens: c}}
 		}
 		// more than the capacity is refused whatever the state
@@ -207,7 +223,7 @@ func (it *Item) Decide(results []core.Result, now time.Time) (Status, error) {
 	case Unlimited:
 		return Status{Code: OK, Remaining: math.MaxUint32}, nil
 	}
-	if want := len(it.Ops()); len(results) != want {
+	if want := it.opCount(); len(results) != want {
 		return Status{}, fmt.Errorf("rlsconfig: %d results for %d operations", len(results), want)
 	}
 	var s Status

@@ -19,6 +19,7 @@ type config struct {
 	ConfigPaths    []string
 	GRPCAddr       string
 	HTTPAddr       string
+	DebugAddr      string
 	Rules          rlsconfig.Options
 	ShadowMode     bool
 	QuotaMode      bool
@@ -71,6 +72,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.Var(listFlag{&c.ConfigPaths}, "config", "configuration `path`: a YAML file, or a directory of *.yaml files (repeatable, or comma-separated)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (the RLS API, health, reflection)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/json, /healthcheck, /metrics); empty disables it")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", "listen `address` of /debug/pprof (Go's profiler); empty disables it. Never expose it")
 	fs.StringVar(&algorithm, "algorithm", "fixed_window", "algorithm of rules that name none: fixed_window (envoyproxy/ratelimit's) or token_bucket")
 	fs.BoolVar(&c.Rules.MergeDomains, "merge-domains", false, "let several files configure one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
 	fs.Float64Var(&ratio, "near-limit-ratio", 0.8, "fraction of a limit above which hits count as near the limit")

@@ -200,12 +200,20 @@ func client(t testing.TB, addr string) rlspb.RateLimitServiceClient {
 // the Redis of scripts/servers.sh.
 type peer struct {
 	grpcAddr, httpAddr string
+	pid                int
 }
 
 // startPeer runs envoyproxy/ratelimit on the configuration files until the
 // test ends. Its keys get a prefix of their own, so runs never share
 // counters.
 func startPeer(t testing.TB, files map[string]string) *peer {
+	t.Helper()
+	return startPeerPrefix(t, files, "bgtest_"+randHex(6)+"_")
+}
+
+// startPeerPrefix is startPeer with the key prefix given: instances with the
+// same prefix and Redis share their counters.
+func startPeerPrefix(t testing.TB, files map[string]string, prefix string) *peer {
 	t.Helper()
 	bin := need(t, "ENVOY_RATELIMIT_BIN")
 	redis := need(t, "REDIS_ADDR")
@@ -218,7 +226,7 @@ func startPeer(t testing.TB, files map[string]string) *peer {
 		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
 		fmt.Sprintf("PORT=%d", ports[0]), fmt.Sprintf("GRPC_PORT=%d", ports[1]), fmt.Sprintf("DEBUG_PORT=%d", ports[2]),
-		"CACHE_KEY_PREFIX=bgtest_"+randHex(6)+"_")
+		"CACHE_KEY_PREFIX="+prefix)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -230,7 +238,8 @@ func startPeer(t testing.TB, files map[string]string) *peer {
 		cmd.Process.Kill()
 		<-exited
 	})
-	p := &peer{grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	p := &peer{grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		pid: cmd.Process.Pid}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
@@ -250,4 +259,13 @@ func startPeer(t testing.TB, files map[string]string) *peer {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// req builds a request of one descriptor per key/value pair.
+func req(domain string, kv ...string) *rlspb.RateLimitRequest {
+	r := &rlspb.RateLimitRequest{Domain: domain}
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Descriptors = append(r.Descriptors, entries(kv[i], kv[i+1]))
+	}
+	return r
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +86,9 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	svc.SetConfig(rules)
 	log.Info("configuration loaded", "domains", rules.Domains(), "paths", c.ConfigPaths)
 
-	var opts []grpc.ServerOption
+	// stream workers keep goroutines whose stacks have grown, instead of a
+	// new goroutine (and its stack growth) per request
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
@@ -109,6 +113,22 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	})
 	mux.Handle("GET /metrics", m.Handler())
 	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	var debugSrv *http.Server
+	if c.DebugAddr != "" {
+		dln, err := net.Listen("tcp", c.DebugAddr)
+		if err != nil {
+			return fmt.Errorf("-debug-addr: %w", err)
+		}
+		dm := http.NewServeMux()
+		dm.HandleFunc("/debug/pprof/", pprof.Index)
+		dm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		dm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		dm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		debugSrv = &http.Server{Handler: dm, ReadHeaderTimeout: 10 * time.Second}
+		go debugSrv.Serve(dln)
+		defer debugSrv.Close()
+	}
 
 	var wg sync.WaitGroup
 	serveErr := make(chan error, 2)

@@ -43,6 +43,14 @@ type Metrics struct {
 	maxValued int
 	mu        sync.Mutex
 	valued    map[string]bool // value-bearing rule labels admitted
+
+	rules     sync.Map // rule label → *ruleCounters
+	endpoints sync.Map // domain + "\x00" + api → prometheus.Observer
+}
+
+// ruleCounters are one rule's counters, looked up once.
+type ruleCounters struct {
+	hits, within, near, over, shadow prometheus.Counter
 }
 
 // New returns the collectors, registered with the Go and process
@@ -117,16 +125,23 @@ func (m *Metrics) Descriptor(r *rlsconfig.Rule, st *rlsconfig.Status, hits uint6
 		return
 	}
 	l := m.RuleLabel(r)
-	add := func(v *prometheus.CounterVec, n uint64) {
+	rc, ok := m.rules.Load(l)
+	if !ok {
+		rc, _ = m.rules.LoadOrStore(l, &ruleCounters{
+			hits: m.hits.WithLabelValues(l), within: m.within.WithLabelValues(l), near: m.near.WithLabelValues(l),
+			over: m.over.WithLabelValues(l), shadow: m.shadow.WithLabelValues(l)})
+	}
+	c := rc.(*ruleCounters)
+	add := func(v prometheus.Counter, n uint64) {
 		if n > 0 {
-			v.WithLabelValues(l).Add(float64(n))
+			v.Add(float64(n))
 		}
 	}
-	add(m.hits, hits)
-	add(m.within, st.WithinHits)
-	add(m.near, st.NearHits)
-	add(m.over, st.OverHits)
-	add(m.shadow, st.ShadowHits)
+	add(c.hits, hits)
+	add(c.within, st.WithinHits)
+	add(c.near, st.NearHits)
+	add(c.over, st.OverHits)
+	add(c.shadow, st.ShadowHits)
 }
 
 // Request records one request: its overall code, or the kind of error
@@ -140,7 +155,12 @@ func (m *Metrics) Request(domain, api, code, errKind string, d time.Duration) {
 	} else {
 		m.requests.WithLabelValues(domain, api, code).Inc()
 	}
-	m.latency.WithLabelValues(domain, api).Observe(d.Seconds())
+	k := domain + "\x00" + api
+	o, ok := m.endpoints.Load(k)
+	if !ok {
+		o, _ = m.endpoints.LoadOrStore(k, m.latency.WithLabelValues(domain, api))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // GlobalShadow records a request the service-wide shadow mode let through.

@@ -158,11 +158,18 @@ func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.
 	statuses := make([]rlsconfig.Status, len(items))
 	errs := make([]error, len(items))
 	var groups [][]int // indices of the items of one bucket, in order
-	byKey := map[string]int{}
+	var byKey map[string]int
 	for i := range items {
-		if items[i].Kind != rlsconfig.Limited || items[i].Ops() == nil {
+		if !items[i].NeedsBucket() {
 			statuses[i], errs[i] = s.runItem(ctx, &items[i])
 			continue
+		}
+		if len(groups) == 0 {
+			groups = append(groups, []int{i})
+			continue
+		}
+		if byKey == nil {
+			byKey = map[string]int{items[groups[0][0]].Key: 0}
 		}
 		g, ok := byKey[items[i].Key]
 		if !ok {
@@ -177,9 +184,11 @@ func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.
 			statuses[i], errs[i] = s.runItem(ctx, &items[i])
 		}
 	}
-	if len(groups) == 1 {
+	switch len(groups) {
+	case 0:
+	case 1:
 		runGroup(groups[0])
-	} else {
+	default:
 		var wg sync.WaitGroup
 		for _, g := range groups {
 			wg.Go(func() { runGroup(g) })

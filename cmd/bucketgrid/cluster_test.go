@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// clusterConfig has one limit per algorithm, slow enough that no window
+// ends and no token refills during a test: what is admitted is exactly what
+// the limit allows.
+const clusterConfig = `
+domain: cluster
+descriptors:
+  - key: fixed
+    rate_limit: {unit: year, requests_per_unit: 200}
+  - key: bucket
+    rate_limit: {unit: year, requests_per_unit: 200, algorithm: token_bucket}
+`
+
+// hammer sends n requests for descriptor (key, value) from 16 goroutines,
+// each instance in turn, and returns how many were admitted and how many
+// failed.
+func hammer(t *testing.T, clients []rlspb.RateLimitServiceClient, n int, key, value string) (admitted, failed int64) {
+	t.Helper()
+	var next atomic.Int64
+	var ok, bad atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				r, err := clients[i%int64(len(clients))].ShouldRateLimit(ctx, req("cluster", key, value))
+				cancel()
+				switch {
+				case err != nil:
+					bad.Add(1)
+				case r.OverallCode == rlspb.RateLimitResponse_OK:
+					ok.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ok.Load(), bad.Load()
+}
+
+// TestClusterServesOneLimit: three instances in three processes form one
+// grid, and requests spread over all of them admit exactly the limit, for
+// both algorithms.
+func TestClusterServesOneLimit(t *testing.T) {
+	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
+	procs := startCluster(t, 3, "-config", dir)
+	var clients []rlspb.RateLimitServiceClient
+	for _, p := range procs {
+		clients = append(clients, client(t, p.grpcAddr))
+	}
+	for _, key := range []string{"fixed", "bucket"} {
+		value := "v" + randHex(4)
+		year := time.Now().UTC().YearDay()
+		admitted, failed := hammer(t, clients, 600, key, value)
+		if failed > 0 {
+			t.Fatalf("%s: %d of 600 requests failed", key, failed)
+		}
+		if admitted != 200 {
+			if key == "fixed" && time.Now().UTC().YearDay() != year {
+				t.Skip("a fixed window of a year may have ended during the test (a day boundary passed)")
+			}
+			t.Fatalf("%s: %d of 600 admitted, want exactly the limit, 200", key, admitted)
+		}
+		t.Logf("%s: 600 requests over 3 instances, 200 admitted", key)
+	}
+}
+
+// TestClusterSurvivesACrash: one of three instances is killed while
+// requests for 30 descriptors flow to all three. The survivors keep
+// answering, and no descriptor admits more than the grid's documented bound
+// for a crash with one replica: its limit, plus one limit more when the
+// crashed member owned its bucket (which restarts full).
+func TestClusterSurvivesACrash(t *testing.T) {
+	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
+	procs := startCluster(t, 3, "-config", dir, "-timeout", "3s")
+	var all []rlspb.RateLimitServiceClient
+	for _, p := range procs {
+		all = append(all, client(t, p.grpcAddr))
+	}
+	survivors := all[1:]
+	const keys, limit = 30, 200
+	values := make([]string, keys)
+	for i := range values {
+		values[i] = fmt.Sprintf("k%d-%s", i, randHex(3))
+	}
+	admitted := make([]int64, keys)
+	// before: 150 requests per descriptor, spread over all three
+	for i, v := range values {
+		a, failed := hammer(t, all, 150, "bucket", v)
+		if failed > 0 {
+			t.Fatalf("before the crash: %d requests failed", failed)
+		}
+		admitted[i] += a
+	}
+	procs[0].kill()
+	killed := time.Now()
+	// the survivors take over: every descriptor answers again within 60 s
+	deadline := killed.Add(60 * time.Second)
+	for i, v := range values {
+		for {
+			a, failed := hammer(t, survivors, 2, "bucket", v)
+			admitted[i] += a
+			if failed == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("descriptor %d: the survivors still fail 60s after the crash", i)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("every descriptor answered again %v after the crash", time.Since(killed).Round(time.Millisecond))
+	// after: enough requests to use up every limit again, on the survivors
+	reset := 0
+	for i, v := range values {
+		a, failed := hammer(t, survivors, 250, "bucket", v)
+		if failed > 0 {
+			t.Fatalf("after recovery: %d requests failed", failed)
+		}
+		admitted[i] += a
+		switch {
+		case admitted[i] < limit:
+			t.Errorf("descriptor %d: %d admitted, fewer than its limit %d", i, admitted[i], limit)
+		case admitted[i] > 2*limit:
+			t.Errorf("descriptor %d: %d admitted, above the bound of two limits (%d)", i, admitted[i], 2*limit)
+		case admitted[i] > limit:
+			reset++
+		}
+	}
+	t.Logf("%d of %d descriptors restarted full (owned by the crashed member); the others admitted exactly %d", reset, keys, limit)
+}
