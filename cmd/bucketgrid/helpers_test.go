@@ -20,6 +20,7 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -184,6 +185,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
 
 // client dials a gRPC address without TLS.
 func client(t testing.TB, addr string) rlspb.RateLimitServiceClient {
