@@ -28,6 +28,12 @@ descriptors:
 // failed.
 func hammer(t *testing.T, clients []rlspb.RateLimitServiceClient, n int, key, value string) (admitted, failed int64) {
 	t.Helper()
+	return hammerDomain(t, clients, n, "cluster", key, value)
+}
+
+// hammerDomain is hammer in domain.
+func hammerDomain(t *testing.T, clients []rlspb.RateLimitServiceClient, n int, domain, key, value string) (admitted, failed int64) {
+	t.Helper()
 	var next atomic.Int64
 	var ok, bad atomic.Int64
 	var wg sync.WaitGroup
@@ -39,7 +45,7 @@ func hammer(t *testing.T, clients []rlspb.RateLimitServiceClient, n int, key, va
 					return
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				r, err := clients[i%int64(len(clients))].ShouldRateLimit(ctx, req("cluster", key, value))
+				r, err := clients[i%int64(len(clients))].ShouldRateLimit(ctx, req(domain, key, value))
 				cancel()
 				switch {
 				case err != nil:
