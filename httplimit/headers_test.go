@@ -109,7 +109,7 @@ func TestPolicyCache(t *testing.T) {
 }
 
 func TestSetHeaders(t *testing.T) {
-	u := Usage{Probe: core.Probe{Consumed: true, Remaining: 4, NanosToWaitForReset: int64(1500 * time.Millisecond)},
+	u := Usage{Probe: core.Probe{Consumed: true, Remaining: 4, WaitForReset: 1500 * time.Millisecond},
 		Config: core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 5, time.Second).WithID("s")}}}
 	for _, tc := range []struct {
 		which Headers

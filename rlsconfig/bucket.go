@@ -1,8 +1,6 @@
 package rlsconfig
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"strconv"
@@ -12,8 +10,8 @@ import (
 )
 
 // MaxKeyBytes bounds bucket keys: a longer key keeps its limit tag and has
-// the rest replaced by its SHA-256, so every store (Couchbase allows 250
-// bytes) can hold every key.
+// the rest replaced by core.DigestKey of it, so every store (Couchbase allows
+// 250 bytes) can hold every key.
 const MaxKeyBytes = 200
 
 // bucketKey builds the key of rule r's bucket for a descriptor of domain:
@@ -39,9 +37,7 @@ func bucketKey(domain string, entries []Entry, r *Rule) string {
 		b = strconv.AppendQuoteToASCII(b, v)
 	}
 	if len(b) > MaxKeyBytes {
-		sum := sha256.Sum256(b[tagged:])
-		b = append(b[:tagged], '#')
-		b = hex.AppendEncode(b, sum[:])
+		b = append(b[:tagged], core.DigestKey(string(b[tagged:]))...)
 	}
 	return string(b)
 }

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,13 +15,9 @@ import (
 // usage describes a counted descriptor the way httplimit's headers read a
 // bucket: the rule's policy as the configuration, its status as the probe.
 func usage(it *rlsconfig.Item, st *rlsconfig.Status) httplimit.Usage {
-	wait := int64(st.RetryAfter)
-	if st.RetryAfter == rlsconfig.Never {
-		wait = math.MaxInt64
-	}
 	return httplimit.Usage{
 		Probe: core.Probe{Consumed: !st.Over, Remaining: int64(st.Remaining),
-			NanosToWaitForRefill: wait, NanosToWaitForReset: int64(st.ResetAfter)},
+			WaitForRefill: st.RetryAfter, WaitForReset: st.ResetAfter},
 		Config: core.Config{Bandwidths: []core.Bandwidth{it.Rule.Policy()}},
 	}
 }

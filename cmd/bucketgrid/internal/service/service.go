@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/httplimit"
@@ -47,8 +48,9 @@ type Options struct {
 	// Logger receives errors; nil discards them. Descriptor values are
 	// never logged: they are the clients'.
 	Logger *slog.Logger
-	// Now is the clock of the answers' reset durations; default time.Now.
-	Now func() time.Time
+	// Clock is the wall clock of the answers' reset durations (the windows'
+	// ends); default clock.Wall().
+	Clock clock.Clock
 }
 
 // Service answers ShouldRateLimit. It is safe for concurrent use; its
@@ -75,8 +77,8 @@ func New(opts Options) *Service {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.Wall()
 	}
 	return &Service{opts: opts}
 }
@@ -212,16 +214,22 @@ func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.
 func (s *Service) runItem(ctx context.Context, it *rlsconfig.Item) (rlsconfig.Status, error) {
 	ops := it.Ops()
 	if ops == nil {
-		return it.Decide(nil, s.opts.Now())
+		return it.Decide(nil, s.now())
 	}
 	cfg := it.BucketConfig()
 	h := s.opts.Manager.Bucket(it.Key, func(context.Context) (core.Config, error) { return cfg, nil })
 	res, err := h.Execute(ctx, ops...)
+	if errors.Is(err, core.ErrInvalidKey) {
+		// a descriptor the backend cannot hold is the caller's, never an outage
+		return rlsconfig.Status{}, &requestError{redact(err, it)}
+	}
 	if err != nil {
 		return rlsconfig.Status{}, &backendError{redact(err, it)}
 	}
-	return it.Decide(res, s.opts.Now())
+	return it.Decide(res, s.now())
 }
+
+func (s *Service) now() time.Time { return time.Unix(0, s.opts.Clock.Now()) }
 
 // requestError is a request the caller got wrong.
 type requestError struct{ err error }

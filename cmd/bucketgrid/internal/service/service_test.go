@@ -22,6 +22,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/httplimit"
@@ -55,11 +56,11 @@ func newService(t *testing.T, opts Options) *Service {
 		t.Fatal(err)
 	}
 	if opts.Manager == nil {
-		opts.Manager = bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(func() int64 { return fixedNow.UnixNano() })),
-			cas.WithClock(func() int64 { return fixedNow.UnixNano() })))
+		c := clock.NewFake(fixedNow)
+		opts.Manager = bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(c)), cas.WithClock(c)))
 	}
-	if opts.Now == nil {
-		opts.Now = func() time.Time { return fixedNow }
+	if opts.Clock == nil {
+		opts.Clock = clock.NewFake(fixedNow)
 	}
 	s := New(opts)
 	s.SetConfig(cfg)
@@ -205,6 +206,7 @@ func TestErrors(t *testing.T) {
 		{"too many descriptors", s, many, codes.InvalidArgument},
 		{"no configuration", New(Options{Manager: s.opts.Manager}), req("shop", "client", "a"), codes.Unavailable},
 		{"backend down", newService(t, Options{Manager: bucketgrid.NewManager(brokenExecutor{})}), req("shop", "client", "a"), codes.Unavailable},
+		{"key the backend cannot hold", newService(t, Options{Manager: bucketgrid.NewManager(keyRefusingExecutor{})}), req("shop", "client", "a"), codes.InvalidArgument},
 	} {
 		_, err := tc.s.ShouldRateLimit(ctx, tc.req)
 		if status.Code(err) != tc.code {
@@ -221,6 +223,15 @@ func (brokenExecutor) Execute(_ context.Context, key string, _ core.Request) (co
 	return core.Response{}, errors.New("store unreachable while reading " + key)
 }
 func (brokenExecutor) Remove(context.Context, string) error { return nil }
+
+// keyRefusingExecutor refuses every key, as a store with a shorter key
+// limit than the service's keys would.
+type keyRefusingExecutor struct{}
+
+func (keyRefusingExecutor) Execute(_ context.Context, key string, _ core.Request) (core.Response, error) {
+	return core.Response{}, core.InvalidKey(key, "longer than 8 bytes")
+}
+func (keyRefusingExecutor) Remove(context.Context, string) error { return nil }
 
 func TestBackendErrorsAreRedacted(t *testing.T) {
 	var logs bytes.Buffer
