@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
+	github.com/bucketgrid/bucketgrid/examples v0.0.0-00010101000000-000000000000
 	github.com/bucketgrid/bucketgrid/grid/couchbase v0.0.0-00010101000000-000000000000
 	github.com/bucketgrid/bucketgrid/grid/mongo v0.0.0-00010101000000-000000000000
 	github.com/bucketgrid/bucketgrid/grid/olric v0.0.0-00010101000000-000000000000
@@ -11,6 +12,7 @@ require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	github.com/redis/go-redis/v9 v9.23.0
 	go.mongodb.org/mongo-driver/v2 v2.10.0
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
@@ -56,7 +58,6 @@ require (
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
 	github.com/tidwall/btree v1.7.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect

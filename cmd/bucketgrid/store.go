@@ -9,16 +9,19 @@ import (
 	"time"
 
 	"github.com/couchbase/gocb/v2"
+	"github.com/redis/go-redis/v9"
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/examples/newbackend/redisstore"
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
 )
 
 // openStore opens the CAS store a URI names:
 //
+//	redis://[user:pass@]host:port[/db][?prefix=bucketgrid:]   (rediss:// for TLS)
 //	mongodb://[user:pass@]host[:port][,host…]/[database][?options&collection=name]
 //	couchbase://[user:pass@]host[:port][,host…]/[bucket]
 //
@@ -30,12 +33,14 @@ func openStore(ctx context.Context, uri string) (*backend, error) {
 		return nil, err
 	}
 	switch u.scheme {
+	case "redis", "rediss":
+		return openRedis(ctx, u)
 	case "mongodb", "mongodb+srv":
 		return openMongo(ctx, u)
 	case "couchbase", "couchbases":
 		return openCouchbase(ctx, u)
 	}
-	return nil, fmt.Errorf("unknown scheme %q (want grid, memory, mongodb://… or couchbase://…)", u.scheme)
+	return nil, fmt.Errorf("unknown scheme %q (want grid, memory, redis://…, mongodb://… or couchbase://…)", u.scheme)
 }
 
 // storeURI is a store URI taken apart. net/url cannot parse these: their
@@ -51,7 +56,7 @@ func parseStoreURI(s string) (storeURI, error) {
 	var u storeURI
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok || scheme == "" {
-		return u, errors.New("not a URI (want grid, memory, mongodb://… or couchbase://…)")
+		return u, errors.New("not a URI (want grid, memory, redis://…, mongodb://… or couchbase://…)")
 	}
 	u.scheme = strings.ToLower(scheme)
 	rest, rawQuery, _ := strings.Cut(rest, "?")
@@ -143,6 +148,28 @@ func openMongo(ctx context.Context, u storeURI) (*backend, error) {
 			<-swept
 			return closeClient(ctx)
 		}}, nil
+}
+
+func openRedis(ctx context.Context, u storeURI) (*backend, error) {
+	prefix := u.query.Get("prefix")
+	if prefix == "" {
+		prefix = "bucketgrid:"
+	}
+	u.query.Del("prefix")
+	opts, err := redis.ParseURL(u.driverURI(u.path))
+	if err != nil {
+		return nil, err
+	}
+	// the request's deadline bounds every call, even when Redis hangs
+	opts.ContextTimeoutEnabled = true
+	client := redis.NewClient(opts)
+	store := redisstore.New(client, redisstore.WithPrefix(prefix))
+	if err := store.Load(ctx); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &backend{exec: cas.New(store), describe: " prefix=" + prefix,
+		close: func(context.Context) error { return client.Close() }}, nil
 }
 
 func openCouchbase(ctx context.Context, u storeURI) (*backend, error) {

@@ -57,6 +57,10 @@ func testSharedStore(t *testing.T, uri string, instances int) {
 	}
 }
 
+func TestRedisBackend(t *testing.T) {
+	testSharedStore(t, fmt.Sprintf("redis://%s/0?prefix=bgtest:%s:", need(t, "REDIS_ADDR"), randHex(4)), 2)
+}
+
 func TestMongoBackend(t *testing.T) {
 	base := strings.TrimRight(need(t, "MONGODB_URI"), "/")
 	if i := strings.Index(base, "?"); i >= 0 {
