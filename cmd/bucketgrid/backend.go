@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"strconv"
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
@@ -42,8 +40,7 @@ func gridConfig(g gridFlags) (olric.Config, error) {
 	if g.Env == "lan" {
 		cfg = olric.DefaultLANConfig()
 	}
-	cfg.BindAddr, cfg.BindPort = host, port
-	cfg.ChannelAddr = net.JoinHostPort(host, strconv.Itoa(port+1))
+	cfg.BindAddr, cfg.BindPort = host, port // the owner channel takes port+1, gossip port+2
 	cfg.Peers = g.Peers
 	cfg.ReplicaCount = g.Replicas
 	return cfg, nil
@@ -54,7 +51,9 @@ func openGrid(ctx context.Context, g gridFlags, logs io.Writer) (*backend, error
 	if err != nil {
 		return nil, err
 	}
-	_ = logs
+	if g.Verbose {
+		cfg.LogOutput = logs
+	}
 	m, err := olric.Start(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -34,12 +34,16 @@ type config struct {
 	LogLevel       slog.Level
 }
 
-// gridFlags configure the embedded grid member (-backend grid).
+// gridFlags configure the embedded grid member (-backend grid). The grid's
+// security settings (owner-channel mTLS, gossip keys, Olric's password) are
+// to join them as flags once grid/olric has them; gridConfig is where they
+// go.
 type gridFlags struct {
 	Bind     string   // Olric host:port; the owner channel uses port+1, gossip port+2
 	Peers    []string // gossip addresses of members to join
 	Env      string   // local or lan
 	Replicas int
+	Verbose  bool // Olric's and memberlist's logs to stderr
 }
 
 // tlsFlags configure TLS on the gRPC listener.
@@ -86,6 +90,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join; empty starts a new grid")
 	fs.StringVar(&c.Grid.Env, "grid-env", "local", "grid timings: local (one host) or lan")
 	fs.IntVar(&c.Grid.Replicas, "grid-replicas", 1, "copies of each bucket: 1, or 2 to lose nothing when an instance leaves")
+	fs.BoolVar(&c.Grid.Verbose, "grid-log", false, "write the grid's own logs (Olric, memberlist) to stderr")
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "gRPC server certificate `file` (PEM); with -tls-key enables TLS")
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")
 	fs.StringVar(&c.TLS.ClientCA, "tls-client-ca", "", "CA `file` (PEM) that client certificates must chain to (mutual TLS)")
