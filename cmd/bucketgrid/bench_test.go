@@ -46,7 +46,8 @@ const (
 	userLimit    = 3
 )
 
-// BenchmarkRLS compares bucketgrid (three instances forming one grid) with
+// BenchmarkRLS compares bucketgrid (three instances forming one grid, and
+// one alone) with
 // envoyproxy/ratelimit (one instance, and three on one Redis) under the same
 // gRPC load client: 16 callers, each sending to the instances in turn, on one
 // hot descriptor and on 10,000 descriptors. It reports checks per second,
@@ -62,15 +63,11 @@ const (
 // with the servers of scripts/servers.sh (REDIS_ADDR, ENVOY_RATELIMIT_BIN).
 func BenchmarkRLS(b *testing.B) {
 	files := map[string]string{"bench.yaml": benchConfig}
-	bucketgrid := func(b *testing.B) ([]string, []int) {
-		procs := startCluster(b, 3, "-config", writeConfig(b, b.TempDir(),
-			map[string]string{"bench.yaml": benchConfig, "tb.yaml": benchConfigTB}), "-headers", "none")
-		var addrs []string
-		var pids []int
-		for _, p := range procs {
-			addrs, pids = append(addrs, p.grpcAddr), append(pids, p.cmd.Process.Pid)
+	bucketgrid := func(n int) func(b *testing.B) ([]string, []int) {
+		return func(b *testing.B) ([]string, []int) {
+			return grpcPids(startCluster(b, n, "-config", writeConfig(b, b.TempDir(),
+				map[string]string{"bench.yaml": benchConfig, "tb.yaml": benchConfigTB}), "-headers", "none"))
 		}
-		return addrs, pids
 	}
 	envoy := func(n int) func(b *testing.B) ([]string, []int) {
 		return func(b *testing.B) ([]string, []int) {
@@ -89,8 +86,9 @@ func BenchmarkRLS(b *testing.B) {
 		domain string
 		start  func(b *testing.B) (addrs []string, pids []int) // gRPC addresses, server processes
 	}{
-		{"bucketgrid-3", "bench", bucketgrid},
-		{"bucketgrid-3-token-bucket", "bench-tb", bucketgrid},
+		{"bucketgrid-1", "bench", bucketgrid(1)},
+		{"bucketgrid-3", "bench", bucketgrid(3)},
+		{"bucketgrid-3-token-bucket", "bench-tb", bucketgrid(3)},
 		{"envoy-ratelimit-1", "bench", envoy(1)},
 		{"envoy-ratelimit-3", "bench", envoy(3)},
 	}
@@ -107,6 +105,13 @@ func BenchmarkRLS(b *testing.B) {
 			b.Run("10k", func(b *testing.B) { load(b, clients, pids, tg.domain, "user", benchKeys, userLimit) })
 		})
 	}
+}
+
+func grpcPids(procs []*proc) (addrs []string, pids []int) {
+	for _, p := range procs {
+		addrs, pids = append(addrs, p.grpcAddr), append(pids, p.cmd.Process.Pid)
+	}
+	return addrs, pids
 }
 
 // redisPid returns the pid of the redis-server listening on REDIS_ADDR.
