@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -102,7 +103,12 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) RuleLabel(r *rlsconfig.Rule) string {
 	key := r.StatsKey
 	if len(key) > maxLabelBytes {
-		key = key[:maxLabelBytes]
+		// cut at a rune boundary: Prometheus refuses invalid UTF-8
+		n := maxLabelBytes
+		for n > 0 && !utf8.RuneStart(key[n]) {
+			n--
+		}
+		key = key[:n]
 	}
 	if !r.ValuesInStatsKey {
 		return key
