@@ -167,7 +167,9 @@ func clampHits(h uint64, most int64) int64 {
 type Code int32
 
 const (
-	OK        Code = 1
+	// OK admits the request.
+	OK Code = 1
+	// OverLimit refuses it.
 	OverLimit Code = 2
 )
 
