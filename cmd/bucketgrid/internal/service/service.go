@@ -62,11 +62,9 @@ type Service struct {
 	cfg  atomic.Pointer[rlsconfig.Config]
 }
 
-// Errors of a request. ErrNoConfig is the service's (no configuration
-// loaded yet); the others are the caller's.
-var (
-	ErrNoConfig = errors.New("no rate limit configuration loaded")
-)
+// ErrNoConfig answers requests that arrive before the first SetConfig
+// (gRPC Unavailable).
+var ErrNoConfig = errors.New("no rate limit configuration loaded")
 
 // New returns a service without a configuration: it refuses requests until
 // SetConfig.
