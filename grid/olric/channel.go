@@ -3,68 +3,169 @@ package olric
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
-// errPeerGone reports a broken owner-channel connection; the caller
-// re-routes and retries.
-var errPeerGone = errors.New("bucketgrid/olric: owner connection lost")
+var (
+	// errPeerGone reports a broken owner-channel connection; the caller
+	// re-routes and retries.
+	errPeerGone = errors.New("bucketgrid/olric: owner connection lost")
+	// errPeerBusy reports a connection whose writes are not draining; the
+	// caller backs off and retries.
+	errPeerBusy = errors.New("bucketgrid/olric: owner connection congested")
+	// errTooLarge reports a request that does not fit in a frame.
+	errTooLarge = errors.New("bucketgrid/olric: request larger than the owner channel's frame limit")
+	// errExpired answers a request whose budget ran out before execution.
+	errExpired = errors.New("bucketgrid/olric: request expired before execution")
+)
+
+// Buffer sizes of a connection: reads and writes go through buffers of
+// connBuf bytes; a caller's frames not yet written may take up to
+// maxPendingWrite bytes before further requests are refused (errPeerBusy).
+const (
+	connBuf         = 4 << 10
+	maxPendingWrite = 256 << 10
+)
 
 // ---- owner side ----
 
-// serve accepts owner-channel connections until the listener closes.
+// conns tracks the owner channel's connections: those still handshaking,
+// oldest first, and those established. Guarded by Member.connMu.
+type conns struct {
+	handshaking []net.Conn
+	established map[net.Conn]struct{}
+	closed      bool
+}
+
+// maxHandshaking is how many connections may be handshaking at once.
+func (m *Member) maxHandshaking() int { return max(m.cfg.ChannelMaxConns/4, 16) }
+
+// serve accepts owner-channel connections until the member shuts down.
+// Like net/http.Server.Serve, it backs off after a failed Accept (too many
+// open files, ...) and continues: a member that stopped accepting would
+// fail its keys everywhere.
 func (m *Member) serve() {
 	defer m.wg.Done()
+	var delay time.Duration
 	for {
 		c, err := m.ln.Accept()
 		if err != nil {
-			return
+			if m.ctx.Err() != nil {
+				return
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			m.acceptErrors.Add(1)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-m.ctx.Done():
+				t.Stop()
+				return
+			}
+			continue
 		}
+		delay = 0
 		m.connMu.Lock()
-		if m.connsClosed {
+		if m.conns.closed {
 			m.connMu.Unlock()
 			c.Close()
 			return
 		}
-		m.conns[c] = struct{}{}
-		m.connMu.Unlock()
+		if len(m.conns.handshaking) >= m.maxHandshaking() {
+			// Drop the oldest: it is the closest to its deadline, and a
+			// flood of silent connections cannot keep a member out.
+			m.conns.handshaking[0].Close()
+			m.conns.handshaking = m.conns.handshaking[1:]
+		}
+		m.conns.handshaking = append(m.conns.handshaking, c)
 		m.wg.Add(1)
+		m.connMu.Unlock()
 		go m.serveConn(c)
 	}
 }
 
-// serveConn reads requests from one caller and executes them in order on
-// this goroutine; answers go out in one write per batch of requests that
-// arrived together (it flushes when no further request is buffered).
-func (m *Member) serveConn(c net.Conn) {
+// handshake authenticates a new connection (TLS when configured, then the
+// preamble) within ChannelIOTimeout and moves it to the established ones,
+// if there is room. It returns the connection to use, or nil.
+func (m *Member) handshake(raw net.Conn) net.Conn {
+	c := raw
+	c.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
+	if m.creds.server != nil {
+		tc := tls.Server(raw, m.creds.server)
+		if tc.HandshakeContext(m.ctx) != nil {
+			return nil
+		}
+		c = tc
+	}
+	var p [len(preamble)]byte
+	if _, err := io.ReadFull(c, p[:]); err != nil || p != preamble {
+		return nil
+	}
+	c.SetDeadline(time.Time{})
+	m.connMu.Lock()
+	defer m.connMu.Unlock()
+	i := slices.Index(m.conns.handshaking, raw)
+	if i < 0 || m.conns.closed {
+		return nil // dropped meanwhile
+	}
+	m.conns.handshaking = slices.Delete(m.conns.handshaking, i, i+1)
+	if len(m.conns.established) >= m.cfg.ChannelMaxConns {
+		return nil
+	}
+	m.conns.established[raw] = struct{}{}
+	return c
+}
+
+// serveConn serves one caller: it reads requests and executes them in
+// order on this goroutine; answers go out in one write per batch of
+// requests that arrived together (it flushes when no further request is
+// buffered).
+func (m *Member) serveConn(raw net.Conn) {
 	defer m.wg.Done()
-	// One context per connection: a context per request would make every
-	// request contend on the member context's lock.
-	ctx, cancel := context.WithCancel(m.ctx)
 	defer func() {
-		cancel()
-		c.Close()
+		raw.Close()
 		m.connMu.Lock()
-		delete(m.conns, c)
+		if i := slices.Index(m.conns.handshaking, raw); i >= 0 {
+			m.conns.handshaking = slices.Delete(m.conns.handshaking, i, i+1)
+		}
+		delete(m.conns.established, raw)
 		m.connMu.Unlock()
 	}()
-	r := bufio.NewReaderSize(c, 32<<10)
-	w := bufio.NewWriterSize(c, 32<<10)
-	var buf, out []byte
+	c := m.handshake(raw)
+	if c == nil {
+		return
+	}
+	fr := frameReader{r: bufio.NewReaderSize(c, connBuf), conn: c, idle: m.cfg.ChannelIdleTimeout, step: m.cfg.ChannelIOTimeout}
+	w := bufio.NewWriterSize(c, connBuf)
+	w.Write(preamble[:])
+	var out []byte
+	var received int64 // when the bytes of the current batch were read
 	for {
-		var err error
-		if buf, err = readFrame(r, buf); err != nil {
+		fresh := fr.r.Buffered() == 0
+		buf, err := fr.next()
+		if err != nil {
 			return
+		}
+		if fresh {
+			received = m.mono()
 		}
 		id, kind, payload, err := parseFrame(buf)
 		if err != nil || (kind != kindExecute && kind != kindRemove) {
+			return
+		}
+		budget, payload, err := parseUvarint(payload)
+		if err != nil {
 			return
 		}
 		key, rest, err := parseKey(payload)
@@ -75,16 +176,25 @@ func (m *Member) serveConn(c net.Conn) {
 		if kind == kindExecute {
 			req, err = core.DecodeRequest(rest)
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			out = appendErrorFrame(out[:0], id, err)
-		} else {
-			o := m.execOwner(ctx, key, m.hash(key), &req, kind == kindRemove)
+		case m.mono()-received >= int64(min(budget, 1<<62)):
+			out = appendErrorFrame(out[:0], id, errExpired)
+		default:
+			o := m.execOwner(m.ctx, key, m.hash(key), &req, kind == kindRemove)
 			out = o.appendFrame(out[:0], id)
+		}
+		if w.Available() < len(out) || fr.r.Buffered() == 0 {
+			c.SetWriteDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
 		}
 		if _, err := w.Write(out); err != nil {
 			return
 		}
-		if r.Buffered() == 0 {
+		if cap(out) > keepFrameBuf {
+			out = nil
+		}
+		if fr.r.Buffered() == 0 {
 			if err := w.Flush(); err != nil {
 				return
 			}
@@ -116,6 +226,9 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 	default:
 		return appendErrorFrame(dst, id, o.err)
 	}
+	if len(dst)-start-4 > maxFrame {
+		return appendErrorFrame(dst[:start], id, errors.New("bucketgrid/olric: response larger than the frame limit"))
+	}
 	return finishFrame(dst, start)
 }
 
@@ -134,7 +247,8 @@ type reply struct {
 // another caller is already writing, writes wbuf itself, again and again
 // while frames keep arriving. Callers that arrive during a write ride along
 // with the next one, so a busy connection carries many frames per system
-// call without a writer goroutine.
+// call without a writer goroutine. Each write must finish within
+// ChannelIOTimeout, and wbuf holds at most maxPendingWrite bytes.
 type peer struct {
 	m    *Member
 	name string
@@ -149,6 +263,22 @@ type peer struct {
 	flushing bool
 }
 
+// channelAddr returns the owner-channel address of the member called name
+// (its BindAddr:BindPort): the same host, port BindPort+1. It is derived
+// from the member's name in Olric's routing table, which only members
+// (holding the gossip key and Olric's password) can write.
+func channelAddr(name string) (string, error) {
+	host, port, err := net.SplitHostPort(name)
+	if err != nil {
+		return "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p >= 65535 {
+		return "", fmt.Errorf("bucketgrid/olric: member name %q has no valid port", name)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+1)), nil
+}
+
 // peerFor returns the connection to the member called name, dialling it
 // if needed.
 func (m *Member) peerFor(ctx context.Context, name string) (*peer, error) {
@@ -158,20 +288,11 @@ func (m *Member) peerFor(ctx context.Context, name string) (*peer, error) {
 	if p != nil {
 		return p, nil
 	}
-	addr, err := m.channelAddr(ctx, name)
+	c, err := m.dial(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %s: %v", errPeerGone, name, err)
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		m.addrs.Delete(name)
-		return nil, fmt.Errorf("%w: %v", errPeerGone, err)
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	p = &peer{m: m, name: name, c: c, pending: map[uint64]chan reply{}}
+	p = &peer{m: m, name: name, c: c, pending: map[uint64]chan reply{}, wbuf: append([]byte(nil), preamble[:]...)}
 	m.peerMu.Lock()
 	if m.peersClosed {
 		m.peerMu.Unlock()
@@ -190,21 +311,33 @@ func (m *Member) peerFor(ctx context.Context, name string) (*peer, error) {
 	return p, nil
 }
 
-// channelAddr returns the owner-channel address that member name published.
-func (m *Member) channelAddr(ctx context.Context, name string) (string, error) {
-	if a, ok := m.addrs.Load(name); ok {
-		return a.(string), nil
-	}
-	gr, err := m.registry.Get(ctx, name)
+// dial connects to the owner channel of the member called name and, when
+// the channel is secured, completes the TLS handshake, within
+// ChannelIOTimeout.
+func (m *Member) dial(ctx context.Context, name string) (net.Conn, error) {
+	addr, err := channelAddr(name)
 	if err != nil {
-		return "", fmt.Errorf("%w: no channel address for %s: %v", errPeerGone, name, err)
+		return nil, err
 	}
-	a, err := gr.String()
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ChannelIOTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	m.addrs.Store(name, a)
-	return a, nil
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if m.creds.client == nil {
+		return c, nil
+	}
+	tc := tls.Client(c, m.creds.client)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // fail breaks the connection: every pending call gets errPeerGone.
@@ -229,14 +362,19 @@ func (p *peer) fail(err error) {
 	p.m.peerMu.Unlock()
 }
 
-// read delivers answers to their callers until the connection breaks.
+// read checks the owner's preamble, then delivers answers to their
+// callers until the connection breaks.
 func (p *peer) read() {
 	defer p.m.wg.Done()
-	r := bufio.NewReaderSize(p.c, 32<<10)
-	var buf []byte
+	fr := frameReader{r: bufio.NewReaderSize(p.c, connBuf), conn: p.c, step: p.m.cfg.ChannelIOTimeout}
+	var pre [len(preamble)]byte
+	if _, err := io.ReadFull(fr.r, pre[:]); err != nil || pre != preamble {
+		p.fail(cmpErr(err, errPreamble))
+		return
+	}
 	for {
-		var err error
-		if buf, err = readFrame(r, buf); err != nil {
+		buf, err := fr.next()
+		if err != nil {
 			p.fail(err)
 			return
 		}
@@ -255,8 +393,24 @@ func (p *peer) read() {
 	}
 }
 
-// call sends one request and waits for its answer.
-func (p *peer) call(ctx context.Context, kind byte, key string, req []byte) reply {
+// cmpErr returns err, or def when err is nil.
+func cmpErr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
+}
+
+// call sends one request and waits for its answer. budget is how long the
+// caller still waits; it travels in the frame.
+func (p *peer) call(ctx context.Context, kind byte, key string, req []byte, budget time.Duration) reply {
+	if budget <= 0 {
+		return reply{err: context.DeadlineExceeded}
+	}
+	// id (≤ 10) + kind + budget (≤ 10) + key length (≤ 10)
+	if 31+len(key)+len(req) > maxFrame {
+		return reply{err: errTooLarge}
+	}
 	ch := make(chan reply, 1)
 	p.mu.Lock()
 	if p.err != nil {
@@ -264,11 +418,16 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req []byte) repl
 		p.mu.Unlock()
 		return reply{err: err}
 	}
+	if len(p.wbuf) >= maxPendingWrite {
+		p.mu.Unlock()
+		return reply{err: errPeerBusy}
+	}
 	p.nextID++
 	id := p.nextID
 	p.pending[id] = ch
 	start := len(p.wbuf)
 	p.wbuf = appendFrameHeader(p.wbuf, id, kind)
+	p.wbuf = binary.AppendUvarint(p.wbuf, uint64(budget))
 	p.wbuf = appendKey(p.wbuf, key)
 	p.wbuf = append(p.wbuf, req...)
 	p.wbuf = finishFrame(p.wbuf, start)
@@ -278,9 +437,12 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req []byte) repl
 			buf := p.wbuf
 			p.wbuf = p.spare[:0]
 			p.mu.Unlock()
+			p.c.SetWriteDeadline(time.Now().Add(p.m.cfg.ChannelIOTimeout))
 			_, err := p.c.Write(buf)
 			p.mu.Lock()
-			p.spare = buf[:0]
+			if cap(buf) <= keepFrameBuf*4 {
+				p.spare = buf[:0]
+			}
 			if err != nil {
 				p.flushing = false
 				p.mu.Unlock()
@@ -305,14 +467,14 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req []byte) repl
 }
 
 // remote runs a request on the owner called name.
-func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req []byte) outcome {
+func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req []byte, budget time.Duration) outcome {
 	p, err := m.peerFor(ctx, name)
 	if err != nil {
 		return outcome{kind: kindError, err: err, retry: errors.Is(err, errPeerGone)}
 	}
-	r := p.call(ctx, kind, key, req)
+	r := p.call(ctx, kind, key, req, budget)
 	if r.err != nil {
-		return outcome{kind: kindError, err: r.err, retry: errors.Is(r.err, errPeerGone)}
+		return outcome{kind: kindError, err: r.err, retry: errors.Is(r.err, errPeerGone) || errors.Is(r.err, errPeerBusy)}
 	}
 	switch r.kind {
 	case kindOK:

@@ -42,31 +42,46 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePorts returns n ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
+// freeBase returns a port P such that P, P+1 and P+2 (TCP, and UDP for
+// P+2) were free a moment ago: a member's Olric port, owner channel and
+// gossip port (Olric cannot pick its own).
+func freeBase(t testing.TB) int {
 	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
+	for range 1000 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if p+2 <= 65535 && freeTCP(p) && freeTCP(p+1) && freeTCP(p+2) && freeUDP(p+2) {
+			return p
+		}
 	}
-	for _, l := range ls {
+	t.Fatal("no three free ports in a row")
+	return 0
+}
+
+func freeTCP(p int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	if err == nil {
 		l.Close()
 	}
-	return ports
+	return err == nil
+}
+
+func freeUDP(p int) bool {
+	l, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
+	if err == nil {
+		l.Close()
+	}
+	return err == nil
 }
 
 // testConfig is a loopback member with short timings.
 func testConfig(t testing.TB) Config {
 	c := DefaultLocalConfig()
-	p := freePorts(t, 2)
-	c.BindPort, c.MemberlistBindPort = p[0], p[1]
-	c.ChannelAddr = "127.0.0.1:0"
+	c.BindPort = freeBase(t)
 	c.LeaveTimeout = 300 * time.Millisecond
 	c.RoutingRefresh = 50 * time.Millisecond
 	c.RoutingLease = 400 * time.Millisecond
@@ -75,8 +90,13 @@ func testConfig(t testing.TB) Config {
 	return c
 }
 
+// memberlistAddr is the gossip address of a member started with c.
 func memberlistAddr(c Config) string {
-	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.MemberlistBindPort))
+	p := c.MemberlistBindPort
+	if p == 0 {
+		p = c.BindPort + 2
+	}
+	return net.JoinHostPort(c.BindAddr, strconv.Itoa(p))
 }
 
 // startCluster starts n members in this process (the first one seeds the

@@ -1,29 +1,36 @@
 package olric
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/clock"
 )
 
-// Config configures one member: the embedded Olric member and the owner
-// channel that carries bucket requests between members.
+// Config configures one member: the embedded Olric member, its gossip, and
+// the owner channel that carries bucket requests between members.
+//
+// A member uses three ports on BindAddr: BindPort for Olric's own protocol,
+// BindPort+1 for the owner channel and, by default, BindPort+2 for gossip
+// (memberlist, TCP and UDP). Peers name gossip ports.
 //
 // Start it from DefaultLocalConfig or DefaultLANConfig and change what
 // differs; Start rejects a configuration that would silently misbehave
-// (timing parameters that break the hand-over guard, a missing address).
+// (timing parameters that break the hand-over guard, a missing address, a
+// member reachable from the network without security).
 type Config struct {
 	// Env is the Olric and memberlist environment profile, "local" or
 	// "lan"; it sets gossip and failure-detection timings.
 	Env string
 
 	// BindAddr and BindPort are the address Olric serves its own protocol
-	// on. BindAddr:BindPort is the member's name in the cluster. Olric does
-	// not support port 0 here.
+	// on. BindAddr:BindPort is the member's name in the cluster, and the
+	// other members reach its owner channel at BindAddr:BindPort+1: both
+	// must be reachable from every other member. Olric does not support
+	// port 0 here.
 	BindAddr string
 	BindPort int
 
@@ -32,14 +39,13 @@ type Config struct {
 	MemberlistBindAddr string
 	MemberlistBindPort int
 
-	// ChannelAddr is the listen address of the owner channel, host:port.
-	// Port 0 picks a free port. The address is published to the other
-	// members in an Olric DMap; a host that is empty or unspecified is
-	// advertised as BindAddr. Empty means BindAddr with port BindPort+1.
-	ChannelAddr string
-
-	// Peers are the memberlist addresses (host:port) of members to join;
-	// empty starts a new cluster.
+	// Peers are the gossip addresses (host:MemberlistBindPort, by default
+	// BindPort+2 — not Olric's BindPort) of members to join; empty starts a
+	// new cluster. When Peers is not empty Start never forms a new cluster:
+	// it fails with ErrJoin if no peer let it in within JoinTimeout, at
+	// once if a peer answers Olric's protocol instead of gossip. An entry
+	// equal to this member's own gossip address is ignored, so every member
+	// may be given the same list.
 	Peers []string
 
 	// ReplicaCount is Olric's replica count: 1 keeps one copy of each
@@ -52,8 +58,8 @@ type Config struct {
 	// same value. Default 271.
 	PartitionCount uint64
 
-	// DMap is the name of the Olric DMap holding the buckets. The member
-	// registry lives in DMap+".members". Default "bucketgrid".
+	// DMap is the name of the Olric DMap holding the buckets. Default
+	// "bucketgrid".
 	DMap string
 
 	// Clock is the time of every bucket this member owns. It must read Unix
@@ -81,7 +87,8 @@ type Config struct {
 
 	// RoutingLease is how long a routing table read stays valid for
 	// execution: an owner whose newest successful read started longer ago
-	// than this holds requests instead of executing them. It must exceed
+	// than this holds requests instead of executing them, and its writes to
+	// Olric are bounded to end with the lease. It must exceed
 	// RoutingRefresh. Default 1s.
 	RoutingLease time.Duration
 
@@ -104,31 +111,106 @@ type Config struct {
 	// (the owner is their only writer, so it need not read them back from
 	// Olric); 0 means 1<<20, negative disables the cache.
 	CacheEntries int
+
+	// TLS secures the owner channel with mutual TLS 1.3. Its Certificates
+	// (or GetCertificate and GetClientCertificate) are this member's
+	// certificate, presented both when it accepts a connection and when it
+	// dials another member; RootCAs is the cluster CA that verifies the
+	// members it dials, ClientCAs (RootCAs when nil) the members that dial
+	// it. Start uses a clone with MinVersion TLS 1.3 and
+	// RequireAndVerifyClientCert. Host names are not checked: every
+	// certificate the cluster CA issued (for both server and client
+	// authentication, or without extended key usages) is a member, so use
+	// a CA that issues certificates to members only. Nil, with
+	// TLSCertFile, TLSKeyFile and ChannelSecret empty, leaves the channel
+	// unauthenticated.
+	TLS *tls.Config
+
+	// TLSCertFile, TLSKeyFile and TLSCAFile are PEM files of this member's
+	// certificate chain, its private key and the cluster CA, an
+	// alternative to TLS with the same meaning. All three or none.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
+
+	// ChannelSecret secures the owner channel without a PKI, an
+	// alternative to TLS: every member derives the same Ed25519 CA key from
+	// the secret (HKDF-SHA256) and signs a certificate of its own with it,
+	// so the channel is mutual TLS 1.3 as above and the secret never
+	// crosses the network. At least 32 bytes, random: a member's
+	// certificate lets whoever connects test guesses offline.
+	ChannelSecret []byte
+
+	// GossipKeys encrypt and authenticate gossip (memberlist's AES-GCM
+	// keyring): GossipKeys[0] encrypts, every key decrypts. Each key is 16,
+	// 24 or 32 bytes. Rotate keys without downtime with Member.AddGossipKey,
+	// UseGossipKey and RemoveGossipKey. Empty leaves gossip in clear text:
+	// anyone who reaches the port can join.
+	GossipKeys [][]byte
+
+	// Password is required by Olric's own protocol (its AUTH command) from
+	// every client, members included. Olric v0.7.4 has no TLS: the password
+	// and the buckets cross the network in clear text, so BindPort must be
+	// reachable by members only. Empty leaves Olric's port open to anyone
+	// who reaches it.
+	Password string
+
+	// Insecure lets a member whose BindAddr or MemberlistBindAddr is not a
+	// loopback address start without all three of channel security (TLS,
+	// TLSCertFile or ChannelSecret), GossipKeys and Password. Without it,
+	// Start refuses such a member with ErrInsecure. A member bound to
+	// loopback addresses only needs neither.
+	Insecure bool
+
+	// ChannelMaxConns bounds the owner-channel connections this member
+	// serves: established ones (one from each other member, plus
+	// reconnections) and, separately, a quarter as many (at least 16) that
+	// have not finished their handshake; when those are full, the oldest is
+	// dropped for the newest. Default 256.
+	ChannelMaxConns int
+
+	// ChannelIdleTimeout closes an owner-channel connection that brought
+	// no request for this long; the caller dials again when it needs to.
+	// Default 2m.
+	ChannelIdleTimeout time.Duration
+
+	// ChannelIOTimeout bounds each step of the owner channel that waits on
+	// the other side: a handshake, the rest of a frame once its header
+	// arrived, one flush of writes. Default 5s.
+	ChannelIOTimeout time.Duration
+
+	// listen opens the owner channel's listener; nil means net.Listen.
+	// Tests inject failures through it.
+	listen func(network, addr string) (net.Listener, error)
 }
 
 // DefaultLocalConfig returns a configuration for a member on the loopback
 // interface with Olric's default ports (3320, gossip 3322) and the owner
-// channel on 3321, one replica, Olric's "local" timings and logging off.
+// channel on 3321, one replica, Olric's "local" timings, logging off and no
+// security (loopback only: nothing outside the host can reach it).
 func DefaultLocalConfig() Config {
 	return Config{
-		Env:            "local",
-		BindAddr:       "127.0.0.1",
-		BindPort:       3320,
-		ReplicaCount:   1,
-		PartitionCount: 271,
-		DMap:           "bucketgrid",
-		LeaveTimeout:   5 * time.Second,
-		JoinTimeout:    30 * time.Second,
-		RoutingRefresh: 250 * time.Millisecond,
-		RoutingLease:   time.Second,
-		HandoverGrace:  1500 * time.Millisecond,
-		RequestTimeout: 10 * time.Second,
-		Stripes:        1024,
+		Env:                "local",
+		BindAddr:           "127.0.0.1",
+		BindPort:           3320,
+		ReplicaCount:       1,
+		PartitionCount:     271,
+		DMap:               "bucketgrid",
+		LeaveTimeout:       5 * time.Second,
+		JoinTimeout:        30 * time.Second,
+		RoutingRefresh:     250 * time.Millisecond,
+		RoutingLease:       time.Second,
+		HandoverGrace:      1500 * time.Millisecond,
+		RequestTimeout:     10 * time.Second,
+		Stripes:            1024,
+		ChannelMaxConns:    256,
+		ChannelIdleTimeout: 2 * time.Minute,
+		ChannelIOTimeout:   5 * time.Second,
 	}
 }
 
 // DefaultLANConfig is DefaultLocalConfig with Olric's "lan" timings and
-// BindAddr left for the caller to set to the host's LAN address.
+// BindAddr left for the caller to set to the host's LAN address. Such a
+// member starts only with its security configured (TLS or ChannelSecret,
+// GossipKeys, Password) or with Insecure set.
 func DefaultLANConfig() Config {
 	c := DefaultLocalConfig()
 	c.Env = "lan"
@@ -141,9 +223,16 @@ var (
 	ErrNoBindAddr = errors.New("bucketgrid/olric: BindAddr is required")
 	ErrTimings    = errors.New("bucketgrid/olric: need 0 < RoutingRefresh < RoutingLease < HandoverGrace")
 	ErrClock      = errors.New("bucketgrid/olric: Clock must read Unix time")
+	// ErrInsecure: the member would be reachable from the network without
+	// authentication; configure security or set Insecure.
+	ErrInsecure = errors.New("bucketgrid/olric: a member on a non-loopback address needs TLS (or TLSCertFile or ChannelSecret), GossipKeys and Password, or Insecure")
+	// ErrSecurity wraps an invalid security setting (a key of the wrong
+	// size, unreadable certificate files, two alternatives at once).
+	ErrSecurity = errors.New("bucketgrid/olric: invalid security configuration")
 )
 
-// withDefaults fills the zero fields and validates c.
+// withDefaults fills the zero fields and validates c (security settings
+// are checked by credentials).
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultLocalConfig()
 	if c.Env == "" {
@@ -160,9 +249,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MemberlistBindPort == 0 {
 		c.MemberlistBindPort = c.BindPort + 2
-	}
-	if c.ChannelAddr == "" {
-		c.ChannelAddr = net.JoinHostPort(c.BindAddr, strconv.Itoa(c.BindPort+1))
 	}
 	if c.ReplicaCount <= 0 {
 		c.ReplicaCount = d.ReplicaCount
@@ -203,5 +289,29 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CacheEntries == 0 {
 		c.CacheEntries = 1 << 20
 	}
+	if c.ChannelMaxConns <= 0 {
+		c.ChannelMaxConns = d.ChannelMaxConns
+	}
+	if c.ChannelIdleTimeout <= 0 {
+		c.ChannelIdleTimeout = d.ChannelIdleTimeout
+	}
+	if c.ChannelIOTimeout <= 0 {
+		c.ChannelIOTimeout = d.ChannelIOTimeout
+	}
+	if c.listen == nil {
+		c.listen = net.Listen
+	}
 	return c, nil
+}
+
+// loopbackOnly reports whether every address the member binds is a
+// loopback address, so that nothing outside the host reaches it.
+func (c *Config) loopbackOnly() bool {
+	for _, h := range []string{c.BindAddr, c.MemberlistBindAddr} {
+		ip := net.ParseIP(h)
+		if h != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return false
+		}
+	}
+	return true
 }

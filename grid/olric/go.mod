@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
+	github.com/hashicorp/memberlist v0.5.3
 	github.com/olric-data/olric v0.7.4
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
@@ -26,7 +27,6 @@ require (
 	github.com/hashicorp/go-sockaddr v1.0.7 // indirect
 	github.com/hashicorp/golang-lru v1.0.2 // indirect
 	github.com/hashicorp/logutils v1.0.0 // indirect
-	github.com/hashicorp/memberlist v0.5.3 // indirect
 	github.com/kr/pretty v0.3.1 // indirect
 	github.com/miekg/dns v1.1.65 // indirect
 	github.com/mschoch/smat v0.2.0 // indirect

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	olricdb "github.com/olric-data/olric"
 	olricconfig "github.com/olric-data/olric/config"
 	"github.com/olric-data/olric/events"
@@ -30,27 +32,27 @@ var ErrClosed = errors.New("bucketgrid/olric: member closed")
 // bucketgrid.NewManager. A Member is safe for concurrent use.
 type Member struct {
 	cfg      Config
+	creds    credentials
 	name     string // BindAddr:BindPort, Olric's member name
-	chanAddr string // advertised owner-channel address
+	chanAddr string // owner-channel address, BindAddr:BindPort+1
 	base     time.Time
 	hasher   hasher.Hasher
 
 	db       *olricdb.Olric
 	client   *olricdb.EmbeddedClient
 	dm       olricdb.DMap
-	registry olricdb.DMap
 	sub      *redis.PubSub
 	startErr chan error
+	joined   atomic.Bool // gossip saw another member
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	routes    atomic.Pointer[routes]
-	kickCh    chan struct{}
-	republish atomic.Bool
-	genMu     sync.Mutex
-	genCh     chan struct{} // closed after each routing read
+	routes atomic.Pointer[routes]
+	kickCh chan struct{}
+	genMu  sync.Mutex
+	genCh  chan struct{} // closed after each routing read
 
 	stripes []stripe
 	epochs  atomic.Uint64
@@ -60,15 +62,14 @@ type Member struct {
 	gate    sync.RWMutex
 	leaving atomic.Bool
 
-	ln          net.Listener
-	connMu      sync.Mutex
-	conns       map[net.Conn]struct{}
-	connsClosed bool
+	ln           net.Listener
+	acceptErrors atomic.Int64 // failed Accepts, for tests
+	connMu       sync.Mutex
+	conns        conns
 
 	peerMu      sync.Mutex
 	peers       map[string]*peer
 	peersClosed bool
-	addrs       sync.Map // member name → channel address
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -80,14 +81,70 @@ var _ bucketgrid.Executor = (*Member)(nil)
 // cluster), opens the owner channel and reads the first routing table. It
 // returns when the member can serve requests or ctx (bounded by
 // cfg.JoinTimeout) ends; on failure it releases everything it started.
+//
+// It fails with ErrInsecure when the member would be reachable from the
+// network without security, and with an error matching ErrJoin when Peers
+// is not empty and no peer let it in (ErrNotGossipPort too when the peers
+// answer Olric's protocol: Peers takes gossip addresses).
 func Start(ctx context.Context, cfg Config) (*Member, error) {
 	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	creds, err := cfg.credentials()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancelStart := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancelStart()
 
+	m := &Member{
+		cfg:      cfg,
+		creds:    creds,
+		name:     net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)),
+		base:     time.Now(),
+		startErr: make(chan error, 1),
+		kickCh:   make(chan struct{}, 1),
+		genCh:    make(chan struct{}),
+		stripes:  make([]stripe, cfg.Stripes),
+		conns:    conns{established: map[net.Conn]struct{}{}},
+		peers:    map[string]*peer{},
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if m.chanAddr, err = channelAddr(m.name); err != nil {
+		m.cancel()
+		return nil, err
+	}
+	peers := cfg.otherPeers()
+	oc := m.olricConfig(peers)
+	m.hasher = oc.Hasher
+
+	// go-redis, which Olric uses for its connections, logs through a
+	// package-level logger; point it at LogOutput too.
+	redis.SetLogger(redisLogger{log.New(cfg.LogOutput, "redis: ", log.LstdFlags)})
+
+	if m.ln, err = cfg.listen("tcp", m.chanAddr); err != nil {
+		m.cancel()
+		return nil, fmt.Errorf("bucketgrid/olric: owner channel: %w", err)
+	}
+	if m.db, err = olricdb.New(oc); err != nil {
+		m.ln.Close()
+		m.cancel()
+		return nil, fmt.Errorf("bucketgrid/olric: %w", err)
+	}
+	go func() { m.startErr <- m.db.Start() }()
+	if err := m.start(ctx, peers); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.LeaveTimeout+time.Second)
+		defer cancel()
+		m.Shutdown(sctx)
+		return nil, err
+	}
+	return m, nil
+}
+
+// olricConfig translates the member's configuration into Olric's.
+func (m *Member) olricConfig(peers []string) *olricconfig.Config {
+	cfg := &m.cfg
 	oc := olricconfig.New(cfg.Env)
 	oc.BindAddr = cfg.BindAddr
 	oc.BindPort = cfg.BindPort
@@ -95,7 +152,14 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	oc.MemberlistConfig.BindPort = cfg.MemberlistBindPort
 	oc.MemberlistConfig.AdvertiseAddr = ""
 	oc.MemberlistConfig.AdvertisePort = cfg.MemberlistBindPort
-	oc.Peers = cfg.Peers
+	oc.MemberlistConfig.Keyring = m.creds.keyring
+	oc.MemberlistConfig.Alive = aliveWatch{m}
+	oc.Authentication = &olricconfig.Authentication{Password: m.creds.password}
+	oc.Peers = peers
+	// Never form a new cluster when told to join one: Olric would after
+	// MaxJoinAttempts; Start gives up at JoinTimeout instead.
+	oc.MaxJoinAttempts = math.MaxInt
+	oc.JoinRetryInterval = 200 * time.Millisecond
 	oc.ReplicaCount = cfg.ReplicaCount
 	oc.PartitionCount = cfg.PartitionCount
 	oc.LogOutput = cfg.LogOutput
@@ -106,88 +170,59 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	oc.EnableClusterEventsChannel = true
 	oc.BootstrapTimeout = cfg.JoinTimeout
 	oc.Hasher = hasher.NewDefaultHasher()
-
-	// go-redis, which Olric uses for its connections, logs through a
-	// package-level logger; point it at LogOutput too.
-	redis.SetLogger(redisLogger{log.New(cfg.LogOutput, "redis: ", log.LstdFlags)})
-
-	m := &Member{
-		cfg:      cfg,
-		name:     net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)),
-		base:     time.Now(),
-		hasher:   oc.Hasher,
-		startErr: make(chan error, 1),
-		kickCh:   make(chan struct{}, 1),
-		genCh:    make(chan struct{}),
-		stripes:  make([]stripe, cfg.Stripes),
-		conns:    map[net.Conn]struct{}{},
-		peers:    map[string]*peer{},
-	}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
-
-	if m.ln, err = net.Listen("tcp", cfg.ChannelAddr); err != nil {
-		m.cancel()
-		return nil, fmt.Errorf("bucketgrid/olric: owner channel: %w", err)
-	}
-	host, _, _ := net.SplitHostPort(cfg.ChannelAddr)
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = cfg.BindAddr
-	}
-	m.chanAddr = net.JoinHostPort(host, strconv.Itoa(m.ln.Addr().(*net.TCPAddr).Port))
-
-	if m.db, err = olricdb.New(oc); err != nil {
-		m.ln.Close()
-		m.cancel()
-		return nil, fmt.Errorf("bucketgrid/olric: %w", err)
-	}
-	go func() { m.startErr <- m.db.Start() }()
-	if err := m.start(ctx); err != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.LeaveTimeout+time.Second)
-		defer cancel()
-		m.Shutdown(sctx)
-		return nil, err
-	}
-	return m, nil
+	return oc
 }
 
-// start waits for Olric to become operable and starts the member's own
-// services.
-func (m *Member) start(ctx context.Context) error {
+// aliveWatch notes when gossip first reports a member other than m: the
+// join succeeded.
+type aliveWatch struct{ m *Member }
+
+func (a aliveWatch) NotifyAlive(n *memberlist.Node) error {
+	if n.Name != a.m.name {
+		a.m.joined.Store(true)
+	}
+	return nil
+}
+
+// start waits for Olric to join and become operable and starts the
+// member's own services.
+func (m *Member) start(ctx context.Context, peers []string) error {
 	m.wg.Add(1)
 	go m.serve()
 	m.client = m.db.NewEmbeddedClient()
 	var err error
-	// Olric is operable once its own DMaps accept a write: poll, since its
-	// Started callback is unreliable with several members in one process.
+	// Olric is operable once it hands out a DMap and its routing table:
+	// poll, since its Started callback is unreliable with several members
+	// in one process.
+	probe := time.After(time.Second)
 	for {
-		if m.registry == nil {
-			m.registry, err = m.client.NewDMap(m.cfg.DMap + ".members")
+		if m.dm == nil {
+			var dm olricdb.DMap
+			if dm, err = m.client.NewDMap(m.cfg.DMap); err == nil {
+				m.dm = dm
+			}
 		}
-		if err == nil {
-			err = m.registry.Put(ctx, m.name, m.chanAddr)
-		}
-		if err == nil {
-			break
+		if m.dm != nil {
+			if err = m.refresh(ctx); err == nil {
+				break
+			}
 		}
 		select {
 		case serr := <-m.startErr:
 			m.startErr <- serr
 			return fmt.Errorf("bucketgrid/olric: start: %w", serr)
+		case <-probe:
+			if len(peers) > 0 && !m.joined.Load() {
+				if err := probeGossip(ctx, peers); err != nil {
+					return err
+				}
+			}
 		case <-ctx.Done():
+			if len(peers) > 0 && !m.joined.Load() {
+				return fmt.Errorf("%w within %v: none of %v let this member in (a gossip address of a running member, BindPort+2 by default, and the same GossipKeys?)",
+					ErrJoin, m.cfg.JoinTimeout, peers)
+			}
 			return fmt.Errorf("bucketgrid/olric: start: %w (last: %v)", ctx.Err(), err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	if m.dm, err = m.client.NewDMap(m.cfg.DMap); err != nil {
-		return err
-	}
-	for {
-		if err = m.refresh(ctx); err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("bucketgrid/olric: routing table: %w (last: %v)", ctx.Err(), err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -271,6 +306,11 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.
 	}
 	if g := r.guardUntil[p]; now < g {
 		return outcome{kind: kindHold, hold: g - now}
+	}
+	// Olric calls end with the lease (or the caller's deadline, if
+	// earlier), so that none lands after the next owner took over.
+	if d, ok := ctx.Deadline(); !ok || !d.Before(r.leaseEnd) {
+		ctx = r.lease
 	}
 	if remove {
 		delete(st.cache, key)
@@ -410,7 +450,7 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 			if enc == nil && !remove {
 				enc = core.AppendRequest(nil, req)
 			}
-			o = m.remote(ctx, owner, kind, key, enc)
+			o = m.remote(ctx, owner, kind, key, enc, remaining(ctx, budget))
 		}
 		var wait time.Duration
 		switch o.kind {
@@ -453,6 +493,15 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 	}
 }
 
+// remaining returns how long the caller still waits: until ctx's deadline,
+// or else until budget.
+func remaining(ctx context.Context, budget time.Time) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return time.Until(budget)
+}
+
 // Shutdown leaves the cluster: the member stops executing (requests for
 // its buckets are held until the other members take the partitions over),
 // waits for executions in flight, shuts Olric down (bounded by
@@ -485,9 +534,6 @@ func (m *Member) shutdown(ctx context.Context) error {
 	if m.dm != nil {
 		m.dm.Close(ctx)
 	}
-	if m.registry != nil {
-		m.registry.Close(ctx)
-	}
 	if m.db != nil {
 		err = m.db.Shutdown(ctx)
 		select {
@@ -497,8 +543,11 @@ func (m *Member) shutdown(ctx context.Context) error {
 	}
 	m.ln.Close()
 	m.connMu.Lock()
-	m.connsClosed = true
-	for c := range m.conns {
+	m.conns.closed = true
+	for _, c := range m.conns.handshaking {
+		c.Close()
+	}
+	for c := range m.conns.established {
 		c.Close()
 	}
 	m.connMu.Unlock()

@@ -49,7 +49,6 @@ func childMain() int {
 	if len(f) > 4 {
 		base.Peers = f[4:]
 	}
-	base.ChannelAddr = "127.0.0.1:0"
 	base.LeaveTimeout = 300 * time.Millisecond
 	base.RoutingRefresh, base.RoutingLease, base.HandoverGrace = 50*time.Millisecond, 400*time.Millisecond, 600*time.Millisecond
 	m, err := Start(context.Background(), base)
@@ -247,10 +246,10 @@ func startChildren(t *testing.T, n, replicas int) []*child {
 	var kids []*child
 	var seed string
 	for i := range n {
-		p := freePorts(t, 2)
-		spec := fmt.Sprintf("%d %d %d %d", p[0], p[1], n, replicas)
+		p := freeBase(t)
+		spec := fmt.Sprintf("%d %d %d %d", p, p+2, n, replicas)
 		if i == 0 {
-			seed = fmt.Sprintf("127.0.0.1:%d", p[1])
+			seed = fmt.Sprintf("127.0.0.1:%d", p+2)
 		} else {
 			spec += " " + seed
 		}

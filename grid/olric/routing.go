@@ -22,6 +22,11 @@ type routes struct {
 	epoch []uint64
 	// members is the number of distinct owners.
 	members int
+	// lease ends at leaseEnd, RoutingLease after start: the owner's Olric
+	// calls under this read are bounded by it.
+	lease       context.Context
+	leaseEnd    time.Time
+	leaseCancel context.CancelFunc
 }
 
 // mono returns nanoseconds on the monotonic clock since the member started.
@@ -54,7 +59,11 @@ func (m *Member) refresh(ctx context.Context) error {
 		start:      start,
 		guardUntil: make([]int64, n),
 		epoch:      make([]uint64, n),
+		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
+	// Not cancelled when superseded: executions that loaded this read may
+	// still be running, and remain valid until the lease ends.
+	nr.lease, nr.leaseCancel = context.WithDeadline(m.ctx, nr.leaseEnd)
 	distinct := map[string]struct{}{}
 	for p, r := range rt {
 		if p < n && len(r.PrimaryOwners) > 0 {
@@ -86,20 +95,16 @@ func (m *Member) refresh(ctx context.Context) error {
 		}
 	}
 	m.routes.Store(nr)
-	if prev == nil || prev.members != nr.members {
-		m.republish.Store(true)
-	}
 	return nil
 }
 
 // refresher re-reads the routing table every RoutingRefresh and whenever
-// kicked, and republishes this member's channel address when membership
-// changed (with one replica, the registry entry may leave with a member).
+// kicked.
 func (m *Member) refresher() {
 	defer m.wg.Done()
 	t := time.NewTicker(m.cfg.RoutingRefresh)
 	defer t.Stop()
-	for i := 0; ; i++ {
+	for {
 		select {
 		case <-m.ctx.Done():
 			return
@@ -107,12 +112,7 @@ func (m *Member) refresher() {
 		case <-m.kickCh:
 		}
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RoutingLease)
-		err := m.refresh(ctx)
-		if err == nil && (m.republish.Swap(false) || i%20 == 0) {
-			if m.registry.Put(ctx, m.name, m.chanAddr) != nil {
-				m.republish.Store(true)
-			}
-		}
+		m.refresh(ctx)
 		cancel()
 		m.genMu.Lock()
 		close(m.genCh)

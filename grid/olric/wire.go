@@ -5,20 +5,29 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"net"
+	"slices"
+	"time"
 )
 
-// The owner channel is a stream of frames in both directions:
+// The owner channel, version 2. After the transport is set up (mutual TLS
+// 1.3, or plain TCP for a member without channel security), the caller
+// sends the preamble "BGOC" + version byte and the owner answers with its
+// own before its first answer; a side that reads another preamble closes
+// the connection. Then both directions carry frames:
 //
 //	uint32 big-endian body length | body
 //	body = uvarint request id | kind byte | payload
 //
-// A caller sends kindExecute (uvarint key length, key, core request bytes)
-// or kindRemove (uvarint key length, key); the owner answers with the same
-// id: kindOK (core response bytes; empty for a remove), kindNotOwner,
-// kindHold (uvarint nanoseconds to wait before retrying) or kindError
-// (message). Many requests may be in flight on one connection, answered in
-// any order.
+// A caller sends kindExecute (uvarint budget, uvarint key length, key, core
+// request bytes) or kindRemove (uvarint budget, uvarint key length, key).
+// The budget is the nanoseconds the caller still waits for the answer; the
+// owner measures it from when it reads the frame and drops the request
+// (answering kindError) if it has run out before execution. The owner
+// answers with the same id: kindOK (core response bytes; empty for a
+// remove), kindNotOwner, kindHold (uvarint nanoseconds to wait before
+// retrying) or kindError (message). Many requests may be in flight on one
+// connection, answered in any order.
 const (
 	kindExecute byte = iota + 1
 	kindRemove
@@ -28,10 +37,30 @@ const (
 	kindError
 )
 
-// maxFrame bounds a frame body; a peer sending more is cut off.
-const maxFrame = 1 << 20
+// channelVersion is the owner channel's wire version; version 1 had no
+// preamble and no budget.
+const channelVersion = 2
 
-var errFrame = errors.New("bucketgrid/olric: malformed frame")
+var preamble = [5]byte{'B', 'G', 'O', 'C', channelVersion}
+
+// maxFrame bounds a frame body: a peer announcing more is cut off. The
+// largest request core accepts (MaxOps operations, MaxBandwidths
+// bandwidths with the longest ids) and the longest key fit, as do their
+// answers (TestMaxFrameFitsLargestRequest).
+const maxFrame = 64 << 10
+
+// Frame buffers start at minFrameBuf bytes, grow as a frame's bytes
+// arrive, never ahead of them, and are dropped after a frame larger than
+// keepFrameBuf.
+const (
+	minFrameBuf  = 512
+	keepFrameBuf = 8 << 10
+)
+
+var (
+	errFrame    = errors.New("bucketgrid/olric: malformed frame")
+	errPreamble = errors.New("bucketgrid/olric: not a bucketgrid owner channel of this version")
+)
 
 // appendFrameHeader starts a frame in dst; finishFrame fills in its length.
 func appendFrameHeader(dst []byte, id uint64, kind byte) []byte {
@@ -51,22 +80,72 @@ func appendKey(dst []byte, key string) []byte {
 	return append(dst, key...)
 }
 
-// readFrame reads one frame body from r into buf (grown as needed).
-func readFrame(r *bufio.Reader, buf []byte) ([]byte, error) {
-	var h [4]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return buf, err
+// frameReader reads frames from one connection with deadlines: idle bounds
+// the wait for a frame's first byte, step the wait for the rest of it once
+// that arrived (0: no deadline).
+type frameReader struct {
+	r          *bufio.Reader
+	conn       net.Conn
+	idle, step time.Duration
+	buf        []byte
+}
+
+// next returns the next frame body; it is valid until the following call.
+func (f *frameReader) next() ([]byte, error) {
+	if cap(f.buf) > keepFrameBuf {
+		f.buf = nil
 	}
-	n := binary.BigEndian.Uint32(h[:])
+	if f.r.Buffered() == 0 {
+		switch {
+		case f.idle > 0:
+			f.conn.SetReadDeadline(time.Now().Add(f.idle))
+		case f.step > 0:
+			f.conn.SetReadDeadline(time.Time{})
+		}
+		if _, err := f.r.Peek(1); err != nil {
+			return nil, err
+		}
+	}
+	// A frame has begun: the rest of it must come within step.
+	deadline := false
+	wait := func() {
+		if !deadline && f.step > 0 {
+			f.conn.SetReadDeadline(time.Now().Add(f.step))
+			deadline = true
+		}
+	}
+	if f.r.Buffered() < 4 {
+		wait()
+	}
+	h, err := f.r.Peek(4)
+	if err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(h))
 	if n > maxFrame {
-		return buf, fmt.Errorf("%w: %d bytes", errFrame, n)
+		return nil, fmt.Errorf("%w: %d bytes", errFrame, n)
 	}
-	if cap(buf) < int(n) {
-		buf = make([]byte, n)
+	f.r.Discard(4)
+	if f.buf == nil {
+		f.buf = make([]byte, 0, minFrameBuf)
 	}
-	buf = buf[:n]
-	_, err := io.ReadFull(r, buf)
-	return buf, err
+	f.buf = f.buf[:0]
+	for len(f.buf) < n {
+		if len(f.buf) == cap(f.buf) {
+			// Grow by what has arrived so far at most: a header announcing
+			// a large frame costs nothing until its bytes come.
+			f.buf = slices.Grow(f.buf, min(n-len(f.buf), len(f.buf)))
+		}
+		if f.r.Buffered() < n-len(f.buf) {
+			wait()
+		}
+		k, err := f.r.Read(f.buf[len(f.buf):min(n, cap(f.buf))])
+		f.buf = f.buf[:len(f.buf)+k]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return f.buf, nil
 }
 
 // parseFrame splits a frame body.
@@ -76,6 +155,15 @@ func parseFrame(body []byte) (id uint64, kind byte, payload []byte, err error) {
 		return 0, 0, nil, errFrame
 	}
 	return id, body[n], body[n+1:], nil
+}
+
+// parseUvarint splits a uvarint off a payload.
+func parseUvarint(p []byte) (uint64, []byte, error) {
+	v, n := binary.Uvarint(p)
+	if n <= 0 {
+		return 0, nil, errFrame
+	}
+	return v, p[n:], nil
 }
 
 // parseKey splits a key off a payload.

@@ -1,0 +1,269 @@
+package olric
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// credentials are a member's security settings, ready to use.
+type credentials struct {
+	// server and client configure the owner channel's two ends; nil means
+	// plain TCP.
+	server, client *tls.Config
+	// keyring encrypts gossip; nil means clear text.
+	keyring *memberlist.Keyring
+	// password is Olric's AUTH password; empty means none.
+	password string
+}
+
+// credentials checks c's security settings and builds them. It refuses a
+// member reachable from the network without all of them unless c.Insecure.
+func (c *Config) credentials() (credentials, error) {
+	var cr credentials
+	base, err := c.channelTLS()
+	if err != nil {
+		return cr, err
+	}
+	if base != nil {
+		if cr.server, cr.client, err = mutualTLS(base); err != nil {
+			return cr, err
+		}
+	}
+	if len(c.GossipKeys) > 0 {
+		for i, k := range c.GossipKeys {
+			if err := memberlist.ValidateKey(k); err != nil {
+				return cr, fmt.Errorf("%w: GossipKeys[%d]: %v", ErrSecurity, i, err)
+			}
+		}
+		if cr.keyring, err = memberlist.NewKeyring(c.GossipKeys[1:], c.GossipKeys[0]); err != nil {
+			return cr, fmt.Errorf("%w: GossipKeys: %v", ErrSecurity, err)
+		}
+	}
+	cr.password = c.Password
+	if c.Insecure || c.loopbackOnly() {
+		return cr, nil
+	}
+	var missing []string
+	if cr.server == nil {
+		missing = append(missing, "TLS")
+	}
+	if cr.keyring == nil {
+		missing = append(missing, "GossipKeys")
+	}
+	if cr.password == "" {
+		missing = append(missing, "Password")
+	}
+	if len(missing) > 0 {
+		return cr, fmt.Errorf("%w (missing: %s)", ErrInsecure, strings.Join(missing, ", "))
+	}
+	return cr, nil
+}
+
+// channelTLS returns the TLS configuration of the owner channel from
+// whichever of TLS, the TLS files or ChannelSecret is set, or nil.
+func (c *Config) channelTLS() (*tls.Config, error) {
+	files := c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCAFile != ""
+	n := 0
+	for _, set := range []bool{c.TLS != nil, files, len(c.ChannelSecret) > 0} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n > 1:
+		return nil, fmt.Errorf("%w: set one of TLS, TLSCertFile/TLSKeyFile/TLSCAFile and ChannelSecret", ErrSecurity)
+	case c.TLS != nil:
+		return c.TLS.Clone(), nil
+	case files:
+		if c.TLSCertFile == "" || c.TLSKeyFile == "" || c.TLSCAFile == "" {
+			return nil, fmt.Errorf("%w: TLSCertFile, TLSKeyFile and TLSCAFile go together", ErrSecurity)
+		}
+		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSecurity, err)
+		}
+		pem, err := os.ReadFile(c.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrSecurity, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: no certificate in %s", ErrSecurity, c.TLSCAFile)
+		}
+		return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
+	case len(c.ChannelSecret) > 0:
+		return secretTLS(c.ChannelSecret)
+	}
+	return nil, nil
+}
+
+// mutualTLS derives the two ends of the owner channel from base: TLS 1.3
+// only, client certificates required and verified against the cluster CA,
+// server certificates verified against it too but without a host name
+// (membership is the CA's signature, not a name).
+func mutualTLS(base *tls.Config) (server, client *tls.Config, err error) {
+	if len(base.Certificates) == 0 && (base.GetCertificate == nil || base.GetClientCertificate == nil) {
+		return nil, nil, fmt.Errorf("%w: TLS has no certificate", ErrSecurity)
+	}
+	if base.RootCAs == nil {
+		return nil, nil, fmt.Errorf("%w: TLS has no RootCAs (the cluster CA)", ErrSecurity)
+	}
+	server = base.Clone()
+	server.MinVersion = tls.VersionTLS13
+	server.ClientAuth = tls.RequireAndVerifyClientCert
+	if server.ClientCAs == nil {
+		server.ClientCAs = base.RootCAs
+	}
+	client = base.Clone()
+	client.MinVersion = tls.VersionTLS13
+	client.InsecureSkipVerify = true // replaced by VerifyConnection: no host name
+	roots, next := base.RootCAs, base.VerifyConnection
+	client.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("bucketgrid/olric: owner presented no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		if _, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+			Roots:         roots,
+			Intermediates: inter,
+			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}); err != nil {
+			return err
+		}
+		if next != nil {
+			return next(cs)
+		}
+		return nil
+	}
+	return server, client, nil
+}
+
+// minSecret is the shortest ChannelSecret accepted.
+const minSecret = 32
+
+// secretTLS builds a TLS configuration from a shared secret: the CA's
+// Ed25519 key is derived from the secret, so every member holding it
+// builds the same CA, and signs a fresh ECDSA P-256 certificate for this
+// member.
+func secretTLS(secret []byte) (*tls.Config, error) {
+	if len(secret) < minSecret {
+		return nil, fmt.Errorf("%w: ChannelSecret has %d bytes, need at least %d", ErrSecurity, len(secret), minSecret)
+	}
+	seed, err := hkdf.Key(sha256.New, secret, nil, "bucketgrid/olric owner channel CA v1", ed25519.SeedSize)
+	if err != nil {
+		return nil, err
+	}
+	caKey := ed25519.NewKeyFromSeed(seed)
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "bucketgrid/olric channel CA"},
+		NotBefore:             time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
+		NotAfter:              time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "bucketgrid/olric member"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(100, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}},
+		RootCAs:      pool,
+	}, nil
+}
+
+// ErrGossipClear is returned by the gossip key methods of a member started
+// without GossipKeys: its gossip is in clear text, and memberlist cannot
+// turn encryption on while running.
+var ErrGossipClear = errors.New("bucketgrid/olric: gossip encryption is off (no GossipKeys at Start)")
+
+// AddGossipKey installs key (16, 24 or 32 bytes) in the member's gossip
+// keyring: from now on the member also accepts gossip encrypted with it,
+// and still encrypts with its primary key. Rotating the cluster's key
+// without downtime takes three rounds, each completed on every member
+// before the next starts: AddGossipKey(new), UseGossipKey(new),
+// RemoveGossipKey(old). Keys set this way last until Shutdown; put the new
+// key in GossipKeys too, so that a restarted member uses it.
+func (m *Member) AddGossipKey(key []byte) error {
+	if m.creds.keyring == nil {
+		return ErrGossipClear
+	}
+	return m.creds.keyring.AddKey(key)
+}
+
+// UseGossipKey makes key, already installed with AddGossipKey or given in
+// GossipKeys, the one the member encrypts gossip with.
+func (m *Member) UseGossipKey(key []byte) error {
+	if m.creds.keyring == nil {
+		return ErrGossipClear
+	}
+	return m.creds.keyring.UseKey(key)
+}
+
+// RemoveGossipKey removes key from the member's keyring: gossip encrypted
+// with it is refused from now on. The primary key cannot be removed.
+func (m *Member) RemoveGossipKey(key []byte) error {
+	if m.creds.keyring == nil {
+		return ErrGossipClear
+	}
+	return m.creds.keyring.RemoveKey(key)
+}
+
+// GossipKeys returns the keys of the member's gossip keyring, the primary
+// key first, or nil when gossip is in clear text.
+func (m *Member) GossipKeys() [][]byte {
+	if m.creds.keyring == nil {
+		return nil
+	}
+	var keys [][]byte
+	for _, k := range m.creds.keyring.GetKeys() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	return keys
+}
