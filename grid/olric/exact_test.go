@@ -63,3 +63,12 @@ func TestExactAccounting(t *testing.T) {
 		}
 	}
 }
+
+// testBucket is a bucket of the given capacity refilled once an hour.
+func testBucket(capacity int64) core.Config {
+	cfg, err := core.NewConfig(core.Intervally(capacity, capacity, time.Hour))
+	if err != nil {
+		panic(err)
+	}
+	return cfg
+}

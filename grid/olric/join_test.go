@@ -1,0 +1,174 @@
+package olric
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestJoinFailures starts members with Peers that cannot let them in and
+// checks that each fails with ErrJoin instead of forming a cluster of its
+// own, and that the cluster it was pointed at is unchanged.
+func TestJoinFailures(t *testing.T) {
+	s := newSecrets(t)
+	open := startCluster(t, 1, nil)[0]
+	secured := startCluster(t, 2, s.secure(t))
+	nowhere := net.JoinHostPort("127.0.0.1", strconv.Itoa(freeBase(t)))
+	for _, tc := range []struct {
+		name      string
+		peers     []string
+		tweak     func(*Config)
+		olricPort bool
+	}{
+		{name: "nothing listens", peers: []string{nowhere}},
+		{name: "Olric's port of an open member", peers: []string{open.Name()}, olricPort: true},
+		{name: "Olric's port of a secured member", peers: []string{secured[0].Name()}, tweak: s.secure(t), olricPort: true},
+		{name: "Olric's ports of both secured members", peers: []string{secured[0].Name(), secured[1].Name()}, tweak: s.secure(t), olricPort: true},
+		{name: "no gossip key", peers: []string{memberlistAddr(secured[0].cfg)}},
+		{name: "wrong gossip key", peers: []string{memberlistAddr(secured[0].cfg)}, tweak: func(c *Config) {
+			s.secure(t)(c)
+			c.GossipKeys = [][]byte{randomKey(t, 32)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testConfig(t)
+			c.JoinTimeout = 3 * time.Second
+			if tc.tweak != nil {
+				tc.tweak(&c)
+			}
+			c.Peers = tc.peers
+			start := time.Now()
+			m, err := Start(context.Background(), c)
+			if err == nil {
+				shutdownAll(t, []*Member{m})
+				t.Fatal("started")
+			}
+			t.Logf("after %v: %v", time.Since(start).Round(time.Millisecond), err)
+			if !errors.Is(err, ErrJoin) {
+				t.Errorf("%v, want ErrJoin", err)
+			}
+			if errors.Is(err, ErrNotGossipPort) != tc.olricPort {
+				t.Errorf("errors.Is(err, ErrNotGossipPort) = %v, want %v", !tc.olricPort, tc.olricPort)
+			}
+		})
+	}
+	for _, m := range secured {
+		if members, err := m.client.Members(context.Background()); err != nil || len(members) != 2 {
+			t.Errorf("%s sees %d members (%v), want 2", m.Name(), len(members), err)
+		}
+	}
+}
+
+// TestJoinSelf gives a member its own gossip address as its only peer: it
+// starts a cluster, so every member may be handed the same list.
+func TestJoinSelf(t *testing.T) {
+	ms := startCluster(t, 1, func(c *Config) { c.Peers = []string{memberlistAddr(*c)} })
+	if r := ms[0].routes.Load(); r.members != 1 {
+		t.Fatalf("%d members", r.members)
+	}
+}
+
+// TestSecureByDefault checks who may start without security.
+func TestSecureByDefault(t *testing.T) {
+	s := newSecrets(t)
+	lan := DefaultLANConfig()
+	lan.BindAddr = "192.0.2.10" // TEST-NET-1: never reached, Start fails first
+	certFile, keyFile, caFile := s.ca.files(t)
+	for _, tc := range []struct {
+		name  string
+		tweak func(*Config)
+		want  error
+	}{
+		{"LAN, nothing", func(*Config) {}, ErrInsecure},
+		{"LAN, only TLS", func(c *Config) { c.TLS = s.ca.tlsConfig(t) }, ErrInsecure},
+		{"LAN, no password", func(c *Config) { s.secure(t)(c); c.Password = "" }, ErrInsecure},
+		{"LAN, no gossip key", func(c *Config) { s.secure(t)(c); c.GossipKeys = nil }, ErrInsecure},
+		{"LAN, gossip on a LAN address", func(c *Config) { c.BindAddr = "127.0.0.1"; c.MemberlistBindAddr = "192.0.2.10" }, ErrInsecure},
+		{"LAN, all three", s.secure(t), nil},
+		{"LAN, files", func(c *Config) {
+			s.secure(t)(c)
+			c.TLS, c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = nil, certFile, keyFile, caFile
+		}, nil},
+		{"LAN, secret", func(c *Config) { s.secure(t)(c); c.TLS, c.ChannelSecret = nil, randomKey(t, 32) }, nil},
+		{"LAN, Insecure", func(c *Config) { c.Insecure = true }, nil},
+		{"loopback, nothing", func(c *Config) { c.BindAddr = "127.0.0.1" }, nil},
+		{"localhost, nothing", func(c *Config) { c.BindAddr = "localhost" }, nil},
+		{"two alternatives", func(c *Config) { s.secure(t)(c); c.ChannelSecret = randomKey(t, 32) }, ErrSecurity},
+		{"files incomplete", func(c *Config) { s.secure(t)(c); c.TLS, c.TLSCertFile = nil, certFile }, ErrSecurity},
+		{"files unreadable", func(c *Config) {
+			s.secure(t)(c)
+			c.TLS, c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = nil, certFile, keyFile, caFile+".missing"
+		}, ErrSecurity},
+		{"short secret", func(c *Config) { s.secure(t)(c); c.TLS, c.ChannelSecret = nil, randomKey(t, 31) }, ErrSecurity},
+		{"gossip key of 20 bytes", func(c *Config) { s.secure(t)(c); c.GossipKeys = [][]byte{randomKey(t, 20)} }, ErrSecurity},
+		{"TLS without a CA", func(c *Config) { s.secure(t)(c); c.TLS.RootCAs = nil }, ErrSecurity},
+		{"TLS without a certificate", func(c *Config) { s.secure(t)(c); c.TLS.Certificates = nil }, ErrSecurity},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := lan
+			tc.tweak(&c)
+			c, err := c.withDefaults()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.credentials()
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Errorf("%v, want %v", err, tc.want)
+			}
+		})
+	}
+	// Start itself refuses before it binds anything.
+	if _, err := Start(context.Background(), lan); !errors.Is(err, ErrInsecure) {
+		t.Errorf("Start: %v, want ErrInsecure", err)
+	}
+}
+
+// TestChannelSecurityModes runs a request across two members for each way
+// of securing the owner channel.
+func TestChannelSecurityModes(t *testing.T) {
+	s := newSecrets(t)
+	secret := randomKey(t, 32)
+	for _, tc := range []struct {
+		name  string
+		tweak func(*Config)
+	}{
+		{"PEM files", func(c *Config) {
+			s.secure(t)(c)
+			c.TLS = nil
+			c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = s.ca.files(t)
+		}},
+		{"shared secret", func(c *Config) {
+			s.secure(t)(c)
+			c.TLS, c.ChannelSecret = nil, secret
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := startCluster(t, 2, tc.tweak)
+			checkRemote(t, ms)
+		})
+	}
+}
+
+// checkRemote consumes from a key owned by ms[1] through ms[0].
+func checkRemote(t *testing.T, ms []*Member) {
+	t.Helper()
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := "remote-" + strconv.Itoa(i); ms[0].Owner(k) == ms[1].Name() {
+			key = k
+		}
+	}
+	cfg := testBucket(10)
+	for range 3 {
+		if _, err := ms[0].Execute(context.Background(), key, consumeReq(&cfg, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := ms[1].Execute(context.Background(), key, availableReq(&cfg))
+	if err != nil || r.Results[0].Tokens != 4 {
+		t.Fatalf("%v %v, want 4 tokens", r.Results, err)
+	}
+}
