@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
@@ -43,9 +44,16 @@ const (
 // conns tracks the owner channel's connections: those still handshaking,
 // oldest first, and those established. Guarded by Member.connMu.
 type conns struct {
-	handshaking []net.Conn
+	handshaking []*newConn
 	established map[net.Conn]struct{}
 	closed      bool
+}
+
+// newConn is a connection that has not finished its handshake; spoke is
+// set once its first byte arrived.
+type newConn struct {
+	c     net.Conn
+	spoke atomic.Bool
 }
 
 // maxHandshaking is how many connections may be handshaking at once.
@@ -76,34 +84,47 @@ func (m *Member) serve() {
 			continue
 		}
 		delay = 0
+		nc := &newConn{c: c}
+		var evict net.Conn
 		m.connMu.Lock()
 		if m.conns.closed {
 			m.connMu.Unlock()
 			c.Close()
 			return
 		}
-		if len(m.conns.handshaking) >= m.maxHandshaking() {
-			// Drop the oldest: it is the closest to its deadline, and a
-			// flood of silent connections cannot keep a member out.
-			m.conns.handshaking[0].Close()
-			m.conns.handshaking = m.conns.handshaking[1:]
+		if hs := m.conns.handshaking; len(hs) >= m.maxHandshaking() {
+			// Drop the oldest connection that has not said a word, else
+			// the oldest: a flood of silent or slow connections cannot
+			// keep a member out, since a member's handshake is quick.
+			i := slices.IndexFunc(hs, func(n *newConn) bool { return !n.spoke.Load() })
+			evict = hs[max(i, 0)].c
+			m.conns.handshaking = slices.Delete(hs, max(i, 0), max(i, 0)+1)
 		}
-		m.conns.handshaking = append(m.conns.handshaking, c)
+		m.conns.handshaking = append(m.conns.handshaking, nc)
 		m.wg.Add(1)
 		m.connMu.Unlock()
-		go m.serveConn(c)
+		if evict != nil {
+			evict.Close()
+		}
+		go m.serveConn(nc)
 	}
 }
 
 // handshake authenticates a new connection (TLS when configured, then the
 // preamble) within ChannelIOTimeout and moves it to the established ones,
 // if there is room. It returns the connection to use, or nil.
-func (m *Member) handshake(raw net.Conn) net.Conn {
-	c := raw
-	c.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
+func (m *Member) handshake(nc *newConn) net.Conn {
+	raw := nc.c
+	raw.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
+	var first [1]byte
+	if _, err := io.ReadFull(raw, first[:]); err != nil {
+		return nil
+	}
+	nc.spoke.Store(true)
+	var c net.Conn = &prefixConn{Conn: raw, prefix: first[:]}
 	if m.creds.server != nil {
-		tc := tls.Server(raw, m.creds.server)
-		if tc.HandshakeContext(m.ctx) != nil {
+		tc := tls.Server(c, m.creds.server)
+		if tc.Handshake() != nil {
 			return nil
 		}
 		c = tc
@@ -112,10 +133,10 @@ func (m *Member) handshake(raw net.Conn) net.Conn {
 	if _, err := io.ReadFull(c, p[:]); err != nil || p != preamble {
 		return nil
 	}
-	c.SetDeadline(time.Time{})
+	raw.SetDeadline(time.Time{})
 	m.connMu.Lock()
 	defer m.connMu.Unlock()
-	i := slices.Index(m.conns.handshaking, raw)
+	i := slices.Index(m.conns.handshaking, nc)
 	if i < 0 || m.conns.closed {
 		return nil // dropped meanwhile
 	}
@@ -127,22 +148,37 @@ func (m *Member) handshake(raw net.Conn) net.Conn {
 	return c
 }
 
+// prefixConn is a connection whose first bytes were already read.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.prefix) > 0 {
+		n := copy(b, p.prefix)
+		p.prefix = p.prefix[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
 // serveConn serves one caller: it reads requests and executes them in
 // order on this goroutine; answers go out in one write per batch of
 // requests that arrived together (it flushes when no further request is
 // buffered).
-func (m *Member) serveConn(raw net.Conn) {
+func (m *Member) serveConn(nc *newConn) {
 	defer m.wg.Done()
 	defer func() {
-		raw.Close()
+		nc.c.Close()
 		m.connMu.Lock()
-		if i := slices.Index(m.conns.handshaking, raw); i >= 0 {
+		if i := slices.Index(m.conns.handshaking, nc); i >= 0 {
 			m.conns.handshaking = slices.Delete(m.conns.handshaking, i, i+1)
 		}
-		delete(m.conns.established, raw)
+		delete(m.conns.established, nc.c)
 		m.connMu.Unlock()
 	}()
-	c := m.handshake(raw)
+	c := m.handshake(nc)
 	if c == nil {
 		return
 	}

@@ -14,9 +14,18 @@ import (
 	"go.uber.org/goleak"
 )
 
+// children are the roles the test binary plays when re-executed with one
+// of these environment variables set.
+var children = map[string]func() int{
+	childEnv:    childMain,
+	attackerEnv: attackerMain,
+}
+
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(childMain())
+	for env, main := range children {
+		if os.Getenv(env) != "" {
+			os.Exit(main())
+		}
 	}
 	code := m.Run()
 	if code == 0 {
@@ -183,4 +192,24 @@ func stable(ms []*Member) bool {
 		}
 	}
 	return true
+}
+
+// keySet returns n keys prefix0 … prefix(n-1).
+func keySet(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint(prefix, i)
+	}
+	return keys
+}
+
+// ownedKeys returns n keys that m owns.
+func ownedKeys(m *Member, prefix string, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		if k := prefix + strconv.Itoa(i); m.Owner(k) == m.Name() {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }

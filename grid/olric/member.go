@@ -544,8 +544,8 @@ func (m *Member) shutdown(ctx context.Context) error {
 	m.ln.Close()
 	m.connMu.Lock()
 	m.conns.closed = true
-	for _, c := range m.conns.handshaking {
-		c.Close()
+	for _, nc := range m.conns.handshaking {
+		nc.c.Close()
 	}
 	for c := range m.conns.established {
 		c.Close()

@@ -99,14 +99,6 @@ func (l *load) overAdmitted(capacity int64) (tokens int64, keys int) {
 	return
 }
 
-func keySet(prefix string, n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprint(prefix, i)
-	}
-	return keys
-}
-
 // TestJoinUnderLoad adds a member to a 2-member cluster while 8 goroutines
 // drain 300 buckets of capacity 40, and checks that no bucket admitted more
 // than its capacity: the new owner holds each partition it takes over until
