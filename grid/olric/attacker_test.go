@@ -99,4 +99,3 @@ func attackerMain() int {
 	close(stop)
 	return 0
 }
-

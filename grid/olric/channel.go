@@ -209,7 +209,7 @@ func (m *Member) serveConn(nc *newConn) {
 			return
 		}
 		var req core.Request
-		if kind == kindExecute {
+		if err = checkKey(key); err == nil && kind == kindExecute {
 			req, err = core.DecodeRequest(rest)
 		}
 		switch {

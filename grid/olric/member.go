@@ -397,19 +397,41 @@ func (s *stripe) put(key string, c cached, limit int) {
 	s.cache[key] = c
 }
 
+// MaxKeyLen is the longest key a Member holds, in bytes. Olric refuses
+// keys of 256 bytes or more, and a member stores each bucket under its key
+// as given, with no prefix (the DMap's name is not part of the key). Any
+// bytes are allowed, the empty key included.
+const MaxKeyLen = 255
+
+// checkKey returns a *core.KeyError for a key longer than MaxKeyLen.
+func checkKey(key string) error {
+	if len(key) > MaxKeyLen {
+		return core.InvalidKey(key, "longer than 255 bytes, Olric's limit")
+	}
+	return nil
+}
+
 // Execute implements bucketgrid.Executor: it runs req on the owner of key's
 // bucket, in this process when this member owns it, else in one hop over
 // the owner channel. It follows ownership changes (re-routing on not-owner
 // answers, waiting out hand-overs) until ctx ends; a context without a
-// deadline is bounded by Config.RequestTimeout.
+// deadline is bounded by Config.RequestTimeout. A key longer than MaxKeyLen
+// fails at once, before any I/O, with a *core.KeyError (errors.Is
+// core.ErrInvalidKey).
 func (m *Member) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+	if err := checkKey(key); err != nil {
+		return core.Response{}, err
+	}
 	o, err := m.do(ctx, key, &req, false)
 	return o.resp, err
 }
 
 // Remove implements bucketgrid.Executor: it deletes key's bucket on its
-// owner.
+// owner. A key longer than MaxKeyLen fails as in Execute.
 func (m *Member) Remove(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
 	_, err := m.do(ctx, key, nil, true)
 	return err
 }

@@ -1,0 +1,97 @@
+package olric
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// TestKeyLength checks the key rule: keys of up to MaxKeyLen bytes (any
+// bytes) work on local and remote owners; a longer key fails at once with
+// a *core.KeyError that does not show the key, before any I/O (even with a
+// context that has ended) and through a Manager as bucketgrid.ErrInvalidKey.
+func TestKeyLength(t *testing.T) {
+	ms := startCluster(t, 2, nil)
+	cfg := testBucket(10)
+	ctx := context.Background()
+	for _, k := range []string{"", "\xff\x00\xfe", strings.Repeat("k", MaxKeyLen), strings.Repeat("é", MaxKeyLen/2)} {
+		for _, m := range ms {
+			if _, err := m.Execute(ctx, k, consumeReq(&cfg, 1)); err != nil {
+				t.Fatalf("key of %d bytes via %s: %v", len(k), m.Name(), err)
+			}
+		}
+		r, err := ms[0].Execute(ctx, k, availableReq(&cfg))
+		if err != nil || r.Results[0].Tokens != 8 {
+			t.Fatalf("key of %d bytes: %v %v, want 8 tokens", len(k), r.Results, err)
+		}
+	}
+	long := strings.Repeat("s3cr3t-api-key-", 18)[:MaxKeyLen+1]
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, m := range ms {
+		for _, c := range []context.Context{ctx, ended} {
+			_, err := m.Execute(c, long, consumeReq(&cfg, 1))
+			var ke *core.KeyError
+			if !errors.Is(err, core.ErrInvalidKey) || !errors.As(err, &ke) || ke.Len != len(long) {
+				t.Fatalf("Execute with a key of %d bytes: %v, want a *core.KeyError", len(long), err)
+			}
+			if strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("the error shows the key: %v", err)
+			}
+			if err := m.Remove(c, long); !errors.Is(err, core.ErrInvalidKey) {
+				t.Errorf("Remove: %v, want ErrInvalidKey", err)
+			}
+		}
+	}
+	b := bucketgrid.NewManager(ms[0]).Bucket(long, func(context.Context) (core.Config, error) { return cfg, nil })
+	if _, err := b.TryConsume(ctx, 1); !errors.Is(err, bucketgrid.ErrInvalidKey) {
+		t.Errorf("through a Manager: %v, want ErrInvalidKey", err)
+	}
+
+	// An owner refuses such a key from the channel too (a caller would
+	// not send it), with an error answer, and keeps the connection.
+	c, err := net.Dial("tcp", ms[0].ChannelAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := core.AppendRequest(nil, new(consumeReq(&cfg, 1)))
+	f := append(preamble[:], requestFrame(1, kindExecute, time.Second, long, req)...)
+	f = append(f, requestFrame(2, kindExecute, time.Second, "short", req)...)
+	if _, err := c.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	var pre [len(preamble)]byte
+	io.ReadFull(r, pre[:])
+	fr := &frameReader{r: r}
+	answers := map[uint64]byte{}
+	for range 2 {
+		body, err := fr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, kind, payload, _ := parseFrame(body)
+		answers[id] = kind
+		if id == 1 && strings.Contains(string(payload), "s3cr3t") {
+			t.Errorf("the error answer shows the key: %s", payload)
+		}
+	}
+	if answers[1] != kindError {
+		t.Errorf("long key answered with kind %d, want an error", answers[1])
+	}
+	// "short" may belong to the other member: either answer is fine, but
+	// an answer it gets.
+	if k := answers[2]; k != kindOK && k != kindNotOwner {
+		t.Errorf("next request answered with kind %d", k)
+	}
+}
