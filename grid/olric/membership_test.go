@@ -260,7 +260,7 @@ func TestCrash(t *testing.T) {
 	const n = 300
 	for _, rf := range []int{1, 2} {
 		t.Run(fmt.Sprintf("replicas=%d", rf), func(t *testing.T) {
-			kids := startChildren(t, 3, rf)
+			kids := startChildren(t, 3, rf, "test")
 			kids[0].send(t, fmt.Sprint("SEED ", n))
 			kids[0].expect(t, "SEEDED")
 			kids[2].send(t, fmt.Sprint("OWNED ", n))
@@ -282,6 +282,41 @@ func TestCrash(t *testing.T) {
 			}
 			if lost != want {
 				t.Errorf("%d buckets lost, want %d", lost, want)
+			}
+			for _, k := range kids[:2] {
+				k.send(t, "STOP")
+			}
+		})
+	}
+}
+
+// TestCrashWindow measures how long the keys of a crashed member stay
+// unavailable with the default timings of each profile: one of three
+// member processes is killed (SIGKILL) and another checks one of its keys,
+// each attempt bounded by 100 ms, until a check succeeds. The window is
+// memberlist's failure detection (a probe, then the suspicion timeout)
+// plus Olric's routing update plus HandoverGrace; the package
+// documentation quotes these figures.
+func TestCrashWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, profile := range []string{"local", "lan"} {
+		t.Run(profile, func(t *testing.T) {
+			const n = 300
+			kids := startChildren(t, 3, 1, profile)
+			kids[2].send(t, fmt.Sprint("OWNKEY ", n))
+			key := kids[2].expect(t, "OWNKEY")
+			if err := kids[2].cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			kids[0].send(t, "OUTAGE "+key)
+			ms, _ := strconv.Atoi(kids[0].expect(t, "OUTAGE"))
+			t.Logf("%s: a crashed member's key was unavailable for %v", profile, time.Duration(ms)*time.Millisecond)
+			// Generous: failure detection alone takes seconds; what must
+			// not happen is a key that never comes back.
+			if limit := 30 * time.Second; time.Duration(ms)*time.Millisecond > limit {
+				t.Errorf("unavailable for %v, limit %v", time.Duration(ms)*time.Millisecond, limit)
 			}
 			for _, k := range kids[:2] {
 				k.send(t, "STOP")

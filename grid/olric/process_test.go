@@ -29,6 +29,9 @@ import (
 //	WAIT m   waits for a routing table with m members and no pending
 //	         hand-over; answers "STABLE"
 //	LOST n   answers "LOST k", how many of those buckets are full again
+//	OWNKEY n answers "OWNKEY key", one of those buckets this member owns
+//	OUTAGE key  checks key (each attempt bounded by 100 ms) until a check
+//	         succeeds; answers "OUTAGE ms", the time since the command
 //	STOP     shuts the member down and exits
 //
 // It prints "UP" once its member started and "READY" once it reads a
@@ -39,18 +42,27 @@ const childEnv = "BUCKETGRID_OLRIC_CHILD"
 const sharedCapacity = 4000
 
 func childMain() int {
-	// childEnv holds "bindPort memberlistPort members replicas [seed]".
+	// childEnv holds "bindPort memberlistPort members replicas profile
+	// [seed]": profile "test" is DefaultLocalConfig with the short timings
+	// of the other tests, "local" and "lan" are DefaultLocalConfig and
+	// DefaultLANConfig (on loopback) as they are.
 	f := strings.Fields(os.Getenv(childEnv))
 	base := DefaultLocalConfig()
+	if f[4] == "lan" {
+		base = DefaultLANConfig()
+		base.BindAddr = "127.0.0.1"
+	}
 	base.BindPort, _ = strconv.Atoi(f[0])
 	base.MemberlistBindPort, _ = strconv.Atoi(f[1])
 	want, _ := strconv.Atoi(f[2])
 	base.ReplicaCount, _ = strconv.Atoi(f[3])
-	if len(f) > 4 {
-		base.Peers = f[4:]
+	if len(f) > 5 {
+		base.Peers = f[5:]
 	}
 	base.LeaveTimeout = 300 * time.Millisecond
-	base.RoutingRefresh, base.RoutingLease, base.HandoverGrace = 50*time.Millisecond, 400*time.Millisecond, 600*time.Millisecond
+	if f[4] == "test" {
+		base.RoutingRefresh, base.RoutingLease, base.HandoverGrace = 50*time.Millisecond, 400*time.Millisecond, 600*time.Millisecond
+	}
 	m, err := Start(context.Background(), base)
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -131,6 +143,25 @@ func childMain() int {
 			} else {
 				fmt.Println(f[0], k)
 			}
+		case "OWNKEY":
+			n, _ := strconv.Atoi(f[1])
+			for i := range n {
+				if key := fmt.Sprint("crash-", i); m.Owner(key) == m.Name() {
+					fmt.Println("OWNKEY", key)
+					break
+				}
+			}
+		case "OUTAGE":
+			start := time.Now()
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				_, err := m.Execute(ctx, f[1], availableReq(&cfg))
+				cancel()
+				if err == nil {
+					break
+				}
+			}
+			fmt.Println("OUTAGE", time.Since(start).Milliseconds())
 		case "WAIT":
 			n, _ := strconv.Atoi(f[1])
 			for {
@@ -203,7 +234,7 @@ func TestSeparateProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	kids := startChildren(t, 3, 1)
+	kids := startChildren(t, 3, 1, "test")
 	// 3 processes × 4 goroutines × 500 = 6000 attempts on capacity 4000.
 	for _, k := range kids {
 		k.send(t, "GO 500 4")
@@ -236,8 +267,9 @@ func TestSeparateProcesses(t *testing.T) {
 }
 
 // startChildren starts n members in n processes with the given replica
-// count and waits until each is READY.
-func startChildren(t *testing.T, n, replicas int) []*child {
+// count and configuration profile (see childMain) and waits until each is
+// READY.
+func startChildren(t *testing.T, n, replicas int, profile string) []*child {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -247,7 +279,7 @@ func startChildren(t *testing.T, n, replicas int) []*child {
 	var seed string
 	for i := range n {
 		p := freeBase(t)
-		spec := fmt.Sprintf("%d %d %d %d", p, p+2, n, replicas)
+		spec := fmt.Sprintf("%d %d %d %d %s", p, p+2, n, replicas, profile)
 		if i == 0 {
 			seed = fmt.Sprintf("127.0.0.1:%d", p+2)
 		} else {
