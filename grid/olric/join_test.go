@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -170,5 +171,38 @@ func checkRemote(t *testing.T, ms []*Member) {
 	r, err := ms[1].Execute(context.Background(), key, availableReq(&cfg))
 	if err != nil || r.Results[0].Tokens != 4 {
 		t.Fatalf("%v %v, want 4 tokens", r.Results, err)
+	}
+}
+
+// TestStartTogether starts three members at once, each given the gossip
+// addresses of all three: they form one cluster (each one's gossip port is
+// open while it tries the others), not three.
+func TestStartTogether(t *testing.T) {
+	var cfgs []Config
+	var peers []string
+	for range 3 {
+		c := testConfig(t)
+		cfgs = append(cfgs, c)
+		peers = append(peers, memberlistAddr(c))
+	}
+	ms := make([]*Member, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		cfgs[i].Peers = peers
+		wg.Go(func() { ms[i], errs[i] = Start(context.Background(), cfgs[i]) })
+	}
+	wg.Wait()
+	var started []*Member
+	for i, m := range ms {
+		if errs[i] != nil {
+			t.Errorf("member %d: %v", i, errs[i])
+		} else {
+			started = append(started, m)
+		}
+	}
+	t.Cleanup(func() { shutdownAll(t, started) })
+	if len(started) == 3 {
+		waitStable(t, started)
 	}
 }
