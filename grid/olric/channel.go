@@ -41,6 +41,10 @@ const (
 
 // ---- owner side ----
 
+// pollDeadline is a read deadline in the past: a read with it returns at
+// once, with what is already there or a timeout.
+var pollDeadline = time.Unix(1, 0)
+
 // conns tracks the owner channel's connections: those still handshaking,
 // oldest first, and those established. Guarded by Member.connMu.
 type conns struct {
@@ -185,6 +189,7 @@ func (m *Member) serveConn(nc *newConn) {
 	fr := frameReader{r: bufio.NewReaderSize(c, connBuf), conn: c, idle: m.cfg.ChannelIdleTimeout, step: m.cfg.ChannelIOTimeout}
 	w := bufio.NewWriterSize(c, connBuf)
 	w.Write(preamble[:])
+	_, tlsConn := c.(*tls.Conn)
 	var out []byte
 	var received int64 // when the bytes of the current batch were read
 	for {
@@ -229,6 +234,15 @@ func (m *Member) serveConn(nc *newConn) {
 		}
 		if cap(out) > keepFrameBuf {
 			out = nil
+		}
+		if fr.r.Buffered() == 0 && tlsConn {
+			// TLS hands out one record per Read, so requests that came in
+			// several records would get a flush each. Take whatever TLS
+			// already holds or the socket already has, without waiting
+			// (a deadline in the past makes the read a poll), and flush
+			// once for all of it.
+			c.SetReadDeadline(pollDeadline)
+			fr.r.Peek(1)
 		}
 		if fr.r.Buffered() == 0 {
 			if err := w.Flush(); err != nil {
