@@ -154,7 +154,7 @@
 // suspicion timeout), Olric updates the routing table and the new owners'
 // HandoverGrace ends. Measured with 3 members and default timings
 // (TestCrashWindow; each check attempt bounded by 100 ms): 5.9-6.0 s with
-// the "local" profile, 6.8-6.9 s with "lan". Larger clusters take longer:
+// the "local" profile, 6.8-7.2 s with "lan". Larger clusters take longer:
 // memberlist's suspicion timeout grows with log10 of the member count and
 // waits for other members to confirm the suspicion. A graceful Shutdown
 // announces the leave, so only about HandoverGrace of it remains.

@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,37 +63,8 @@ func TestFileDescriptorExhaustion(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	port := freeBase(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), emfileEnv+"="+strconv.Itoa(port))
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	out := bufio.NewScanner(stdout)
-	expect := func(prefix string) string {
-		t.Helper()
-		for out.Scan() {
-			if rest, ok := strings.CutPrefix(out.Text(), prefix); ok {
-				return strings.TrimSpace(rest)
-			}
-			if strings.HasPrefix(out.Text(), "ERROR") {
-				t.Fatal(out.Text())
-			}
-		}
-		t.Fatalf("child ended waiting for %s", prefix)
-		return ""
-	}
-	expect("LIMITED")
+	k := startChild(t, emfileEnv, strconv.Itoa(port))
+	k.expect(t, "LIMITED")
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port+1))
 	// 40 silent connections: the member runs out of descriptors after 8.
 	var flood []net.Conn
@@ -108,8 +77,8 @@ func TestFileDescriptorExhaustion(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		fmt.Fprintln(stdin)
-		if n, _ := strconv.Atoi(expect("ACCEPTERRORS")); n > 0 {
+		k.send(t, "")
+		if n, _ := strconv.Atoi(k.expect(t, "ACCEPTERRORS")); n > 0 {
 			t.Logf("%d failed Accepts", n)
 			break
 		}

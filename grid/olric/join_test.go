@@ -36,7 +36,7 @@ func TestJoinFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testConfig(t)
-			c.JoinTimeout = 3 * time.Second
+			c.JoinTimeout = 2 * time.Second
 			if tc.tweak != nil {
 				tc.tweak(&c)
 			}

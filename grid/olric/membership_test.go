@@ -14,6 +14,7 @@ package olric
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,7 @@ import (
 )
 
 // load runs TryConsume(1) on a set of keys from several members until
-// stopped, counting what each key admitted.
+// stopped, counting what each key admitted and timing each call.
 type load struct {
 	keys     []string
 	admitted []atomic.Int64
@@ -33,6 +34,7 @@ type load struct {
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	errs     []error
+	lat      []time.Duration // of successful calls, since the last take
 }
 
 func startLoad(t *testing.T, callers []*Member, keys []string, cfg *core.Config, goroutines int) *load {
@@ -48,13 +50,19 @@ func startLoad(t *testing.T, callers []*Member, keys []string, cfg *core.Config,
 				}
 				k := i % len(keys)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				t0 := time.Now()
 				resp, err := m.Execute(ctx, keys[k], consumeReq(cfg, 1))
+				d := time.Since(t0)
 				cancel()
 				l.calls.Add(1)
+				l.mu.Lock()
 				if err != nil {
-					l.mu.Lock()
 					l.errs = append(l.errs, err)
-					l.mu.Unlock()
+				} else {
+					l.lat = append(l.lat, d)
+				}
+				l.mu.Unlock()
+				if err != nil {
 					continue
 				}
 				if resp.Results[0].OK {
@@ -77,6 +85,20 @@ func (l *load) waitCalls(t *testing.T, n int64) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// take returns the median and 99th percentile latency of the calls that
+// succeeded since the last take, and their number.
+func (l *load) take() (p50, p99 time.Duration, n int) {
+	l.mu.Lock()
+	lat := l.lat
+	l.lat = nil
+	l.mu.Unlock()
+	if len(lat) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], len(lat)
 }
 
 func (l *load) stop(t *testing.T) {

@@ -266,15 +266,48 @@ func TestSeparateProcesses(t *testing.T) {
 	}
 }
 
-// startChildren starts n members in n processes with the given replica
-// count and configuration profile (see childMain) and waits until each is
-// READY.
-func startChildren(t *testing.T, n, replicas int, profile string) []*child {
+// startChild runs this test binary in the role env=value (see children)
+// and stops it when the test ends: its stdin is closed, and it is killed
+// if it has not exited 15 s later.
+func startChild(t *testing.T, env, value string) *child {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+value)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	return &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+}
+
+// startChildren starts n members in n processes with the given replica
+// count and configuration profile (see childMain) and waits until each is
+// READY.
+func startChildren(t *testing.T, n, replicas int, profile string) []*child {
+	t.Helper()
 	var kids []*child
 	var seed string
 	for i := range n {
@@ -285,33 +318,8 @@ func startChildren(t *testing.T, n, replicas int, profile string) []*child {
 		} else {
 			spec += " " + seed
 		}
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+spec)
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		k := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+		k := startChild(t, childEnv, spec)
 		kids = append(kids, k)
-		t.Cleanup(func() {
-			in.Close()
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
-		})
 		if i == 0 {
 			// The others join it: it must be up first, or they may form
 			// clusters of their own (Olric issue #258).

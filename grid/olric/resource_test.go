@@ -7,19 +7,11 @@
 package olric
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
-	"slices"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // heap returns the live heap plus goroutine stacks after a collection.
@@ -28,63 +20,6 @@ func heap() uint64 {
 	var s runtime.MemStats
 	runtime.ReadMemStats(&s)
 	return s.HeapAlloc + s.StackInuse
-}
-
-// peerLoad runs checks from the other members on keys the target owns
-// until stopped, recording latencies and errors.
-type peerLoad struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	lat  []time.Duration
-	errs []error
-}
-
-func startPeerLoad(callers []*Member, keys []string, cfg *core.Config) *peerLoad {
-	l := &peerLoad{stop: make(chan struct{})}
-	for g := range 4 {
-		m := callers[g%len(callers)]
-		l.wg.Go(func() {
-			for i := g; ; i++ {
-				select {
-				case <-l.stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				t0 := time.Now()
-				_, err := m.Execute(ctx, keys[i%len(keys)], consumeReq(cfg, 1))
-				d := time.Since(t0)
-				cancel()
-				l.mu.Lock()
-				if err != nil {
-					l.errs = append(l.errs, err)
-				} else {
-					l.lat = append(l.lat, d)
-				}
-				l.mu.Unlock()
-			}
-		})
-	}
-	return l
-}
-
-// take returns the latencies recorded so far and starts anew.
-func (l *peerLoad) take() (p50, p99 time.Duration, n int, errs []error) {
-	l.mu.Lock()
-	lat, errs := l.lat, l.errs
-	l.lat, l.errs = nil, nil
-	l.mu.Unlock()
-	slices.Sort(lat)
-	if len(lat) == 0 {
-		return 0, 0, 0, errs
-	}
-	return lat[len(lat)/2], lat[len(lat)*99/100], len(lat), errs
-}
-
-func (l *peerLoad) halt() {
-	close(l.stop)
-	l.wg.Wait()
 }
 
 // TestConnectionFlood holds 2,000 idle and 500 "announce 1 MiB, send
@@ -108,35 +43,16 @@ func TestConnectionFlood(t *testing.T) {
 	target := ms[0]
 	cfg := testBucket(1 << 40)
 	keys := ownedKeys(target, "flood-", 50)
-	load := startPeerLoad(ms[1:], keys, &cfg)
-	defer load.halt()
+	load := startLoad(t, ms[1:], keys, &cfg, 4)
+	defer load.stop(t)      // every call must have succeeded
 	time.Sleep(time.Second) // a baseline of latencies, not synchronisation
-	p50, p99, n, errs := load.take()
+	p50, p99, n := load.take()
 	t.Logf("before: %d checks, p50 %v, p99 %v", n, p50, p99)
 	base := heap()
 	baseG := runtime.NumGoroutine()
 
 	certFile, keyFile, caFile := s.ca.files(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s 2000 500 100 100 %s %s %s", attackerEnv, target.ChannelAddr(), certFile, keyFile, caFile))
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	out := bufio.NewScanner(stdout)
-	if !out.Scan() || out.Text() != "READY" {
-		t.Fatalf("attacker: %q %v", out.Text(), out.Err())
-	}
+	startChild(t, attackerEnv, fmt.Sprintf("%s 2000 500 100 100 %s %s %s", target.ChannelAddr(), certFile, keyFile, caFile)).expect(t, "READY")
 	load.take()
 	var peak uint64
 	var peakG, peakHS, peakEst, reconnects int
@@ -157,14 +73,10 @@ func TestConnectionFlood(t *testing.T) {
 		peakEst = max(peakEst, len(target.conns.established))
 		target.connMu.Unlock()
 	}
-	p50, p99, n, errs2 := load.take()
-	errs = append(errs, errs2...)
+	p50, p99, n = load.take()
 	growth := int64(peak) - int64(base)
 	t.Logf("during: %d checks, p50 %v, p99 %v; heap+stacks %d → %d MiB (growth %.1f MiB); goroutines %d → %d; connections handshaking ≤ %d, established ≤ %d; %d reconnections of a peer",
 		n, p50, p99, base>>20, peak>>20, float64(growth)/(1<<20), baseG, peakG, peakHS, peakEst, reconnects)
-	for _, err := range errs {
-		t.Errorf("peer check: %v", err)
-	}
 	if n == 0 {
 		t.Error("no check completed during the attack")
 	}
