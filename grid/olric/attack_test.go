@@ -253,6 +253,9 @@ func TestAttacks(t *testing.T) {
 			{"TLS without a certificate", &tls.Config{InsecureSkipVerify: true}},
 			{"TLS with another CA's certificate", &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{wrong.ca.leaf(t)}}},
 			{"TLS 1.2 with another CA's certificate", &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, Certificates: []tls.Certificate{wrong.ca.leaf(t)}}},
+			// Not an attack but the floor: even a member's certificate
+			// gets nowhere below TLS 1.3.
+			{"TLS 1.2 with a member's certificate", &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12, Certificates: []tls.Certificate{s.ca.leaf(t)}}},
 		} {
 			c := tlsDial(t, addr, tc.cfg)
 			if c == nil {
@@ -261,6 +264,16 @@ func TestAttacks(t *testing.T) {
 			if got := channelAttempt(t, c, victim); got != "" {
 				t.Errorf("%s: %s", tc.name, got)
 			}
+		}
+		// The control: with a member's certificate the same frames are
+		// answered (on a key of no victim), so the cases above were refused
+		// for their credentials, not for their frames.
+		_, member, err := mutualTLS(s.ca.tlsConfig(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := tlsDial(t, addr, member); c == nil || channelAttempt(t, c, "control") == "" {
+			t.Error("a member's certificate got no answer")
 		}
 		// A member with the wrong credentials is refused the same way: a
 		// caller's TLS configuration built from another CA.
