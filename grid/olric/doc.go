@@ -153,7 +153,7 @@
 // unavailable until memberlist declares it dead (a failed probe, then the
 // suspicion timeout), Olric updates the routing table and the new owners'
 // HandoverGrace ends. Measured with 3 members and default timings
-// (TestCrashWindow; each check attempt bounded by 100 ms): 5.9-6.0 s with
+// (TestCrashWindow; each check attempt bounded by 100 ms): 5.9-7.0 s with
 // the "local" profile, 6.8-7.2 s with "lan". Larger clusters take longer:
 // memberlist's suspicion timeout grows with log10 of the member count and
 // waits for other members to confirm the suspicion. A graceful Shutdown
