@@ -242,7 +242,9 @@ func (m *Member) serveConn(nc *newConn) {
 			// (a deadline in the past makes the read a poll), and flush
 			// once for all of it.
 			c.SetReadDeadline(pollDeadline)
-			fr.r.Peek(1)
+			if _, err := fr.r.Peek(1); err == nil {
+				received = m.mono()
+			}
 		}
 		if fr.r.Buffered() == 0 {
 			if err := w.Flush(); err != nil {

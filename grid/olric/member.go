@@ -242,7 +242,8 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 // Name returns the member's name in the cluster, BindAddr:BindPort.
 func (m *Member) Name() string { return m.name }
 
-// ChannelAddr returns the advertised address of the member's owner channel.
+// ChannelAddr returns the address of the member's owner channel,
+// BindAddr:BindPort+1, where the other members reach it.
 func (m *Member) ChannelAddr() string { return m.chanAddr }
 
 // Olric returns the embedded Olric member, for the application's own use of
