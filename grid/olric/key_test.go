@@ -1,11 +1,9 @@
 package olric
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -58,19 +56,11 @@ func TestKeyLength(t *testing.T) {
 
 	// An owner refuses such a key from the channel too (a caller would
 	// not send it), with an error answer, and keeps the connection.
-	c, err := net.Dial("tcp", ms[0].ChannelAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
 	req := core.AppendRequest(nil, new(consumeReq(&cfg, 1)))
 	f := append(preamble[:], requestFrame(1, kindExecute, time.Second, long, req)...)
 	f = append(f, requestFrame(2, kindExecute, time.Second, "short", req)...)
-	if _, err := c.Write(f); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(c)
+	c, r := openChannel(t, ms[0], f)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
 	var pre [len(preamble)]byte
 	io.ReadFull(r, pre[:])
 	fr := &frameReader{r: r}
