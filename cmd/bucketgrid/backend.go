@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
@@ -43,7 +47,67 @@ func gridConfig(g gridFlags) (olric.Config, error) {
 	cfg.BindAddr, cfg.BindPort = host, port // the owner channel takes port+1, gossip port+2
 	cfg.Peers = g.Peers
 	cfg.ReplicaCount = g.Replicas
+	if g.JoinTimeout > 0 {
+		cfg.JoinTimeout = g.JoinTimeout
+	}
+	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = g.TLSCert, g.TLSKey, g.TLSCA
+	cfg.Insecure = g.Insecure
+	if g.SecretFile != "" {
+		if cfg.ChannelSecret, err = readSecret(g.SecretFile); err != nil {
+			return cfg, fmt.Errorf("-grid-secret-file: %w", err)
+		}
+	}
+	if g.PasswordFile != "" {
+		pw, err := readSecret(g.PasswordFile)
+		if err != nil {
+			return cfg, fmt.Errorf("-grid-password-file: %w", err)
+		}
+		cfg.Password = string(pw)
+	}
+	if g.GossipKeyFile != "" {
+		if cfg.GossipKeys, err = readGossipKeys(g.GossipKeyFile); err != nil {
+			return cfg, fmt.Errorf("-grid-gossip-key-file: %w", err)
+		}
+	}
 	return cfg, nil
+}
+
+// readSecret returns a file's contents without a trailing line break.
+func readSecret(name string) ([]byte, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%s is empty", name)
+	}
+	return b, nil
+}
+
+// readGossipKeys reads base64 keys, one a line; blank lines and lines
+// starting with # are skipped.
+func readGossipKeys(name string) ([][]byte, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	var keys [][]byte
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, err := base64.StdEncoding.DecodeString(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: not base64", i+1)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s holds no key", name)
+	}
+	return keys, nil
 }
 
 func openGrid(ctx context.Context, g gridFlags, logs io.Writer) (*backend, error) {

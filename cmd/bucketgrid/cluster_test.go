@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -150,4 +154,67 @@ func TestClusterSurvivesACrash(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d descriptors restarted full (owned by the crashed member); the others admitted exactly %d", reset, keys, limit)
+}
+
+// TestClusterSecured: three instances whose grid runs with every security
+// setting (owner-channel mutual TLS from a shared secret, encrypted gossip,
+// Olric's password) serve one limit exactly, as an unsecured grid does.
+func TestClusterSecured(t *testing.T) {
+	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
+	secrets := writeConfig(t, t.TempDir(), map[string]string{
+		"secret":   randHex(32) + "\n",
+		"gossip":   "# current key first\n" + base64.StdEncoding.EncodeToString([]byte(randHex(16))) + "\n",
+		"password": randHex(16) + "\n",
+	})
+	procs := startCluster(t, 3, "-config", dir,
+		"-grid-secret-file", filepath.Join(secrets, "secret"),
+		"-grid-gossip-key-file", filepath.Join(secrets, "gossip"),
+		"-grid-password-file", filepath.Join(secrets, "password"))
+	var clients []rlspb.RateLimitServiceClient
+	for _, p := range procs {
+		clients = append(clients, client(t, p.grpcAddr))
+	}
+	admitted, failed := hammer(t, clients, 600, "bucket", "v"+randHex(4))
+	if failed > 0 || admitted != 200 {
+		t.Fatalf("%d admitted, %d failed of 600; want exactly 200 admitted", admitted, failed)
+	}
+	// an instance without the gossip key is not let in
+	port := gridPort(t)
+	out, err := exec.Command(binary(t), "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "",
+		"-grid-bind", fmt.Sprintf("127.0.0.1:%d", port), "-grid-peers", procs[0].gossip, "-grid-join-timeout", "3s",
+		"-grid-secret-file", filepath.Join(secrets, "secret"), "-grid-password-file", filepath.Join(secrets, "password")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "could not join the cluster") {
+		t.Fatalf("an instance without the gossip key: %v\n%s", err, out)
+	}
+}
+
+func TestGridConfig(t *testing.T) {
+	dir := writeConfig(t, t.TempDir(), map[string]string{
+		"secret": strings.Repeat("s", 40) + "\r\n", "empty": "\n", "password": "pw\n",
+		"keys": "\n# rotated in\n" + base64.StdEncoding.EncodeToString(make([]byte, 16)) + "\n" +
+			base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n",
+		"badkeys": "not base64!\n",
+	})
+	f := func(name string) string { return filepath.Join(dir, name) }
+	cfg, err := gridConfig(gridFlags{Bind: "127.0.0.1:4000", Env: "lan", Replicas: 2, Peers: []string{"h:4002"},
+		SecretFile: f("secret"), PasswordFile: f("password"), GossipKeyFile: f("keys")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.BindAddr != "127.0.0.1" || cfg.BindPort != 4000 || cfg.ReplicaCount != 2 || cfg.Env != "lan" ||
+		string(cfg.ChannelSecret) != strings.Repeat("s", 40) || cfg.Password != "pw" ||
+		len(cfg.GossipKeys) != 2 || len(cfg.GossipKeys[0]) != 16 || len(cfg.GossipKeys[1]) != 32 {
+		t.Fatalf("%+v", cfg)
+	}
+	for _, g := range []gridFlags{
+		{Bind: "127.0.0.1:4000", SecretFile: f("missing")},
+		{Bind: "127.0.0.1:4000", SecretFile: f("empty")},
+		{Bind: "127.0.0.1:4000", GossipKeyFile: f("badkeys")},
+		{Bind: "127.0.0.1:4000", GossipKeyFile: f("empty")},
+		{Bind: "nowhere"},
+	} {
+		if _, err := gridConfig(g); err == nil {
+			t.Errorf("%+v: no error", g)
+		}
+	}
 }

@@ -34,16 +34,24 @@ type config struct {
 	LogLevel       slog.Level
 }
 
-// gridFlags configure the embedded grid member (-backend grid). The grid's
-// security settings (owner-channel mTLS, gossip keys, Olric's password) are
-// to join them as flags once grid/olric has them; gridConfig is where they
-// go.
+// gridFlags configure the embedded grid member (-backend grid). Secrets are
+// read from files, never given on the command line, where every process on
+// the host can read them.
 type gridFlags struct {
-	Bind     string   // Olric host:port; the owner channel uses port+1, gossip port+2
-	Peers    []string // gossip addresses of members to join
-	Env      string   // local or lan
-	Replicas int
-	Verbose  bool // Olric's and memberlist's logs to stderr
+	Bind        string   // Olric host:port; the owner channel uses port+1, gossip port+2
+	Peers       []string // gossip addresses of members to join
+	Env         string   // local or lan
+	Replicas    int
+	Verbose     bool // Olric's and memberlist's logs to stderr
+	JoinTimeout time.Duration
+
+	// the owner channel's mutual TLS: PEM files of this member's
+	// certificate, its key and the cluster CA; or a shared secret
+	TLSCert, TLSKey, TLSCA string
+	SecretFile             string
+	GossipKeyFile          string // base64 keys, one a line; the first encrypts
+	PasswordFile           string // Olric's AUTH password
+	Insecure               bool   // allow a non-loopback member without security
 }
 
 // tlsFlags configure TLS on the gRPC listener.
@@ -90,7 +98,15 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join; empty starts a new grid")
 	fs.StringVar(&c.Grid.Env, "grid-env", "local", "grid timings: local (one host) or lan")
 	fs.IntVar(&c.Grid.Replicas, "grid-replicas", 1, "copies of each bucket: 1, or 2 to lose nothing when an instance leaves")
+	fs.DurationVar(&c.Grid.JoinTimeout, "grid-join-timeout", 30*time.Second, "how long to try joining -grid-peers before giving up")
 	fs.BoolVar(&c.Grid.Verbose, "grid-log", false, "write the grid's own logs (Olric, memberlist) to stderr")
+	fs.StringVar(&c.Grid.TLSCert, "grid-tls-cert", "", "PEM `file` of this member's certificate (owner channel mutual TLS; with -grid-tls-key and -grid-tls-ca)")
+	fs.StringVar(&c.Grid.TLSKey, "grid-tls-key", "", "PEM `file` of this member's private key")
+	fs.StringVar(&c.Grid.TLSCA, "grid-tls-ca", "", "PEM `file` of the CA that issues the members' certificates")
+	fs.StringVar(&c.Grid.SecretFile, "grid-secret-file", "", "`file` holding a secret of at least 32 random bytes shared by every member, instead of -grid-tls-*: the owner channel's mutual TLS without a PKI")
+	fs.StringVar(&c.Grid.GossipKeyFile, "grid-gossip-key-file", "", "`file` of gossip encryption keys (16, 24 or 32 bytes, base64, one a line; the first encrypts)")
+	fs.StringVar(&c.Grid.PasswordFile, "grid-password-file", "", "`file` holding the password of Olric's own port")
+	fs.BoolVar(&c.Grid.Insecure, "grid-insecure", false, "let a member on a non-loopback address run without the settings above (a network only the instances reach)")
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "gRPC server certificate `file` (PEM); with -tls-key enables TLS")
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")
 	fs.StringVar(&c.TLS.ClientCA, "tls-client-ca", "", "CA `file` (PEM) that client certificates must chain to (mutual TLS)")
@@ -140,6 +156,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		if c.Grid.Replicas < 1 {
 			errs = append(errs, errors.New("-grid-replicas must be at least 1"))
 		}
+		if n := countSet(c.Grid.TLSCert, c.Grid.TLSKey, c.Grid.TLSCA); n != 0 && n != 3 {
+			errs = append(errs, errors.New("-grid-tls-cert, -grid-tls-key and -grid-tls-ca go together"))
+		}
+		if c.Grid.TLSCert != "" && c.Grid.SecretFile != "" {
+			errs = append(errs, errors.New("-grid-tls-* and -grid-secret-file are alternatives: give one"))
+		}
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		errs = append(errs, errors.New("-tls-cert and -tls-key go together"))
@@ -151,6 +173,16 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		errs = append(errs, fmt.Errorf("-log-level: %w", err))
 	}
 	return c, errors.Join(errs...)
+}
+
+func countSet(vals ...string) int {
+	n := 0
+	for _, v := range vals {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }
 
 func splitHostPort(s string) (string, int, error) {

@@ -157,6 +157,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"-config", "x", "-tls-client-ca", "ca.pem"}, "-tls-client-ca needs"},
 		{[]string{"-config", "x", "-near-limit-ratio", "1.5"}, "-near-limit-ratio"},
 		{[]string{"-config", "x", "extra"}, "unexpected arguments"},
+		{[]string{"-config", "x", "-grid-tls-cert", "c.pem"}, "-grid-tls-cert, -grid-tls-key and -grid-tls-ca go together"},
+		{[]string{"-config", "x", "-grid-tls-cert", "c", "-grid-tls-key", "k", "-grid-tls-ca", "a", "-grid-secret-file", "s"}, "alternatives"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
