@@ -276,6 +276,17 @@ func (c *Config) Equal(o *Config) bool {
 	return true
 }
 
+// startsAboveCapacity reports whether a new bucket of c holds more tokens in
+// some bandwidth than that bandwidth holds when full.
+func (c *Config) startsAboveCapacity() bool {
+	for i := range c.Bandwidths {
+		if b := &c.Bandwidths[i]; b.HasInitialTokens && b.InitialTokens > b.Capacity {
+			return true
+		}
+	}
+	return false
+}
+
 // Clone returns a deep copy of c.
 func (c Config) Clone() Config {
 	return Config{Bandwidths: append([]Bandwidth(nil), c.Bandwidths...)}

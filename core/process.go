@@ -9,7 +9,8 @@ package core
 // proxy-wasm filter runs it on shared data. It is pure and deterministic.
 // When changed is false nothing needs writing (read-only operations, rejected
 // consumptions, errors) and newStored is stored itself. An invalid request or
-// corrupt stored bytes yield an error status and change nothing.
+// corrupt stored bytes yield an error status and change nothing, except in
+// ModeReconstruct, which replaces corrupt bytes with a new bucket.
 func Process(stored []byte, req Request, now int64) (newStored []byte, changed bool, resp Response) {
 	if err := req.Validate(); err != nil {
 		return stored, false, Response{Status: StatusInvalidRequest, Message: err.Error()}
@@ -19,7 +20,10 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 	if exists {
 		var err error
 		if b, err = DecodeBucket(stored); err != nil {
-			return stored, false, Response{Status: StatusCorruptState, Message: err.Error()}
+			if req.Mode != ModeReconstruct || newerBucket(stored) {
+				return stored, false, Response{Status: StatusCorruptState, Message: err.Error()}
+			}
+			exists = false // replaced by a new bucket below
 		}
 	}
 	switch req.Mode {
@@ -30,12 +34,12 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 		if req.Mode == ModeCheckVersion && b.ConfigVersion < req.ConfigVersion {
 			return stored, false, Response{Status: StatusConfigNeedsReplacing}
 		}
-	case ModeCreateIfAbsent, ModeCreateOrReplace:
+	case ModeCreateIfAbsent, ModeCreateOrReplace, ModeReconstruct:
 		if !exists {
 			b = NewBucket(req.Config.Clone(), now)
 			b.ConfigVersion = req.ConfigVersion
 			changed = true
-		} else if req.Mode == ModeCreateOrReplace && b.ConfigVersion < req.ConfigVersion {
+		} else if req.Mode != ModeCreateIfAbsent && b.ConfigVersion < req.ConfigVersion {
 			b.ReplaceConfiguration(req.Config.Clone(), req.Inheritance, now)
 			b.ConfigVersion = req.ConfigVersion
 			changed = true
@@ -108,3 +112,11 @@ func (b *Bucket) apply(op *Op, now int64) (Result, bool) {
 }
 
 const maxWait = 1<<63 - 1
+
+// newerBucket reports whether p looks like a bucket record of a format newer
+// than this build's: a later format version followed by the bucket tag.
+// ModeReconstruct leaves such records alone; any other bytes that do not
+// decode are corrupt.
+func newerBucket(p []byte) bool {
+	return len(p) >= 2 && p[0] > FormatVersion && p[1] == tagBucket
+}

@@ -188,6 +188,74 @@ func TestProcessCorruptState(t *testing.T) {
 	}
 }
 
+// TestProcessReconstruct: ModeReconstruct writes a new bucket over bytes
+// that do not decode, and only over those: a valid bucket is used as
+// ModeCreateOrReplace uses it, and a record of a newer format is left alone.
+func TestProcessReconstruct(t *testing.T) {
+	const now = int64(1_000_000_000)
+	good := storedBucket(t, 100, 5, 40, now)
+	newer := append([]byte{FormatVersion + 1}, good[1:]...)
+	req := Request{Mode: ModeReconstruct, Config: procConfig(10), ConfigVersion: 3, Ops: consume(1)}
+	for name, stored := range map[string][]byte{
+		"garbage":           []byte("not a bucket"),
+		"truncated":         good[:len(good)-1],
+		"one byte":          {FormatVersion},
+		"version 9 garbage": []byte{9, 0, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, changed, resp := Process(stored, req, now)
+			if resp.Status != StatusOK || !changed || len(resp.Results) != 1 || !resp.Results[0].OK {
+				t.Fatalf("status %v changed %v results %+v (%s)", resp.Status, changed, resp.Results, resp.Message)
+			}
+			b := decodeStored(t, out)
+			if b.ConfigVersion != 3 || b.Config.Bandwidths[0].Capacity != 10 || b.AvailableTokens(now) != 9 {
+				t.Fatalf("new bucket: version %d capacity %d tokens %d, want 3 10 9", b.ConfigVersion,
+					b.Config.Bandwidths[0].Capacity, b.AvailableTokens(now))
+			}
+		})
+	}
+	t.Run("valid bucket kept", func(t *testing.T) {
+		out, _, resp := Process(good, Request{Mode: ModeReconstruct, Config: procConfig(10), ConfigVersion: 5, Ops: consume(1)}, now)
+		if b := decodeStored(t, out); resp.Status != StatusOK || b.Config.Bandwidths[0].Capacity != 100 || b.AvailableTokens(now) != 39 {
+			t.Fatalf("status %v: a valid bucket was replaced", resp.Status)
+		}
+	})
+	t.Run("valid older version replaced as create-or-replace", func(t *testing.T) {
+		out, _, _ := Process(good, Request{Mode: ModeReconstruct, Config: procConfig(200), ConfigVersion: 6,
+			Inheritance: InheritProportionally, Ops: consume(1)}, now)
+		if b := decodeStored(t, out); b.ConfigVersion != 6 || b.Config.Bandwidths[0].Capacity != 200 {
+			t.Fatalf("version %d capacity %d, want 6 200", b.ConfigVersion, b.Config.Bandwidths[0].Capacity)
+		}
+	})
+	t.Run("unknown version left alone", func(t *testing.T) {
+		out, changed, resp := Process(newer, req, now)
+		if resp.Status != StatusCorruptState || changed || !bytes.Equal(out, newer) {
+			t.Fatalf("status %v changed %v: a newer format's record must not be overwritten", resp.Status, changed)
+		}
+	})
+	t.Run("needs a configuration", func(t *testing.T) {
+		if err := (&Request{Mode: ModeReconstruct, Ops: consume(1)}).Validate(); !errors.Is(err, ErrMissingConfig) {
+			t.Fatalf("Validate() = %v, want ErrMissingConfig", err)
+		}
+	})
+}
+
+// A bucket that starts above its capacity is never expired by
+// ExpireAfterRefill: re-created, it would hand out the surplus again.
+func TestProcessTTLInitialAboveCapacity(t *testing.T) {
+	cfg := &Config{Bandwidths: []Bandwidth{Greedy(10, 10, time.Minute).WithInitialTokens(50)}}
+	_, changed, resp := Process(nil, Request{Mode: ModeCreateIfAbsent, Config: cfg,
+		Expiry: Expiry{Kind: ExpireAfterRefill, Margin: int64(time.Second)}, Ops: consume(1)}, 0)
+	if !changed || resp.TTL != 0 {
+		t.Fatalf("changed %v TTL %v, want no TTL", changed, time.Duration(resp.TTL))
+	}
+	within := &Config{Bandwidths: []Bandwidth{Greedy(10, 10, time.Minute).WithInitialTokens(10)}}
+	if _, _, resp := Process(nil, Request{Mode: ModeCreateIfAbsent, Config: within,
+		Expiry: Expiry{Kind: ExpireAfterRefill, Margin: int64(time.Second)}, Ops: consume(1)}, 0); resp.TTL != int64(7*time.Second) {
+		t.Fatalf("initial tokens at capacity: TTL %v, want 7s", time.Duration(resp.TTL))
+	}
+}
+
 func TestProcessBatch(t *testing.T) {
 	const now = int64(0)
 	stored := storedBucket(t, 10, 0, 10, now)

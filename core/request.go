@@ -72,6 +72,17 @@ const (
 	// configuration by Request.Inheritance when the stored version is below
 	// Request.ConfigVersion, then executes.
 	ModeCreateOrReplace
+	// ModeReconstruct is ModeCreateOrReplace that also treats stored bytes
+	// that do not decode as a bucket (ErrCorrupt) as absent: it writes a new
+	// bucket from Request.Config over them. A CAS executor writes it with
+	// Replace against the corrupt record's version, so a valid bucket written
+	// meanwhile is never overwritten. A bucket record of a newer format (a
+	// later format version followed by the bucket tag: a newer writer's
+	// record, during a rolling upgrade, where a fresh bucket over it on
+	// every alternation would reset the limit) is not replaced: it stays
+	// StatusCorruptState. The Manager sends it under
+	// RecoveryReconstruct after a StatusCorruptState answer.
+	ModeReconstruct
 
 	numModes
 )
@@ -85,8 +96,10 @@ const (
 	// ExpireFixed writes with the TTL Expiry.Fixed.
 	ExpireFixed
 	// ExpireAfterRefill writes with a TTL of the time until the bucket is
-	// full again plus Expiry.Margin: an expired bucket is then
-	// indistinguishable from a new one.
+	// full again plus Expiry.Margin: an expired bucket is then a full one,
+	// and a new one holds no more. A bucket whose configuration starts a
+	// bandwidth above its capacity (WithInitialTokens) is written without a
+	// TTL: re-creating it would hand out the surplus again.
 	ExpireAfterRefill
 
 	numExpiryKinds
@@ -110,6 +123,9 @@ func (e Expiry) ttl(b *Bucket, now int64) int64 {
 	case ExpireFixed:
 		t = e.Fixed
 	case ExpireAfterRefill:
+		if b.Config.startsAboveCapacity() {
+			return 0
+		}
 		full := b.TimeToFull(now)
 		if full == math.MaxInt64 {
 			return 0
@@ -183,7 +199,7 @@ func (r *Request) Validate() error {
 	if len(r.Ops) > MaxOps {
 		return &RequestError{-1, ErrTooManyOps}
 	}
-	if r.Mode == ModeCreateIfAbsent || r.Mode == ModeCreateOrReplace {
+	if r.Mode == ModeCreateIfAbsent || r.Mode == ModeCreateOrReplace || r.Mode == ModeReconstruct {
 		if r.Config == nil {
 			return &RequestError{-1, ErrMissingConfig}
 		}
