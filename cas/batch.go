@@ -2,28 +2,53 @@ package cas
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // A queue holds the requests for one key that wait while a round for the
-// key is in flight. One caller at a time leads: it takes the waiting
-// requests that can share one core.Request (its own first), runs that round,
-// and hands the lead to the first request still waiting, so no caller
-// serves others after its own answer is ready.
+// key is in flight. One caller at a time holds the lead: it takes the
+// waiting requests (its own first) and starts their round. A round of its
+// own request alone runs on its goroutine, under its context; a round of
+// several runs on a goroutine of its own, so that no caller waits past its
+// own context for the others. Whoever finishes a round hands the lead to the
+// first request still waiting, or retires the queue, in a deferred call: a
+// panic never leaves the key stuck.
 type queue struct {
 	waiting []*call
 	leader  *call // the waiting call told to lead next, if any
 }
 
 type call struct {
-	ctx  context.Context
-	req  core.Request
-	resp core.Response
-	err  error
-	done chan struct{}
-	lead chan struct{} // told to lead the next round
+	ctx      context.Context
+	req      core.Request
+	resp     core.Response
+	err      error
+	panicked *PanicError   // the round panicked on another goroutine
+	done     chan struct{} // closed when resp, err or panicked is set
+	lead     chan struct{} // told to lead the next round
+}
+
+// PanicError is the value a caller of Execute panics with when the round
+// holding its request panicked on the round's own goroutine (see Execute):
+// the original panic value and the stack where it was recovered.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Error returns the panic value and the stack.
+func (p *PanicError) Error() string {
+	return fmt.Sprintf("cas: panic in a round: %v\n\n%s", p.Value, p.Stack)
+}
+
+// Unwrap returns the panic value if it is an error.
+func (p *PanicError) Unwrap() error {
+	err, _ := p.Value.(error)
+	return err
 }
 
 // coalesce enqueues req and either leads a round for key or waits for one
@@ -39,48 +64,95 @@ func (e *Executor) coalesce(ctx context.Context, key string, req core.Request) (
 	q.waiting = append(q.waiting, c)
 	e.mu.Unlock()
 	if !running {
-		e.lead(key, q)
-		return c.resp, c.err
+		return e.lead(key, q, c)
 	}
 	select {
 	case <-c.done:
-		return c.resp, c.err
+		return c.result()
 	case <-c.lead:
-		e.lead(key, q)
-		return c.resp, c.err
+		return e.lead(key, q, c)
 	case <-ctx.Done():
 	}
 	// A request still queued is withdrawn and never applied. One already in
 	// a round has an unknown outcome, as after any timeout. One told to lead
-	// must lead: the others wait on it.
+	// must take the lead, which it passes on without running anything.
 	e.mu.Lock()
 	withdrawn := q.leader != c && e.withdraw(q, c)
 	e.mu.Unlock()
 	if !withdrawn {
 		select {
 		case <-c.lead:
-			e.lead(key, q)
+			return e.lead(key, q, c)
+		case <-c.done:
+			return c.result()
 		default:
 		}
 	}
 	return core.Response{}, ctx.Err()
 }
 
-// lead runs one round, which holds the leader's own request, then passes
-// the lead on or retires the queue.
-func (e *Executor) lead(key string, q *queue) {
+// result returns c's answer once done is closed, panicking on the caller's
+// goroutine if the round panicked on its own.
+func (c *call) result() (core.Response, error) {
+	if c.panicked != nil {
+		panic(c.panicked)
+	}
+	return c.resp, c.err
+}
+
+// wait waits for c's answer or c's context, whichever comes first.
+func (c *call) wait() (core.Response, error) {
+	select {
+	case <-c.done:
+		return c.result()
+	case <-c.ctx.Done():
+		select {
+		case <-c.done: // answered meanwhile: a decision beats an error
+			return c.result()
+		default:
+			return core.Response{}, c.ctx.Err()
+		}
+	}
+}
+
+// lead is called by c, which holds the lead of q: it takes the next batch
+// and starts its round, then answers c.
+func (e *Executor) lead(key string, q *queue, c *call) (core.Response, error) {
 	e.mu.Lock()
 	q.leader = nil
 	batch := e.take(q)
+	if len(batch) == 0 {
+		e.handOff(key, q)
+		e.mu.Unlock()
+		return core.Response{}, c.ctx.Err()
+	}
 	e.mu.Unlock()
-	e.round(key, batch)
-	e.mu.Lock()
+	e.rounds.Add(1)
+	if len(batch) == 1 && batch[0] == c {
+		defer e.lockedHandOff(key, q)
+		c.resp, c.err = e.execute(c.ctx, key, c.req)
+		return c.resp, c.err
+	}
+	go e.roundAsync(key, q, batch)
+	if batch[0] != c { // c's context has ended: it was dropped from the batch
+		return core.Response{}, c.ctx.Err()
+	}
+	return c.wait()
+}
+
+// handOff passes the lead to the first waiting call, or retires q; e.mu held.
+func (e *Executor) handOff(key string, q *queue) {
 	if len(q.waiting) == 0 {
 		delete(e.queues, key)
-	} else {
-		q.leader = q.waiting[0]
-		q.leader.lead <- struct{}{}
+		return
 	}
+	q.leader = q.waiting[0]
+	q.leader.lead <- struct{}{}
+}
+
+func (e *Executor) lockedHandOff(key string, q *queue) {
+	e.mu.Lock()
+	e.handOff(key, q)
 	e.mu.Unlock()
 }
 
@@ -95,59 +167,65 @@ func (e *Executor) withdraw(q *queue, c *call) bool {
 	return false
 }
 
-// take removes from q the longest prefix of requests that can go in one
-// core.Request, up to maxBatch operations; e.mu held.
+// take removes from q the calls whose context has ended (they return their
+// context's error and are never applied) and then the longest prefix of
+// calls that fits in one round, up to maxBatch operations; e.mu held.
 func (e *Executor) take(q *queue) []*call {
-	if len(q.waiting) == 0 {
-		return nil
+	live := q.waiting[:0]
+	for _, w := range q.waiting {
+		if w.ctx.Err() == nil {
+			live = append(live, w)
+		}
 	}
-	first := &q.waiting[0].req
-	n, ops := 1, len(first.Ops)
+	clear(q.waiting[len(live):])
+	q.waiting = live
+	n, ops := 0, 0
 	for n < len(q.waiting) {
-		r := &q.waiting[n].req
-		if !compatible(first, r) || ops+len(r.Ops) > e.maxBatch {
+		k := len(q.waiting[n].req.Ops)
+		if n > 0 && ops+k > e.maxBatch {
 			break
 		}
-		ops += len(r.Ops)
+		ops += k
 		n++
 	}
 	batch := append([]*call(nil), q.waiting[:n]...)
-	q.waiting = append(q.waiting[:0], q.waiting[n:]...)
+	rest := copy(q.waiting, q.waiting[n:])
+	clear(q.waiting[rest:])
+	q.waiting = q.waiting[:rest]
 	return batch
 }
 
-// compatible reports whether b's operations can ride in a's request: the
-// same mode, version, inheritance, expiry and configuration.
-func compatible(a, b *core.Request) bool {
-	if a.Mode != b.Mode || a.ConfigVersion != b.ConfigVersion || a.Inheritance != b.Inheritance || a.Expiry != b.Expiry {
-		return false
-	}
-	if (a.Config == nil) != (b.Config == nil) {
-		return false
-	}
-	return a.Config == nil || a.Config == b.Config || a.Config.Equal(b.Config)
+// roundAsync runs a round of several calls (or of a call whose leader had
+// to leave) on its own goroutine, then hands the lead on. A panic is
+// recovered and delivered to every waiting caller of the round, which
+// re-raises it on its own goroutine: panicking here would end the process.
+func (e *Executor) roundAsync(key string, q *queue, batch []*call) {
+	defer e.lockedHandOff(key, q)
+	defer func() {
+		if v := recover(); v != nil {
+			p := &PanicError{Value: v, Stack: debug.Stack()}
+			for _, c := range batch {
+				c.panicked = p
+				close(c.done)
+			}
+		}
+	}()
+	e.round(key, batch)
 }
 
-// round runs one batch as a single request and hands each call its share.
-// The round's context ends only when every call's context has ended, so one
-// impatient caller does not fail the others.
+// round runs the calls of batch in one read-process-write round and hands
+// each call its own response. The round's context keeps the first call's
+// values and ends when every call's context has ended, so one impatient
+// caller does not fail the others.
 func (e *Executor) round(key string, batch []*call) {
-	e.rounds.Add(1)
-	if len(batch) == 1 {
-		c := batch[0]
-		c.resp, c.err = e.execute(c.ctx, key, c.req)
-		close(c.done)
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
 	defer cancel()
-	left := atomic.Int64{}
+	var left atomic.Int64
 	left.Store(int64(len(batch)))
-	req := batch[0].req
-	req.Ops = nil
-	for _, c := range batch {
-		req.Ops = append(req.Ops, c.req.Ops...)
-		req.Verbose = req.Verbose || c.req.Verbose
+	reqs := make([]core.Request, len(batch))
+	resps := make([]core.Response, len(batch))
+	for i, c := range batch {
+		reqs[i] = c.req
 		stop := context.AfterFunc(c.ctx, func() {
 			if left.Add(-1) == 0 {
 				cancel()
@@ -155,17 +233,12 @@ func (e *Executor) round(key string, batch []*call) {
 		})
 		defer stop()
 	}
-	resp, err := e.execute(ctx, key, req)
-	i := 0
-	for _, c := range batch {
-		c.resp, c.err = resp, err
-		if err == nil && resp.Status == core.StatusOK {
-			c.resp.Results = resp.Results[i : i+len(c.req.Ops) : i+len(c.req.Ops)]
+	err := e.run(ctx, key, reqs, resps)
+	for i, c := range batch {
+		if err == nil {
+			c.resp = resps[i]
 		}
-		if !c.req.Verbose {
-			c.resp.Diagnostics = nil
-		}
-		i += len(c.req.Ops)
+		c.err = err
 		close(c.done)
 	}
 }

@@ -13,8 +13,10 @@ import (
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
-// ErrConflict is returned when the retry strategy gave up after lost races.
-// Nothing was applied.
+// ErrConflict is returned when the retry strategy gave up after lost races,
+// or when the next retry would start past the request's deadline. Nothing
+// was applied. The store works and the key is contended: an HTTP middleware
+// should not treat it as an outage (httplimit refuses the request).
 var ErrConflict = errors.New("cas: gave up after lost races")
 
 // Executor runs core requests against a Store: read, core.Process with the
@@ -26,8 +28,10 @@ type Executor struct {
 	strategy retry.Strategy
 	clock    clock.Clock
 
+	checkKey func(key string) error // the store's KeyChecker, if any
+
 	attempts, conflicts, writes, storeErrors atomic.Int64
-	requests, rounds                         atomic.Int64
+	requests, rounds, invalidKeys            atomic.Int64
 
 	maxBatch int // operations per coalesced round; ≤ 1 disables coalescing
 	mu       sync.Mutex
@@ -65,23 +69,45 @@ func New(store Store, opts ...Option) *Executor {
 	for _, o := range opts {
 		o(e)
 	}
+	if kc, ok := store.(KeyChecker); ok {
+		e.checkKey = kc.CheckKey
+	}
 	return e
 }
 
 // Execute applies req to key's bucket. It writes only when core.Process
-// reports a change. A store failure is returned wrapped in ErrStore and is
-// never retried: after a failed write the outcome is unknown, and the caller
-// (fail-open or fail-closed) decides. Lost races are retried per strategy;
-// giving up returns ErrConflict; the context ending returns its error.
+// reports a change. A key the store cannot hold (see KeyChecker) is refused
+// first, with the store's error wrapping core.ErrInvalidKey, before anything
+// is queued, read or written. A store failure is returned wrapped in ErrStore
+// and is never retried: after a failed write the outcome is unknown, and the
+// caller (fail-open or fail-closed) decides. Lost races are retried per
+// strategy; giving up returns ErrConflict, also when the next retry would
+// start past ctx's deadline (then the error wraps
+// context.DeadlineExceeded too); the context ending returns its error.
 //
 // Concurrent requests for one key in this process are coalesced: while one
 // read-process-write round is in flight, the requests that arrive queue up
-// and go together in the next round, as one batch that core.Process applies
-// in arrival order. A hot key then costs one compare-and-swap per round, not
-// one per request, and lost races between this process's own callers
-// disappear. See WithoutBatching.
+// and go together in the next round, which reads the bucket once, runs
+// core.Process for each request in arrival order on the result of the one
+// before, and writes once. Each request gets the response of its own step,
+// diagnostics included, exactly as if it had run alone at that point; a hot
+// key costs one compare-and-swap per round, not one per request, and lost
+// races between this process's own callers disappear. Every caller's own
+// context bounds its wait, whether or not it leads a round: a round that
+// holds several requests runs on a goroutine of its own, so a caller whose
+// context ends returns at once (its request's outcome is then unknown, as
+// after any timeout) while the others' round goes on. See WithoutBatching.
+//
+// A panic in the store (or anywhere in a round) never leaves the key stuck:
+// the next queued request takes over the key. A round run on the caller's
+// goroutine panics there as usual; a round run on a goroutine of its own is
+// recovered, and every caller still waiting for that round panics on its own
+// goroutine with a *PanicError holding the value and the stack.
 func (e *Executor) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
 	e.requests.Add(1)
+	if err := e.check(key); err != nil {
+		return core.Response{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return core.Response{}, err
 	}
@@ -90,43 +116,75 @@ func (e *Executor) Execute(ctx context.Context, key string, req core.Request) (c
 		return resp, nil
 	}
 	if e.maxBatch <= 1 {
+		e.rounds.Add(1)
 		return e.execute(ctx, key, req)
 	}
 	return e.coalesce(ctx, key, req)
 }
 
-// execute runs one request: read, process, conditional write, retry.
+// check runs the store's KeyChecker, if any.
+func (e *Executor) check(key string) error {
+	if e.checkKey == nil {
+		return nil
+	}
+	if err := e.checkKey(key); err != nil {
+		e.invalidKeys.Add(1)
+		return err
+	}
+	return nil
+}
+
+// execute runs one request in a round of its own.
 func (e *Executor) execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+	reqs := [1]core.Request{req}
+	var resps [1]core.Response
+	err := e.run(ctx, key, reqs[:], resps[:])
+	return resps[0], err
+}
+
+// run is one round: it reads key's bucket, applies reqs in order with
+// core.Process, each to the bytes the one before produced, at one reading of
+// the clock, and writes the result once, conditionally; on a lost race it
+// asks the strategy and starts over. resps[i] receives the response to
+// reqs[i]; they are valid only when run returns nil.
+func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, resps []core.Response) error {
 	start := e.clock.Now()
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return core.Response{}, err
+			return err
 		}
 		e.attempts.Add(1)
 		data, ver, found, err := e.store.Get(ctx, key)
 		if err != nil {
-			return core.Response{}, e.storeErr("get", key, err)
+			return e.storeErr("get", key, err)
 		}
 		if !found {
 			data = nil
 		}
-		newData, changed, resp := core.Process(data, req, e.clock.Now())
-		if !changed {
-			return resp, nil
+		now := e.clock.Now()
+		cur, changed, ttl := data, false, int64(0)
+		for i := range reqs {
+			next, ch, resp := core.Process(cur, reqs[i], now)
+			resps[i] = resp
+			if ch {
+				cur, changed, ttl = next, true, resp.TTL
+			}
 		}
-		ttl := time.Duration(resp.TTL)
+		if !changed {
+			return nil
+		}
 		var ok bool
 		if found {
-			ok, err = e.store.Replace(ctx, key, newData, ver, ttl)
+			ok, err = e.store.Replace(ctx, key, cur, ver, time.Duration(ttl))
 		} else {
-			ok, err = e.store.Insert(ctx, key, newData, ttl)
+			ok, err = e.store.Insert(ctx, key, cur, time.Duration(ttl))
 		}
 		if err != nil {
-			return core.Response{}, e.storeErr("write", key, err)
+			return e.storeErr("write", key, err)
 		}
 		if ok {
 			e.writes.Add(1)
-			return resp, nil
+			return nil
 		}
 		e.conflicts.Add(1)
 		d := e.strategy.Next(retry.Metadata{Attempt: attempt, Key: key, Start: start, Now: e.clock.Now()})
@@ -134,25 +192,36 @@ func (e *Executor) execute(ctx context.Context, key string, req core.Request) (c
 		case retry.RetryNow:
 		case retry.RetryAfter:
 			if dl, has := ctx.Deadline(); has && time.Until(dl) < d.Delay {
-				<-ctx.Done() // the deadline wins: waiting is all that is left
-				return core.Response{}, ctx.Err()
+				// The deadline wins: the retry would start past it.
+				return fmt.Errorf("%w: key %s, %d attempts, next retry past the deadline: %w",
+					ErrConflict, core.RedactKey(key), attempt, context.DeadlineExceeded)
 			}
 			if err := clock.Sleep(ctx, e.clock, d.Delay); err != nil {
-				return core.Response{}, err
+				return err
 			}
 		default:
-			return core.Response{}, fmt.Errorf("%w: key %s, %d attempts", ErrConflict, core.RedactKey(key), attempt)
+			return fmt.Errorf("%w: key %s, %d attempts", ErrConflict, core.RedactKey(key), attempt)
 		}
 	}
 }
 
+// storeErr wraps a store failure in ErrStore and counts it. An invalid key
+// is the client's error and passes through as it is.
 func (e *Executor) storeErr(op, key string, err error) error {
+	if errors.Is(err, core.ErrInvalidKey) {
+		e.invalidKeys.Add(1)
+		return err
+	}
 	e.storeErrors.Add(1)
 	return fmt.Errorf("%w: %s %s: %w", ErrStore, op, core.RedactKey(key), err)
 }
 
-// Remove deletes key's bucket.
+// Remove deletes key's bucket. A key the store cannot hold is refused as by
+// Execute.
 func (e *Executor) Remove(ctx context.Context, key string) error {
+	if err := e.check(key); err != nil {
+		return err
+	}
 	if err := e.store.Delete(ctx, key); err != nil {
 		return e.storeErr("delete", key, err)
 	}
@@ -162,15 +231,16 @@ func (e *Executor) Remove(ctx context.Context, key string) error {
 // Stats counts what an executor did since it was created.
 type Stats struct {
 	Requests    int64 // calls to Execute
-	Rounds      int64 // coalesced batches sent (each one or more requests)
+	Rounds      int64 // rounds run (each one or more requests)
 	Attempts    int64 // read-process-write rounds
 	Conflicts   int64 // lost races
 	Writes      int64 // successful writes
 	StoreErrors int64 // failures returned from the store
+	InvalidKeys int64 // keys refused as the store cannot hold them (not store failures)
 }
 
 // Stats returns the counters.
 func (e *Executor) Stats() Stats {
 	return Stats{Requests: e.requests.Load(), Rounds: e.rounds.Load(), Attempts: e.attempts.Load(), Conflicts: e.conflicts.Load(),
-		Writes: e.writes.Load(), StoreErrors: e.storeErrors.Load()}
+		Writes: e.writes.Load(), StoreErrors: e.storeErrors.Load(), InvalidKeys: e.invalidKeys.Load()}
 }
