@@ -349,4 +349,3 @@ func TestConflictAtDeadline(t *testing.T) {
 		t.Fatalf("err = %v (ctx %v), want ErrConflict and DeadlineExceeded before the deadline", err, ctx.Err())
 	}
 }
-
