@@ -18,6 +18,7 @@ import (
 type Handle struct {
 	m        *Manager
 	key      string
+	storeKey string // key as the executor stores it (WithFitKeys)
 	configFn ConfigFunc
 	version  int64
 	inherit  core.TokensInheritance
@@ -46,7 +47,9 @@ func (h *Handle) one(ctx context.Context, op core.Op) (core.Result, error) {
 }
 
 // do runs the request protocol: bare (or version-checked) first; on "not
-// found" or "needs replacing" fetch the configuration and resend with it.
+// found" or "needs replacing" fetch the configuration and resend with it;
+// on a corrupt record, under RecoveryReconstruct, resend in
+// core.ModeReconstruct with it.
 func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Response, error) {
 	for i := range ops {
 		if err := validOp(&ops[i]); err != nil {
@@ -58,10 +61,11 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 	if h.version > 0 {
 		req.Mode = core.ModeCheckVersion
 	}
-	resp, err := h.m.exec.Execute(ctx, h.key, req)
+	resp, err := h.m.exec.Execute(ctx, h.storeKey, req)
 	if err != nil {
 		return core.Response{}, err
 	}
+	corrupt, why := false, ""
 	switch resp.Status {
 	case core.StatusOK:
 		h.seen.Store(true)
@@ -72,10 +76,18 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 		}
 		req.Mode = core.ModeCreateIfAbsent
 	case core.StatusConfigNeedsReplacing:
+	case core.StatusCorruptState:
+		if h.m.recovery == RecoveryFail {
+			return core.Response{}, resp.Err()
+		}
+		corrupt, why = true, resp.Message
 	default:
 		return core.Response{}, resp.Err()
 	}
-	if h.version > 0 {
+	switch {
+	case corrupt:
+		req.Mode = core.ModeReconstruct
+	case h.version > 0:
 		req.Mode = core.ModeCreateOrReplace
 	}
 	cfg, err := h.configFn(ctx)
@@ -86,7 +98,7 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 		return core.Response{}, err
 	}
 	req.Config = &cfg
-	if resp, err = h.m.exec.Execute(ctx, h.key, req); err != nil {
+	if resp, err = h.m.exec.Execute(ctx, h.storeKey, req); err != nil {
 		return core.Response{}, err
 	}
 	if resp.Status != core.StatusOK {
@@ -94,6 +106,9 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 			return core.Response{}, e
 		}
 		return core.Response{}, fmt.Errorf("bucketgrid: executor answered %v to a request carrying the configuration", resp.Status)
+	}
+	if corrupt {
+		h.m.corrupt.replacedRecord(h.key, why)
 	}
 	h.seen.Store(true)
 	return resp, nil
