@@ -14,8 +14,8 @@ import (
 )
 
 // ErrConflict is returned when the retry strategy gave up after lost races,
-// or when the next retry would start past the request's deadline. Nothing
-// was applied. The store works and the key is contended: an HTTP middleware
+// or when the request's context ended while they were retried. Nothing was
+// applied. The store works and the key is contended: an HTTP middleware
 // should not treat it as an outage (httplimit refuses the request).
 var ErrConflict = errors.New("cas: gave up after lost races")
 
@@ -81,9 +81,11 @@ func New(store Store, opts ...Option) *Executor {
 // is queued, read or written. A store failure is returned wrapped in ErrStore
 // and is never retried: after a failed write the outcome is unknown, and the
 // caller (fail-open or fail-closed) decides. Lost races are retried per
-// strategy; giving up returns ErrConflict, also when the next retry would
-// start past ctx's deadline (then the error wraps
-// context.DeadlineExceeded too); the context ending returns its error.
+// strategy; giving up returns ErrConflict, and so does ctx ending while
+// lost races are retried (the error then wraps ctx's error too, or
+// context.DeadlineExceeded when the next retry would start past the
+// deadline, which ends the retries at once); ctx ending otherwise returns
+// its error.
 //
 // Concurrent requests for one key in this process are coalesced: while one
 // read-process-write round is in flight, the requests that arrive queue up
@@ -151,12 +153,15 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 	start := e.clock.Now()
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
+			if attempt > 1 { // ended while retrying lost races
+				return conflict(key, attempt-1, err)
+			}
 			return err
 		}
 		e.attempts.Add(1)
 		data, ver, found, err := e.store.Get(ctx, key)
 		if err != nil {
-			return e.storeErr("get", key, err)
+			return e.failed(ctx, "get", key, attempt, err)
 		}
 		if !found {
 			data = nil
@@ -180,7 +185,7 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 			ok, err = e.store.Insert(ctx, key, cur, time.Duration(ttl))
 		}
 		if err != nil {
-			return e.storeErr("write", key, err)
+			return e.failed(ctx, "write", key, attempt, err)
 		}
 		if ok {
 			e.writes.Add(1)
@@ -193,16 +198,35 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 		case retry.RetryAfter:
 			if dl, has := ctx.Deadline(); has && time.Until(dl) < d.Delay {
 				// The deadline wins: the retry would start past it.
-				return fmt.Errorf("%w: key %s, %d attempts, next retry past the deadline: %w",
-					ErrConflict, core.RedactKey(key), attempt, context.DeadlineExceeded)
+				return conflict(key, attempt, context.DeadlineExceeded)
 			}
 			if err := clock.Sleep(ctx, e.clock, d.Delay); err != nil {
-				return err
+				return conflict(key, attempt, err)
 			}
 		default:
-			return fmt.Errorf("%w: key %s, %d attempts", ErrConflict, core.RedactKey(key), attempt)
+			return conflict(key, attempt, nil)
 		}
 	}
+}
+
+// conflict returns ErrConflict for key after attempts lost races, wrapping
+// cause (the context's error) when the context ended the retries.
+func conflict(key string, attempts int, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("%w: key %s, %d attempts", ErrConflict, core.RedactKey(key), attempts)
+	}
+	return fmt.Errorf("%w: key %s, %d attempts: %w", ErrConflict, core.RedactKey(key), attempts, cause)
+}
+
+// failed returns the error of a store call of attempt that failed with err:
+// ErrConflict when ctx ended while lost races were retried (the deadline
+// cut the retries short, the store is not to blame), otherwise the store's
+// failure.
+func (e *Executor) failed(ctx context.Context, op, key string, attempt int, err error) error {
+	if cerr := ctx.Err(); cerr != nil && attempt > 1 {
+		return conflict(key, attempt-1, cerr)
+	}
+	return e.storeErr(op, key, err)
 }
 
 // storeErr wraps a store failure in ErrStore and counts it. An invalid key

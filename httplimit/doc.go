@@ -43,10 +43,41 @@
 // (the probe's WaitForRefill rounded up, at least 1: never before the
 // refill that admits it), Cache-Control: no-store, the fields above, and an
 // RFC 9457 application/problem+json body naming the limits that refused it.
-// When the bucket cannot be consulted (an error, or no answer within
-// WithTimeout) the request is served unlimited (WithFailOpen(true), the
-// default) or refused with 503 and a problem body; either way it is counted
-// in Stats and reported to the WithErrorHook function.
+//
+// # Failures
+//
+// No client can open the gate. Only an outage — a store error, no answer
+// within WithTimeout, a grid owner out of reach, a Plan error that does not
+// wrap bucketgrid.ErrInvalidKey — gets the failure mode: served unlimited
+// (WithFailOpen(true), the default) or refused with 503 and a problem body.
+// Everything else is decided without it:
+//
+//   - A key the KeyFunc refuses, or the backend cannot hold (an error
+//     wrapping bucketgrid.ErrInvalidKey, returned before any I/O: Couchbase's
+//     250 bytes, MongoDB's UTF-8 rule…; a Plan may return one for an unknown
+//     API key), is answered 400 with a fixed message, never the error's
+//     text nor the key. bucketgrid.WithFitKeys gives such keys buckets of
+//     their own instead.
+//   - A corrupt stored record is replaced by a new bucket under
+//     bucketgrid.RecoveryReconstruct and refused with 503 under
+//     RecoveryFail; an invalid configuration from the Plan, a request the
+//     executor refuses, and a key so contended that the executor gave up
+//     (cas.ErrConflict) are refused with 503, whatever the failure mode.
+//   - A panic in the limiter (key function, store, executor, plan) is
+//     re-raised on the request's goroutine: the request is never served
+//     (see Stats.Panicked).
+//
+// Every request lands in one Stats counter, and every failure reaches the
+// WithErrorHook function with its cause. Keys in errors are redacted
+// (core.RedactKey).
+//
+// The failure mode is also what a distributed bucket's clients get while
+// its backend cannot answer at all: when a grid/olric member crashes, the
+// keys it owned are unavailable until memberlist declares it dead, 6–7 s
+// measured with 3 members (see grid/olric's package documentation, "Crash
+// fail-over window"), far longer than DefaultTimeout. Under fail-open those
+// clients are unlimited meanwhile; fail closed, or choose WithTimeout above
+// the window, if that matters more than latency.
 //
 // # What is exact
 //

@@ -69,7 +69,6 @@ func TestFailOpenAndClosed(t *testing.T) {
 		{"store hangs until the deadline", managed(cas.New(&brokenStore{Store: memstore.New(), mode: "hang"})), 20 * time.Millisecond, ErrTimeout},
 		{"store ignores the deadline", managed(cas.New(deaf)), 20 * time.Millisecond, ErrTimeout},
 		{"plan fails (local)", NewLocal(func(string) (core.Config, error) { return core.Config{}, errOutage }), time.Second, errOutage},
-		{"plan invalid (local)", NewLocal(StaticPlan(core.Config{})), time.Second, core.ErrNoBandwidths},
 	}
 	for _, tt := range tests {
 		for _, open := range []bool{true, false} {

@@ -67,7 +67,9 @@ const (
 )
 
 // ClientIP keys requests by the client's IP address. The zero value keys by
-// the immediate peer (Request.RemoteAddr) and trusts no header.
+// the immediate peer (Request.RemoteAddr), IPv6 clients by their /64, and
+// trusts no header. IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) are keyed,
+// and matched against TrustedProxies, as the IPv4 addresses they are.
 //
 // When the immediate peer is in TrustedProxies, the proxy header is read
 // from the right, one hop at a time: each address written by a trusted hop
@@ -85,28 +87,43 @@ type ClientIP struct {
 	// default. Only that header is read: a Forwarded header passed through
 	// by a proxy that writes X-Forwarded-For is the client's own.
 	Header ProxyHeader
-	// IPv6Bits, when between 1 and 127, keys IPv6 clients by their prefix of
-	// that length (64 is the usual choice: one subscriber's network), so
-	// that one host cannot take a fresh bucket per address. 0 keys by the
-	// whole address.
+	// IPv6Bits is the length of the prefix IPv6 clients are keyed by: 0
+	// (the zero value) means DefaultIPv6Bits, 128 keys by the whole
+	// address, and values outside 1..128 are taken as DefaultIPv6Bits. An
+	// IPv6 subscriber is routinely given a /64 or more, so keying by the
+	// whole address would give one host 2^64 fresh buckets; lower it (48,
+	// 56) for networks that hand out larger prefixes.
 	IPv6Bits int
 }
 
-// Key returns the client's address as a string: "192.0.2.1", "2001:db8::1",
-// or "2001:db8::/64" with IPv6Bits set.
+// DefaultIPv6Bits is the prefix length ClientIP keys IPv6 clients by unless
+// told otherwise: the /64 of one subscriber's network (RFC 6177).
+const DefaultIPv6Bits = 64
+
+// Key returns the client's address as a string: "192.0.2.1" for IPv4 (and
+// IPv4-mapped IPv6), "2001:db8:1:2::/64" for IPv6 (the prefix of length
+// IPv6Bits), or "2001:db8::1" with IPv6Bits 128.
 func (c ClientIP) Key(r *http.Request) (string, error) {
 	a, err := c.Addr(r)
 	if err != nil {
 		return "", err
 	}
-	if a.Is6() && c.IPv6Bits > 0 && c.IPv6Bits < 128 {
-		p, err := a.Prefix(c.IPv6Bits)
+	if bits := c.ipv6Bits(); a.Is6() && bits < 128 {
+		p, err := a.Prefix(bits)
 		if err != nil {
 			return "", err
 		}
 		return p.String(), nil
 	}
 	return addrString(a, r.RemoteAddr), nil
+}
+
+// ipv6Bits returns IPv6Bits, or DefaultIPv6Bits outside 1..128.
+func (c ClientIP) ipv6Bits() int {
+	if c.IPv6Bits < 1 || c.IPv6Bits > 128 {
+		return DefaultIPv6Bits
+	}
+	return c.IPv6Bits
 }
 
 // addrString returns a.String(), without allocating when a is the host part

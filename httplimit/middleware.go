@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,7 +56,9 @@ func newOptions(opts []Option) options {
 }
 
 // WithKey sets how a request is mapped to its client's bucket (New). The
-// default is ClientIP{}.Key: the immediate peer's address, no proxy trusted.
+// default is ClientIP{}.Key: the immediate peer's address (IPv6 clients by
+// their /64), no proxy trusted. A KeyFunc error is answered 400 with a fixed
+// message, never the error's text, which goes to the WithErrorHook function.
 func WithKey(k KeyFunc) Option { return func(o *options) { o.key = k } }
 
 // WithCost sets how many tokens a request takes (New); the default is 1. A
@@ -93,19 +94,47 @@ func WithOnly(patterns ...string) Option {
 func WithHeaders(h Headers) Option { return func(o *options) { o.headers = h } }
 
 // WithTimeout bounds the time the middleware waits for a distributed bucket
-// (New): past d the request fails open or closed, even if the backend
-// ignores its context. The default is DefaultTimeout; d ≤ 0 waits as long as
-// the request's own context allows. Local buckets never wait.
+// (New): the bucket is consulted under a context with a deadline d from now,
+// and the middleware waits at most d plus a grace of d/8 (at most 50 ms) for
+// the answer, in which a backend that honours its context says why it
+// stopped; then the request fails open or closed (WithFailOpen), even if the
+// backend ignores its context. The default is DefaultTimeout; d ≤ 0 waits as
+// long as the request's own context allows. Local buckets never wait.
+//
+// Choose d against the backend's own windows of unavailability. When a
+// grid/olric member crashes, the keys it owned (about 1/N of them with N
+// members) cannot be decided until memberlist declares it dead and the new
+// owner takes over: 6–7 s measured with 3 members and default timings, more
+// in larger clusters (see grid/olric's package documentation, "Crash
+// fail-over window"). That is far longer than DefaultTimeout, so for that
+// long those clients get the failure mode: unlimited with fail-open. A d
+// above the window makes them wait instead.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
-// WithFailOpen says what happens when the bucket cannot be consulted (New):
-// true, the default, serves the request unlimited; false answers 503 with a
-// problem+json body. Either way the failure is counted in Stats and passed
-// to the WithErrorHook function.
+// WithFailOpen says what happens when the bucket cannot be consulted because
+// of an outage (New): true, the default, serves the request unlimited;
+// false answers 503 with a problem+json body. Either way the failure is
+// counted in Stats and passed to the WithErrorHook function.
+//
+// Only outages fail open: a store error, a request timed out (WithTimeout;
+// see there for a grid member's crash), an executor that cannot reach the
+// key's owner, a Plan error that does not wrap bucketgrid.ErrInvalidKey.
+// Failures a client could provoke or that no retry cures never do: a key
+// the backend cannot hold (bucketgrid.ErrInvalidKey, from the backend or the
+// Plan) is answered 400; a corrupt stored record (core.ErrCorruptState, under
+// bucketgrid.RecoveryFail), an invalid configuration from the Plan
+// (*core.ConfigError), a request the executor refuses
+// (core.ErrInvalidRequest) and a key so contended that the executor gave up
+// (cas.ErrConflict) are answered 503 whatever the mode; and a panic is
+// re-raised (see Stats.Panicked).
 func WithFailOpen(open bool) Option { return func(o *options) { o.failOpen = open } }
 
 // WithErrorHook calls f with each failure to consult a bucket (New), before
-// the request fails open or closed: log it, count it by cause.
+// the request is answered or fails open or closed, with each key the
+// middleware refuses with 400 (the KeyFunc's or the backend's error: the 400
+// itself carries a fixed message), and with each panic in the limiter as a
+// *PanicError: log it, count it by cause. f runs on the request's goroutine
+// and must be safe for concurrent use.
 func WithErrorHook(f func(r *http.Request, err error)) Option {
 	return func(o *options) { o.onError = f }
 }
@@ -138,7 +167,8 @@ func WithBucketOptions(opts ...bucketgrid.BucketOption) Option {
 }
 
 // ErrTimeout is returned (wrapped, with context.DeadlineExceeded) to the
-// error hook when a bucket did not answer within the WithTimeout deadline.
+// error hook when a bucket did not answer within the WithTimeout deadline,
+// or answered with the deadline's error.
 var ErrTimeout = errors.New("httplimit: bucket did not answer in time")
 
 // Stats counts what the middleware did. Every request lands in exactly one
@@ -150,15 +180,28 @@ type Stats struct {
 	Limited uint64
 	// Skipped requests were not limited (WithSkip, WithExcept, WithOnly).
 	Skipped uint64
-	// FailedOpen requests were served unlimited because the bucket failed
-	// or timed out.
+	// FailedOpen requests were served unlimited because of an outage: the
+	// bucket failed or timed out (see WithFailOpen).
 	FailedOpen uint64
-	// FailedClosed requests were refused with 503 for the same reason.
+	// FailedClosed requests were refused with 503 for the same reason, or
+	// because the failure was not an outage (see WithFailOpen).
 	FailedClosed uint64
-	// BadKey requests were refused with 400 because the key function failed.
+	// BadKey requests were refused with 400 because the key function failed
+	// or the backend cannot hold the key (bucketgrid.ErrInvalidKey).
 	BadKey uint64
 	// Canceled requests ended (client gone) before the bucket answered.
 	Canceled uint64
+	// Panicked requests met a panic in the limiter: the key function, the
+	// Buckets (store, executor, plan) or the middleware itself. The panic is
+	// reported to the WithErrorHook function as a *PanicError (value and
+	// stack) and re-raised on the request's goroutine, as
+	// http.TimeoutHandler re-raises its handler's: the request is never
+	// served, the connection is dropped by net/http (or the panic reaches a
+	// recovery middleware placed outside this one), and the process lives
+	// on even when the panic happened on the goroutine that waits for a
+	// distributed bucket. A panic is a bug, not an outage: failing open on
+	// it would let a client that can trigger it choose to be unlimited.
+	Panicked uint64
 }
 
 // Middleware limits requests per client. Create it with New and wrap
@@ -172,7 +215,7 @@ type Middleware struct {
 	except *http.ServeMux
 	policy policyCache
 
-	allowed, limited, skipped, failedOpen, failedClosed, badKey, canceled atomic.Uint64
+	allowed, limited, skipped, failedOpen, failedClosed, badKey, canceled, panicked atomic.Uint64
 }
 
 // New returns middleware taking tokens from b: one bucket per client key.
@@ -210,7 +253,7 @@ func (m *Middleware) Stats() Stats {
 	return Stats{
 		Allowed: m.allowed.Load(), Limited: m.limited.Load(), Skipped: m.skipped.Load(),
 		FailedOpen: m.failedOpen.Load(), FailedClosed: m.failedClosed.Load(),
-		BadKey: m.badKey.Load(), Canceled: m.canceled.Load(),
+		BadKey: m.badKey.Load(), Canceled: m.canceled.Load(), Panicked: m.panicked.Load(),
 	}
 }
 
@@ -235,35 +278,40 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
+	if m.limit(w, r) {
+		next.ServeHTTP(w, r)
+	}
+}
+
+// limit decides r: it answers every refusal itself and reports whether next
+// serves r. A panic anywhere in here is counted, reported and re-raised on
+// this goroutine (see Stats.Panicked); next's own panics are not ours.
+func (m *Middleware) limit(w http.ResponseWriter, r *http.Request) (serve bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			m.panicked.Add(1)
+			p := newPanicError(v)
+			if m.o.onError != nil {
+				m.o.onError(r, p)
+			}
+			if v == http.ErrAbortHandler { // net/http's silent abort stays silent
+				panic(v)
+			}
+			panic(p)
+		}
+	}()
 	key, err := m.o.key(r)
 	if err != nil {
-		m.badKey.Add(1)
-		writeProblem(w, &Problem{Type: "about:blank", Title: http.StatusText(http.StatusBadRequest),
-			Status: http.StatusBadRequest, Detail: err.Error()})
-		return
+		m.refuseKey(w, r, err)
+		return false
 	}
 	cost := int64(1)
 	if m.o.cost != nil {
 		cost = max(m.o.cost(r), 1)
 	}
-	u, err := m.take(r.Context(), key, cost)
+	u, err := m.take(r, key, cost)
 	if err != nil {
-		if r.Context().Err() != nil {
-			m.canceled.Add(1)
-			return // nobody is listening
-		}
-		if m.o.onError != nil {
-			m.o.onError(r, err)
-		}
-		if m.o.failOpen {
-			m.failedOpen.Add(1)
-			next.ServeHTTP(w, r)
-			return
-		}
-		m.failedClosed.Add(1)
-		writeProblem(w, &Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable),
-			Status: http.StatusServiceUnavailable, Detail: "the rate limiter is unavailable"})
-		return
+		return m.failed(w, r, err)
 	}
 	h := w.Header()
 	if m.o.headers != 0 && len(u.Config.Bandwidths) > 0 {
@@ -275,8 +323,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if u.Probe.Consumed {
 		m.allowed.Add(1)
-		next.ServeHTTP(w, r)
-		return
+		return true
 	}
 	m.limited.Add(1)
 	p := Problem{Type: m.o.problem, Title: http.StatusText(http.StatusTooManyRequests),
@@ -293,40 +340,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	h[hCache] = []string{"no-store"}
 	writeProblem(w, &p)
-}
-
-type takeResult struct {
-	u   Usage
-	err error
-}
-
-// take consults the bucket within the deadline. Distributed buckets are
-// called on their own goroutine so that a backend ignoring its context still
-// cannot hold the request past the deadline; the goroutine ends when the
-// backend returns.
-func (m *Middleware) take(ctx context.Context, key string, cost int64) (Usage, error) {
-	if m.local || m.o.timeout <= 0 {
-		return m.src.Take(ctx, key, cost)
-	}
-	ctx, cancel := context.WithTimeout(ctx, m.o.timeout)
-	defer cancel()
-	ch := make(chan takeResult, 1)
-	go func() {
-		u, err := m.src.Take(ctx, key, cost)
-		ch <- takeResult{u, err}
-	}()
-	select {
-	case res := <-ch:
-		if res.err != nil && errors.Is(res.err, context.DeadlineExceeded) {
-			return Usage{}, fmt.Errorf("%w: %w", ErrTimeout, res.err)
-		}
-		return res.u, res.err
-	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Usage{}, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		}
-		return Usage{}, ctx.Err()
-	}
+	return false
 }
 
 // quoteList renders names as "a", "b".

@@ -43,17 +43,23 @@ func store(clock *clock.Fake) *cas.Executor {
 	return cas.New(memstore.New(memstore.WithClock(clock)), cas.WithClock(clock))
 }
 
+// The managed sources keep their buckets, as the reference model of the
+// header tests does: a bucket expired once full (the Manager's default) and
+// created again restarts an intervally refill's interval, later than the
+// model's (stricter, never looser), so its t values would differ.
 var sources = []source{
 	{"local", func(plan Plan, clock *clock.Fake) Buckets {
 		return NewLocal(plan, WithClock(clock))
 	}, true},
 	{"managed", func(plan Plan, clock *clock.Fake) Buckets {
-		return NewManaged(bucketgrid.NewManager(store(clock)), plan, WithClock(clock))
+		return NewManaged(bucketgrid.NewManager(store(clock), keep), plan, WithClock(clock))
 	}, true},
 	{"minimum only", func(plan Plan, clock *clock.Fake) Buckets {
-		return minimumOnly{NewManaged(bucketgrid.NewManager(store(clock)), plan, WithClock(clock))}
+		return minimumOnly{NewManaged(bucketgrid.NewManager(store(clock), keep), plan, WithClock(clock))}
 	}, false},
 }
+
+var keep = bucketgrid.WithExpiration(bucketgrid.ExpireNever())
 
 func get(h http.Handler, remote, path string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("GET", path, nil)
