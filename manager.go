@@ -65,8 +65,9 @@ func WithRecovery(r RecoveryStrategy) ManagerOption { return func(m *Manager) { 
 // WithExpiration sets the expiration-after-write policy for every write; the
 // default is ExpireAfterRefill(DefaultExpiryMargin), which is always safe: a
 // bucket expires only once it is full again (plus the margin), and a new
-// one is the same. Pass ExpireNever() to keep buckets until removed, or see
-// ExpireFixed.
+// one holds the same tokens (an intervally refill restarts its interval, so
+// it refills later, never sooner). Pass ExpireNever() to keep buckets until
+// removed, or see ExpireFixed.
 func WithExpiration(e core.Expiry) ManagerOption {
 	return func(m *Manager) { m.expiry, m.expirySet = e, true }
 }

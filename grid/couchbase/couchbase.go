@@ -25,9 +25,18 @@
 //
 // # Keys
 //
-// Couchbase document ids are at most 250 bytes. Keys go through the key
-// mapping (WithKeyMapping) first; an id that is still longer is rejected with
-// a *KeyTooLongError before anything is sent.
+// A key goes through the key mapping (WithKeyMapping) first; the document id
+// it maps to must be what Couchbase Server holds: 1 to MaxKeyLen (250) bytes
+// in the bucket's default collection, 1 to MaxCollectionKeyLen (246) bytes
+// in any other collection (the collection's id takes the rest), valid
+// UTF-8. The limit includes whatever prefix the mapping adds. A key whose id
+// breaks the rule is refused before anything is sent, by CheckKey and by
+// every method, with a *core.KeyError (errors.Is core.ErrInvalidKey) that
+// never shows the key: the client's error, which cas.Executor returns as it
+// is, never retried, never an outage, and an HTTP middleware answers 400.
+// To accept longer client keys, hash them into the limit with
+// bucketgrid.WithFitKeys(MaxKeyLen - len(prefix)). Errors of this package
+// name keys only by core.RedactKey.
 package couchbase
 
 import (
@@ -35,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/couchbase/gocb/v2"
 
@@ -42,38 +52,35 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
-// MaxKeyLen is the longest document id Couchbase accepts, in bytes.
+// MaxKeyLen is the longest document id Couchbase Server accepts in a
+// bucket's default collection, in bytes.
 const MaxKeyLen = 250
 
-// KeyTooLongError reports a document id longer than MaxKeyLen bytes.
-type KeyTooLongError struct {
-	Key string // the bucket key as given
-	ID  string // the document id the key mapped to
-}
-
-// Error implements error.
-func (e *KeyTooLongError) Error() string {
-	return fmt.Sprintf("grid/couchbase: document id for key %.40q... is %d bytes; Couchbase allows at most %d (use WithKeyMapping to shorten keys)",
-		e.Key, len(e.ID), MaxKeyLen)
-}
+// MaxCollectionKeyLen is the longest document id Couchbase Server accepts in
+// a named collection, in bytes: 250 less the bytes of the collection id.
+const MaxCollectionKeyLen = 246
 
 // Store is a cas.Store on one Couchbase collection. It is safe for
 // concurrent use.
 type Store struct {
-	coll *gocb.Collection
-	id   func(key string) string
-	tc   gocb.Transcoder
+	coll   *gocb.Collection
+	id     func(key string) string
+	tc     gocb.Transcoder
+	maxLen int // MaxKeyLen or MaxCollectionKeyLen
 }
 
-var _ cas.Store = (*Store)(nil)
+var (
+	_ cas.Store      = (*Store)(nil)
+	_ cas.KeyChecker = (*Store)(nil)
+)
 
 // Option configures a Store.
 type Option func(*Store) error
 
 // WithKeyMapping sets the function that turns a bucket key into the document
-// id: a prefix to share a collection with other data ("bucket::"+key), or a
-// hash for keys that may exceed MaxKeyLen. It must be deterministic and
-// injective. The default uses the key itself.
+// id: a prefix to share a collection with other data ("bucket::"+key). It
+// must be deterministic and injective. The default uses the key itself. The
+// key rule (see the package documentation) applies to the mapped id.
 func WithKeyMapping(id func(key string) string) Option {
 	return func(s *Store) error {
 		if id == nil {
@@ -91,9 +98,13 @@ func New(coll *gocb.Collection, opts ...Option) (*Store, error) {
 		return nil, errors.New("grid/couchbase: nil collection")
 	}
 	s := &Store{
-		coll: coll,
-		id:   func(key string) string { return key },
-		tc:   gocb.NewRawBinaryTranscoder(),
+		coll:   coll,
+		id:     func(key string) string { return key },
+		tc:     gocb.NewRawBinaryTranscoder(),
+		maxLen: MaxCollectionKeyLen,
+	}
+	if coll.ScopeName() == "_default" && coll.Name() == "_default" {
+		s.maxLen = MaxKeyLen
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -184,12 +195,34 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// prepare maps key to its document id and derives the operation timeout from
-// ctx's deadline (0, the cluster default, without one).
+// CheckKey reports whether the document id key maps to is one Couchbase
+// Server holds (see the package documentation): nil, or a *core.KeyError.
+// It does no I/O.
+func (s *Store) CheckKey(key string) error {
+	_, err := s.docID(key)
+	return err
+}
+
+// docID maps key to its document id and checks the key rule.
+func (s *Store) docID(key string) (string, error) {
+	id := s.id(key)
+	switch {
+	case id == "":
+		return "", core.InvalidKey(key, "maps to an empty document id")
+	case len(id) > s.maxLen:
+		return "", core.InvalidKey(key, fmt.Sprintf("maps to a document id of %d bytes, longer than Couchbase's %d", len(id), s.maxLen))
+	case !utf8.ValidString(id):
+		return "", core.InvalidKey(key, "maps to a document id that is not valid UTF-8")
+	}
+	return id, nil
+}
+
+// prepare maps key to its document id, checking the key rule, and derives
+// the operation timeout from ctx's deadline (0, the cluster default, without
+// one).
 func (s *Store) prepare(ctx context.Context, key string) (id string, timeout time.Duration, err error) {
-	id = s.id(key)
-	if len(id) > MaxKeyLen {
-		return "", 0, &KeyTooLongError{Key: key, ID: id}
+	if id, err = s.docID(key); err != nil {
+		return "", 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return "", 0, fmt.Errorf("grid/couchbase: %w", err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -159,47 +158,6 @@ func TestExpiry(t *testing.T) {
 	}
 	if ok, err := s.Insert(ctx, "k", []byte("c"), 0); !ok || err != nil {
 		t.Fatalf("insert over an expired document: ok=%v err=%v", ok, err)
-	}
-}
-
-func TestKeys(t *testing.T) {
-	s := newStore(t) // its mapping adds a prefix
-	ctx := ctxT(t)
-	long := strings.Repeat("x", couchbase.MaxKeyLen)
-	_, _, _, err := s.Get(ctx, long)
-	var kerr *couchbase.KeyTooLongError
-	if !errors.As(err, &kerr) || kerr.Key != long || len(kerr.ID) <= couchbase.MaxKeyLen {
-		t.Fatalf("Get of a too long key: %v", err)
-	}
-	if ok, err := s.Insert(ctx, long, nil, 0); ok || !errors.As(err, &kerr) {
-		t.Fatalf("Insert of a too long key: %v %v", ok, err)
-	}
-	if ok, err := s.Replace(ctx, long, nil, 1, 0); ok || !errors.As(err, &kerr) {
-		t.Fatalf("Replace of a too long key: %v %v", ok, err)
-	}
-	if err := s.Delete(ctx, long); !errors.As(err, &kerr) {
-		t.Fatalf("Delete of a too long key: %v", err)
-	}
-	if !strings.Contains(kerr.Error(), "250") {
-		t.Errorf("error text %q does not state the limit", kerr.Error())
-	}
-
-	// Exactly 250 bytes after mapping is fine.
-	coll := connect(t, couchbaseServer(t))
-	p := prefix()
-	s2, err := couchbase.New(coll, couchbase.WithKeyMapping(func(k string) string { return p + k }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	edge := strings.Repeat("y", couchbase.MaxKeyLen-len(p))
-	if ok, err := s2.Insert(ctx, edge, []byte("a"), 0); !ok || err != nil {
-		t.Fatalf("250-byte id: %v %v", ok, err)
-	}
-	if _, err := couchbase.New(coll, couchbase.WithKeyMapping(nil)); err == nil {
-		t.Error("nil key mapping accepted")
-	}
-	if _, err := couchbase.New(nil); err == nil {
-		t.Error("nil collection accepted")
 	}
 }
 

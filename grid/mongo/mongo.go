@@ -39,6 +39,22 @@
 // through a pool of 8 connections detects the lost updates (evidence that the
 // kit catches a real, third-party non-atomic server), and through one
 // connection finds none. Run FerretDB with maxPoolSize=1, or use MongoDB.
+//
+// # Keys
+//
+// A key must be valid UTF-8, since BSON strings are (FerretDB stores an
+// invalid one as U+FFFD and never finds it again), and at most MaxKeyLen
+// (1000) bytes: under the Index Key Limit of MongoDB before 4.2 (an _id
+// index entry must be under 1024 bytes), and far under the 16 MiB document
+// limit of later versions; a bound of the store's own, so a client cannot
+// make it hold megabytes per bucket. The rule applies to the key as given,
+// whatever WithKeyMapping makes of it. A key that breaks it is refused
+// before anything is sent, by CheckKey and by every method, with a
+// *core.KeyError (errors.Is core.ErrInvalidKey) that never shows the key:
+// the client's error, which cas.Executor returns as it is, never retried,
+// never an outage, and an HTTP middleware answers 400. To accept any client
+// key, hash the others into the rule with bucketgrid.WithFitKeys(MaxKeyLen).
+// Errors of this package name keys only by core.RedactKey.
 package mongo
 
 import (
@@ -47,6 +63,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
@@ -71,7 +88,26 @@ type Store struct {
 	clock   clock.Clock
 }
 
-var _ cas.Store = (*Store)(nil)
+var (
+	_ cas.Store      = (*Store)(nil)
+	_ cas.KeyChecker = (*Store)(nil)
+)
+
+// MaxKeyLen is the longest key the store holds, in bytes (see the package
+// documentation).
+const MaxKeyLen = 1000
+
+// CheckKey reports whether the store holds key (see the package
+// documentation): nil, or a *core.KeyError. It does no I/O.
+func (s *Store) CheckKey(key string) error {
+	switch {
+	case len(key) > MaxKeyLen:
+		return core.InvalidKey(key, fmt.Sprintf("longer than %d bytes", MaxKeyLen))
+	case !utf8.ValidString(key):
+		return core.InvalidKey(key, "not valid UTF-8")
+	}
+	return nil
+}
 
 // Option configures a Store.
 type Option func(*Store) error
@@ -223,6 +259,9 @@ func (s *Store) RemoveExpired(ctx context.Context, limit int) (int, error) {
 // Get reads the bucket stored under key. A missing or expired document is
 // found=false with a nil error.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
+	if err := s.CheckKey(key); err != nil {
+		return nil, 0, false, err
+	}
 	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: s.id(key)}}).Raw()
 	if errors.Is(err, mongodrv.ErrNoDocuments) {
 		return nil, 0, false, nil
@@ -247,6 +286,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 // Insert creates the bucket under key if it is absent or expired. An existing
 // live document is a lost race: ok=false with a nil error.
 func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
+	if err := s.CheckKey(key); err != nil {
+		return false, err
+	}
 	id := s.id(key)
 	// A document deleted (by the TTL monitor, say) between the failed insert
 	// and the replace of the expired one would read as a lost race although
@@ -284,6 +326,9 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 // has not expired. Otherwise — changed, deleted or expired — it is a lost
 // race: ok=false with a nil error.
 func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
+	if err := s.CheckKey(key); err != nil {
+		return false, err
+	}
 	id := s.id(key)
 	now := s.now()
 	res, err := s.coll.ReplaceOne(ctx, bson.D{
@@ -303,6 +348,9 @@ func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Ve
 // Delete removes the bucket under key. Deleting an absent key is not an
 // error.
 func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.CheckKey(key); err != nil {
+		return err
+	}
 	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: s.id(key)}}); err != nil {
 		return fmt.Errorf("grid/mongo: delete %s: %w", core.RedactKey(key), err)
 	}

@@ -56,6 +56,19 @@
 // an expired key as absent for every command, so Get and Insert need no
 // expiry logic of their own.
 //
+// # Keys
+//
+// Redis keys are binary-safe up to 512 MB, so the store's rule is its own:
+// a Redis key (the prefix and the bucket key) of at most MaxKeyLen (1024)
+// bytes, any bytes. A client-chosen key longer than that is not a name but
+// an attempt to make Redis hold megabytes per bucket. A key that breaks the
+// rule is refused before any command is sent, by CheckKey (the optional
+// cas.KeyChecker, which the executor calls once per request) and by every
+// method (for callers that bypass the executor), with a *core.KeyError that
+// never shows the key: the client's error, not an outage. This is the
+// pattern for any store with a key rule: state it, check it without I/O,
+// return core.InvalidKey.
+//
 // # Consistency
 //
 // Redis replicates asynchronously: after a failover the new primary may miss
@@ -139,7 +152,23 @@ type Store struct {
 	fallbacks atomic.Int64 // EVALSHA answered NOSCRIPT and EVAL ran instead
 }
 
-var _ cas.Store = (*Store)(nil)
+var (
+	_ cas.Store      = (*Store)(nil)
+	_ cas.KeyChecker = (*Store)(nil)
+)
+
+// MaxKeyLen is the longest Redis key the store touches, prefix included, in
+// bytes (see Keys in the package documentation).
+const MaxKeyLen = 1024
+
+// CheckKey reports whether the store holds key: nil, or a *core.KeyError
+// when the prefix and key exceed MaxKeyLen bytes. It does no I/O.
+func (s *Store) CheckKey(key string) error {
+	if n := len(s.prefix) + len(key); n > MaxKeyLen {
+		return core.InvalidKey(key, fmt.Sprintf("makes a Redis key of %d bytes, longer than %d", n, MaxKeyLen))
+	}
+	return nil
+}
 
 // Option configures a Store.
 type Option func(*Store)
@@ -181,6 +210,9 @@ func (s *Store) Load(ctx context.Context) error {
 // found=false with a nil error. The returned slice is the caller's: go-redis
 // hands over a fresh copy of the reply.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
+	if err := s.CheckKey(key); err != nil {
+		return nil, 0, false, err
+	}
 	b, err := s.c.Get(ctx, s.prefix+key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, 0, false, nil
@@ -210,6 +242,9 @@ func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Ve
 
 // Delete removes key; deleting an absent key is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.CheckKey(key); err != nil {
+		return err
+	}
 	return s.c.Del(ctx, s.prefix+key).Err()
 }
 
@@ -226,6 +261,9 @@ func newVersion(old cas.Version) cas.Version {
 // write runs casScript; expected is the 8-byte version to compare, or "" to
 // insert if absent.
 func (s *Store) write(ctx context.Context, key, expected string, ver cas.Version, data []byte, ttl time.Duration) (bool, error) {
+	if err := s.CheckKey(key); err != nil {
+		return false, err
+	}
 	val := make([]byte, versionLen+len(data))
 	binary.BigEndian.PutUint64(val, uint64(ver))
 	copy(val[versionLen:], data)
