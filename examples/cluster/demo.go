@@ -41,6 +41,7 @@ type Config struct {
 // the rate-limited API and the demo page over HTTP.
 type Demo struct {
 	nodes  []*node
+	hosts  map[string]bool // Host values of the members (checkAdmin)
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	log    *log.Logger
@@ -94,6 +95,11 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 		}
 		d.nodes = append(d.nodes, &node{index: i + 1, ln: ln, url: "http://" + ln.Addr().String(), demo: d})
 	}
+	var addrs []net.Addr
+	for _, nd := range d.nodes {
+		addrs = append(addrs, nd.ln.Addr())
+	}
+	d.hosts = adminHosts(addrs)
 
 	for i, nd := range d.nodes {
 		mc := olric.DefaultLocalConfig()

@@ -21,7 +21,10 @@
 //	GET  /demo/state?apikey=KEY   the member's counters and KEY's bucket, read
 //	                              from its owner (no apikey: the caller's address)
 //	POST /demo/limit              {"capacity":20,"refillPerMinute":2} stores the
-//	                              next version of the limit in the grid
+//	                              next version of the limit in the grid: an
+//	                              unauthenticated admin endpoint, for loopback
+//	                              only (JSON only, the members' own Host and
+//	                              Origin: no cross-origin writes)
 //	GET  /demo/members            the members and their URLs
 //
 // Flags set the ports and the initial limit; Ctrl-C (SIGINT) or SIGTERM

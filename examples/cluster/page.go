@@ -34,8 +34,9 @@ func (nd *node) handler() http.Handler {
 	return cors(nd.limiter.Handler(mux))
 }
 
-// cors lets a page served by one member call the others. The demo listens on
-// loopback, so any origin may.
+// cors lets a page served by one member read the others: GETs only. The
+// page writes the limit to its own member, so no write ever needs CORS, and
+// none is granted.
 func cors(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -43,7 +44,7 @@ func cors(next http.Handler) http.Handler {
 		h.Set("Access-Control-Expose-Headers",
 			"RateLimit, RateLimit-Policy, Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset")
 		if r.Method == http.MethodOptions {
-			h.Set("Access-Control-Allow-Methods", "GET, POST")
+			h.Set("Access-Control-Allow-Methods", "GET")
 			h.Set("Access-Control-Allow-Headers", "X-API-Key, Content-Type")
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
@@ -130,8 +131,8 @@ func (nd *node) state(w http.ResponseWriter, r *http.Request) {
 		kr.Header.Set("X-API-Key", k)
 	}
 	key, err := nd.key(kr)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	if err != nil { // a fixed message, as httplimit's: the error may hold what the client sent
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "no usable client key"})
 		return
 	}
 	b := &st.Bucket
@@ -166,8 +167,14 @@ func (nd *node) state(w http.ResponseWriter, r *http.Request) {
 }
 
 // setLimit stores a new limit in the grid (the next version) and applies it
-// on this member at once; the others pick it up on their next poll.
+// on this member at once; the others pick it up on their next poll. It is
+// an unauthenticated admin endpoint, for loopback only: it refuses
+// cross-origin writes (see checkAdmin).
 func (nd *node) setLimit(w http.ResponseWriter, r *http.Request) {
+	if status, err := checkAdmin(r, nd.demo.hosts); err != nil {
+		writeJSON(w, status, map[string]string{"error": err.Error()})
+		return
+	}
 	var in Limit
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&in); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want JSON {capacity, refillPerMinute}: " + err.Error()})
