@@ -13,28 +13,27 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/internal/storetest"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
-// faultyStore is a memstore whose Get, for one key, can panic, hang until
-// its context ends, or wait at a gate; it counts every call.
+// faultyStore is a counted memstore whose Get, for one key, can panic, hang
+// until its context ends, or wait at a gate.
 type faultyStore struct {
-	*memstore.Store
-	key   string
-	mode  atomic.Value // "", "panic", "hang"
-	gate  chan struct{}
-	calls atomic.Int64
-	gets  atomic.Int64 // Gets of key
+	*storetest.Counting
+	key  string
+	mode atomic.Value // "", "panic", "hang", "gate"
+	gate chan struct{}
+	gets atomic.Int64 // Gets of key
 }
 
 func newFaulty(key string) *faultyStore {
-	s := &faultyStore{Store: memstore.New(), key: key}
+	s := &faultyStore{Counting: &storetest.Counting{Store: memstore.New()}, key: key}
 	s.mode.Store("")
 	return s
 }
 
 func (s *faultyStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bool, error) {
-	s.calls.Add(1)
 	if k == s.key {
 		s.gets.Add(1)
 		switch s.mode.Load() {
@@ -51,22 +50,7 @@ func (s *faultyStore) Get(ctx context.Context, k string) ([]byte, cas.Version, b
 			}
 		}
 	}
-	return s.Store.Get(ctx, k)
-}
-
-func (s *faultyStore) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
-	s.calls.Add(1)
-	return s.Store.Insert(ctx, k, d, ttl)
-}
-
-func (s *faultyStore) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
-	s.calls.Add(1)
-	return s.Store.Replace(ctx, k, d, v, ttl)
-}
-
-func (s *faultyStore) Delete(ctx context.Context, k string) error {
-	s.calls.Add(1)
-	return s.Store.Delete(ctx, k)
+	return s.Counting.Get(ctx, k)
 }
 
 var createReq = func() core.Request {
@@ -316,15 +300,15 @@ func TestInvalidKeyIsNotAStoreFailure(t *testing.T) {
 			if strings.Contains(err.Error(), long) {
 				t.Fatalf("error %q shows the key", err)
 			}
-			if n := rs.calls.Load(); n != 0 {
+			if n := rs.Calls(); n != 0 {
 				t.Errorf("%d store calls reached the map, want none", n)
 			}
 			if s := e.Stats(); s.StoreErrors != 0 || s.InvalidKeys != 1 || s.Attempts > 1 {
 				t.Errorf("stats %+v: want no store error, one invalid key, no retry", s)
 			}
 			if tt.name == "KeyChecker" {
-				if err := e.Remove(context.Background(), long); !errors.Is(err, core.ErrInvalidKey) || rs.calls.Load() != 0 {
-					t.Errorf("Remove: %v after %d calls", err, rs.calls.Load())
+				if err := e.Remove(context.Background(), long); !errors.Is(err, core.ErrInvalidKey) || rs.Calls() != 0 {
+					t.Errorf("Remove: %v after %d calls", err, rs.Calls())
 				}
 			}
 		})

@@ -21,6 +21,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/internal/storetest"
 )
 
 // The tests of this file try to open the gate: each path that used to end in
@@ -40,40 +41,6 @@ func (ruleStore) CheckKey(key string) error {
 		return core.InvalidKey(key, "not valid UTF-8")
 	}
 	return nil
-}
-
-// countingStore counts the calls that reach its store, forwarding CheckKey
-// so the executor sees the store's rule.
-type countingStore struct {
-	cas.Store
-	calls atomic.Int64
-}
-
-func (s *countingStore) CheckKey(key string) error {
-	if kc, ok := s.Store.(cas.KeyChecker); ok {
-		return kc.CheckKey(key)
-	}
-	return nil
-}
-
-func (s *countingStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bool, error) {
-	s.calls.Add(1)
-	return s.Store.Get(ctx, k)
-}
-
-func (s *countingStore) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
-	s.calls.Add(1)
-	return s.Store.Insert(ctx, k, d, ttl)
-}
-
-func (s *countingStore) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
-	s.calls.Add(1)
-	return s.Store.Replace(ctx, k, d, v, ttl)
-}
-
-func (s *countingStore) Delete(ctx context.Context, k string) error {
-	s.calls.Add(1)
-	return s.Store.Delete(ctx, k)
 }
 
 // rawKey keys requests by the X-Key header exactly as sent, so that tests
@@ -114,7 +81,7 @@ func TestKeyTheBackendCannotHold(t *testing.T) {
 	cfg := config(t, core.Intervally(2, 2, time.Hour))
 	for _, key := range []string{strings.Repeat("k", ruleLen+1), "caf\xe9"} {
 		t.Run(fmt.Sprintf("%d bytes", len(key)), func(t *testing.T) {
-			st := &countingStore{Store: ruleStore{memstore.New()}}
+			st := &storetest.Counting{Store: ruleStore{memstore.New()}}
 			var hook hookErrs
 			mw := New(NewManaged(bucketgrid.NewManager(cas.New(st)), StaticPlan(cfg)),
 				WithKey(rawKey), WithFailOpen(true), WithErrorHook(hook.hook))
@@ -128,7 +95,7 @@ func TestKeyTheBackendCannotHold(t *testing.T) {
 					t.Fatalf("400 body %q: want the fixed message, never the key", w.Body.String())
 				}
 			}
-			if n := st.calls.Load(); n != 0 {
+			if n := st.Calls(); n != 0 {
 				t.Errorf("%d store calls for a key the store cannot hold, want 0", n)
 			}
 			if s := mw.Stats(); s.BadKey != 5 || s.FailedOpen != 0 || s.Allowed != 0 {

@@ -6,15 +6,18 @@ package keyrule
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
+	"strings"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/httplimit"
+	"github.com/bucketgrid/bucketgrid/internal/storetest"
 )
 
 // Header is the request header Through puts the value in.
@@ -23,48 +26,6 @@ const Header = "X-Key"
 // Raw keys a request by the Header value exactly as sent, so that a test
 // reaches the store's rule rather than httplimit.HeaderKey's length limit.
 func Raw(r *http.Request) (string, error) { return r.Header.Get(Header), nil }
-
-// Counting is a cas.Store that counts the calls reaching its Store and
-// forwards CheckKey, as a decorator must for the executor to see the rule.
-type Counting struct {
-	cas.Store
-	calls atomic.Int64
-}
-
-// Calls returns the calls that reached the store so far.
-func (c *Counting) Calls() int64 { return c.calls.Load() }
-
-// CheckKey forwards to the store's KeyChecker; nil without one.
-func (c *Counting) CheckKey(key string) error {
-	if kc, ok := c.Store.(cas.KeyChecker); ok {
-		return kc.CheckKey(key)
-	}
-	return nil
-}
-
-// Get counts and forwards.
-func (c *Counting) Get(ctx context.Context, k string) ([]byte, cas.Version, bool, error) {
-	c.calls.Add(1)
-	return c.Store.Get(ctx, k)
-}
-
-// Insert counts and forwards.
-func (c *Counting) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
-	c.calls.Add(1)
-	return c.Store.Insert(ctx, k, d, ttl)
-}
-
-// Replace counts and forwards.
-func (c *Counting) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
-	c.calls.Add(1)
-	return c.Store.Replace(ctx, k, d, v, ttl)
-}
-
-// Delete counts and forwards.
-func (c *Counting) Delete(ctx context.Context, k string) error {
-	c.calls.Add(1)
-	return c.Store.Delete(ctx, k)
-}
 
 // Result is what Through saw.
 type Result struct {
@@ -80,7 +41,7 @@ var Limit = core.Config{Bandwidths: []core.Bandwidth{core.Intervally(2, 2, time.
 // httplimit.New (fail-open, timeout 10 s) over NewManaged over a Manager
 // (with mopts) over a cas executor over store, counted.
 func Through(store cas.Store, key httplimit.KeyFunc, value string, n int, mopts ...bucketgrid.ManagerOption) Result {
-	c := &Counting{Store: store}
+	c := &storetest.Counting{Store: store}
 	m := bucketgrid.NewManager(cas.New(c), mopts...)
 	mw := httplimit.New(httplimit.NewManaged(m, httplimit.StaticPlan(Limit)),
 		httplimit.WithKey(key), httplimit.WithFailOpen(true), httplimit.WithTimeout(10*time.Second))
@@ -96,4 +57,33 @@ func Through(store cas.Store, key httplimit.KeyFunc, value string, n int, mopts 
 	res.Calls = c.Calls()
 	res.Stats = mw.Stats()
 	return res
+}
+
+// Refused returns nil when CheckKey and every method of store refuse key
+// with a *core.KeyError whose text does not show the key, and otherwise an
+// error naming the first call that did not. Counting I/O is the caller's
+// business (a driver's command monitor, say).
+func Refused(ctx context.Context, store cas.Store, key string) error {
+	kc, ok := store.(cas.KeyChecker)
+	if !ok {
+		return errors.New("the store does not implement cas.KeyChecker")
+	}
+	_, _, _, getErr := store.Get(ctx, key)
+	_, insErr := store.Insert(ctx, key, []byte("a"), 0)
+	_, repErr := store.Replace(ctx, key, []byte("a"), 1, 0)
+	calls := []struct {
+		name string
+		err  error
+	}{{"CheckKey", kc.CheckKey(key)}, {"Get", getErr}, {"Insert", insErr}, {"Replace", repErr},
+		{"Delete", store.Delete(ctx, key)}}
+	for _, c := range calls {
+		var ke *core.KeyError
+		if !errors.As(c.err, &ke) || !errors.Is(c.err, core.ErrInvalidKey) {
+			return fmt.Errorf("%s of a key of %d bytes: %v, want a *core.KeyError", c.name, len(key), c.err)
+		}
+		if shown := key[:min(len(key), 12)]; len(shown) >= 8 && strings.Contains(c.err.Error(), shown) {
+			return fmt.Errorf("%s: %q shows the key", c.name, c.err)
+		}
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketgrid/bucketgrid"
-	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/examples/newbackend/redisstore"
 	"github.com/bucketgrid/bucketgrid/internal/keyrule"
 )
@@ -65,18 +63,8 @@ func TestKeyRule(t *testing.T) {
 	s := redisstore.New(c, redisstore.WithPrefix(runPrefix))
 	ctx := context.Background()
 	key := strings.Repeat("x", redisstore.MaxKeyLen-len(runPrefix)+1)
-	errs := []error{s.CheckKey(key)}
-	_, _, _, err := s.Get(ctx, key)
-	errs = append(errs, err)
-	_, err = s.Insert(ctx, key, []byte("a"), 0)
-	errs = append(errs, err)
-	_, err = s.Replace(ctx, key, []byte("a"), 1, 0)
-	errs = append(errs, err, s.Delete(ctx, key))
-	for i, err := range errs {
-		var ke *core.KeyError
-		if !errors.As(err, &ke) || !errors.Is(err, core.ErrInvalidKey) || strings.Contains(err.Error(), key[:16]) {
-			t.Fatalf("call %d: %v, want a *core.KeyError without the key", i, err)
-		}
+	if err := keyrule.Refused(ctx, s, key); err != nil {
+		t.Fatal(err)
 	}
 	if n := count.n.Load(); n != 0 {
 		t.Fatalf("%d commands sent for a key over the rule", n)
