@@ -17,7 +17,7 @@ import (
 // Why checkAdmin refuses a request.
 var (
 	errContentType = errors.New("want Content-Type: application/json")
-	errHost        = errors.New("Host is not one of the members")
+	errHost        = errors.New("the Host header names no member")
 	errOrigin      = errors.New("cross-origin writes are refused")
 )
 
