@@ -22,6 +22,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/internal/storetest"
+	"github.com/bucketgrid/bucketgrid/retry"
 )
 
 // The tests of this file try to open the gate: each path that used to end in
@@ -84,7 +85,7 @@ func TestKeyTheBackendCannotHold(t *testing.T) {
 			st := &storetest.Counting{Store: ruleStore{memstore.New()}}
 			var hook hookErrs
 			mw := New(NewManaged(bucketgrid.NewManager(cas.New(st)), StaticPlan(cfg)),
-				WithKey(rawKey), WithFailOpen(true), WithErrorHook(hook.hook))
+				WithKey(rawKey), WithFailOpen(true), WithErrorHook(hook.hook), WithTimeout(0))
 			h := mw.Handler(ok)
 			for range 5 {
 				w := getKey(h, key)
@@ -110,7 +111,7 @@ func TestKeyTheBackendCannotHold(t *testing.T) {
 			}
 			// WithFitKeys: the same key is limited exactly, on its own bucket
 			fit := New(NewManaged(bucketgrid.NewManager(cas.New(st), bucketgrid.WithFitKeys(ruleLen)), StaticPlan(cfg)),
-				WithKey(rawKey)).Handler(ok)
+				WithKey(rawKey), WithTimeout(0)).Handler(ok)
 			codes := []int{getKey(fit, key).Code, getKey(fit, key).Code, getKey(fit, key).Code}
 			if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
 				t.Errorf("WithFitKeys: statuses %v, want 200 200 429", codes)
@@ -156,7 +157,7 @@ func TestKeyErrorTextNeverEchoed(t *testing.T) {
 // key) refuses it with ErrInvalidKey: 400, not an outage.
 func TestPlanRefusingKeyIs400(t *testing.T) {
 	plan := func(key string) (core.Config, error) { return core.Config{}, core.InvalidKey(key, "unknown API key") }
-	mw := New(NewManaged(bucketgrid.NewManager(cas.New(memstore.New())), plan), WithFailOpen(true))
+	mw := New(NewManaged(bucketgrid.NewManager(cas.New(memstore.New())), plan), WithFailOpen(true), WithTimeout(10*time.Second))
 	if w := get(mw.Handler(ok), "198.51.100.1:1", "/"); w.Code != 400 {
 		t.Fatalf("status %d, want 400", w.Code)
 	}
@@ -206,13 +207,13 @@ func TestFailuresThatAreNotOutagesNeverFailOpen(t *testing.T) {
 		{"plan gives an invalid configuration", NewManaged(bucketgrid.NewManager(cas.New(memstore.New())),
 			StaticPlan(core.Config{})), core.ErrNoBandwidths},
 		{"plan gives an invalid configuration (local)", NewLocal(StaticPlan(core.Config{})), core.ErrNoBandwidths},
-		{"the executor gave up on a contended key", NewManaged(bucketgrid.NewManager(cas.New(conflicted)),
-			StaticPlan(cfg)), cas.ErrConflict},
+		{"the executor gave up on a contended key", NewManaged(bucketgrid.NewManager(cas.New(conflicted,
+			cas.WithRetry(retry.Immediate(5)))), StaticPlan(cfg)), cas.ErrConflict},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var hook hookErrs
-			mw := New(tt.src, WithFailOpen(true), WithErrorHook(hook.hook))
+			mw := New(tt.src, WithFailOpen(true), WithErrorHook(hook.hook), WithTimeout(10*time.Second))
 			h := mw.Handler(ok)
 			for range 10 {
 				if w := get(h, key+":1", "/"); w.Code != 503 {
@@ -242,7 +243,7 @@ func TestCorruptRecordReconstructedBehindMiddleware(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	m := bucketgrid.NewManager(cas.New(st), quiet)
-	mw := New(NewManaged(m, StaticPlan(config(t, core.Intervally(2, 2, time.Hour)))), WithFailOpen(true))
+	mw := New(NewManaged(m, StaticPlan(config(t, core.Intervally(2, 2, time.Hour)))), WithFailOpen(true), WithTimeout(10*time.Second))
 	h := mw.Handler(ok)
 	for range 50 {
 		get(h, "198.51.100.1:1", "/")
@@ -325,7 +326,7 @@ func TestPanicIsReRaisedNeverServed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var hook hookErrs
 			var served atomic.Int64
-			mw := New(tt.src, WithKey(rawKey), WithFailOpen(true), WithErrorHook(hook.hook))
+			mw := New(tt.src, WithKey(rawKey), WithFailOpen(true), WithErrorHook(hook.hook), WithTimeout(10*time.Second))
 			srv := serve(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) })))
 			for range 3 {
 				if code := fetch(t, srv, "boom"); code != 0 {

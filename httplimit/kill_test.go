@@ -46,7 +46,9 @@ func (s killedStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bo
 // are refused, a corrupt record under RecoveryReconstruct is replaced and
 // then limited exactly.
 func TestOneKeyKilled(t *testing.T) {
-	const capacity, perClient, clients, killedRequests = 5, 10, 4, 6
+	// The timeout is generous so that healthy clients are decided under any
+	// load; only the hanging key waits it out (two rounds of two).
+	const capacity, perClient, clients, killedRequests, timeout = 3, 6, 4, 4, time.Second
 	cfg := config(t, core.Intervally(capacity, capacity, time.Hour))
 	tests := []struct {
 		name     string
@@ -76,7 +78,7 @@ func TestOneKeyKilled(t *testing.T) {
 				bucketgrid.WithRecovery(tt.recovery), quiet)
 			var hook hookErrs
 			mw := New(NewManaged(m, StaticPlan(cfg), WithClock(clk)), WithKey(rawKey),
-				WithFailOpen(tt.failOpen), WithTimeout(50*time.Millisecond), WithErrorHook(hook.hook))
+				WithFailOpen(tt.failOpen), WithTimeout(timeout), WithErrorHook(hook.hook))
 			var servedKilled atomic.Int64
 			srv := serve(t, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Header.Get("X-Key") == "killed" {
