@@ -15,8 +15,11 @@ import (
 // Execute must apply the whole request atomically with respect to every other
 // request on the same key, and return the response that core.Process
 // produced. It returns an error only when the request could not be carried
-// out (an outage, a timeout, a lost race it gave up on); statuses such as
-// core.StatusNotFound are answers, not errors.
+// out (an outage, a timeout, a lost race it gave up on), or when the key is
+// one its storage cannot hold: then, before any I/O, an error wrapping
+// ErrInvalidKey (see core.InvalidKey), which callers treat as the client's
+// error, never as an outage. Statuses such as core.StatusNotFound are
+// answers, not errors.
 type Executor interface {
 	Execute(ctx context.Context, key string, req core.Request) (core.Response, error)
 	// Remove deletes the stored bucket of key; removing an absent key is not

@@ -1,7 +1,8 @@
 // Package memstore is the in-memory reference implementation of cas.Store:
 // a map under a mutex, with TTLs on a caller-supplied clock. It is a real
 // backend — it passes the whole TCK — and the model a backend author reads
-// first.
+// first. It holds any key: it has no key rule, so it does not implement
+// cas.KeyChecker.
 package memstore
 
 import (
