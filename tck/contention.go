@@ -127,7 +127,7 @@ func checkContention(e *env) {
 	}
 }
 
-// checkRateBounds consumes greedily in 13 ms steps of fake time over 3 s
+// checkRateBounds consumes greedily in 13 ms steps of fake time over 2 s
 // (steps that do not divide the refill, so rounding carries from call to
 // call): consumption must equal capacity + the permitted refill, within one
 // token.
@@ -141,7 +141,7 @@ func checkRateBounds(e *env) {
 	} {
 		hs := e.handles(e.key("rate-"+tc.name), staticConfig(tc.bw))
 		const step = 13 * time.Millisecond
-		span := 3 * time.Second / step * step
+		span := 2 * time.Second / step * step
 		var consumed int64
 		for el, i := time.Duration(0), 0; el <= span; el, i = el+step, i+1 {
 			n, err := hs[i%len(hs)].TryConsumeAsMuchAsPossible(e.ctx, 1<<40)

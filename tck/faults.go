@@ -340,7 +340,7 @@ func checkClockSkew(e *env) {
 			e.Fatalf("the client %v behind minted %d tokens for time the client ahead had already accounted for", delta, n)
 		}
 	}
-	span := 400 * time.Millisecond
+	span := 250 * time.Millisecond
 	for el := 2*delta - time.Millisecond; el < span; el += time.Millisecond {
 		e.clock.Advance(time.Millisecond)
 		if int(el/time.Millisecond)%2 == 0 {

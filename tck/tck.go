@@ -6,11 +6,20 @@
 //		tck.RunStore(t, func(t *testing.T) cas.Store { return mystore.New(...) })
 //	}
 //
-// RunStore checks a cas.Store: the SPI contract (lost races are not errors
-// and errors are not lost races), TTLs, a store-level atomicity probe,
-// injected conflicts, stale reads, outages and timeouts, clock skew between
-// clients, and then everything Run checks, through cas executors that share
-// the store as separate nodes would.
+// Run it with -race: the kit calls the store from many goroutines, and a
+// store that shares a buffer, a map or a counter between calls without a
+// lock can pass every check by luck, where the race detector fails it.
+//
+// RunStore checks a cas.Store against the cas.Store contract, the version
+// rule first (see cas.Version), then: lost races are not errors and errors
+// are not lost races; distinct keys are distinct entries and a key the
+// store cannot hold is refused with core.ErrInvalidKey; Delete removes one
+// key; who owns the bytes; a live key is never reported absent; TTLs are
+// never early and never far late, on every write and over 30 days; an
+// expired version loses; a store-level atomicity probe; injected
+// conflicts, stale reads, outages and timeouts; clock skew between
+// clients. Then it runs everything Run checks, through cas executors that
+// share the store as separate nodes would.
 //
 // Run checks any bucketgrid.Executor (an entry-processor grid, say): results
 // equal to the pure model on scripted sequences, a single initialisation
@@ -19,10 +28,19 @@
 // (porcupine), recovery, implicit configuration replacement races,
 // expiration and removal.
 //
-// Unlike Bucket4j's kit it never sleeps to measure rates (time is faked), it
-// checks lower as well as upper bounds, and it is itself tested: the kit's own
-// tests run it against deliberately broken stores and assert that each is
-// caught with a message a backend author can act on.
+// Time: bucket time is faked and advanced by the checks, so rates are
+// checked exactly, in both directions, without sleeping. TTLs cannot be
+// faked — a store expires values on its own clock — so the TTL checks wait
+// in real time, a few seconds at most, and judge with bounds that a loaded
+// machine can only weaken. RunStore starts the checks that mostly wait
+// before the others and reports them last. Every check is bounded in real
+// time as well as in fake time: a store whose writes always lose fails in
+// seconds, not minutes.
+//
+// The kit is itself tested: its own tests run it against a broken store for
+// each way real stores go wrong and assert that each is caught by the
+// check named, with a message a backend author can act on, and that correct
+// stores — one whose versions are digests of the value among them — pass.
 package tck
 
 import (
@@ -50,8 +68,10 @@ import (
 type ExecutorFactory func(t *testing.T, c clock.Clock) []bucketgrid.Executor
 
 // StoreFactory returns a store to check. Stores from one factory may share
-// data: the kit uses keys unique to each run. Checks may run at the same
-// time, each on a store of its own from the factory.
+// data: the kit uses keys unique to each check. RunStore runs some checks
+// at the same time, each on a store of its own from the factory, so a
+// store's cleanup must release only what that store made (delete its own
+// keys, not a prefix every store shares).
 type StoreFactory func(t *testing.T) cas.Store
 
 // Option adjusts the kit to a backend.
