@@ -2,6 +2,7 @@ package tck
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync"
@@ -92,6 +93,7 @@ var brokenStores = []struct {
 	name     string
 	store    func() cas.Store
 	catching map[string]string // check name → phrase its failure must contain
+	opts     []Option
 }{
 	// the atomicity and error rules
 	{"replace that does not compare", func() cas.Store { return nonComparing{memstore.New()} }, map[string]string{
@@ -99,84 +101,93 @@ var brokenStores = []struct {
 		"StoreContract":                  "Replace with a stale version succeeded",
 		"StoreAtomicityProbe":            "not an atomic compare-and-swap",
 		"ExactAccountingUnderContention": "granted twice",
-	}},
+	}, nil},
 	{"drops one write in a thousand", func() cas.Store { return &dropping{Store: memstore.New()} }, map[string]string{
 		"StoreAtomicityProbe":            "lost",
 		"ExactAccountingUnderContention": "granted twice",
-	}},
+	}, nil},
 	{"reports errors as lost races", func() cas.Store { return errorsAsConflicts{memstore.New()} }, map[string]string{
 		"StoreErrorsAreNotLostRaces": "reported as a lost race",
-	}},
+	}, nil},
 	// TTLs
 	{"ignores TTL", func() cas.Store { return ttlIgnoring{memstore.New()} }, map[string]string{
 		"StoreTTL":   "ignores or stretches the TTL",
 		"Expiration": "still exists",
-	}},
+	}, nil},
 	{"TTL 1000× too short (milliseconds where seconds were meant)", variantOf(flaws{scaleTTL: func(d time.Duration) time.Duration { return d / 1000 }}), map[string]string{
 		"StoreTTL": "10× too short",
-	}},
+	}, nil},
 	{"TTL over 30 days read as a Unix timestamp", variantOf(flaws{monthAsTimestamp: true}), map[string]string{
 		"StoreTTL": "memcached",
-	}},
+	}, nil},
 	{"TTL counted from the key's creation", variantOf(flaws{ttlFromCreation: true}), map[string]string{
 		"StoreTTL": "counts the TTL from the key's creation",
-	}},
+	}, nil},
 	{"expires 100 ms early", variantOf(flaws{scaleTTL: func(d time.Duration) time.Duration { return d - 100*time.Millisecond }}), map[string]string{
 		"StoreTTL": "expired early",
-	}},
+	}, nil},
 	{"TTL halved", variantOf(flaws{scaleTTL: func(d time.Duration) time.Duration { return d / 2 }}), map[string]string{
 		"StoreTTL": "halved",
-	}},
+	}, nil},
 	{"Replace drops the TTL", variantOf(flaws{replaceDropsTTL: true}), map[string]string{
 		"StoreTTL":   "Replace must set the TTL it is given",
 		"Expiration": "still exists",
-	}},
+	}, nil},
 	// versions
 	{"Replace compares only the low 8 bits of the version", variantOf(flaws{compareLowBits: 8}), map[string]string{
 		"StoreVersions": "compares only the low 8 bits",
-	}},
+	}, nil},
 	{"per-key versions restart after delete or expiry", variantOf(flaws{perKeyVersions: true}), map[string]string{
 		"StoreVersions":            "(ABA)",
 		"StoreExpiredVersionLoses": "(ABA)",
-	}},
+	}, nil},
 	{"Replace brings an expired key back", variantOf(flaws{revivesExpired: true}), map[string]string{
 		"StoreExpiredVersionLoses": "an expired bucket comes back",
-	}},
+	}, nil},
 	// keys
 	{"Delete removes every key with that prefix", variantOf(flaws{deletePrefix: true}), map[string]string{
 		"StoreKeys": "remove exactly the key it names",
-	}},
+	}, nil},
 	{"keys truncated at 64 bytes", variantOf(flaws{normalise: func(k string) string { return k[:min(len(k), 64)] }}), map[string]string{
 		"StoreKeys": "truncates keys to fewer than 65 bytes",
-	}},
+	}, nil},
 	{"keys case-insensitive", variantOf(flaws{normalise: strings.ToLower}), map[string]string{
 		"StoreKeys": "folds case",
-	}},
+	}, nil},
 	{"trailing spaces ignored", variantOf(flaws{normalise: func(k string) string { return strings.TrimRight(k, " ") }}), map[string]string{
 		"StoreKeys": "trims whitespace",
-	}},
+	}, nil},
+	{"truncates keys at its declared maximum", variantOf(flaws{normalise: func(k string) string { return k[:min(len(k), 100)] }}), map[string]string{
+		"StoreKeys": "never truncate them",
+	}, []Option{WithMaxKeyLen(100)}},
+	{"refuses long keys with an outage error", variantOf(flaws{maxKeyLen: 100, keyErr: errors.New("value too long")}), map[string]string{
+		"StoreKeys": "reads as an outage",
+	}, nil},
+	{"declares a maximum it does not hold", variantOf(flaws{maxKeyLen: 100}), map[string]string{
+		"StoreKeys": "declares (WithMaxKeyLen) that it holds keys of up to 200 bytes",
+	}, []Option{WithMaxKeyLen(200)}},
 	// buffers and reads
 	{"Get returns a buffer that the next Get overwrites", variantOf(flaws{reuseGetBuffer: true}), map[string]string{
 		"StoreBuffers": "changed during a Get of another key",
-	}},
+	}, nil},
 	{"keeps the caller's slice after Insert and Replace", variantOf(flaws{keepsCallerSlice: true}), map[string]string{
 		"StoreBuffers": "keeps the caller's slice",
-	}},
+	}, nil},
 	{"Get reports a live key absent 1 time in 100", variantOf(flaws{absentOneIn: 100}), map[string]string{
 		"StoreLiveKeyFound":   "absent",
 		"StoreAtomicityProbe": "reported the counter absent",
-	}},
+	}, nil},
 	// what the messages must name
 	{"writes but answers lost race (1 in 50)", variantOf(flaws{writesButLoseOneIn: 50}), map[string]string{
 		"StoreAtomicityProbe":            "charged twice",
 		"ExactAccountingUnderContention": "requests were applied twice",
-	}},
+	}, nil},
 	{"trims trailing zero bytes", variantOf(flaws{trimsZeros: true}), map[string]string{
 		"StoreContract": "trailing zero bytes",
-	}},
+	}, nil},
 	{"Inserts always lose the race", variantOf(flaws{insertsLose: true}), map[string]string{
 		"StoreContract": "Insert of an absent key reported a lost race",
-	}},
+	}, nil},
 }
 
 func variantOf(f flaws) func() cas.Store { return func() cas.Store { return newVariant(f) } }
@@ -196,6 +207,14 @@ func runOn(t *testing.T, cfg *config, c check, s cas.Store) []string {
 	return failures
 }
 
+// byChance names the checks that catch a broken store only when the
+// scheduler interleaves calls the wrong way: lost updates under contention
+// through coalescing executors. They get three runs, as a race needs the
+// scheduler's help (two series of 20 runs of the table under load, with one
+// run each, missed 2 and 1 times); every store they catch is also caught,
+// every time, by a store check named in the same row.
+var byChance = map[string]bool{"ExactAccountingUnderContention": true}
+
 // TestKitCatchesBrokenStores runs, for each broken store, the checks that
 // must catch it, and asserts that each does with the message a backend
 // author needs.
@@ -203,23 +222,30 @@ func TestKitCatchesBrokenStores(t *testing.T) {
 	for _, tt := range brokenStores {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel() // the TTL checks wait in real time
-			cfg := newConfig(nil)
+			cfg := newConfig(tt.opts)
 			for _, c := range allChecks() {
 				phrase, want := tt.catching[c.name]
 				if !want {
 					continue
 				}
+				runs := 1
+				if byChance[c.name] {
+					runs = 3
+				}
 				caught := false
-				failures := runOn(t, cfg, c, tt.store())
-				for _, f := range failures {
-					if strings.Contains(f, phrase) {
-						caught = true
-						t.Logf("%s caught it: %s", c.name, f)
-						break
+				var failures []string
+				for run := 0; run < runs && !caught; run++ {
+					failures = runOn(t, cfg, c, tt.store())
+					for _, f := range failures {
+						if strings.Contains(f, phrase) {
+							caught = true
+							t.Logf("%s caught it (run %d): %s", c.name, run+1, f)
+							break
+						}
 					}
 				}
 				if !caught {
-					t.Errorf("check %s did not catch a store whose flaw is %q with a message containing %q (failures: %q)", c.name, tt.name, phrase, failures)
+					t.Errorf("check %s did not catch a store whose flaw is %q with a message containing %q in %d run(s) (failures: %q)", c.name, tt.name, phrase, runs, failures)
 				}
 			}
 		})
@@ -254,10 +280,16 @@ func TestKitPassesCorrectStores(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		f    flaws
-	}{{"variant", flaws{}}, {"etag", flaws{etag: true}}} {
+		opts []Option
+	}{
+		{"variant", flaws{}, nil},
+		{"etag", flaws{etag: true}, nil},
+		{"keys of at most 100 bytes, declared", flaws{maxKeyLen: 100}, []Option{WithMaxKeyLen(100)}},
+		{"keys of at most 100 bytes, undeclared", flaws{maxKeyLen: 100}, nil},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			RunStore(t, func(*testing.T) cas.Store { return newVariant(tc.f) })
+			RunStore(t, func(*testing.T) cas.Store { return newVariant(tc.f) }, tc.opts...)
 		})
 	}
 }

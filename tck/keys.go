@@ -62,9 +62,12 @@ func (kc keyCheck) group(g keyGroup) {
 		switch {
 		case err != nil:
 			if kc.refusal("Insert", k, err) {
-				if g.must {
-					e.Errorf("Insert of %s was refused as an invalid key (%v), but keys that %s must be held: every store must hold them (see WithMaxKeyLen for a length limit)", kc.name(k), err, g.how)
-				} else {
+				switch {
+				case g.must && e.cfg.maxKeyLen >= len(k):
+					e.Errorf("Insert of %s was refused as an invalid key (%v), but the store declares (WithMaxKeyLen) that it holds keys of up to %d bytes: declare the real maximum", kc.name(k), err, e.cfg.maxKeyLen)
+				case g.must:
+					e.Errorf("Insert of %s was refused as an invalid key (%v), but keys that %s must be held by every store (declare a shorter limit with WithMaxKeyLen if yours is below 64 bytes)", kc.name(k), err, g.how)
+				default:
 					e.Logf("the store refuses %s as an invalid key", kc.name(k))
 				}
 			}

@@ -2,6 +2,7 @@ package tck
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // variant is a small in-memory cas.Store, expiring on the real clock, whose
@@ -52,6 +54,8 @@ type flaws struct {
 	trimsZeros         bool                              // Get trims trailing zero bytes
 	writesButLoseOneIn int                               // Replace writes, then answers "lost race", once in this many
 	appliesErrsOneIn   int                               // Replace writes, then returns an error, once in this many
+	maxKeyLen          int                               // longer keys are refused (0: no limit)
+	keyErr             error                             // the refusal; nil: core.InvalidKey
 }
 
 func newVariant(f flaws) *variant {
@@ -59,6 +63,17 @@ func newVariant(f flaws) *variant {
 }
 
 var errVariant = errors.New("variant: write applied, reply lost")
+
+// refuse returns the error for a key longer than maxKeyLen, or nil.
+func (s *variant) refuse(key string) error {
+	if s.maxKeyLen == 0 || len(key) <= s.maxKeyLen {
+		return nil
+	}
+	if s.keyErr != nil {
+		return s.keyErr
+	}
+	return core.InvalidKey(key, "longer than the variant's limit")
+}
 
 func (s *variant) stored(key string) string {
 	if s.normalise != nil {
@@ -114,7 +129,7 @@ func (s *variant) keep(data []byte) []byte {
 }
 
 func (s *variant) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cmp.Or(s.refuse(key), ctx.Err()); err != nil {
 		return nil, 0, false, err
 	}
 	s.mu.Lock()
@@ -135,7 +150,7 @@ func (s *variant) Get(ctx context.Context, key string) ([]byte, cas.Version, boo
 }
 
 func (s *variant) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cmp.Or(s.refuse(key), ctx.Err()); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -149,7 +164,7 @@ func (s *variant) Insert(ctx context.Context, key string, data []byte, ttl time.
 }
 
 func (s *variant) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := cmp.Or(s.refuse(key), ctx.Err()); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -185,7 +200,7 @@ func (s *variant) Replace(ctx context.Context, key string, data []byte, ver cas.
 }
 
 func (s *variant) Delete(ctx context.Context, key string) error {
-	if err := ctx.Err(); err != nil {
+	if err := cmp.Or(s.refuse(key), ctx.Err()); err != nil {
 		return err
 	}
 	s.mu.Lock()
