@@ -51,6 +51,9 @@ type KeyTooLongError struct {
 	ID  string // the document id the key mapped to
 }
 
+// Unwrap returns core.ErrInvalidKey.
+func (e *KeyTooLongError) Unwrap() error { return core.ErrInvalidKey }
+
 // Error implements error.
 func (e *KeyTooLongError) Error() string {
 	return fmt.Sprintf("grid/couchbase: document id for key %.40q... is %d bytes; Couchbase allows at most %d (use WithKeyMapping to shorten keys)",
