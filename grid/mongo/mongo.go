@@ -28,6 +28,14 @@
 // that read a document before it was deleted or expired and re-created must
 // not be able to overwrite the new incarnation with its stale version.
 //
+// # Keys
+//
+// A key becomes the document's string _id. BSON strings are UTF-8, and
+// servers reject or rewrite other bytes — two such keys could land on one
+// document — so a key that is not valid UTF-8 is refused, before any I/O,
+// with an error wrapping core.ErrInvalidKey. WithKeyMapping (to a digest,
+// say) lifts the rule.
+//
 // # Atomicity, and FerretDB
 //
 // The protocol needs the server to apply a filtered ReplaceOne atomically, as
@@ -47,6 +55,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
@@ -63,12 +72,13 @@ const codeNotImplemented = 238
 // Store is a cas.Store on one MongoDB collection. It is safe for concurrent
 // use; its methods honour the context's deadline and cancellation.
 type Store struct {
-	coll    *mongodrv.Collection
-	state   string
-	version string
-	expires string
-	id      func(key string) any
-	clock   clock.Clock
+	coll      *mongodrv.Collection
+	state     string
+	version   string
+	expires   string
+	id        func(key string) any
+	stringIDs bool // ids are the keys themselves (no WithKeyMapping)
+	clock     clock.Clock
 }
 
 var _ cas.Store = (*Store)(nil)
@@ -106,7 +116,7 @@ func WithKeyMapping(id func(key string) any) Option {
 		if id == nil {
 			return errors.New("grid/mongo: nil key mapping")
 		}
-		s.id = id
+		s.id, s.stringIDs = id, false
 		return nil
 	}
 }
@@ -137,12 +147,13 @@ func New(coll *mongodrv.Collection, opts ...Option) (*Store, error) {
 		return nil, errors.New("grid/mongo: nil collection")
 	}
 	s := &Store{
-		coll:    coll,
-		state:   "state",
-		version: "version",
-		expires: "expiresAt",
-		id:      func(key string) any { return key },
-		clock:   clock.Wall(),
+		coll:      coll,
+		state:     "state",
+		version:   "version",
+		expires:   "expiresAt",
+		id:        func(key string) any { return key },
+		stringIDs: true,
+		clock:     clock.Wall(),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -220,9 +231,21 @@ func (s *Store) RemoveExpired(ctx context.Context, limit int) (int, error) {
 	return int(res.DeletedCount), nil
 }
 
+// validKey refuses a key that is not valid UTF-8 while ids are the keys
+// themselves: BSON strings are UTF-8, and servers rewrite or reject others.
+func (s *Store) validKey(key string) error {
+	if s.stringIDs && !utf8.ValidString(key) {
+		return core.InvalidKey(key, "not valid UTF-8 (a MongoDB string _id must be; see WithKeyMapping)")
+	}
+	return nil
+}
+
 // Get reads the bucket stored under key. A missing or expired document is
 // found=false with a nil error.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
+	if err := s.validKey(key); err != nil {
+		return nil, 0, false, err
+	}
 	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: s.id(key)}}).Raw()
 	if errors.Is(err, mongodrv.ErrNoDocuments) {
 		return nil, 0, false, nil
@@ -247,6 +270,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 // Insert creates the bucket under key if it is absent or expired. An existing
 // live document is a lost race: ok=false with a nil error.
 func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
+	if err := s.validKey(key); err != nil {
+		return false, err
+	}
 	id := s.id(key)
 	// A document deleted (by the TTL monitor, say) between the failed insert
 	// and the replace of the expired one would read as a lost race although
@@ -284,6 +310,9 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 // has not expired. Otherwise — changed, deleted or expired — it is a lost
 // race: ok=false with a nil error.
 func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
+	if err := s.validKey(key); err != nil {
+		return false, err
+	}
 	id := s.id(key)
 	now := s.now()
 	res, err := s.coll.ReplaceOne(ctx, bson.D{
@@ -303,6 +332,9 @@ func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Ve
 // Delete removes the bucket under key. Deleting an absent key is not an
 // error.
 func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.validKey(key); err != nil {
+		return err
+	}
 	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: s.id(key)}}); err != nil {
 		return fmt.Errorf("grid/mongo: delete %s: %w", core.RedactKey(key), err)
 	}
