@@ -2,6 +2,7 @@ package tck
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync"
@@ -85,69 +86,243 @@ func (s errorsAsConflicts) Replace(ctx context.Context, k string, d []byte, v ca
 	return ok, nil
 }
 
-func TestKitCatchesBrokenStores(t *testing.T) {
-	tests := []struct {
-		name     string
-		store    func() cas.Store
-		catching map[string]string // check name → phrase its failure must contain
-	}{
-		{"replace that does not compare", func() cas.Store { return nonComparing{memstore.New()} }, map[string]string{
-			"StoreContract":                  "Replace with a stale version succeeded",
-			"StoreAtomicityProbe":            "not an atomic compare-and-swap",
-			"ExactAccountingUnderContention": "granted twice",
-		}},
-		{"drops one write in a thousand", func() cas.Store { return &dropping{Store: memstore.New()} }, map[string]string{
-			"StoreAtomicityProbe":            "lost",
-			"ExactAccountingUnderContention": "granted twice",
-		}},
-		{"ignores TTL", func() cas.Store { return ttlIgnoring{memstore.New()} }, map[string]string{
-			"StoreTTL":   "ignores TTLs",
-			"Expiration": "still exists",
-		}},
-		{"reports errors as lost races", func() cas.Store { return errorsAsConflicts{memstore.New()} }, map[string]string{
-			"StoreErrorsAreNotLostRaces": "reported as a lost race",
-		}},
+// brokenStores are the stores the kit must fail: one per way real stores
+// go wrong, each with the checks that must catch it and a phrase of the
+// message each must give.
+var brokenStores = []struct {
+	name     string
+	store    func() cas.Store
+	catching map[string]string // check name → phrase its failure must contain
+	opts     []Option
+}{
+	// the atomicity and error rules
+	{"replace that does not compare", func() cas.Store { return nonComparing{memstore.New()} }, map[string]string{
+		"StoreVersions":                  "a stale version won",
+		"StoreContract":                  "Replace with a stale version succeeded",
+		"StoreAtomicityProbe":            "not an atomic compare-and-swap",
+		"ExactAccountingUnderContention": "granted twice",
+	}, nil},
+	{"drops one write in a thousand", func() cas.Store { return &dropping{Store: memstore.New()} }, map[string]string{
+		"StoreAtomicityProbe":            "lost",
+		"ExactAccountingUnderContention": "granted twice",
+	}, nil},
+	{"reports errors as lost races", func() cas.Store { return errorsAsConflicts{memstore.New()} }, map[string]string{
+		"StoreErrorsAreNotLostRaces": "reported as a lost race",
+	}, nil},
+	// TTLs
+	{"ignores TTL", func() cas.Store { return ttlIgnoring{memstore.New()} }, map[string]string{
+		"StoreTTL":   "ignores or stretches the TTL",
+		"Expiration": "still exists",
+	}, nil},
+	{"TTL 1000× too short (milliseconds where seconds were meant)", variantOf(flaws{scaleTTL: func(d time.Duration) time.Duration { return d / 1000 }}), map[string]string{
+		"StoreTTL": "10× too short",
+	}, nil},
+	{"TTL over 30 days read as a Unix timestamp", variantOf(flaws{monthAsTimestamp: true}), map[string]string{
+		"StoreTTL": "memcached",
+	}, nil},
+	{"TTL counted from the key's creation", variantOf(flaws{ttlFromCreation: true}), map[string]string{
+		"StoreTTL": "counts the TTL from the key's creation",
+	}, nil},
+	{"expires 100 ms early", variantOf(flaws{scaleTTL: func(d time.Duration) time.Duration { return d - 100*time.Millisecond }}), map[string]string{
+		"StoreTTL": "expired early",
+	}, nil},
+	{"TTL halved", variantOf(flaws{scaleTTL: func(d time.Duration) time.Duration { return d / 2 }}), map[string]string{
+		"StoreTTL": "halved",
+	}, nil},
+	{"Replace drops the TTL", variantOf(flaws{replaceDropsTTL: true}), map[string]string{
+		"StoreTTL":   "Replace must set the TTL it is given",
+		"Expiration": "still exists",
+	}, nil},
+	// versions
+	{"Replace compares only the low 8 bits of the version", variantOf(flaws{compareLowBits: 8}), map[string]string{
+		"StoreVersions": "compares only the low 8 bits",
+	}, nil},
+	{"per-key versions restart after delete or expiry", variantOf(flaws{perKeyVersions: true}), map[string]string{
+		"StoreVersions":            "(ABA)",
+		"StoreExpiredVersionLoses": "(ABA)",
+	}, nil},
+	{"Replace brings an expired key back", variantOf(flaws{revivesExpired: true}), map[string]string{
+		"StoreExpiredVersionLoses": "an expired bucket comes back",
+	}, nil},
+	// keys
+	{"Delete removes every key with that prefix", variantOf(flaws{deletePrefix: true}), map[string]string{
+		"StoreKeys": "remove exactly the key it names",
+	}, nil},
+	{"keys truncated at 64 bytes", variantOf(flaws{normalise: func(k string) string { return k[:min(len(k), 64)] }}), map[string]string{
+		"StoreKeys": "truncates keys to fewer than 65 bytes",
+	}, nil},
+	{"keys case-insensitive", variantOf(flaws{normalise: strings.ToLower}), map[string]string{
+		"StoreKeys": "folds case",
+	}, nil},
+	{"trailing spaces ignored", variantOf(flaws{normalise: func(k string) string { return strings.TrimRight(k, " ") }}), map[string]string{
+		"StoreKeys": "trims whitespace",
+	}, nil},
+	{"truncates keys at its declared maximum", variantOf(flaws{normalise: func(k string) string { return k[:min(len(k), 100)] }}), map[string]string{
+		"StoreKeys": "never truncate them",
+	}, []Option{WithMaxKeyLen(100)}},
+	{"refuses long keys with an outage error", variantOf(flaws{maxKeyLen: 100, keyErr: errors.New("value too long")}), map[string]string{
+		"StoreKeys": "reads as an outage",
+	}, nil},
+	{"declares a maximum it does not hold", variantOf(flaws{maxKeyLen: 100}), map[string]string{
+		"StoreKeys": "declares (WithMaxKeyLen) that it holds keys of up to 200 bytes",
+	}, []Option{WithMaxKeyLen(200)}},
+	// buffers and reads
+	{"Get returns a buffer that the next Get overwrites", variantOf(flaws{reuseGetBuffer: true}), map[string]string{
+		"StoreBuffers": "changed during a Get of another key",
+	}, nil},
+	{"keeps the caller's slice after Insert and Replace", variantOf(flaws{keepsCallerSlice: true}), map[string]string{
+		"StoreBuffers": "keeps the caller's slice",
+	}, nil},
+	{"Get reports a live key absent 1 time in 100", variantOf(flaws{absentOneIn: 100}), map[string]string{
+		"StoreLiveKeyFound":   "absent",
+		"StoreAtomicityProbe": "reported the counter absent",
+	}, nil},
+	// what the messages must name
+	{"writes but answers lost race (1 in 50)", variantOf(flaws{writesButLoseOneIn: 50}), map[string]string{
+		"StoreAtomicityProbe":            "charged twice",
+		"ExactAccountingUnderContention": "requests were applied twice",
+	}, nil},
+	{"trims trailing zero bytes", variantOf(flaws{trimsZeros: true}), map[string]string{
+		"StoreContract": "trailing zero bytes",
+	}, nil},
+	{"Inserts always lose the race", variantOf(flaws{insertsLose: true}), map[string]string{
+		"StoreContract": "Insert of an absent key reported a lost race",
+	}, nil},
+}
+
+func variantOf(f flaws) func() cas.Store { return func() cas.Store { return newVariant(f) } }
+
+// allChecks is every check RunStore runs.
+func allChecks() []check { return append(append([]check(nil), storeChecks...), executorChecks...) }
+
+// runOn runs c against s, with executors over s for executor checks.
+func runOn(t *testing.T, cfg *config, c check, s cas.Store) []string {
+	failures, skip := runCheck(t, cfg, c, func(e *env) {
+		e.store = s
+		e.execs = storeExecutors(func(*testing.T) cas.Store { return s }, cfg)(t, e.now())
+	})
+	if skip != "" {
+		t.Errorf("%s skipped: %s", c.name, skip)
 	}
-	all := append(append([]check(nil), storeChecks...), executorChecks...)
-	for _, tt := range tests {
+	return failures
+}
+
+// byChance names the checks that catch a broken store only when the
+// scheduler interleaves calls the wrong way: lost updates under contention
+// through coalescing executors. They get three runs, as a race needs the
+// scheduler's help (two series of 20 runs of the table under load, with one
+// run each, missed 2 and 1 times); every store they catch is also caught,
+// every time, by a store check named in the same row.
+var byChance = map[string]bool{"ExactAccountingUnderContention": true}
+
+// TestKitCatchesBrokenStores runs, for each broken store, the checks that
+// must catch it, and asserts that each does with the message a backend
+// author needs.
+func TestKitCatchesBrokenStores(t *testing.T) {
+	for _, tt := range brokenStores {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := newConfig(nil)
-			caught := map[string]bool{}
-			for _, c := range all {
+			t.Parallel() // the TTL checks wait in real time
+			cfg := newConfig(tt.opts)
+			for _, c := range allChecks() {
 				phrase, want := tt.catching[c.name]
 				if !want {
 					continue
 				}
-				failures, _ := runCheck(t, cfg, c, func(e *env) {
-					e.store = tt.store()
-					e.execs = storeExecutors(func(*testing.T) cas.Store { return e.store }, cfg)(t, e.now())
-				})
-				for _, f := range failures {
-					if strings.Contains(f, phrase) {
-						caught[c.name] = true
-						t.Logf("%s caught it: %s", c.name, f)
+				runs := 1
+				if byChance[c.name] {
+					runs = 3
+				}
+				caught := false
+				var failures []string
+				for run := 0; run < runs && !caught; run++ {
+					failures = runOn(t, cfg, c, tt.store())
+					for _, f := range failures {
+						if strings.Contains(f, phrase) {
+							caught = true
+							t.Logf("%s caught it (run %d): %s", c.name, run+1, f)
+							break
+						}
 					}
 				}
-				if !caught[c.name] {
-					t.Errorf("check %s did not catch a store that %s (failures: %q)", c.name, tt.name, failures)
+				if !caught {
+					t.Errorf("check %s did not catch a store whose flaw is %q with a message containing %q in %d run(s) (failures: %q)", c.name, tt.name, phrase, runs, failures)
 				}
 			}
 		})
 	}
 }
 
-// TestKitPassesCorrectStore guards the other direction: no check may fail a
-// correct store, or the kit's failures would mean nothing.
-func TestKitPassesCorrectStore(t *testing.T) {
-	cfg := newConfig(nil)
-	for _, c := range append(append([]check(nil), storeChecks...), executorChecks...) {
-		failures, skip := runCheck(t, cfg, c, func(e *env) {
-			e.store = memstore.New()
-			e.execs = storeExecutors(func(*testing.T) cas.Store { return e.store }, cfg)(t, e.now())
-		})
-		if skip != "" || len(failures) > 0 {
-			t.Errorf("%s on the reference store: skip %q, failures %q", c.name, skip, failures)
+// TestKitCoversEveryCheckedRule guards the table above: every check that
+// names a store behaviour has a broken store it must catch.
+func TestKitCoversEveryCheckedRule(t *testing.T) {
+	covered := map[string]bool{}
+	for _, tt := range brokenStores {
+		for c := range tt.catching {
+			covered[c] = true
 		}
+	}
+	for _, c := range storeChecks {
+		switch c.name {
+		case "InjectedConflicts", "InjectedStoreErrors", "ContextDeadlineWins", "ClockSkew", "TTLFollowsStrategy":
+			continue // checks of the executor over a fault injector, not of the store
+		}
+		if !covered[c.name] {
+			t.Errorf("no broken store is asserted to be caught by %s", c.name)
+		}
+	}
+}
+
+// TestKitPassesCorrectStores guards the other direction: no check may fail
+// a correct store, or the kit's failures would mean nothing. The variant
+// with no flaw and the ETag store (versions are digests of the value) are
+// correct; memstore has a test of its own (TestMemstore).
+func TestKitPassesCorrectStores(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    flaws
+		opts []Option
+	}{
+		{"variant", flaws{}, nil},
+		{"etag", flaws{etag: true}, nil},
+		{"keys of at most 100 bytes, declared", flaws{maxKeyLen: 100}, []Option{WithMaxKeyLen(100)}},
+		{"keys of at most 100 bytes, undeclared", flaws{maxKeyLen: 100}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			RunStore(t, func(*testing.T) cas.Store { return newVariant(tc.f) }, tc.opts...)
+		})
+	}
+}
+
+// A store may apply a write and then fail (its reply lost): the SPI allows
+// it, and the kit must not blame it for charging twice.
+func TestKitAllowsAppliedWritesThatErr(t *testing.T) {
+	t.Parallel()
+	cfg := newConfig(nil)
+	for _, c := range allChecks() {
+		if c.name != "ExactAccountingUnderContention" && c.name != "StoreAtomicityProbe" {
+			continue
+		}
+		if failures := runOn(t, cfg, c, newVariant(flaws{appliesErrsOneIn: 100})); len(failures) > 0 {
+			t.Errorf("%s failed a store whose Replace fails once in 100 after writing (allowed): %q", c.name, failures)
+		}
+	}
+}
+
+// TestKitNeverStalls runs every check against a store whose Inserts always
+// lose: each must end, and the whole run within a minute (it stalled for
+// 120 s when the executors' retry budget ran on the frozen fake clock).
+func TestKitNeverStalls(t *testing.T) {
+	t.Parallel()
+	cfg := newConfig(nil)
+	began := time.Now()
+	for _, c := range allChecks() {
+		t0 := time.Now()
+		failures := runOn(t, cfg, c, newVariant(flaws{insertsLose: true}))
+		t.Logf("%s: %v, %d failures", c.name, time.Since(t0).Round(time.Millisecond), len(failures))
+	}
+	if d := time.Since(began); d > time.Minute {
+		t.Errorf("the kit took %v against a store whose Inserts always lose: a check stalls", d)
 	}
 }
 

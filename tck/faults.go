@@ -14,12 +14,34 @@ import (
 )
 
 // faultStore wraps the store under test and injects faults into it.
+//
+// An injected conflict stands for another client's write landing between a
+// Get and the Replace that follows: every version read before it turns
+// stale, whatever kind of version the store has. To that end faultStore
+// hands out versions of its own, each naming the store's version and the
+// key's epoch when it was read; a conflict bumps the epoch. (Rewriting the
+// same bytes in the store would not do: a version that is a digest of the
+// value would not change, and the executor would rightly win.)
 type faultStore struct {
 	cas.Store
 	mu                 sync.Mutex
-	conflicts          int  // stale reads to cause: a real write lands between Get and Replace
+	conflicts          int  // stale reads to cause
 	failGets, failPuts int  // failures to return
 	block              bool // hang until the context ends
+	held               map[cas.Version]heldVersion
+	last               cas.Version // the last version handed out
+	epoch              map[string]int
+}
+
+// heldVersion is what a version handed out by faultStore names.
+type heldVersion struct {
+	key   string
+	ver   cas.Version
+	epoch int
+}
+
+func newFaultStore(s cas.Store) *faultStore {
+	return &faultStore{Store: s, held: map[cas.Version]heldVersion{}, epoch: map[string]int{}}
 }
 
 func (f *faultStore) take(n *int) bool {
@@ -50,7 +72,15 @@ func (f *faultStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bo
 	if f.take(&f.failGets) {
 		return nil, 0, false, errInjected
 	}
-	return f.Store.Get(ctx, k)
+	d, v, found, err := f.Store.Get(ctx, k)
+	if err != nil || !found {
+		return d, 0, found, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last++
+	f.held[f.last] = heldVersion{key: k, ver: v, epoch: f.epoch[k]}
+	return d, f.last, true, nil
 }
 
 func (f *faultStore) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
@@ -60,19 +90,18 @@ func (f *faultStore) Replace(ctx context.Context, k string, d []byte, v cas.Vers
 	if f.take(&f.failPuts) {
 		return false, errInjected
 	}
-	if f.take(&f.conflicts) {
-		// another client writes in between: the caller's read is now stale
-		cur, cv, found, err := f.Store.Get(ctx, k)
-		if err != nil {
-			return false, err
-		}
-		if found {
-			if _, err := f.Store.Replace(ctx, k, cur, cv, 0); err != nil {
-				return false, err
-			}
-		}
+	f.mu.Lock()
+	if f.conflicts > 0 {
+		f.conflicts--
+		f.epoch[k]++ // another client wrote in between: the caller's read is stale
 	}
-	return f.Store.Replace(ctx, k, d, v, ttl)
+	h, known := f.held[v]
+	stale := !known || h.key != k || h.epoch != f.epoch[k]
+	f.mu.Unlock()
+	if stale {
+		return false, nil
+	}
+	return f.Store.Replace(ctx, k, d, h.ver, ttl)
 }
 
 func (f *faultStore) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
@@ -102,10 +131,16 @@ type fixture struct {
 	meta  []retry.Metadata
 }
 
+// newFixture makes a fixture whose executor follows strategy, stopped after
+// kitAttempts attempts whatever strategy says: a store whose writes always
+// lose must not hold a check forever.
 func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
-	x := &fixture{e: e, fs: &faultStore{Store: e.store}}
+	x := &fixture{e: e, fs: newFaultStore(e.store)}
 	x.exec = cas.New(x.fs, cas.WithClock(sleepRecorder{e.clock, &x.slept}), cas.WithRetry(retry.Func(func(m retry.Metadata) retry.Decision {
 		x.meta = append(x.meta, m)
+		if m.Attempt >= kitAttempts {
+			return retry.Decision{Action: retry.Stop}
+		}
 		return strategy.Next(m)
 	})))
 	x.b = bucketgrid.NewManager(x.exec).Bucket(e.key(name), staticConfig(core.Greedy(100, 100, time.Minute)))
@@ -116,7 +151,7 @@ func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
 }
 
 func (x *fixture) available() int64 {
-	n, err := bucketgrid.NewManager(cas.New(x.e.store, cas.WithClock(x.e.now()))).
+	n, err := bucketgrid.NewManager(cas.New(x.e.store, cas.WithClock(x.e.now()), cas.WithRetry(kitRetry()))).
 		Bucket(x.b.Key(), staticConfig(core.Greedy(1, 1, time.Minute))).AvailableTokens(x.e.ctx)
 	if err != nil {
 		x.e.Fatalf("reading the bucket back: %v", err)
@@ -286,8 +321,8 @@ func checkClockSkew(e *env) {
 	behind := clock.Func(func() int64 { return e.clock.Now() - int64(delta) }, true)
 	key := e.key("skew")
 	cfg := staticConfig(core.Greedy(100, 1000, time.Second)) // 1 token/ms
-	a := bucketgrid.NewManager(cas.New(e.store, cas.WithClock(ahead))).Bucket(key, cfg)
-	b := bucketgrid.NewManager(cas.New(e.store, cas.WithClock(behind))).Bucket(key, cfg)
+	a := bucketgrid.NewManager(cas.New(e.store, cas.WithClock(ahead), cas.WithRetry(kitRetry()))).Bucket(key, cfg)
+	b := bucketgrid.NewManager(cas.New(e.store, cas.WithClock(behind), cas.WithRetry(kitRetry()))).Bucket(key, cfg)
 	drain := func(h *bucketgrid.Handle) int64 {
 		n, err := h.TryConsumeAsMuchAsPossible(e.ctx, 1<<40)
 		if err != nil {
@@ -305,7 +340,7 @@ func checkClockSkew(e *env) {
 			e.Fatalf("the client %v behind minted %d tokens for time the client ahead had already accounted for", delta, n)
 		}
 	}
-	span := time.Second
+	span := 250 * time.Millisecond
 	for el := 2*delta - time.Millisecond; el < span; el += time.Millisecond {
 		e.clock.Advance(time.Millisecond)
 		if int(el/time.Millisecond)%2 == 0 {
@@ -364,7 +399,7 @@ func checkTTLFollowsStrategy(e *env) {
 		{"after refill", bucketgrid.ExpireAfterRefill(2 * time.Second), []time.Duration{2100 * time.Millisecond, 2500 * time.Millisecond}},
 	} {
 		spy := &ttlSpy{Store: e.store}
-		m := bucketgrid.NewManager(cas.New(spy, cas.WithClock(e.now())), bucketgrid.WithExpiration(tc.expiry))
+		m := bucketgrid.NewManager(cas.New(spy, cas.WithClock(e.now()), cas.WithRetry(kitRetry())), bucketgrid.WithExpiration(tc.expiry))
 		h := m.Bucket(e.key("ttl-strategy-"+tc.name), staticConfig(core.Greedy(10, 10, time.Second)))
 		if _, err := h.TryConsume(e.ctx, 1); err != nil {
 			e.Fatalf("%s: %v", tc.name, err)

@@ -75,7 +75,7 @@ func (o *Outage) once(s cas.Store, key string, opTimeout time.Duration) {
 		o.mu.Unlock()
 		time.Sleep(10 * time.Millisecond) // do not spin on a dead server
 	}
-	ok, inWrite, err := incrementOnce(ctx, s, key)
+	ok, inWrite, err := incrementOnce(ctx, s, key, nil)
 	if err != nil {
 		fail(err, inWrite)
 		return

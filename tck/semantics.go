@@ -56,7 +56,7 @@ func checkSameResults(e *env) {
 		hs := e.handles(e.key(fmt.Sprintf("model-%d", ci)), staticConfig(mc.bws...))
 		rng := rand.New(rand.NewPCG(uint64(ci), 42))
 		var local *bucketgrid.Local
-		for step := 0; step < 200; step++ {
+		for step := 0; step < 120; step++ {
 			e.clock.Advance(time.Duration(rng.Int64N(int64(150 * time.Millisecond))))
 			if local == nil { // created when the distributed bucket is: at the first call
 				if local, err = bucketgrid.NewLocal(cfg.Clone(), bucketgrid.WithLocalClock(e.clock)); err != nil {

@@ -8,17 +8,24 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
-	"github.com/bucketgrid/bucketgrid/retry"
 )
 
+// storeChecks run against the store itself. StoreVersions comes first: the
+// other checks lean on its rule.
 var storeChecks = []check{
+	{name: "StoreVersions", run: checkVersions},
 	{name: "StoreContract", needs: "delete", run: checkContract},
 	{name: "StoreErrorsAreNotLostRaces", run: checkErrorsAreErrors},
-	{name: "StoreTTL", needs: "ttl", run: checkTTL},
-	{name: "StoreAtomicityProbe", run: checkProbe},
+	{name: "StoreKeys", run: checkKeys},
+	{name: "StoreBuffers", run: checkBuffers},
+	{name: "StoreLiveKeyFound", background: true, run: checkLiveKeyFound},
+	{name: "StoreTTL", needs: "ttl", background: true, run: checkTTL},
+	{name: "StoreExpiredVersionLoses", needs: "ttl", background: true, run: checkExpiredVersionLoses},
+	{name: "StoreAtomicityProbe", background: true, run: checkProbe},
 	{name: "InjectedConflicts", run: checkInjectedConflicts},
 	{name: "InjectedStoreErrors", run: checkInjectedErrors},
 	{name: "ContextDeadlineWins", run: checkDeadlineWins},
@@ -26,9 +33,38 @@ var storeChecks = []check{
 	{name: "TTLFollowsStrategy", run: checkTTLFollowsStrategy},
 }
 
-func generousBackoff() retry.Strategy {
-	return retry.Backoff(retry.BackoffConfig{Budget: 10 * time.Second})
+// contractValue is binary, with zero bytes inside and at the end: a store
+// that treats values as text or C strings (trimming trailing zeros, say)
+// fails StoreContract on it instead of corrupting buckets later.
+var contractValue = []byte{0, 1, 2, 0xff, 0, 'x', 0xc3, 0x28, 0, 0}
+
+// mismatch describes how got differs from want, naming the usual culprits.
+func mismatch(got, want []byte) string {
+	switch {
+	case len(got) < len(want) && bytes.Equal(got, want[:len(got)]) && allZero(want[len(got):]):
+		return fmt.Sprintf("%d bytes, the %d written without their %d trailing zero bytes: the store trims values as text or C strings; store them as opaque binary",
+			len(got), len(want), len(want)-len(got))
+	case len(got) != len(want):
+		return fmt.Sprintf("%d bytes where %d were written (got %x…, want %x…)", len(got), len(want), head(got), head(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			return fmt.Sprintf("%d bytes as written, but byte %d is %#02x, want %#02x", len(got), i, got[i], want[i])
+		}
+	}
+	return "the bytes written"
 }
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func head(b []byte) []byte { return b[:min(len(b), 12)] }
 
 func checkContract(e *env) {
 	s, ctx, k := e.store, e.ctx, e.key("contract")
@@ -38,13 +74,13 @@ func checkContract(e *env) {
 		}
 	}
 	if _, _, found, err := s.Get(ctx, k); err != nil || found {
-		e.Fatalf("Get of an absent key = found %v, err %v; want found=false, err=nil", found, err)
+		e.Fatalf("Get of a key never written = found %v, err %v; want found=false, err=nil: an absent key is not an error, and never found", found, err)
 	}
-	val := []byte{0, 1, 2, 0xff, 0, 'x'} // binary, with zero bytes
+	val := contractValue
 	ok, err := s.Insert(ctx, k, val, 0)
 	must("Insert of an absent key", err)
 	if !ok {
-		e.Fatalf("Insert of an absent key reported a lost race")
+		e.Fatalf("Insert of an absent key reported a lost race (ok=false): Insert must write when the key is absent; a store whose inserts always lose can never create a bucket")
 	}
 	ok, err = s.Insert(ctx, k, []byte("second"), 0)
 	must("second Insert", err)
@@ -53,26 +89,25 @@ func checkContract(e *env) {
 	}
 	got, v1, found, err := s.Get(ctx, k)
 	must("Get", err)
-	if !found || !bytes.Equal(got, val) {
-		e.Fatalf("Get after Insert = %x (found %v), want %x: values must round-trip byte for byte", got, found, val)
+	if !found {
+		e.Fatalf("Get right after an Insert reported the key absent: a written key must be found")
 	}
-	got[0] = 'M' // the caller owns what Get returns
-	if again, _, _, _ := s.Get(ctx, k); !bytes.Equal(again, val) {
-		e.Errorf("mutating the slice Get returned changed the stored value: Get must return a copy")
+	if !bytes.Equal(got, val) {
+		e.Fatalf("Get after Insert returned %s: values must round-trip byte for byte — store them as opaque binary, never as text", mismatch(got, val))
 	}
-	big := bytes.Repeat([]byte{0xab}, 4096)
+	big := append(bytes.Repeat([]byte{0xab}, 4094), 0, 0)
 	ok, err = s.Replace(ctx, k, big, v1, 0)
 	must("Replace with the current version", err)
 	if !ok {
-		e.Fatalf("Replace with the version Get returned reported a lost race")
+		e.Fatalf("Replace with the version Get returned reported a lost race: Replace must write while the stored version is still the one read")
 	}
 	got, v2, _, err := s.Get(ctx, k)
 	must("Get after Replace", err)
 	if !bytes.Equal(got, big) {
-		e.Errorf("Get after Replace returned %d bytes, want the 4096 written", len(got))
+		e.Errorf("Get after a Replace of 4096 bytes returned %s: values must round-trip byte for byte, whatever their size", mismatch(got, big))
 	}
 	if v2 == v1 {
-		e.Errorf("Replace did not change the version (still %d): every write must produce a new version", v1)
+		e.Errorf("Replace wrote new bytes but the version stayed %d: a version must change whenever the stored value changes (see cas.Version)", v1)
 	}
 	ok, err = s.Replace(ctx, k, []byte("stale"), v1, 0)
 	must("Replace with a stale version", err)
@@ -80,11 +115,11 @@ func checkContract(e *env) {
 		e.Errorf("Replace with a stale version succeeded: Replace must compare the version and write only when it is unchanged (a lost race must be reported as ok=false)")
 	}
 	if got, _, _, _ := s.Get(ctx, k); !bytes.Equal(got, big) {
-		e.Errorf("a refused Replace changed the stored value")
+		e.Errorf("a refused Replace changed the stored value: a lost race must write nothing")
 	}
 	must("Delete", s.Delete(ctx, k))
 	if _, _, found, err := s.Get(ctx, k); err != nil || found {
-		e.Errorf("Get after Delete = found %v, err %v; want absent", found, err)
+		e.Errorf("Get after Delete = found %v, err %v; want absent: Delete must remove the key", found, err)
 	}
 	ok, err = s.Replace(ctx, k, []byte("ghost"), v2, 0)
 	must("Replace of a deleted key", err)
@@ -95,7 +130,7 @@ func checkContract(e *env) {
 	ok, err = s.Insert(ctx, k, val, 0)
 	must("Insert after Delete", err)
 	if !ok {
-		e.Errorf("Insert after Delete reported a lost race")
+		e.Errorf("Insert after Delete reported a lost race: a deleted key is absent")
 	}
 }
 
@@ -124,101 +159,114 @@ func checkErrorsAreErrors(e *env) {
 	}
 }
 
-func checkTTL(e *env) {
-	s, ctx, ttl := e.store, e.ctx, e.cfg.ttl
-	a, b, c := e.key("ttl-a"), e.key("ttl-b"), e.key("ttl-c")
-	for _, k := range []string{a, b} {
-		if ok, err := s.Insert(ctx, k, []byte("v"), ttl); err != nil || !ok {
-			e.Fatalf("Insert with TTL %v: ok=%v err=%v", ttl, ok, err)
-		}
-	}
-	if ok, err := s.Insert(ctx, c, []byte("v"), 0); err != nil || !ok {
-		e.Fatalf("Insert without TTL: ok=%v err=%v", ok, err)
-	}
-	_, vb, found, err := s.Get(ctx, b)
-	if err != nil || !found {
-		e.Fatalf("Get right after an Insert with TTL %v: found=%v err=%v", ttl, found, err)
-	}
-	if ok, err := s.Replace(ctx, b, []byte("w"), vb, 0); err != nil || !ok {
-		e.Fatalf("Replace with TTL 0: ok=%v err=%v", ok, err)
-	}
-	deadline := time.Now().Add(5*ttl + 3*time.Second)
-	for {
-		_, _, found, err := s.Get(ctx, a)
-		if err != nil {
-			e.Fatalf("Get while waiting for expiry: %v", err)
-		}
-		if !found {
-			break
-		}
-		if time.Now().After(deadline) {
-			e.Fatalf("a value written with TTL %v was still there after %v: the store ignores TTLs, so idle buckets are never cleaned up", ttl, 5*ttl+3*time.Second)
-		}
-		time.Sleep(ttl / 4)
-	}
-	if _, _, found, err := s.Get(ctx, b); err != nil || !found {
-		e.Errorf("a value replaced with TTL 0 expired (found=%v err=%v): every write sets the TTL anew, and 0 means none", found, err)
-	}
-	if _, _, found, err := s.Get(ctx, c); err != nil || !found {
-		e.Errorf("a value inserted with TTL 0 is gone (found=%v err=%v)", found, err)
-	}
-	if ok, err := s.Insert(ctx, a, []byte("again"), 0); err != nil || !ok {
-		e.Errorf("Insert over an expired key: ok=%v err=%v; an expired key must count as absent", ok, err)
-	}
-}
-
-// ProbeResult is the outcome of AtomicityProbe: Got < Want means writes were
-// lost (a Replace that did not really compare, or a dropped write).
+// ProbeResult is the outcome of AtomicityProbe.
 type ProbeResult struct {
+	// Want is the number of acknowledged increments, Got the final count.
+	// Got < Want means writes were lost (a Replace that did not really
+	// compare, or a dropped write).
 	Want, Got int
+	// WriteErrors counts increments whose write failed: each may or may not
+	// have been applied, so Got may exceed Want by up to WriteErrors.
+	WriteErrors int
+	// Absent counts Gets that reported the counter absent after it was known
+	// to exist: the probe never deletes it and sets no TTL.
+	Absent int
 }
 
-// Lost returns the number of lost increments.
+// Lost returns the number of lost increments: Want - Got, negative when
+// the counter holds more than the acknowledged increments.
 func (r ProbeResult) Lost() int { return r.Want - r.Got }
+
+// Extra returns the increments applied beyond every acknowledged and every
+// failed write: writes that answered "lost race" although they had been
+// applied, which the caller then applied again.
+func (r ProbeResult) Extra() int { return max(0, r.Got-r.Want-r.WriteErrors) }
+
+// probePatience bounds the probe in real time: when no increment has
+// succeeded for this long, the probe fails, so a store whose writes always
+// lose cannot stall it. (One worker may starve for a while as others win:
+// a compare-and-swap loop is not fair, and that is no fault of the store.)
+const probePatience = 5 * time.Second
 
 // AtomicityProbe has workers goroutines each add 1, each times, to a decimal
 // counter at key through the store SPI alone (Get, then Insert or Replace,
-// retrying lost races), and returns the expected and the final count. It
-// detects stores whose compare-and-swap is not atomic under concurrent
-// connections.
+// retrying lost races and failed reads), and returns the acknowledged and
+// the final count. It detects stores whose compare-and-swap is not atomic
+// under concurrent connections, stores that apply a write but report a lost
+// race, and stores that report a live key absent. A failed write is counted
+// (its outcome is unknown) and not retried. It returns an error when ctx
+// ends, when the counter is corrupt, when more than a tenth of the
+// increments fail, or when one increment cannot succeed for 5 s.
 func AtomicityProbe(ctx context.Context, s cas.Store, key string, workers, each int) (ProbeResult, error) {
 	var wg sync.WaitGroup
-	errs := make(chan error, workers)
+	var p probe
+	p.progress.Store(time.Now().UnixNano())
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < each; i++ {
-				if err := increment(ctx, s, key); err != nil {
-					errs <- err
-					return
+			for i := 0; i < each && ctx.Err() == nil; i++ {
+				if err := p.increment(ctx, s, key, workers*each); err != nil {
+					cancel(err)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := context.Cause(ctx); err != nil {
 		return ProbeResult{}, err
 	}
+	r := ProbeResult{Want: int(p.ok.Load()), WriteErrors: int(p.writeErrs.Load()), Absent: int(p.absent.Load())}
 	data, _, found, err := s.Get(ctx, key)
 	if err != nil {
-		return ProbeResult{}, err
+		return r, err
 	}
-	got := 0
 	if found {
-		if got, err = strconv.Atoi(string(data)); err != nil {
-			return ProbeResult{}, fmt.Errorf("tck: probe counter corrupted: %q", data)
+		if r.Got, err = strconv.Atoi(string(data)); err != nil {
+			return r, fmt.Errorf("tck: probe counter corrupted: %q", data)
 		}
 	}
-	return ProbeResult{Want: workers * each, Got: got}, nil
+	return r, nil
 }
 
-func increment(ctx context.Context, s cas.Store, key string) error {
+// probe is the shared state of one probe's workers.
+type probe struct {
+	created               atomic.Bool // the counter is known to exist
+	ok, writeErrs, absent atomic.Int64
+	errs                  atomic.Int64
+	progress              atomic.Int64 // when an increment last succeeded, Unix ns
+}
+
+// increment adds 1 to the counter: retries lost races and failed reads,
+// counts a failed write and moves on. It returns an error that ends the
+// probe.
+func (p *probe) increment(ctx context.Context, s cas.Store, key string, total int) error {
+	var last string
 	for {
-		ok, _, err := incrementOnce(ctx, s, key)
-		if err != nil || ok {
-			return err
+		ok, inWrite, err := incrementOnce(ctx, s, key, p)
+		switch {
+		case ok:
+			p.ok.Add(1)
+			p.progress.Store(time.Now().UnixNano())
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			if n := p.errs.Add(1); n > int64(max(10, total/10)) {
+				return fmt.Errorf("the store failed %d calls during the probe (last: %w)", n, err)
+			}
+			if inWrite {
+				p.writeErrs.Add(1)
+				return nil
+			}
+			last = fmt.Sprintf("Get failed: %v", err)
+		default:
+			last = "the write lost the race"
+		}
+		if time.Since(time.Unix(0, p.progress.Load())) > probePatience {
+			return fmt.Errorf("no increment succeeded for %v (%s): writes that always lose the race (an Insert or a Replace that reports ok=false when it should write) leave every bucket stuck", probePatience, last)
 		}
 	}
 }
@@ -226,15 +274,26 @@ func increment(ctx context.Context, s cas.Store, key string) error {
 // incrementOnce makes one attempt to add 1 to the decimal counter at key:
 // read, then insert or replace. ok=false with no error is a lost race;
 // inWrite says whether an error came from the write (which may have been
-// applied).
-func incrementOnce(ctx context.Context, s cas.Store, key string) (ok, inWrite bool, err error) {
+// applied). p, if not nil, learns that the counter exists and counts Gets
+// that report it absent after that.
+func incrementOnce(ctx context.Context, s cas.Store, key string, p *probe) (ok, inWrite bool, err error) {
+	known := p != nil && p.created.Load()
 	data, ver, found, err := s.Get(ctx, key)
 	if err != nil {
 		return false, false, err
 	}
+	switch {
+	case found && p != nil:
+		p.created.Store(true)
+	case !found && known:
+		p.absent.Add(1)
+	}
 	runtime.Gosched() // let other writers in between, as network latency would
 	if !found {
 		ok, err = s.Insert(ctx, key, []byte("1"), 0)
+		if ok && p != nil {
+			p.created.Store(true)
+		}
 		return ok, err != nil, err
 	}
 	n, err := strconv.Atoi(string(data))
@@ -246,12 +305,20 @@ func incrementOnce(ctx context.Context, s cas.Store, key string) (ok, inWrite bo
 }
 
 func checkProbe(e *env) {
-	r, err := AtomicityProbe(e.ctx, e.store, e.key("probe"), e.cfg.probeWorkers, e.cfg.probeEach)
+	w, each := e.cfg.probeWorkers, e.cfg.probeEach
+	r, err := AtomicityProbe(e.ctx, e.store, e.key("probe"), w, each)
 	if err != nil {
-		e.Fatalf("atomicity probe: %v", err)
+		e.Fatalf("atomicity probe (%d workers × %d increments through Get+Insert/Replace): %v", w, each, err)
 	}
-	if r.Lost() != 0 {
-		e.Errorf("atomicity probe: %d concurrent increments through Get+Replace ended at %d, %d lost: Replace is not an atomic compare-and-swap under concurrency (or writes are dropped)", r.Want, r.Got, r.Lost())
+	e.Logf("atomicity probe: %d acknowledged increments, counter %d, %d failed writes, %d spurious absences", r.Want, r.Got, r.WriteErrors, r.Absent)
+	if r.Lost() > 0 {
+		e.Errorf("atomicity probe: %d concurrent increments through Get+Replace were acknowledged, but the counter ended at %d: %d lost. Replace is not an atomic compare-and-swap under concurrency (or writes are dropped): compare the version and write in one indivisible step of the store", r.Want, r.Got, r.Lost())
+	}
+	if x := r.Extra(); x > 0 {
+		e.Errorf("atomicity probe: the counter ended at %d, %d above the %d acknowledged increments and %d failed writes: writes that answered ok=false (a lost race) had been applied, so each was retried and applied again — every such request is charged twice. Answer ok=true when the write happened (a resent write must recognise itself), and return an error when its outcome is unknown", r.Got, x, r.Want, r.WriteErrors)
+	}
+	if r.Absent > 0 {
+		e.Errorf("atomicity probe: Get reported the counter absent %d times after it existed (it is never deleted and has no TTL): a live key reported absent is re-created full, or fails under RecoveryFail. found=false must mean absent; a read that cannot tell must be an error", r.Absent)
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,6 +62,16 @@ func newClient(t testing.TB, addr string) *redis.Client {
 // prefix; at cleanup it deletes every key the run left.
 func newStore(t testing.TB) (*redisstore.Store, *redis.Client) {
 	t.Helper()
+	return newStoreUnder(t, runPrefix)
+}
+
+// storeSeq numbers the stores TestTCK makes.
+var storeSeq atomic.Int64
+
+// newStoreUnder is newStore with the given prefix; at cleanup it deletes
+// every key under that prefix, and only those.
+func newStoreUnder(t testing.TB, prefix string) (*redisstore.Store, *redis.Client) {
+	t.Helper()
 	c := newClient(t, redisAddr(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -69,19 +81,21 @@ func newStore(t testing.TB) (*redisstore.Store, *redis.Client) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		iter := c.Scan(ctx, 0, runPrefix+"*", 1000).Iterator()
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {
 			c.Unlink(ctx, iter.Val())
 		}
 	})
-	return redisstore.New(c, redisstore.WithPrefix(runPrefix)), c
+	return redisstore.New(c, redisstore.WithPrefix(prefix)), c
 }
 
-// TestTCK is the whole compatibility kit: the one call a backend needs.
+// TestTCK is the whole compatibility kit: the one call a backend needs. The
+// kit runs some checks at the same time, so each store gets a prefix of its
+// own, and its cleanup deletes only its keys.
 func TestTCK(t *testing.T) {
 	newStore(t) // skip or fail early, once, when there is no server
 	tck.RunStore(t, func(t *testing.T) cas.Store {
-		s, _ := newStore(t)
+		s, _ := newStoreUnder(t, fmt.Sprintf("%stck%d:", runPrefix, storeSeq.Add(1)))
 		return s
 	})
 }
