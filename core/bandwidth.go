@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -134,10 +135,10 @@ func (b Bandwidth) WithInitialTokens(n int64) Bandwidth {
 // product does not fit in int64 nanoseconds (about 292 years).
 func Period(count int64, unit time.Duration) (time.Duration, error) {
 	if count < 0 || unit < 0 {
-		return 0, fmt.Errorf("%w: negative period %d×%v", ErrRefillPeriod, count, unit)
+		return 0, wrap(ErrRefillPeriod, ": negative period "+strconv.FormatInt(count, 10)+"×"+unit.String())
 	}
 	if unit != 0 && count > math.MaxInt64/int64(unit) {
-		return 0, fmt.Errorf("%w: %d×%v", ErrPeriodOverflow, count, unit)
+		return 0, wrap(ErrPeriodOverflow, ": "+strconv.FormatInt(count, 10)+"×"+unit.String())
 	}
 	return time.Duration(count) * unit, nil
 }
@@ -146,7 +147,7 @@ func Period(count int64, unit time.Duration) (time.Duration, error) {
 // errors.Is.
 var (
 	ErrNoBandwidths        = errors.New("configuration has no bandwidth")
-	ErrTooManyBandwidths   = fmt.Errorf("configuration has more than %d bandwidths", MaxBandwidths)
+	ErrTooManyBandwidths   = errors.New("configuration has more than " + strconv.Itoa(MaxBandwidths) + " bandwidths")
 	ErrCapacity            = errors.New("capacity must be positive")
 	ErrRefillTokens        = errors.New("refill tokens must be positive")
 	ErrRefillPeriod        = errors.New("refill period must be positive")
@@ -154,7 +155,7 @@ var (
 	ErrRefillTooFast       = errors.New("refill faster than 1 token per nanosecond")
 	ErrInitialTokens       = errors.New("initial tokens must not be negative")
 	ErrDuplicateID         = errors.New("duplicate bandwidth id")
-	ErrIDTooLong           = fmt.Errorf("bandwidth id longer than %d bytes", MaxIDLen)
+	ErrIDTooLong           = errors.New("bandwidth id longer than " + strconv.Itoa(MaxIDLen) + " bytes")
 	ErrAdaptiveWithInitial = errors.New("adaptive initial tokens cannot be combined with explicit initial tokens")
 	ErrUnknownRefillStyle  = errors.New("unknown refill style")
 	ErrNeedsWallClock      = errors.New("aligned refill needs a wall clock")
@@ -178,7 +179,7 @@ func (e *ConfigError) Error() string {
 	if e.Bandwidth < 0 {
 		return "bucketgrid: invalid configuration: " + e.Err.Error()
 	}
-	return fmt.Sprintf("bucketgrid: invalid configuration: bandwidth %d: %v", e.Bandwidth, e.Err)
+	return "bucketgrid: invalid configuration: bandwidth " + strconv.Itoa(e.Bandwidth) + ": " + errText(e.Err)
 }
 
 // Unwrap returns the sentinel error.
@@ -190,7 +191,7 @@ func (b *Bandwidth) Validate() error {
 	case b.Style >= numRefillStyles:
 		return ErrUnknownRefillStyle
 	case b.Style.aligned() && b.FirstRefill < 0:
-		return fmt.Errorf("%w: %d ns", ErrFirstRefill, b.FirstRefill)
+		return wrap(ErrFirstRefill, ": "+strconv.FormatInt(b.FirstRefill, 10)+" ns")
 	case b.Capacity <= 0:
 		return ErrCapacity
 	case b.RefillTokens <= 0:
@@ -198,7 +199,7 @@ func (b *Bandwidth) Validate() error {
 	case b.RefillPeriod <= 0:
 		return ErrRefillPeriod
 	case b.RefillTokens > int64(b.RefillPeriod):
-		return fmt.Errorf("%w: %d tokens per %v", ErrRefillTooFast, b.RefillTokens, b.RefillPeriod)
+		return wrap(ErrRefillTooFast, ": "+strconv.FormatInt(b.RefillTokens, 10)+" tokens per "+b.RefillPeriod.String())
 	case b.HasInitialTokens && b.InitialTokens < 0:
 		return ErrInitialTokens
 	case b.HasInitialTokens && b.Style == RefillIntervallyAlignedAdaptive:
@@ -239,7 +240,7 @@ func (c *Config) Validate() error {
 		}
 		for j := 0; j < i; j++ {
 			if c.Bandwidths[j].ID == b.ID {
-				return &ConfigError{i, fmt.Errorf("%w %q", ErrDuplicateID, b.ID)}
+				return &ConfigError{i, wrap(ErrDuplicateID, " "+strconv.Quote(b.ID))}
 			}
 		}
 	}

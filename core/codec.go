@@ -3,7 +3,7 @@ package core
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -36,7 +36,7 @@ type DecodeError struct {
 }
 
 func (e *DecodeError) Error() string {
-	return fmt.Sprintf("bucketgrid: decode %s at byte %d: %v", e.Record, e.Offset, e.Err)
+	return "bucketgrid: decode " + e.Record + " at byte " + strconv.Itoa(e.Offset) + ": " + errText(e.Err)
 }
 
 // Unwrap returns the cause.
@@ -180,7 +180,7 @@ type decoder struct {
 
 func (d *decoder) fail(err error, why string) {
 	if d.err == nil {
-		d.err = &DecodeError{Record: d.record, Offset: d.off, Err: fmt.Errorf("%w: %s", err, why)}
+		d.err = &DecodeError{Record: d.record, Offset: d.off, Err: wrap(err, ": "+why)}
 	}
 }
 
@@ -190,12 +190,12 @@ func (d *decoder) header(tag byte) {
 		return
 	}
 	if d.b[0] != FormatVersion {
-		d.err = &DecodeError{Record: d.record, Err: fmt.Errorf("%w %d (this build reads %d)", ErrUnknownVersion, d.b[0], FormatVersion)}
+		d.err = &DecodeError{Record: d.record, Err: wrap(ErrUnknownVersion, " "+strconv.Itoa(int(d.b[0]))+" (this build reads "+strconv.Itoa(FormatVersion)+")")}
 		return
 	}
 	if d.b[1] != tag {
 		d.off = 1
-		d.fail(ErrCorrupt, fmt.Sprintf("tag %q, want %q", d.b[1], tag))
+		d.fail(ErrCorrupt, "tag "+strconv.QuoteRune(rune(d.b[1]))+", want "+strconv.QuoteRune(rune(tag)))
 		return
 	}
 	d.off = 2
@@ -261,7 +261,7 @@ func (d *decoder) count(max, minSize int) int {
 		return 0
 	}
 	if v > uint64(max) || v*uint64(minSize) > uint64(len(d.b)-d.off) {
-		d.fail(ErrCorrupt, fmt.Sprintf("count %d out of range", v))
+		d.fail(ErrCorrupt, "count "+strconv.FormatUint(v, 10)+" out of range")
 		return 0
 	}
 	return int(v)
@@ -279,7 +279,7 @@ func (d *decoder) str(max int) string {
 
 func (d *decoder) end() {
 	if d.err == nil && d.off != len(d.b) {
-		d.fail(ErrCorrupt, fmt.Sprintf("%d trailing bytes", len(d.b)-d.off))
+		d.fail(ErrCorrupt, strconv.Itoa(len(d.b)-d.off)+" trailing bytes")
 	}
 }
 
@@ -316,7 +316,7 @@ func (d *decoder) config() Config {
 	if d.err == nil {
 		if err := c.Validate(); err != nil {
 			// wrap both: errors.Is finds ErrCorrupt and the validation cause
-			d.err = &DecodeError{Record: d.record, Offset: d.off, Err: fmt.Errorf("%w: %w", ErrCorrupt, err)}
+			d.err = &DecodeError{Record: d.record, Offset: d.off, Err: wrap2(ErrCorrupt, ": ", err)}
 		}
 	}
 	return c

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // OpKind names a bucket operation of the distributed command set.
@@ -160,7 +161,7 @@ type Request struct {
 // Request validation errors, returned wrapped in a *RequestError.
 var (
 	ErrNoOps           = errors.New("request has no operation")
-	ErrTooManyOps      = fmt.Errorf("request has more than %d operations", MaxOps)
+	ErrTooManyOps      = errors.New("request has more than " + strconv.Itoa(MaxOps) + " operations")
 	ErrTokens          = errors.New("token count must be positive")
 	ErrUnknownOp       = errors.New("unknown operation")
 	ErrUnknownMode     = errors.New("unknown mode")
@@ -181,7 +182,7 @@ func (e *RequestError) Error() string {
 	if e.Op < 0 {
 		return "bucketgrid: invalid request: " + e.Err.Error()
 	}
-	return fmt.Sprintf("bucketgrid: invalid request: operation %d: %v", e.Op, e.Err)
+	return "bucketgrid: invalid request: operation " + strconv.Itoa(e.Op) + ": " + errText(e.Err)
 }
 
 // Unwrap returns the cause.
@@ -326,9 +327,9 @@ var (
 func (r *Response) Err() error {
 	switch r.Status {
 	case StatusInvalidRequest:
-		return fmt.Errorf("%w: %s", ErrInvalidRequest, r.Message)
+		return wrap(ErrInvalidRequest, ": "+r.Message)
 	case StatusCorruptState:
-		return fmt.Errorf("%w: %s", ErrCorruptState, r.Message)
+		return wrap(ErrCorruptState, ": "+r.Message)
 	}
 	return nil
 }
