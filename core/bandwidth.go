@@ -2,7 +2,6 @@ package core
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -41,7 +40,7 @@ func (s RefillStyle) String() string {
 	case RefillIntervallyAlignedAdaptive:
 		return "intervally-aligned-adaptive"
 	}
-	return fmt.Sprintf("RefillStyle(%d)", uint8(s))
+	return "RefillStyle(" + strconv.Itoa(int(s)) + ")"
 }
 
 // intervally reports whether tokens arrive in whole-period steps.

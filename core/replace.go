@@ -1,7 +1,7 @@
 package core
 
 import (
-	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -40,7 +40,7 @@ func (t TokensInheritance) String() string {
 	case InheritAdditive:
 		return "ADDITIVE"
 	}
-	return fmt.Sprintf("TokensInheritance(%d)", uint8(t))
+	return "TokensInheritance(" + strconv.Itoa(int(t)) + ")"
 }
 
 // ReplaceConfiguration switches b to cfg at now, carrying tokens over by

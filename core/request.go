@@ -2,7 +2,6 @@ package core
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 )
@@ -290,7 +289,7 @@ func (s Status) String() string {
 	case StatusCorruptState:
 		return "corrupt stored state"
 	}
-	return fmt.Sprintf("Status(%d)", uint8(s))
+	return "Status(" + strconv.Itoa(int(s)) + ")"
 }
 
 // Result is the outcome of one operation; see each OpKind for its fields.
