@@ -1,9 +1,7 @@
 package core
 
 import (
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"strconv"
 	"unicode/utf8"
@@ -52,15 +50,19 @@ func InvalidKey(key, reason string) error {
 // an operator can correlate lines about the same client. An empty key is
 // "sha256:e3b0c44298fc(0 bytes)".
 func RedactKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
+	sum := sha256Sum(key)
 	b := make([]byte, 0, len("sha256:")+12+len("( bytes)")+20)
 	b = append(b, "sha256:"...)
-	b = hex.AppendEncode(b, sum[:6])
+	for _, c := range sum[:6] {
+		b = append(b, hexDigits[c>>4], hexDigits[c&15])
+	}
 	b = append(b, '(')
 	b = strconv.AppendInt(b, int64(len(key)), 10)
 	b = append(b, " bytes)"...)
 	return string(b)
 }
+
+const hexDigits = "0123456789abcdef"
 
 // DigestMarker is the first byte of every DigestKey result. FitKey digests
 // every key that starts with it, so no literal key can pose as a digest.
@@ -75,7 +77,7 @@ const DigestKeyLen = 1 + 43
 // length or encoding. Use it through FitKey, which keeps the digests in a
 // namespace of their own.
 func DigestKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
+	sum := sha256Sum(key)
 	b := make([]byte, 1, DigestKeyLen)
 	b[0] = DigestMarker
 	return string(base64.RawURLEncoding.AppendEncode(b, sum[:]))
