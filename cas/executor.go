@@ -3,7 +3,7 @@ package cas
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,10 +212,11 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 // conflict returns ErrConflict for key after attempts lost races, wrapping
 // cause (the context's error) when the context ended the retries.
 func conflict(key string, attempts int, cause error) error {
+	detail := ": key " + core.RedactKey(key) + ", " + strconv.Itoa(attempts) + " attempts"
 	if cause == nil {
-		return fmt.Errorf("%w: key %s, %d attempts", ErrConflict, core.RedactKey(key), attempts)
+		return wrap(ErrConflict, detail)
 	}
-	return fmt.Errorf("%w: key %s, %d attempts: %w", ErrConflict, core.RedactKey(key), attempts, cause)
+	return wrap2(ErrConflict, detail+": ", cause)
 }
 
 // failed returns the error of a store call of attempt that failed with err:
@@ -237,7 +238,7 @@ func (e *Executor) storeErr(op, key string, err error) error {
 		return err
 	}
 	e.storeErrors.Add(1)
-	return fmt.Errorf("%w: %s %s: %w", ErrStore, op, core.RedactKey(key), err)
+	return wrap2(ErrStore, ": "+op+" "+core.RedactKey(key)+": ", err)
 }
 
 // Remove deletes key's bucket. A key the store cannot hold is refused as by
