@@ -2,8 +2,6 @@ package cas
 
 import (
 	"context"
-	"fmt"
-	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/bucketgrid/bucketgrid/core"
@@ -40,9 +38,14 @@ type PanicError struct {
 	Stack []byte
 }
 
-// Error returns the panic value and the stack.
+// Error returns "cas: panic in a round: ", the panic value, an empty line
+// and the stack. The value is printed as fmt's %v prints it when it is nil,
+// an error, a fmt.Stringer, a string, a bool or a number of a predeclared
+// type (what panics carry: runtime errors, panic("…"), panic(err)); any
+// other value is shown as "(unprintable value; see PanicError.Value)", as
+// cas does without fmt to keep it out of the Envoy filter.
 func (p *PanicError) Error() string {
-	return fmt.Sprintf("cas: panic in a round: %v\n\n%s", p.Value, p.Stack)
+	return "cas: panic in a round: " + valueText(p.Value) + "\n\n" + string(p.Stack)
 }
 
 // Unwrap returns the panic value if it is an error.
@@ -203,7 +206,7 @@ func (e *Executor) roundAsync(key string, q *queue, batch []*call) {
 	defer e.lockedHandOff(key, q)
 	defer func() {
 		if v := recover(); v != nil {
-			p := &PanicError{Value: v, Stack: debug.Stack()}
+			p := &PanicError{Value: v, Stack: stack()}
 			for _, c := range batch {
 				c.panicked = p
 				close(c.done)
