@@ -4,14 +4,12 @@ package wasmfilter
 // hashes that place a key, and the reads and writes of single entries.
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"strconv"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
-	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // Record formats; a reader treats a slot of any other first byte as a
@@ -254,17 +252,4 @@ func (s *Store) lookup(key string, h keyHash) (f found, ok bool, es []dirEntry, 
 		dead = append(dead, i)
 	}
 	return f, false, es, dtoken, dead, nil
-}
-
-func checkKey(ctx context.Context, key string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	switch {
-	case key == "":
-		return core.InvalidKey(key, "empty")
-	case len(key) > MaxKeyLen:
-		return core.InvalidKey(key, "longer than "+strconv.Itoa(MaxKeyLen)+" bytes")
-	}
-	return nil
 }

@@ -10,6 +10,12 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+var (
+	_ cas.Store      = (*Store)(nil)
+	_ cas.KeyChecker = (*Store)(nil)
 )
 
 // Store is a cas.Store on proxy-wasm shared data, the only state the worker
@@ -170,6 +176,31 @@ func NewStore(host Host, prefix string, cfg StoreConfig) *Store {
 	}
 }
 
+// CheckKey implements cas.KeyChecker: it returns a *core.KeyError for a key
+// the Store cannot hold — empty, or longer than MaxKeyLen bytes — and nil
+// for any other, without a host call. A cas.Executor calls it once per
+// request before it touches the Store, so such a key is the client's error
+// (the filter answers 400), never a store failure; every method of the
+// Store checks the key again.
+func (s *Store) CheckKey(key string) error {
+	switch {
+	case key == "":
+		return core.InvalidKey(key, "empty")
+	case len(key) > MaxKeyLen:
+		return core.InvalidKey(key, "longer than "+strconv.Itoa(MaxKeyLen)+" bytes")
+	}
+	return nil
+}
+
+// check refuses a call whose ctx has ended or whose key the Store cannot
+// hold, before any host call.
+func (s *Store) check(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.CheckKey(key)
+}
+
 // hostClock is the host's wall clock as a clock.Clock.
 func hostClock(host Host) clock.Clock { return clock.Func(host.Now, true) }
 
@@ -184,7 +215,7 @@ func (s *Store) Evictions() uint64 { return s.evicted.Load() }
 // and a directory only moves a key whose slot no longer holds it, so that
 // record is still the one the directory names.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
-	if err := checkKey(ctx, key); err != nil {
+	if err := s.check(ctx, key); err != nil {
 		return nil, 0, false, err
 	}
 	now := s.clock.Now()
@@ -225,7 +256,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 // Replace writes key when its slot still holds the version read and the
 // record has not expired: an expired key is gone, as in every store.
 func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
-	if err := checkKey(ctx, key); err != nil {
+	if err := s.check(ctx, key); err != nil {
 		return false, err
 	}
 	slot, token := uint32(ver>>32), uint32(ver)
@@ -257,7 +288,7 @@ func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Ve
 // the directory first; a *TableFullError when no probed slot is free (see
 // StoreConfig.EvictOldest).
 func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
-	if err := checkKey(ctx, key); err != nil {
+	if err := s.check(ctx, key); err != nil {
 		return false, err
 	}
 	now := s.clock.Now()
@@ -310,7 +341,7 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 // deleted) and removes its directory entry. Deleting an absent key is not an
 // error.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := checkKey(ctx, key); err != nil {
+	if err := s.check(ctx, key); err != nil {
 		return err
 	}
 	h := s.hash(key)

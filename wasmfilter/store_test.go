@@ -14,6 +14,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/internal/keyrule"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
 
@@ -116,19 +117,37 @@ func TestStoreInsertGetReplaceDelete(t *testing.T) {
 	}
 }
 
+// TestStoreRejectsKeysItCannotHold: CheckKey and every method refuse an
+// empty key and one over MaxKeyLen with a *core.KeyError that does not show
+// the key, before any shared-data call; through a cas.Executor the refusal
+// comes from CheckKey, as the client's error (the filter's 400), not as a
+// store failure.
 func TestStoreRejectsKeysItCannotHold(t *testing.T) {
 	ctx := context.Background()
 	f := newStoreFixture(16, false)
-	for _, key := range []string{"", strings.Repeat("k", MaxKeyLen+1)} {
-		if _, _, _, err := f.store.Get(ctx, key); !errors.Is(err, core.ErrInvalidKey) {
-			t.Errorf("Get(%d bytes): %v, want an invalid key", len(key), err)
+	e := cas.New(f.store)
+	req := core.Request{Ops: []core.Op{{Kind: core.OpTryConsume, Tokens: 1}}}
+	for _, key := range []string{"", "over-the-limit:" + strings.Repeat("k", MaxKeyLen-14)} {
+		if err := keyrule.Refused(ctx, f.store, key); err != nil {
+			t.Errorf("%d bytes: %v", len(key), err)
 		}
-		if _, err := f.store.Insert(ctx, key, nil, 0); !errors.Is(err, core.ErrInvalidKey) {
-			t.Errorf("Insert(%d bytes): %v, want an invalid key", len(key), err)
+		_, err := e.Execute(ctx, key, req)
+		var ke *core.KeyError
+		if !errors.As(err, &ke) || errors.Is(err, cas.ErrStore) {
+			t.Errorf("Execute(%d bytes): %v, want the *core.KeyError of CheckKey", len(key), err)
+		}
+		if rerr := e.Remove(ctx, key); !errors.As(rerr, &ke) {
+			t.Errorf("Remove(%d bytes): %v, want a *core.KeyError", len(key), rerr)
 		}
 	}
-	if f.shared.Sets()+f.shared.Len() != 0 {
-		t.Fatal("an invalid key cost a shared-data call")
+	if st := e.Stats(); st.InvalidKeys != 4 || st.Attempts != 0 || st.StoreErrors != 0 {
+		t.Errorf("executor stats %+v, want 4 invalid keys, no attempt, no store error", st)
+	}
+	if n := f.shared.Gets() + f.shared.Sets() + f.shared.Len(); n != 0 {
+		t.Fatalf("an invalid key cost %d shared-data calls", n)
+	}
+	if err := f.store.CheckKey(strings.Repeat("k", MaxKeyLen)); err != nil {
+		t.Fatalf("CheckKey of MaxKeyLen bytes: %v", err)
 	}
 	if ok, err := f.store.Insert(ctx, strings.Repeat("k", MaxKeyLen), nil, 0); !ok || err != nil {
 		t.Fatalf("a key of MaxKeyLen bytes: %v %v", ok, err)
