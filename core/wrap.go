@@ -1,43 +1,10 @@
 package core
 
-// core builds its errors without fmt, whose reflection-driven printer would
-// be a tenth of the Envoy filter (wasmfilter). wrap and wrap2 make the errors
-// fmt.Errorf makes with one and two %w verbs: the same text, and the same
-// Unwrap (one error, or []error), so errors.Is, errors.As and errors.Unwrap
-// see what they saw before. TestErrorMessages pins every message.
+import "github.com/bucketgrid/bucketgrid/internal/errwrap"
 
-// wrapError is fmt.Errorf's error for one %w.
-type wrapError struct {
-	msg string
-	err error
-}
+// core builds its errors without fmt, whose printer would be a tenth of the
+// Envoy filter: see package errwrap.
 
-func (e *wrapError) Error() string { return e.msg }
-func (e *wrapError) Unwrap() error { return e.err }
-
-// wrapErrors is fmt.Errorf's error for several %w.
-type wrapErrors struct {
-	msg  string
-	errs []error
-}
-
-func (e *wrapErrors) Error() string   { return e.msg }
-func (e *wrapErrors) Unwrap() []error { return e.errs }
-
-// wrap returns fmt.Errorf("%w"+detail, err) for a non-nil err.
-func wrap(err error, detail string) error {
-	return &wrapError{msg: err.Error() + detail, err: err}
-}
-
-// wrap2 returns fmt.Errorf("%w"+sep+"%w", a, b) for non-nil a and b.
-func wrap2(a error, sep string, b error) error {
-	return &wrapErrors{msg: a.Error() + sep + b.Error(), errs: []error{a, b}}
-}
-
-// errText is what fmt's %v prints for err: its message, or "<nil>".
-func errText(err error) string {
-	if err == nil {
-		return "<nil>"
-	}
-	return err.Error()
-}
+func wrap(err error, detail string) error      { return errwrap.Wrap(err, detail) }
+func wrap2(a error, sep string, b error) error { return errwrap.Wrap2(a, sep, b) }
+func errText(err error) string                 { return errwrap.Text(err) }
