@@ -28,7 +28,12 @@ const (
 	numRefillStyles
 )
 
-// String returns the Bucket4j name of the style.
+// Valid reports whether s is one of the styles above.
+func (s RefillStyle) Valid() bool { return s < numRefillStyles }
+
+// String returns the name of the style in lower case, words joined by
+// hyphens ("greedy", "intervally-aligned"), the spelling the Envoy filter's
+// configuration accepts; an invalid s reads RefillStyle(n).
 func (s RefillStyle) String() string {
 	switch s {
 	case RefillGreedy:
@@ -187,7 +192,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // Validate reports the first reason b cannot be used, or nil.
 func (b *Bandwidth) Validate() error {
 	switch {
-	case b.Style >= numRefillStyles:
+	case !b.Style.Valid():
 		return ErrUnknownRefillStyle
 	case b.Style.aligned() && b.FirstRefill < 0:
 		return wrap(ErrFirstRefill, ": "+strconv.FormatInt(b.FirstRefill, 10)+" ns")

@@ -53,6 +53,15 @@ func (b *Bucket) available() int64 {
 	return a
 }
 
+// minCapacity returns the smallest capacity of the bandwidths.
+func (b *Bucket) minCapacity() int64 {
+	c := b.Config.Bandwidths[0].Capacity
+	for i := 1; i < len(b.Config.Bandwidths); i++ {
+		c = min(c, b.Config.Bandwidths[i].Capacity)
+	}
+	return c
+}
+
 // canDebit reports whether every bandwidth can give n > 0 tokens without its
 // size leaving the int64 range (a deep overdraft could wrap around).
 func (b *Bucket) canDebit(n int64) bool {

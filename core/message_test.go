@@ -157,7 +157,7 @@ func TestStringFallbacks(t *testing.T) {
 		{TokensInheritance(255).String(), "TokensInheritance(255)"},
 		{Status(7).String(), "Status(7)"},
 		{RefillIntervallyAligned.String(), "intervally-aligned"},
-		{InheritAdditive.String(), "ADDITIVE"},
+		{InheritAdditive.String(), "additive"},
 		{StatusCorruptState.String(), "corrupt stored state"},
 	}
 	for _, tt := range tests {

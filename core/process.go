@@ -48,7 +48,7 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 	resp.Results = make([]Result, len(req.Ops))
 	for i := range req.Ops {
 		var mutated bool
-		resp.Results[i], mutated = b.apply(&req.Ops[i], now)
+		resp.Results[i], mutated = b.Apply(&req.Ops[i], now)
 		changed = changed || mutated
 		if req.Ops[i].Kind == OpGetConfiguration {
 			req.Verbose = true
@@ -65,10 +65,13 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 	return AppendBucket(make([]byte, 0, bucketSizeHint(&b)), &b), true, resp
 }
 
-// apply runs one validated operation and reports whether it changed the
-// bucket beyond a refill (a refill alone need not be written: refilling is
-// path-independent).
-func (b *Bucket) apply(op *Op, now int64) (Result, bool) {
+// Apply runs one operation at now, as Process does for each operation of a
+// request, and reports whether it changed the bucket beyond a refill (a
+// refill alone need not be written: refilling is path-independent). op must
+// be valid (see Request.Validate); OpGetConfiguration only refills. The local
+// bucket of the root package runs every operation but its hot path through
+// Apply, so local and distributed buckets cannot drift apart.
+func (b *Bucket) Apply(op *Op, now int64) (Result, bool) {
 	switch op.Kind {
 	case OpTryConsume:
 		ok := b.TryConsume(op.Tokens, now)
@@ -94,8 +97,10 @@ func (b *Bucket) apply(op *Op, now int64) (Result, bool) {
 		return Result{OK: ok, Wait: w}, ok
 	case OpReserve:
 		w := b.Reserve(op.Tokens, op.MaxWait, now)
-		ok := w != maxWait
-		return Result{OK: ok, Wait: w}, ok
+		if w == maxWait {
+			return Result{Tokens: b.minCapacity(), Wait: w}, false
+		}
+		return Result{OK: true, Wait: w}, true
 	case OpReset:
 		b.Reset(now)
 		return Result{OK: true}, true

@@ -287,7 +287,7 @@ func TestProcessBatch(t *testing.T) {
 		{OK: true},
 		{OK: true},
 		{OK: true, Wait: 7 * perToken}, // the debt of 7
-		{Wait: math.MaxInt64},
+		{Tokens: 10, Wait: math.MaxInt64}, // refused; Tokens: the capacity
 		{OK: true, Tokens: -7},
 		{OK: true},
 		{OK: true},

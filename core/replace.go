@@ -28,17 +28,22 @@ const (
 	numInheritances
 )
 
-// String returns the Bucket4j name.
+// Valid reports whether t is one of the strategies above.
+func (t TokensInheritance) Valid() bool { return t < numInheritances }
+
+// String returns the Bucket4j name in lower case, words joined by hyphens
+// ("proportionally", "as-is", "reset", "additive"), as every String method of
+// the package spells its values; an invalid t reads TokensInheritance(n).
 func (t TokensInheritance) String() string {
 	switch t {
 	case InheritProportionally:
-		return "PROPORTIONALLY"
+		return "proportionally"
 	case InheritAsIs:
-		return "AS_IS"
+		return "as-is"
 	case InheritReset:
-		return "RESET"
+		return "reset"
 	case InheritAdditive:
-		return "ADDITIVE"
+		return "additive"
 	}
 	return "TokensInheritance(" + strconv.Itoa(int(t)) + ")"
 }

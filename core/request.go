@@ -30,7 +30,9 @@ const (
 	// OK = false and Wait = math.MaxInt64 when refused.
 	OpConsumeIgnoringRateLimits
 	// OpReserve: Wait = nanos to sleep before using the tokens; OK = false
-	// when they would not come within Op.MaxWait.
+	// when they would not come within Op.MaxWait, and then Tokens = the
+	// smallest capacity, so that a caller tells a request that can never be
+	// reserved (Op.Tokens > Tokens) from one that would wait too long.
 	OpReserve
 	// OpReset fills the bucket.
 	OpReset
@@ -210,7 +212,7 @@ func (r *Request) Validate() error {
 	if r.ConfigVersion < 0 {
 		return &RequestError{-1, ErrNegativeVersion}
 	}
-	if r.Inheritance >= numInheritances {
+	if !r.Inheritance.Valid() {
 		return &RequestError{-1, ErrUnknownStrategy}
 	}
 	if r.Expiry.Kind >= numExpiryKinds || r.Expiry.Fixed < 0 || r.Expiry.Margin < 0 ||
@@ -244,7 +246,7 @@ func (o *Op) validate() error {
 		if o.Config == nil {
 			return ErrMissingConfig
 		}
-		if o.Inheritance >= numInheritances {
+		if !o.Inheritance.Valid() {
 			return ErrUnknownStrategy
 		}
 		return o.Config.Validate()
@@ -275,7 +277,8 @@ const (
 	numStatuses
 )
 
-// String returns the status name.
+// String returns the status in lower-case words ("ok", "bucket not found"),
+// for messages; an invalid s reads Status(n).
 func (s Status) String() string {
 	switch s {
 	case StatusOK:
