@@ -8,48 +8,88 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
-// Bucket is a token bucket, local or distributed. Every method takes a
-// context (a distributed call may block on I/O) and returns an error last (a
-// local bucket only fails on invalid arguments). Token counts must be
-// positive.
+// Bucket is a token bucket, local (Local) or distributed (Handle). Every
+// method takes a context (a distributed call may block on I/O) and returns an
+// error last. The two implementations share one implementation of
+// everything above the storage, so they answer alike; tck.Run checks it.
+//
+// Token counts must be positive: a non-positive n is an error wrapping
+// ErrTokens, returned before anything is read or written. A Local fails only
+// on invalid arguments and in the blocking calls; a Handle also returns the
+// errors of its executor. Listener events are documented on Listener.
 type Bucket interface {
-	// TryConsume takes n tokens if they are available now.
+	// TryConsume takes n tokens if every bandwidth has them now and reports
+	// whether it did. It never waits.
 	TryConsume(ctx context.Context, n int64) (bool, error)
-	// TryConsumeAndReturnRemaining is TryConsume reporting the remaining
-	// tokens and, when refused, how long until the request could succeed.
+	// TryConsumeAndReturnRemaining is TryConsume that also reports the
+	// tokens left and, when it refuses, how long until the request could
+	// succeed (math.MaxInt64 when n exceeds a capacity and never can) and
+	// until the bucket is full again; see core.Probe.
 	TryConsumeAndReturnRemaining(ctx context.Context, n int64) (core.Probe, error)
-	// EstimateAbilityToConsume reports whether n tokens could be taken now,
-	// and when, without taking them.
-	EstimateAbilityToConsume(ctx context.Context, n int64) (core.Estimate, error)
-	// TryConsumeAsMuchAsPossible takes up to limit tokens (math.MaxInt64 for
-	// no limit) and returns how many it took.
-	TryConsumeAsMuchAsPossible(ctx context.Context, limit int64) (int64, error)
-	// AddTokens adds n tokens, capped at capacity.
-	AddTokens(ctx context.Context, n int64) error
-	// ForceAddTokens adds n tokens even beyond capacity.
-	ForceAddTokens(ctx context.Context, n int64) error
-	// ConsumeIgnoringRateLimits takes n tokens into overdraft if need be and
-	// returns how long until the debt is repaid; ErrOverdraftTooLarge when the
-	// wait would not fit in a time.Duration.
-	ConsumeIgnoringRateLimits(ctx context.Context, n int64) (time.Duration, error)
-	// Reset fills the bucket.
-	Reset(ctx context.Context) error
-	// AvailableTokens returns the available tokens (negative in overdraft).
-	AvailableTokens(ctx context.Context) (int64, error)
-	// ReplaceConfiguration switches the bucket to cfg, carrying tokens over by
-	// strategy. An invalid cfg is rejected before anything is written.
-	ReplaceConfiguration(ctx context.Context, cfg core.Config, strategy core.TokensInheritance) error
-	// Consume takes n tokens, waiting as long as it takes; it returns ctx's
-	// error if ctx ends first, having taken nothing.
-	Consume(ctx context.Context, n int64) error
-	// TryConsumeWithin takes n tokens if they become available within
-	// maxWait, waiting for them; false when they would not.
-	TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error)
-	// Diagnose returns the configuration, state and per-bandwidth diagnostics.
-	Diagnose(ctx context.Context) (core.Diagnostics, error)
 	// TryConsumeAndReturnRemainingVerbose is TryConsumeAndReturnRemaining
-	// with the diagnostics taken in the same atomic step: the verbose API.
+	// that also returns the bucket's diagnostics right after the
+	// consumption, taken in the same atomic step (one lock, or one round
+	// trip): Bucket4j's verbose API, what headers describing every bandwidth
+	// need.
 	TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error)
+	// EstimateAbilityToConsume reports whether n tokens could be taken now
+	// and, if not, how long until they could; it takes nothing.
+	EstimateAbilityToConsume(ctx context.Context, n int64) (core.Estimate, error)
+	// TryConsumeAsMuchAsPossible takes min(limit, available) tokens and
+	// returns how many it took: zero when the bucket is empty or in
+	// overdraft. Pass math.MaxInt64 for no limit.
+	TryConsumeAsMuchAsPossible(ctx context.Context, limit int64) (int64, error)
+	// AddTokens adds n tokens to every bandwidth, each capped at its
+	// capacity: Bucket4j's way to give back the tokens of a failed
+	// compensating transaction.
+	AddTokens(ctx context.Context, n int64) error
+	// ForceAddTokens adds n tokens to every bandwidth even beyond its
+	// capacity; a bandwidth above its capacity does not refill until
+	// consumption brings it below.
+	ForceAddTokens(ctx context.Context, n int64) error
+	// ConsumeIgnoringRateLimits takes n tokens even if that overdraws the
+	// bucket, and returns how long until refill repays the debt (zero when
+	// there is none); later consumptions are refused until it is repaid.
+	// When the wait would not fit in a time.Duration it takes nothing and
+	// returns ErrOverdraftTooLarge.
+	ConsumeIgnoringRateLimits(ctx context.Context, n int64) (time.Duration, error)
+	// Reset fills every bandwidth to its capacity.
+	Reset(ctx context.Context) error
+	// AvailableTokens returns the tokens available now: the minimum over the
+	// bandwidths, negative during an overdraft.
+	AvailableTokens(ctx context.Context) (int64, error)
+	// ReplaceConfiguration switches the bucket to a copy of cfg now,
+	// carrying the available tokens over by strategy with bandwidths matched
+	// by id (see core.TokensInheritance). An invalid cfg (a
+	// *core.ConfigError; aligned refill styles need a wall clock) or an
+	// invalid strategy (core.ErrUnknownStrategy) is rejected before anything
+	// is written.
+	ReplaceConfiguration(ctx context.Context, cfg core.Config, strategy core.TokensInheritance) error
+	// Consume takes n tokens, waiting as long as refill takes. It reserves
+	// the tokens at once (the bucket may go into overdraft, so later callers
+	// queue behind) and then sleeps until they are due, on the clock's terms
+	// (a clock.Fake advances instead). It returns without waiting:
+	//   - an error wrapping ErrExceedsCapacity when n exceeds a capacity, as
+	//     x/time/rate's WaitN does when n exceeds the burst;
+	//   - an error wrapping ErrOverdraftTooLarge when the wait would not fit
+	//     in a time.Duration (a bucket deep in overdraft on a slow refill);
+	//   - ctx's error when ctx is already done.
+	// If ctx ends during the wait, the reserved tokens are given back with
+	// AddTokens (capped at capacity, as any addition) and ctx's error is
+	// returned. Bucket4j differs here: its blocking bucket keeps the
+	// reservation of an interrupted thread; giving it back keeps the promise
+	// that a failed call has taken nothing.
+	Consume(ctx context.Context, n int64) error
+	// TryConsumeWithin takes n tokens if they can be had within maxWait,
+	// waiting for them as Consume does, and reports whether it took them. It
+	// returns false without waiting when the wait would exceed maxWait (a
+	// rejection), and the errors of Consume otherwise, ErrExceedsCapacity
+	// included (Bucket4j answers false there). A negative maxWait is zero.
+	TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error)
+	// Diagnose returns the configuration and state refilled to now, the
+	// tokens of each bandwidth and the time until the bucket is full: the
+	// verbose API. The snapshot is a copy the caller may keep.
+	Diagnose(ctx context.Context) (core.Diagnostics, error)
 }
 
 // Errors returned by buckets.
@@ -59,8 +99,8 @@ var (
 	// ErrInvalidKey: a key the backend cannot hold (see core.KeyError): the
 	// client's error, returned before any I/O and never retried.
 	ErrInvalidKey = core.ErrInvalidKey
-	// ErrOverdraftTooLarge: ConsumeIgnoringRateLimits would owe more than
-	// fits in a time.Duration; nothing was consumed.
+	// ErrOverdraftTooLarge: a wait would not fit in a time.Duration, so
+	// nothing was consumed (ConsumeIgnoringRateLimits, Consume).
 	ErrOverdraftTooLarge = errors.New("bucketgrid: overdraft wait exceeds the int64 range")
 	// ErrExceedsCapacity: a blocking consumption asked for more tokens than a
 	// bandwidth's capacity, so it could never succeed.

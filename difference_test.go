@@ -20,7 +20,7 @@ func TestDifferenceCancelledWaitGivesTokensBack(t *testing.T) {
 	// an interrupted thread's reservation: -2.
 	cfg, _ := core.NewConfig(core.Greedy(10, 10, time.Second).WithInitialTokens(4))
 	clk := blockingClock{clock.NewFake(t0), make(chan time.Duration)}
-	l, err := NewLocal(cfg, WithLocalClock(clk))
+	l, err := NewLocal(cfg, WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestDifferenceDefaultClock(t *testing.T) {
 	if _, err := NewLocal(cfg); !errors.Is(err, core.ErrNeedsWallClock) {
 		t.Fatalf("NewLocal(aligned) with the default clock = %v, want ErrNeedsWallClock", err)
 	}
-	if _, err := NewLocal(cfg, WithLocalClock(clock.WallMillis())); err != nil {
+	if _, err := NewLocal(cfg, WithClock(clock.WallMillis())); err != nil {
 		t.Fatalf("NewLocal(aligned) with clock.WallMillis = %v", err)
 	}
 	if now := clock.WallMillis().Now(); now%int64(time.Millisecond) != 0 {

@@ -32,7 +32,7 @@ func ExampleNewLocal() {
 func ExampleLocal_TryConsumeAndReturnRemaining() {
 	cfg, _ := core.NewConfig(core.Intervally(10, 10, time.Minute))
 	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(clk))
+	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithClock(clk))
 	ctx := context.Background()
 
 	clk.Advance(15 * time.Second)
@@ -55,7 +55,7 @@ func ExampleLocal_Consume() {
 	cfg, _ := core.NewConfig(core.Greedy(100, 100, time.Minute).WithInitialTokens(0))
 	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	var stats bucketgrid.CountingListener
-	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(clk), bucketgrid.WithLocalListener(&stats))
+	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithClock(clk), bucketgrid.WithListener(&stats))
 
 	if err := bucket.Consume(context.Background(), 5); err != nil {
 		panic(err)
@@ -71,7 +71,7 @@ func ExampleLocal_Consume() {
 // takes to repay: Bucket4j's 121000 tokens on 1000 per minute.
 func ExampleLocal_ConsumeIgnoringRateLimits() {
 	cfg, _ := core.NewConfig(core.Greedy(1000, 1000, time.Minute))
-	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(clock.NewFake(time.Unix(0, 0))))
+	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithClock(clock.NewFake(time.Unix(0, 0))))
 	wait, _ := bucket.ConsumeIgnoringRateLimits(context.Background(), 121000)
 	fmt.Println(wait)
 	// Output: 2h0m0s

@@ -2,6 +2,7 @@ package bucketgrid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -121,158 +122,93 @@ func validOp(op *core.Op) error {
 	return r.Validate()
 }
 
-func (h *Handle) consumed(ok bool, n int64) {
-	if ok {
-		h.listener.OnConsumed(n)
-	} else {
-		h.listener.OnRejected(n)
-	}
-}
-
-// TryConsume takes n tokens if they are available now.
-func (h *Handle) TryConsume(ctx context.Context, n int64) (bool, error) {
-	r, err := h.one(ctx, core.Op{Kind: core.OpTryConsume, Tokens: n})
+// run sends op as a request of its own; the runner of the shared
+// behaviour.
+func (h *Handle) run(ctx context.Context, op core.Op, verbose bool) (core.Result, core.Diagnostics, error) {
+	resp, err := h.do(ctx, []core.Op{op}, verbose)
 	if err != nil {
-		return false, err
+		return core.Result{}, core.Diagnostics{}, err
 	}
-	h.consumed(r.OK, n)
-	return r.OK, nil
-}
-
-// TryConsumeAndReturnRemaining takes n tokens if available and reports the
-// remaining tokens and waits.
-func (h *Handle) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (core.Probe, error) {
-	r, err := h.one(ctx, core.Op{Kind: core.OpTryConsumeAndReturnRemaining, Tokens: n})
-	if err != nil {
-		return core.Probe{}, err
-	}
-	h.consumed(r.OK, n)
-	return core.Probe{Consumed: r.OK, Remaining: r.Tokens, WaitForRefill: time.Duration(r.Wait), WaitForReset: time.Duration(r.Reset)}, nil
-}
-
-// EstimateAbilityToConsume reports whether n tokens could be taken now.
-func (h *Handle) EstimateAbilityToConsume(ctx context.Context, n int64) (core.Estimate, error) {
-	r, err := h.one(ctx, core.Op{Kind: core.OpEstimate, Tokens: n})
-	if err != nil {
-		return core.Estimate{}, err
-	}
-	return core.Estimate{CanBeConsumed: r.OK, Remaining: r.Tokens, WaitForRefill: time.Duration(r.Wait)}, nil
-}
-
-// TryConsumeAsMuchAsPossible takes up to limit tokens.
-func (h *Handle) TryConsumeAsMuchAsPossible(ctx context.Context, limit int64) (int64, error) {
-	r, err := h.one(ctx, core.Op{Kind: core.OpTryConsumeAsMuchAsPossible, Tokens: limit})
-	if err != nil {
-		return 0, err
-	}
-	if r.Tokens > 0 {
-		h.listener.OnConsumed(r.Tokens)
-	}
-	return r.Tokens, nil
-}
-
-// AddTokens adds n tokens, capped at capacity.
-func (h *Handle) AddTokens(ctx context.Context, n int64) error {
-	_, err := h.one(ctx, core.Op{Kind: core.OpAddTokens, Tokens: n})
-	return err
-}
-
-// ForceAddTokens adds n tokens beyond capacity.
-func (h *Handle) ForceAddTokens(ctx context.Context, n int64) error {
-	_, err := h.one(ctx, core.Op{Kind: core.OpForceAddTokens, Tokens: n})
-	return err
-}
-
-// ConsumeIgnoringRateLimits takes n tokens into overdraft if need be.
-func (h *Handle) ConsumeIgnoringRateLimits(ctx context.Context, n int64) (time.Duration, error) {
-	r, err := h.one(ctx, core.Op{Kind: core.OpConsumeIgnoringRateLimits, Tokens: n})
-	if err != nil {
-		return 0, err
-	}
-	if !r.OK {
-		return 0, ErrOverdraftTooLarge
-	}
-	h.listener.OnConsumed(n)
-	return time.Duration(r.Wait), nil
-}
-
-// Reset fills the bucket.
-func (h *Handle) Reset(ctx context.Context) error {
-	_, err := h.one(ctx, core.Op{Kind: core.OpReset})
-	return err
-}
-
-// AvailableTokens returns the available tokens.
-func (h *Handle) AvailableTokens(ctx context.Context) (int64, error) {
-	r, err := h.one(ctx, core.Op{Kind: core.OpAvailableTokens})
-	return r.Tokens, err
-}
-
-// ReplaceConfiguration replaces the stored configuration explicitly; the
-// stored configuration version is left as it is.
-func (h *Handle) ReplaceConfiguration(ctx context.Context, cfg core.Config, strategy core.TokensInheritance) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	_, err := h.one(ctx, core.Op{Kind: core.OpReplaceConfiguration, Config: &cfg, Inheritance: strategy})
-	return err
-}
-
-// Diagnose returns the stored configuration, state and diagnostics.
-func (h *Handle) Diagnose(ctx context.Context) (core.Diagnostics, error) {
-	resp, err := h.do(ctx, []core.Op{{Kind: core.OpGetConfiguration}}, true)
-	if err != nil {
-		return core.Diagnostics{}, err
+	if !verbose {
+		return resp.Results[0], core.Diagnostics{}, nil
 	}
 	if resp.Diagnostics == nil {
-		return core.Diagnostics{}, fmt.Errorf("bucketgrid: executor answered without diagnostics")
+		return core.Result{}, core.Diagnostics{}, errors.New("bucketgrid: executor answered a verbose request without diagnostics")
 	}
-	return *resp.Diagnostics, nil
+	return resp.Results[0], *resp.Diagnostics, nil
 }
 
-// Consume takes n tokens, waiting as long as needed.
+func (h *Handle) events() Listener     { return h.listener }
+func (h *Handle) sleeper() clock.Clock { return h.m.clock }
+
+// validConfig validates cfg for the executing side, whose clock is a wall
+// clock.
+func (h *Handle) validConfig(cfg *core.Config) error { return cfg.ValidateForClock(true) }
+
+// TryConsume implements Bucket.TryConsume in one request.
+func (h *Handle) TryConsume(ctx context.Context, n int64) (bool, error) { return tryConsume(ctx, h, n) }
+
+// TryConsumeAndReturnRemaining implements Bucket.TryConsumeAndReturnRemaining
+// in one request.
+func (h *Handle) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (core.Probe, error) {
+	return tryConsumeAndReturnRemaining(ctx, h, n)
+}
+
+// TryConsumeAndReturnRemainingVerbose implements
+// Bucket.TryConsumeAndReturnRemainingVerbose in one request.
+func (h *Handle) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error) {
+	return tryConsumeVerbose(ctx, h, n)
+}
+
+// EstimateAbilityToConsume implements Bucket.EstimateAbilityToConsume.
+func (h *Handle) EstimateAbilityToConsume(ctx context.Context, n int64) (core.Estimate, error) {
+	return estimate(ctx, h, n)
+}
+
+// TryConsumeAsMuchAsPossible implements Bucket.TryConsumeAsMuchAsPossible.
+func (h *Handle) TryConsumeAsMuchAsPossible(ctx context.Context, limit int64) (int64, error) {
+	return tryConsumeAsMuchAsPossible(ctx, h, limit)
+}
+
+// AddTokens implements Bucket.AddTokens.
+func (h *Handle) AddTokens(ctx context.Context, n int64) error {
+	return addTokens(ctx, h, core.OpAddTokens, n)
+}
+
+// ForceAddTokens implements Bucket.ForceAddTokens.
+func (h *Handle) ForceAddTokens(ctx context.Context, n int64) error {
+	return addTokens(ctx, h, core.OpForceAddTokens, n)
+}
+
+// ConsumeIgnoringRateLimits implements Bucket.ConsumeIgnoringRateLimits.
+func (h *Handle) ConsumeIgnoringRateLimits(ctx context.Context, n int64) (time.Duration, error) {
+	return consumeIgnoringRateLimits(ctx, h, n)
+}
+
+// Reset implements Bucket.Reset.
+func (h *Handle) Reset(ctx context.Context) error { return reset(ctx, h) }
+
+// AvailableTokens implements Bucket.AvailableTokens.
+func (h *Handle) AvailableTokens(ctx context.Context) (int64, error) { return availableTokens(ctx, h) }
+
+// ReplaceConfiguration implements Bucket.ReplaceConfiguration explicitly; the
+// stored configuration version is left as it is.
+func (h *Handle) ReplaceConfiguration(ctx context.Context, cfg core.Config, strategy core.TokensInheritance) error {
+	return replaceConfiguration(ctx, h, cfg, strategy)
+}
+
+// Diagnose implements Bucket.Diagnose with the stored bucket.
+func (h *Handle) Diagnose(ctx context.Context) (core.Diagnostics, error) { return diagnose(ctx, h) }
+
+// Consume implements Bucket.Consume: one request reserves the tokens, then
+// it sleeps on the Manager's clock.
 func (h *Handle) Consume(ctx context.Context, n int64) error {
-	ok, err := h.reserveAndWait(ctx, n, math.MaxInt64)
-	if err == nil && !ok {
-		err = ErrExceedsCapacity
-	}
+	_, err := consumeWithin(ctx, h, n, math.MaxInt64, true)
 	return err
 }
 
-// TryConsumeWithin takes n tokens if they arrive within maxWait, waiting for
-// them.
+// TryConsumeWithin implements Bucket.TryConsumeWithin: one request reserves
+// the tokens, then it sleeps on the Manager's clock.
 func (h *Handle) TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return h.reserveAndWait(ctx, n, int64(maxWait))
-}
-
-// reserveAndWait reserves n tokens in one request, then waits out the
-// reservation. If ctx ends during the wait the tokens are given back.
-func (h *Handle) reserveAndWait(ctx context.Context, n, maxWait int64) (bool, error) {
-	if maxWait < 0 {
-		maxWait = 0
-	}
-	r, err := h.one(ctx, core.Op{Kind: core.OpReserve, Tokens: n, MaxWait: maxWait})
-	if err != nil {
-		return false, err
-	}
-	if !r.OK {
-		h.listener.OnRejected(n)
-		return false, nil
-	}
-	if r.Wait > 0 {
-		h.listener.OnParked(time.Duration(r.Wait))
-		if err := clock.Sleep(ctx, h.m.clock, time.Duration(r.Wait)); err != nil {
-			h.listener.OnInterrupted(err)
-			// give the reservation back; the caller's context is over, so
-			// use a short context of our own
-			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if _, aerr := h.one(back, core.Op{Kind: core.OpAddTokens, Tokens: n}); aerr != nil {
-				return false, fmt.Errorf("%w (returning the reserved tokens failed: %v)", err, aerr)
-			}
-			return false, err
-		}
-	}
-	h.listener.OnConsumed(n)
-	return true, nil
+	return consumeWithin(ctx, h, n, int64(maxWait), false)
 }

@@ -100,16 +100,6 @@ const inlineKey = 24
 // shares among its buckets.
 const sharedConfigs = 8
 
-// LocalMapOption configures NewLocalMap.
-type LocalMapOption func(*localMapOptions)
-
-type localMapOptions struct {
-	maxEntries int
-	idle       time.Duration
-	clock      clock.Clock
-	listener   Listener
-}
-
 // DefaultMaxEntries is the bound of a LocalMap without WithMaxEntries, the
 // size of the Spring Boot article's cache.
 const DefaultMaxEntries = 100_000
@@ -117,37 +107,13 @@ const DefaultMaxEntries = 100_000
 // evictionSample is how many entries an insertion into a full shard looks at.
 const evictionSample = 16
 
-// WithMaxEntries bounds the number of buckets a LocalMap holds; n < 1 means
-// 1. The default is DefaultMaxEntries. The map is split into shards of
-// n/shards entries each, so it may begin evicting slightly before it holds n
-// buckets, never after.
-func WithMaxEntries(n int) LocalMapOption {
-	return func(o *localMapOptions) { o.maxEntries = max(n, 1) }
-}
-
-// WithIdleTimeout expires a bucket that has not been looked up for d
-// (Caffeine's expireAfterAccess); d ≤ 0, the default, expires nothing for
-// idleness (the bound still applies). Lookups record their time only when
-// the record lags by d/64 (at most 1 ms), so a bucket may expire up to that
-// much early.
-func WithIdleTimeout(d time.Duration) LocalMapOption {
-	return func(o *localMapOptions) { o.idle = max(d, 0) }
-}
-
-// WithMapClock sets the clock of the map's buckets and of idle expiry; the
-// default is clock.Monotonic(). Aligned refill styles need a wall clock.
-func WithMapClock(c clock.Clock) LocalMapOption { return func(o *localMapOptions) { o.clock = c } }
-
-// WithMapListener sets the listener of every bucket of the map.
-func WithMapListener(l Listener) LocalMapOption { return func(o *localMapOptions) { o.listener = l } }
-
 // NewLocalMap returns an empty map whose bucket for a key is created, on the
 // key's first lookup, from configFor(key): per-client plans come from there.
-func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalMapOption) *LocalMap {
-	o := localMapOptions{maxEntries: DefaultMaxEntries}
-	for _, opt := range opts {
-		opt(&o)
-	}
+// It takes the options WithClock (the clock of the buckets and of idle
+// expiry), WithListener (of every bucket), WithMaxEntries and
+// WithIdleTimeout, and panics on any other.
+func NewLocalMap(configFor func(key string) (core.Config, error), opts ...Option) *LocalMap {
+	o := collect("NewLocalMap", localMapOptions, opts)
 	// shards: a power of two, at most 256, each holding at least 16 entries
 	// when the bound allows it.
 	nshards := 256
@@ -228,7 +194,7 @@ func (m *LocalMap) TryConsume(ctx context.Context, key string, n int64) (bool, e
 	ok := l.b.TryConsume(n, now)
 	l.mu.Unlock()
 	if l.env.listen() != nil {
-		l.report(ok, n)
+		report(l.env.listener, ok, n)
 	}
 	return ok, nil
 }
@@ -248,7 +214,7 @@ func (m *LocalMap) TryConsumeAndReturnRemaining(ctx context.Context, key string,
 	p := l.b.TryConsumeAndReturnRemaining(n, now)
 	l.mu.Unlock()
 	if l.env.listen() != nil {
-		l.report(p.Consumed, n)
+		report(l.env.listener, p.Consumed, n)
 	}
 	return p, nil
 }

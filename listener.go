@@ -5,8 +5,16 @@ import (
 	"time"
 )
 
-// Listener observes a bucket's events. Methods are called synchronously on
-// the caller's goroutine and must be fast and safe for concurrent use.
+// Listener observes a bucket's events, the same for a Local and a Handle.
+// Methods are called synchronously on the caller's goroutine (for a Local,
+// after its lock is released) and must be fast and safe for concurrent use.
+//
+// TryConsume, TryConsumeAndReturnRemaining and its verbose form report
+// consumed or rejected n; TryConsumeAsMuchAsPossible reports consumed for a
+// positive take; ConsumeIgnoringRateLimits reports consumed; Consume and
+// TryConsumeWithin report rejected (a wait over maxWait), parked before a
+// wait, interrupted when ctx ends during it, and consumed on success. A
+// call that returns any other error reports nothing.
 type Listener interface {
 	// OnConsumed is called when tokens were consumed.
 	OnConsumed(tokens int64)

@@ -2,7 +2,6 @@ package bucketgrid
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -12,17 +11,14 @@ import (
 )
 
 // Local is a token bucket whose state lives in this process: a core.Bucket
-// under a mutex. It implements Bucket; every method is safe for concurrent
-// use, and TryConsume does not allocate.
+// under a mutex. It implements Bucket with the same behaviour as a Handle
+// (see Bucket for each method); every method is safe for concurrent use,
+// and TryConsume does not allocate. Listener events are reported after the
+// bucket's lock is released, on the caller's goroutine.
 //
-// A Local only fails on invalid arguments: a non-positive token count (an
-// error wrapping ErrTokens), an invalid replacement configuration (a
-// *core.ConfigError), a blocking request for more tokens than a capacity
-// (ErrExceedsCapacity), an overdraft beyond the int64 range
-// (ErrOverdraftTooLarge), or the end of the context of a blocking call.
-//
-// Listener events are reported after the bucket's lock is released, on the
-// caller's goroutine.
+// A Local fails only on invalid arguments (see Bucket), in its blocking
+// calls, and never on I/O. Create one with NewLocal: the zero Local has no
+// bandwidth and panics on use.
 type Local struct {
 	mu sync.Mutex
 	b  core.Bucket // guarded by mu
@@ -55,36 +51,14 @@ func (e *localEnv) listen() Listener {
 	return e.listener
 }
 
-// LocalOption configures NewLocal.
-type LocalOption func(*localOptions)
-
-type localOptions struct {
-	clock    clock.Clock
-	listener Listener
-}
-
-// WithLocalClock makes the bucket tell time by c instead of
-// clock.Monotonic(). Aligned refill styles need a clock whose Wall method
-// reports true, such as clock.Wall(), clock.WallMillis() or a *clock.Fake;
-// blocking calls wait with clock.Sleep on c, so a clock.Sleeper controls
-// them. A nil c selects the default.
-func WithLocalClock(c clock.Clock) LocalOption { return func(o *localOptions) { o.clock = c } }
-
-// WithLocalListener makes the bucket report its events to l, synchronously,
-// after the bucket's lock is released. A nil l reports nothing, the default.
-func WithLocalListener(l Listener) LocalOption { return func(o *localOptions) { o.listener = l } }
-
 // NewLocal returns a bucket of configuration cfg, full (or at each
-// bandwidth's initial tokens) at the clock's current time. It validates cfg
-// first, with cfg.ValidateForClock(c.Wall()) for the bucket's clock c, and
-// returns the
-// *core.ConfigError without building anything when cfg is invalid. The
-// bucket keeps its own copy of cfg.
-func NewLocal(cfg core.Config, opts ...LocalOption) (*Local, error) {
-	var o localOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
+// bandwidth's initial tokens) at the clock's current time. It takes the
+// options WithClock and WithListener, and panics on any other. It validates
+// cfg first, with cfg.ValidateForClock(c.Wall()) for the bucket's clock c,
+// and returns the *core.ConfigError without building anything when cfg is
+// invalid. The bucket keeps its own copy of cfg.
+func NewLocal(cfg core.Config, opts ...Option) (*Local, error) {
+	o := collect("NewLocal", localOptions, opts)
 	l := new(Local)
 	if err := l.init(&cfg, newEnv(o.clock, o.listener)); err != nil {
 		return nil, err
@@ -119,19 +93,36 @@ func (l *Local) now() int64 {
 
 func (l *Local) wall() bool { return l.env != nil && l.env.clock != nil && l.env.clock.Wall() }
 
-// clockOrDefault returns the clock for sleeping.
-func (l *Local) clockOrDefault() clock.Clock {
+// run applies op under the lock; the runner of the shared behaviour.
+func (l *Local) run(_ context.Context, op core.Op, verbose bool) (core.Result, core.Diagnostics, error) {
+	var d core.Diagnostics
+	now := l.now()
+	l.mu.Lock()
+	r, _ := l.b.Apply(&op, now)
+	if verbose {
+		d = l.b.Diagnose(now)
+	}
+	l.mu.Unlock()
+	return r, d, nil
+}
+
+func (l *Local) events() Listener {
+	if ls := l.env.listen(); ls != nil {
+		return ls
+	}
+	return nopListener{}
+}
+
+func (l *Local) sleeper() clock.Clock {
 	if l.env == nil || l.env.clock == nil {
 		return clock.Monotonic()
 	}
 	return l.env.clock
 }
 
-// tokensError is the error for a non-positive token count n.
-func tokensError(n int64) error { return fmt.Errorf("%w, got %d", ErrTokens, n) }
+func (l *Local) validConfig(cfg *core.Config) error { return cfg.ValidateForClock(l.wall()) }
 
-// TryConsume takes n tokens if every bandwidth has them now and reports
-// whether it did. It never waits and never allocates. n must be positive.
+// TryConsume implements Bucket.TryConsume; it does not allocate.
 func (l *Local) TryConsume(_ context.Context, n int64) (bool, error) {
 	if n <= 0 {
 		return false, tokensError(n)
@@ -140,25 +131,14 @@ func (l *Local) TryConsume(_ context.Context, n int64) (bool, error) {
 	l.mu.Lock()
 	ok := l.b.TryConsume(n, now)
 	l.mu.Unlock()
-	if l.env.listen() != nil {
-		l.report(ok, n)
+	if ls := l.env.listen(); ls != nil {
+		report(ls, ok, n)
 	}
 	return ok, nil
 }
 
-// report tells the listener about a consumption attempt.
-func (l *Local) report(ok bool, n int64) {
-	if ok {
-		l.env.listener.OnConsumed(n)
-	} else {
-		l.env.listener.OnRejected(n)
-	}
-}
-
-// TryConsumeAndReturnRemaining is TryConsume that also reports the tokens
-// left and, when it refuses, how long until the request could succeed
-// (math.MaxInt64 when n exceeds a capacity and never can) and until the
-// bucket is full again.
+// TryConsumeAndReturnRemaining implements Bucket.TryConsumeAndReturnRemaining;
+// it does not allocate.
 func (l *Local) TryConsumeAndReturnRemaining(_ context.Context, n int64) (core.Probe, error) {
 	if n <= 0 {
 		return core.Probe{}, tokensError(n)
@@ -167,228 +147,69 @@ func (l *Local) TryConsumeAndReturnRemaining(_ context.Context, n int64) (core.P
 	l.mu.Lock()
 	p := l.b.TryConsumeAndReturnRemaining(n, now)
 	l.mu.Unlock()
-	if l.env.listen() != nil {
-		l.report(p.Consumed, n)
+	if ls := l.env.listen(); ls != nil {
+		report(ls, p.Consumed, n)
 	}
 	return p, nil
 }
 
-// EstimateAbilityToConsume reports whether n tokens could be taken now and,
-// if not, how long until they could; it takes nothing and
-// reports no event.
-func (l *Local) EstimateAbilityToConsume(_ context.Context, n int64) (core.Estimate, error) {
-	if n <= 0 {
-		return core.Estimate{}, tokensError(n)
-	}
-	now := l.now()
-	l.mu.Lock()
-	e := l.b.EstimateAbilityToConsume(n, now)
-	l.mu.Unlock()
-	return e, nil
+// TryConsumeAndReturnRemainingVerbose implements
+// Bucket.TryConsumeAndReturnRemainingVerbose, under one acquisition of the
+// lock.
+func (l *Local) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error) {
+	return tryConsumeVerbose(ctx, l, n)
 }
 
-// TryConsumeAsMuchAsPossible takes min(limit, available) tokens and returns
-// how many it took: zero when the bucket is empty or in overdraft. Pass
-// math.MaxInt64 for no limit; limit must be positive. A positive take is
-// reported as consumed; nothing is reported for zero.
-func (l *Local) TryConsumeAsMuchAsPossible(_ context.Context, limit int64) (int64, error) {
-	if limit <= 0 {
-		return 0, tokensError(limit)
-	}
-	now := l.now()
-	l.mu.Lock()
-	n := l.b.TryConsumeAsMuchAsPossible(limit, now)
-	l.mu.Unlock()
-	if n > 0 && l.env.listen() != nil {
-		l.env.listener.OnConsumed(n)
-	}
-	return n, nil
+// EstimateAbilityToConsume implements Bucket.EstimateAbilityToConsume.
+func (l *Local) EstimateAbilityToConsume(ctx context.Context, n int64) (core.Estimate, error) {
+	return estimate(ctx, l, n)
 }
 
-// AddTokens adds n tokens to every bandwidth, each capped at its capacity:
-// Bucket4j's way to give back tokens of a failed compensating transaction.
-func (l *Local) AddTokens(_ context.Context, n int64) error {
-	if n <= 0 {
-		return tokensError(n)
-	}
-	now := l.now()
-	l.mu.Lock()
-	l.b.AddTokens(n, now)
-	l.mu.Unlock()
-	return nil
+// TryConsumeAsMuchAsPossible implements Bucket.TryConsumeAsMuchAsPossible.
+func (l *Local) TryConsumeAsMuchAsPossible(ctx context.Context, limit int64) (int64, error) {
+	return tryConsumeAsMuchAsPossible(ctx, l, limit)
 }
 
-// ForceAddTokens adds n tokens to every bandwidth even beyond its capacity;
-// a bandwidth above its capacity does not refill until consumption brings it
-// below.
-func (l *Local) ForceAddTokens(_ context.Context, n int64) error {
-	if n <= 0 {
-		return tokensError(n)
-	}
-	now := l.now()
-	l.mu.Lock()
-	l.b.ForceAddTokens(n, now)
-	l.mu.Unlock()
-	return nil
+// AddTokens implements Bucket.AddTokens.
+func (l *Local) AddTokens(ctx context.Context, n int64) error {
+	return addTokens(ctx, l, core.OpAddTokens, n)
 }
 
-// ConsumeIgnoringRateLimits takes n tokens even if that overdraws the
-// bucket, and returns how long until refill repays the debt (zero when there
-// is none). Later consumptions are refused until it is repaid. When the wait
-// would not fit in a time.Duration it takes nothing and returns
-// ErrOverdraftTooLarge.
-func (l *Local) ConsumeIgnoringRateLimits(_ context.Context, n int64) (time.Duration, error) {
-	if n <= 0 {
-		return 0, tokensError(n)
-	}
-	now := l.now()
-	l.mu.Lock()
-	d := l.b.ConsumeIgnoringRateLimits(n, now)
-	l.mu.Unlock()
-	if d == math.MaxInt64 {
-		return 0, ErrOverdraftTooLarge
-	}
-	if l.env.listen() != nil {
-		l.env.listener.OnConsumed(n)
-	}
-	return time.Duration(d), nil
+// ForceAddTokens implements Bucket.ForceAddTokens.
+func (l *Local) ForceAddTokens(ctx context.Context, n int64) error {
+	return addTokens(ctx, l, core.OpForceAddTokens, n)
 }
 
-// Reset fills every bandwidth to its capacity.
-func (l *Local) Reset(_ context.Context) error {
-	now := l.now()
-	l.mu.Lock()
-	l.b.Reset(now)
-	l.mu.Unlock()
-	return nil
+// ConsumeIgnoringRateLimits implements Bucket.ConsumeIgnoringRateLimits.
+func (l *Local) ConsumeIgnoringRateLimits(ctx context.Context, n int64) (time.Duration, error) {
+	return consumeIgnoringRateLimits(ctx, l, n)
 }
 
-// AvailableTokens returns the tokens available now: the minimum over the
-// bandwidths, negative during an overdraft.
-func (l *Local) AvailableTokens(_ context.Context) (int64, error) {
-	now := l.now()
-	l.mu.Lock()
-	n := l.b.AvailableTokens(now)
-	l.mu.Unlock()
-	return n, nil
+// Reset implements Bucket.Reset.
+func (l *Local) Reset(ctx context.Context) error { return reset(ctx, l) }
+
+// AvailableTokens implements Bucket.AvailableTokens.
+func (l *Local) AvailableTokens(ctx context.Context) (int64, error) { return availableTokens(ctx, l) }
+
+// ReplaceConfiguration implements Bucket.ReplaceConfiguration; aligned
+// refill styles need a bucket with a wall clock.
+func (l *Local) ReplaceConfiguration(ctx context.Context, cfg core.Config, strategy core.TokensInheritance) error {
+	return replaceConfiguration(ctx, l, cfg, strategy)
 }
 
-// ReplaceConfiguration switches the bucket to a copy of cfg now, carrying
-// the available tokens over by strategy with bandwidths matched by id (see
-// core.TokensInheritance). An invalid cfg (validated as by NewLocal) or an
-// unknown strategy is rejected and the bucket is left as it was.
-func (l *Local) ReplaceConfiguration(_ context.Context, cfg core.Config, strategy core.TokensInheritance) error {
-	if err := cfg.ValidateForClock(l.wall()); err != nil {
-		return err
-	}
-	if strategy > core.InheritAdditive {
-		return fmt.Errorf("bucketgrid: %w: %v", core.ErrUnknownStrategy, strategy)
-	}
-	cfg = cfg.Clone()
-	now := l.now()
-	l.mu.Lock()
-	l.b.ReplaceConfiguration(cfg, strategy, now)
-	l.mu.Unlock()
-	return nil
-}
-
-// Consume takes n tokens, waiting as long as refill takes: it reserves the
-// tokens at once (the bucket may go into overdraft, so later callers queue
-// behind) and then sleeps until they are due, on the clock's terms (a
-// clock.Fake advances instead). It returns ErrExceedsCapacity without waiting
-// when n exceeds a capacity, and ctx's error when ctx is done before the
-// call or during the wait; see TryConsumeWithin for what an interrupted wait
-// gives back.
-//
-// In the one case where even waiting cannot help, a wait beyond the int64
-// range of nanoseconds (a bucket deep in overdraft on a very slow refill),
-// Consume takes nothing and returns an error wrapping ErrOverdraftTooLarge.
+// Consume implements Bucket.Consume, sleeping on the bucket's clock.
 func (l *Local) Consume(ctx context.Context, n int64) error {
-	ok, err := l.consumeWithin(ctx, n, math.MaxInt64)
-	if err == nil && !ok {
-		return fmt.Errorf("%w: %d tokens would come after more than %v", ErrOverdraftTooLarge, n, time.Duration(math.MaxInt64))
-	}
+	_, err := consumeWithin(ctx, l, n, math.MaxInt64, true)
 	return err
 }
 
-// TryConsumeWithin takes n tokens if they can be had within maxWait, waiting
-// for them as Consume does, and reports whether it took them. It returns
-// false without waiting when the wait would exceed maxWait (a rejection), and
-// ErrExceedsCapacity when n exceeds a capacity. A negative maxWait is zero.
-//
-// If ctx is done while waiting, the reserved tokens are given back with
-// AddTokens (capped at capacity, as any addition) and ctx's error is
-// returned. Bucket4j differs here: its blocking bucket keeps the reservation
-// of an interrupted thread, so the tokens are lost; giving them back matches
-// the promise that a failed call has taken nothing.
-//
-// Events: rejected (over maxWait), parked(wait) before a wait, interrupted
-// on ctx's end, consumed on success.
+// TryConsumeWithin implements Bucket.TryConsumeWithin, sleeping on the
+// bucket's clock.
 func (l *Local) TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return l.consumeWithin(ctx, n, max(int64(maxWait), 0))
+	return consumeWithin(ctx, l, n, int64(maxWait), false)
 }
 
-func (l *Local) consumeWithin(ctx context.Context, n, maxWait int64) (bool, error) {
-	if n <= 0 {
-		return false, tokensError(n)
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	now := l.now()
-	l.mu.Lock()
-	if n > l.minCapacity() {
-		l.mu.Unlock()
-		return false, fmt.Errorf("%w: %d tokens", ErrExceedsCapacity, n)
-	}
-	d := l.b.Reserve(n, maxWait, now)
-	l.mu.Unlock()
-	if d == math.MaxInt64 {
-		if l.env.listen() != nil {
-			l.env.listener.OnRejected(n)
-		}
-		return false, nil
-	}
-	if d > 0 {
-		if l.env.listen() != nil {
-			l.env.listener.OnParked(time.Duration(d))
-		}
-		if err := clock.Sleep(ctx, l.clockOrDefault(), time.Duration(d)); err != nil {
-			now := l.now()
-			l.mu.Lock()
-			l.b.AddTokens(n, now)
-			l.mu.Unlock()
-			if l.env.listen() != nil {
-				l.env.listener.OnInterrupted(err)
-			}
-			return false, err
-		}
-	}
-	if l.env.listen() != nil {
-		l.env.listener.OnConsumed(n)
-	}
-	return true, nil
-}
-
-// minCapacity returns the smallest capacity; l.mu must be held.
-func (l *Local) minCapacity() int64 {
-	bws := l.b.Config.Bandwidths
-	c := bws[0].Capacity
-	for i := 1; i < len(bws); i++ {
-		c = min(c, bws[i].Capacity)
-	}
-	return c
-}
-
-// Diagnose returns a snapshot of the configuration and state refilled to
-// now, the tokens of each bandwidth and the time until the bucket is full:
-// the verbose API. The snapshot is a copy the caller may keep.
-func (l *Local) Diagnose(_ context.Context) (core.Diagnostics, error) {
-	now := l.now()
-	l.mu.Lock()
-	d := l.b.Diagnose(now)
-	l.mu.Unlock()
-	return d, nil
-}
+// Diagnose implements Bucket.Diagnose.
+func (l *Local) Diagnose(ctx context.Context) (core.Diagnostics, error) { return diagnose(ctx, l) }
 
 var _ Bucket = (*Local)(nil)

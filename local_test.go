@@ -24,7 +24,7 @@ func newTestLocal(t *testing.T, bws ...core.Bandwidth) (*Local, *clock.Fake, *Co
 	}
 	clk := clock.NewFake(t0)
 	var cl CountingListener
-	l, err := NewLocal(cfg, WithLocalClock(clk), WithLocalListener(&cl))
+	l, err := NewLocal(cfg, WithClock(clk), WithListener(&cl))
 	if err != nil {
 		t.Fatalf("NewLocal: %v", err)
 	}
@@ -45,20 +45,20 @@ func TestNewLocalValidates(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  core.Config
-		opts []LocalOption
+		opts []Option
 		want error // nil: valid
 	}{
 		{"no bandwidths", core.Config{}, nil, core.ErrNoBandwidths},
 		{"zero capacity", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(0, 1, time.Second)}}, nil, core.ErrCapacity},
 		{"too fast", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 2, time.Nanosecond)}}, nil, core.ErrRefillTooFast},
 		{"aligned on monotonic clock", aligned, nil, core.ErrNeedsWallClock},
-		{"aligned on explicit monotonic clock", aligned, []LocalOption{WithLocalClock(clock.Monotonic())}, core.ErrNeedsWallClock},
-		{"aligned on wall clock", aligned, []LocalOption{WithLocalClock(clock.Wall())}, nil},
-		{"aligned on millis clock", aligned, []LocalOption{WithLocalClock(clock.WallMillis())}, nil},
-		{"aligned on fake clock", aligned, []LocalOption{WithLocalClock(clock.NewFake(t0))}, nil},
+		{"aligned on explicit monotonic clock", aligned, []Option{WithClock(clock.Monotonic())}, core.ErrNeedsWallClock},
+		{"aligned on wall clock", aligned, []Option{WithClock(clock.Wall())}, nil},
+		{"aligned on millis clock", aligned, []Option{WithClock(clock.WallMillis())}, nil},
+		{"aligned on fake clock", aligned, []Option{WithClock(clock.NewFake(t0))}, nil},
 		{"greedy on default clock", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}}, nil, nil},
 		{"nil clock and listener", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}},
-			[]LocalOption{WithLocalClock(nil), WithLocalListener(nil)}, nil},
+			[]Option{WithClock(nil), WithListener(nil)}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,7 +82,7 @@ func TestNewLocalValidates(t *testing.T) {
 
 func TestNewLocalCopiesConfig(t *testing.T) {
 	bws := []core.Bandwidth{core.Greedy(10, 1, time.Second)}
-	l, err := NewLocal(core.Config{Bandwidths: bws}, WithLocalClock(clock.NewFake(t0)))
+	l, err := NewLocal(core.Config{Bandwidths: bws}, WithClock(clock.NewFake(t0)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestLocalConsumeCancelledGivesTokensBack(t *testing.T) {
 	cfg, _ := core.NewConfig(core.Greedy(10, 10, time.Second).WithInitialTokens(4))
 	clk := blockingClock{clock.NewFake(t0), make(chan time.Duration)}
 	var cl CountingListener
-	l, err := NewLocal(cfg, WithLocalClock(clk), WithLocalListener(&cl))
+	l, err := NewLocal(cfg, WithClock(clk), WithListener(&cl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestLocalConsumeCancelledGivesTokensBack(t *testing.T) {
 func TestLocalConsumeRealClockDeadline(t *testing.T) {
 	cfg, _ := core.NewConfig(core.Greedy(10, 1, time.Hour).WithInitialTokens(0))
 	var cl CountingListener
-	l, err := NewLocal(cfg, WithLocalListener(&cl))
+	l, err := NewLocal(cfg, WithListener(&cl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +457,7 @@ func TestLocalConsumeRealClockDeadline(t *testing.T) {
 	}
 	// a short real wait completes
 	cfg2, _ := core.NewConfig(core.Greedy(1, 1, 2*time.Millisecond).WithInitialTokens(0))
-	l2, _ := NewLocal(cfg2, WithLocalClock(clock.Monotonic()))
+	l2, _ := NewLocal(cfg2, WithClock(clock.Monotonic()))
 	start := time.Now()
 	if ok, err := l2.TryConsumeWithin(context.Background(), 1, time.Second); !ok || err != nil {
 		t.Fatalf("TryConsumeWithin = %v, %v", ok, err)
@@ -550,7 +550,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	m := NewLocalMap(func(string) (core.Config, error) { return cfg, nil })
 	m.Bucket("client")
 	var cl CountingListener
-	withListener, _ := NewLocal(cfg, WithLocalListener(&cl))
+	withListener, _ := NewLocal(cfg, WithListener(&cl))
 	paths := map[string]func(){
 		"Local.TryConsume":                   func() { l.TryConsume(ctx, 1) },
 		"Local.TryConsumeAndReturnRemaining": func() { l.TryConsumeAndReturnRemaining(ctx, 1) },

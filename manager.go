@@ -46,30 +46,13 @@ type ConfigFunc func(ctx context.Context) (core.Config, error)
 // Manager hands out distributed buckets stored through an Executor. It is
 // safe for concurrent use; handles are cheap.
 type Manager struct {
-	exec      Executor
-	recovery  RecoveryStrategy
-	expiry    core.Expiry
-	expirySet bool // WithExpiration was given
-	listener  Listener
-	clock     clock.Clock
-	fitKeys   int // WithFitKeys's maxLen; 0: keys go to the executor as they are
-	corrupt   corruptLog
-}
-
-// ManagerOption configures a Manager.
-type ManagerOption func(*Manager)
-
-// WithRecovery sets the recovery strategy; the default reconstructs.
-func WithRecovery(r RecoveryStrategy) ManagerOption { return func(m *Manager) { m.recovery = r } }
-
-// WithExpiration sets the expiration-after-write policy for every write; the
-// default is ExpireAfterRefill(DefaultExpiryMargin), which is always safe: a
-// bucket expires only once it is full again (plus the margin), and a new
-// one holds the same tokens (an intervally refill restarts its interval, so
-// it refills later, never sooner). Pass ExpireNever() to keep buckets until
-// removed, or see ExpireFixed.
-func WithExpiration(e core.Expiry) ManagerOption {
-	return func(m *Manager) { m.expiry, m.expirySet = e, true }
+	exec     Executor
+	recovery RecoveryStrategy
+	expiry   core.Expiry
+	listener Listener
+	clock    clock.Clock
+	fitKeys  int // WithFitKeys's maxLen; 0: keys go to the executor as they are
+	corrupt  corruptLog
 }
 
 // DefaultExpiryMargin is the margin of a Manager's default expiration,
@@ -79,47 +62,6 @@ func WithExpiration(e core.Expiry) ManagerOption {
 // seconds on Couchbase) with room to spare, and costs only that minute of
 // storage.
 const DefaultExpiryMargin = time.Minute
-
-// WithFitKeys maps every key through core.FitKey(key, maxLen) before it
-// reaches the executor: a key longer than maxLen bytes, not valid UTF-8, or
-// starting with core.DigestMarker ('#') is replaced by its digest
-// (core.DigestKey, 44 bytes of ASCII), every other key is kept as it is. No
-// two keys share a bucket (short of a SHA-256 collision): digests live in a
-// namespace of their own, which no literal key can reach.
-//
-// Turn it on when clients choose keys (API keys, header values) and the
-// backend has a key rule, with the backend's limit for the key as the
-// executor receives it: for Couchbase, 250 bytes minus the prefix the
-// store's key mapping adds (couchbase.MaxKeyLen - len(prefix)); for MongoDB,
-// mongo.MaxKeyLen. Without it such keys are refused with an error wrapping
-// ErrInvalidKey (an HTTP middleware answers 400). Turning it on later moves
-// the keys it changes (long, non-UTF-8 or '#'-prefixed ones) to new, full
-// buckets. Handle.Key still returns the key as given.
-//
-// NewManager panics when maxLen < core.DigestKeyLen, a limit no digest fits:
-// backends' limits are constants, so the first test catches it.
-func WithFitKeys(maxLen int) ManagerOption {
-	return func(m *Manager) {
-		if maxLen < core.DigestKeyLen {
-			panic(fmt.Sprintf("bucketgrid: WithFitKeys(%d): below core.DigestKeyLen (%d), no digest fits", maxLen, core.DigestKeyLen))
-		}
-		m.fitKeys = maxLen
-	}
-}
-
-// WithLogger sets where a Manager logs the events it must not handle
-// silently (a corrupt record replaced, once per key, the key redacted); the
-// default is slog.Default().
-func WithLogger(l *slog.Logger) ManagerOption { return func(m *Manager) { m.corrupt.logger = l } }
-
-// WithManagerListener sets the client-side listener of every handle that
-// does not set its own.
-func WithManagerListener(l Listener) ManagerOption { return func(m *Manager) { m.listener = l } }
-
-// WithManagerClock sets the clock the blocking operations wait on with
-// clock.Sleep (a *clock.Fake makes them return at once); the default is
-// clock.Wall(). Bucket time itself always comes from the executing side.
-func WithManagerClock(c clock.Clock) ManagerOption { return func(m *Manager) { m.clock = c } }
 
 // ExpireNever keeps buckets until removed.
 func ExpireNever() core.Expiry { return core.Expiry{} }
@@ -139,13 +81,22 @@ func ExpireAfterRefill(margin time.Duration) core.Expiry {
 	return core.Expiry{Kind: core.ExpireAfterRefill, Margin: int64(margin)}
 }
 
-// NewManager returns a Manager over exec.
-func NewManager(exec Executor, opts ...ManagerOption) *Manager {
-	m := &Manager{exec: exec, listener: nopListener{}, clock: clock.Wall()}
-	for _, o := range opts {
-		o(m)
+// NewManager returns a Manager over exec. It takes the options WithClock
+// (the clock blocking calls wait on), WithListener (the default listener of
+// handles), WithRecovery, WithExpiration, WithFitKeys and WithLogger, and
+// panics on any other.
+func NewManager(exec Executor, opts ...Option) *Manager {
+	o := collect("NewManager", managerOptions, opts)
+	m := &Manager{exec: exec, recovery: o.recovery, expiry: o.expiry, listener: o.listener, clock: o.clock,
+		fitKeys: o.fitKeys}
+	m.corrupt.logger = o.logger
+	if m.listener == nil {
+		m.listener = nopListener{}
 	}
-	if !m.expirySet {
+	if m.clock == nil {
+		m.clock = clock.Wall()
+	}
+	if o.set&optExpiration == 0 {
 		m.expiry = ExpireAfterRefill(DefaultExpiryMargin)
 	}
 	if m.corrupt.logger == nil {
@@ -163,28 +114,21 @@ func (m *Manager) storeKey(key string) string {
 	return k
 }
 
-// BucketOption configures one handle.
-type BucketOption func(*Handle)
-
-// WithConfigVersion enables implicit configuration replacement: when the
-// stored configuration's version is below version, the configuration function
-// runs and its result replaces the stored one, carrying tokens over by
-// strategy. A stored version is never lowered, so handles with an older
-// version keep using the newer configuration.
-func WithConfigVersion(version int64, strategy core.TokensInheritance) BucketOption {
-	return func(h *Handle) { h.version, h.inherit = version, strategy }
-}
-
-// WithListener sets the handle's listener.
-func WithListener(l Listener) BucketOption { return func(h *Handle) { h.listener = l } }
-
 // Bucket returns a handle to key's bucket. Nothing is read or written until
 // the first operation; configFn runs only when the bucket must be created or
-// its configuration replaced.
-func (m *Manager) Bucket(key string, configFn ConfigFunc, opts ...BucketOption) *Handle {
+// its configuration replaced. It takes the options WithListener (replacing
+// the Manager's) and WithConfigVersion, and panics on any other.
+func (m *Manager) Bucket(key string, configFn ConfigFunc, opts ...Option) *Handle {
 	h := &Handle{m: m, key: key, storeKey: m.storeKey(key), configFn: configFn, listener: m.listener}
-	for _, o := range opts {
-		o(h)
+	if len(opts) > 0 {
+		o := collect("Manager.Bucket", handleOptions, opts)
+		if o.set&optListener != 0 {
+			h.listener = o.listener
+			if h.listener == nil {
+				h.listener = nopListener{}
+			}
+		}
+		h.version, h.inherit = o.version, o.inherit
 	}
 	return h
 }

@@ -22,11 +22,11 @@ type managerFixture struct {
 	calls int
 }
 
-func newManagerFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *managerFixture {
+func newManagerFixture(t *testing.T, opts ...bucketgrid.Option) *managerFixture {
 	t.Helper()
 	f := &managerFixture{clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
 	f.store = memstore.New(memstore.WithClock(f.clock))
-	opts = append([]bucketgrid.ManagerOption{bucketgrid.WithManagerClock(f.clock)}, opts...)
+	opts = append([]bucketgrid.Option{bucketgrid.WithClock(f.clock)}, opts...)
 	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), opts...)
 	return f
 }
@@ -99,7 +99,7 @@ func TestImplicitReplacement(t *testing.T) {
 
 func TestBlockingConsumeWaitsExactly(t *testing.T) {
 	var l bucketgrid.CountingListener
-	f := newManagerFixture(t, bucketgrid.WithManagerListener(&l))
+	f := newManagerFixture(t, bucketgrid.WithListener(&l))
 	ctx := context.Background()
 	h := f.m.Bucket("k", f.config(core.Greedy(10, 10, time.Second)))
 	if err := h.Consume(ctx, 10); err != nil {
@@ -133,7 +133,7 @@ func TestInterruptedConsumeGivesTokensBack(t *testing.T) {
 	var l bucketgrid.CountingListener
 	f := newManagerFixture(t)
 	m := bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)),
-		bucketgrid.WithManagerClock(cancelClock{f.clock}), bucketgrid.WithManagerListener(&l))
+		bucketgrid.WithClock(cancelClock{f.clock}), bucketgrid.WithListener(&l))
 	h := m.Bucket("k", f.config(core.Greedy(10, 10, time.Second)))
 	bg := context.Background()
 	if _, err := h.TryConsume(bg, 10); err != nil {
@@ -222,7 +222,7 @@ func TestVerboseProbeMatchesStateAfterConsumption(t *testing.T) {
 	f := newManagerFixture(t)
 	ctx := context.Background()
 	cfg, _ := core.NewConfig(core.Greedy(10, 10, time.Second).WithID("s"), core.Greedy(100, 100, time.Minute).WithID("m"))
-	local, err := bucketgrid.NewLocal(cfg, bucketgrid.WithLocalClock(f.clock))
+	local, err := bucketgrid.NewLocal(cfg, bucketgrid.WithClock(f.clock))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -286,7 +286,7 @@ func TestProcessBatch(t *testing.T) {
 		{OK: true, Tokens: 5},
 		{OK: true},
 		{OK: true},
-		{OK: true, Wait: 7 * perToken}, // the debt of 7
+		{OK: true, Wait: 7 * perToken},    // the debt of 7
 		{Tokens: 10, Wait: math.MaxInt64}, // refused; Tokens: the capacity
 		{OK: true, Tokens: -7},
 		{OK: true},

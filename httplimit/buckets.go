@@ -78,8 +78,8 @@ func NewLocal(plan Plan, opts ...Option) *Local {
 	if c == nil {
 		c = clock.Monotonic()
 	}
-	mapOpts := []bucketgrid.LocalMapOption{
-		bucketgrid.WithMapClock(c),
+	mapOpts := []bucketgrid.Option{
+		bucketgrid.WithClock(c),
 		bucketgrid.WithMaxEntries(o.maxClients),
 		bucketgrid.WithIdleTimeout(o.idle),
 	}
@@ -111,7 +111,7 @@ type Managed struct {
 	m     *bucketgrid.Manager
 	plan  Plan
 	clock clock.Clock
-	bopts []bucketgrid.BucketOption
+	bopts []bucketgrid.Option
 }
 
 // NewManaged returns distributed per-client buckets held by m, created from

@@ -33,7 +33,7 @@ type options struct {
 	clock      clock.Clock
 	maxClients int
 	idle       time.Duration
-	bucketOpts []bucketgrid.BucketOption
+	bucketOpts []bucketgrid.Option
 }
 
 // DefaultTimeout is how long the middleware waits for a bucket by default
@@ -162,7 +162,7 @@ func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idle 
 // WithBucketOptions passes options to every Manager.Bucket call of
 // NewManaged, e.g. bucketgrid.WithConfigVersion for implicit configuration
 // replacement.
-func WithBucketOptions(opts ...bucketgrid.BucketOption) Option {
+func WithBucketOptions(opts ...bucketgrid.Option) Option {
 	return func(o *options) { o.bucketOpts = append(o.bucketOpts, opts...) }
 }
 

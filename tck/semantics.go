@@ -25,7 +25,7 @@ var executorChecks = []check{
 
 // handles returns one handle per executor on key, each through its own
 // Manager, as separate nodes would hold them.
-func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.BucketOption) []*bucketgrid.Handle {
+func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.Option) []*bucketgrid.Handle {
 	hs := make([]*bucketgrid.Handle, len(e.execs))
 	for i, x := range e.execs {
 		hs[i] = bucketgrid.NewManager(x).Bucket(key, cfg, opts...)
@@ -59,7 +59,7 @@ func checkSameResults(e *env) {
 		for step := 0; step < 120; step++ {
 			e.clock.Advance(time.Duration(rng.Int64N(int64(150 * time.Millisecond))))
 			if local == nil { // created when the distributed bucket is: at the first call
-				if local, err = bucketgrid.NewLocal(cfg.Clone(), bucketgrid.WithLocalClock(e.clock)); err != nil {
+				if local, err = bucketgrid.NewLocal(cfg.Clone(), bucketgrid.WithClock(e.clock)); err != nil {
 					e.Fatalf("NewLocal: %v", err)
 				}
 			}

@@ -1,0 +1,194 @@
+package bucketgrid
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// runner is the one primitive the behaviour of a Bucket is written over:
+// apply one operation atomically. Local runs it under its mutex with
+// core.Bucket.Apply, Handle sends it to the Manager's executor, which runs
+// core.Process. Everything else a Bucket does (argument checks, listener
+// events, blocking and giving tokens back, the verbose probe) lives once, in
+// the functions of this file, so local and distributed buckets behave alike
+// by construction. Local keeps its own TryConsume and
+// TryConsumeAndReturnRemaining, the hot path, equal to these by test.
+type runner interface {
+	// run applies op, valid but for its configuration, and returns its
+	// result and, with verbose, the diagnostics after it, taken in the same
+	// atomic step.
+	run(ctx context.Context, op core.Op, verbose bool) (core.Result, core.Diagnostics, error)
+	// events returns the listener, never nil.
+	events() Listener
+	// sleeper returns the clock that blocking calls wait on.
+	sleeper() clock.Clock
+	// validConfig validates a replacement configuration for the clock of
+	// the side that executes the bucket.
+	validConfig(cfg *core.Config) error
+}
+
+// giveBackTimeout bounds the request that returns the tokens of an
+// interrupted wait: the caller's context is over by then.
+const giveBackTimeout = time.Second
+
+// tokensError is the error for a non-positive token count n.
+func tokensError(n int64) error { return fmt.Errorf("%w, got %d", ErrTokens, n) }
+
+// report tells l about a consumption attempt of n tokens.
+func report(l Listener, ok bool, n int64) {
+	if ok {
+		l.OnConsumed(n)
+	} else {
+		l.OnRejected(n)
+	}
+}
+
+// probeOf is the Probe of an OpTryConsumeAndReturnRemaining result.
+func probeOf(r core.Result) core.Probe {
+	return core.Probe{Consumed: r.OK, Remaining: r.Tokens, WaitForRefill: time.Duration(r.Wait),
+		WaitForReset: time.Duration(r.Reset)}
+}
+
+// runTokens runs an operation of n tokens after checking n.
+func runTokens(ctx context.Context, b runner, kind core.OpKind, n int64, verbose bool) (core.Result, core.Diagnostics, error) {
+	if n <= 0 {
+		return core.Result{}, core.Diagnostics{}, tokensError(n)
+	}
+	return b.run(ctx, core.Op{Kind: kind, Tokens: n}, verbose)
+}
+
+func tryConsume(ctx context.Context, b runner, n int64) (bool, error) {
+	r, _, err := runTokens(ctx, b, core.OpTryConsume, n, false)
+	if err != nil {
+		return false, err
+	}
+	report(b.events(), r.OK, n)
+	return r.OK, nil
+}
+
+func tryConsumeAndReturnRemaining(ctx context.Context, b runner, n int64) (core.Probe, error) {
+	r, _, err := runTokens(ctx, b, core.OpTryConsumeAndReturnRemaining, n, false)
+	if err != nil {
+		return core.Probe{}, err
+	}
+	report(b.events(), r.OK, n)
+	return probeOf(r), nil
+}
+
+func tryConsumeVerbose(ctx context.Context, b runner, n int64) (core.Probe, core.Diagnostics, error) {
+	r, d, err := runTokens(ctx, b, core.OpTryConsumeAndReturnRemaining, n, true)
+	if err != nil {
+		return core.Probe{}, core.Diagnostics{}, err
+	}
+	report(b.events(), r.OK, n)
+	return probeOf(r), d, nil
+}
+
+func estimate(ctx context.Context, b runner, n int64) (core.Estimate, error) {
+	r, _, err := runTokens(ctx, b, core.OpEstimate, n, false)
+	if err != nil {
+		return core.Estimate{}, err
+	}
+	return core.Estimate{CanBeConsumed: r.OK, Remaining: r.Tokens, WaitForRefill: time.Duration(r.Wait)}, nil
+}
+
+func tryConsumeAsMuchAsPossible(ctx context.Context, b runner, limit int64) (int64, error) {
+	r, _, err := runTokens(ctx, b, core.OpTryConsumeAsMuchAsPossible, limit, false)
+	if err != nil {
+		return 0, err
+	}
+	if r.Tokens > 0 {
+		b.events().OnConsumed(r.Tokens)
+	}
+	return r.Tokens, nil
+}
+
+func addTokens(ctx context.Context, b runner, kind core.OpKind, n int64) error {
+	_, _, err := runTokens(ctx, b, kind, n, false)
+	return err
+}
+
+func consumeIgnoringRateLimits(ctx context.Context, b runner, n int64) (time.Duration, error) {
+	r, _, err := runTokens(ctx, b, core.OpConsumeIgnoringRateLimits, n, false)
+	if err != nil {
+		return 0, err
+	}
+	if !r.OK {
+		return 0, fmt.Errorf("%w: %d tokens", ErrOverdraftTooLarge, n)
+	}
+	b.events().OnConsumed(n)
+	return time.Duration(r.Wait), nil
+}
+
+func reset(ctx context.Context, b runner) error {
+	_, _, err := b.run(ctx, core.Op{Kind: core.OpReset}, false)
+	return err
+}
+
+func availableTokens(ctx context.Context, b runner) (int64, error) {
+	r, _, err := b.run(ctx, core.Op{Kind: core.OpAvailableTokens}, false)
+	return r.Tokens, err
+}
+
+func replaceConfiguration(ctx context.Context, b runner, cfg core.Config, strategy core.TokensInheritance) error {
+	if err := b.validConfig(&cfg); err != nil {
+		return err
+	}
+	if !strategy.Valid() {
+		return fmt.Errorf("bucketgrid: %w: %v", core.ErrUnknownStrategy, strategy)
+	}
+	_, _, err := b.run(ctx, core.Op{Kind: core.OpReplaceConfiguration, Config: &cfg, Inheritance: strategy}, false)
+	return err
+}
+
+func diagnose(ctx context.Context, b runner) (core.Diagnostics, error) {
+	_, d, err := b.run(ctx, core.Op{Kind: core.OpGetConfiguration}, true)
+	return d, err
+}
+
+// consumeWithin is Consume (forever) and TryConsumeWithin: reserve in one
+// atomic step, then wait out the reservation, giving the tokens back if ctx
+// ends first.
+func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool) (bool, error) {
+	if n <= 0 {
+		return false, tokensError(n)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	r, _, err := b.run(ctx, core.Op{Kind: core.OpReserve, Tokens: n, MaxWait: max(maxWait, 0)}, false)
+	if err != nil {
+		return false, err
+	}
+	l := b.events()
+	if !r.OK {
+		switch {
+		case n > r.Tokens: // Tokens: the smallest capacity
+			return false, fmt.Errorf("%w: %d tokens, capacity %d", ErrExceedsCapacity, n, r.Tokens)
+		case forever:
+			return false, fmt.Errorf("%w: %d tokens would come after more than %v", ErrOverdraftTooLarge, n,
+				time.Duration(math.MaxInt64))
+		}
+		l.OnRejected(n)
+		return false, nil
+	}
+	if r.Wait > 0 {
+		l.OnParked(time.Duration(r.Wait))
+		if err := clock.Sleep(ctx, b.sleeper(), time.Duration(r.Wait)); err != nil {
+			l.OnInterrupted(err)
+			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+			defer cancel()
+			if _, _, aerr := b.run(back, core.Op{Kind: core.OpAddTokens, Tokens: n}, false); aerr != nil {
+				return false, fmt.Errorf("%w (giving the %d reserved tokens back failed: %v)", err, n, aerr)
+			}
+			return false, err
+		}
+	}
+	l.OnConsumed(n)
+	return true, nil
+}

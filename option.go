@@ -1,0 +1,180 @@
+package bucketgrid
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// Option configures NewLocal, NewLocalMap, NewManager or Manager.Bucket: one
+// option set for the package, so that WithClock and WithListener mean the
+// same thing wherever they are passed. Each option names the constructors
+// that take it. Passing an option to a constructor that does not take it is
+// a programming error: the constructor panics with a message naming both,
+// rather than silently ignoring it.
+type Option func(*options)
+
+// options is what Options set; set records which were given.
+type options struct {
+	set        optionSet
+	clock      clock.Clock
+	listener   Listener
+	maxEntries int
+	idle       time.Duration
+	recovery   RecoveryStrategy
+	expiry     core.Expiry
+	version    int64
+	inherit    core.TokensInheritance
+	fitKeys    int
+	logger     *slog.Logger
+}
+
+// optionSet is a set of options, one bit each.
+type optionSet uint16
+
+const (
+	optClock optionSet = 1 << iota
+	optListener
+	optMaxEntries
+	optIdleTimeout
+	optRecovery
+	optExpiration
+	optConfigVersion
+	optFitKeys
+	optLogger
+)
+
+// optionNames names the options of an optionSet, bit by bit.
+var optionNames = [...]string{"WithClock", "WithListener", "WithMaxEntries", "WithIdleTimeout",
+	"WithRecovery", "WithExpiration", "WithConfigVersion", "WithFitKeys", "WithLogger"}
+
+// The options each constructor takes.
+const (
+	localOptions    = optClock | optListener
+	localMapOptions = optClock | optListener | optMaxEntries | optIdleTimeout
+	managerOptions  = optClock | optListener | optRecovery | optExpiration | optFitKeys | optLogger
+	handleOptions   = optListener | optConfigVersion
+)
+
+// collect applies opts for the constructor named who, which takes the
+// options in allowed, and panics when any other option was given.
+func collect(who string, allowed optionSet, opts []Option) options {
+	o := options{maxEntries: DefaultMaxEntries}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if extra := o.set &^ allowed; extra != 0 {
+		var names []string
+		for i, name := range optionNames {
+			if extra&(1<<i) != 0 {
+				names = append(names, name)
+			}
+		}
+		panic(fmt.Sprintf("bucketgrid: %s does not take %s", who, strings.Join(names, ", ")))
+	}
+	return o
+}
+
+// WithClock makes buckets tell time by c (NewLocal, NewLocalMap; default
+// clock.Monotonic()), or sets the clock a Manager's blocking calls wait on
+// (NewManager; default clock.Wall(): distributed bucket time always comes
+// from the side that executes the request). Aligned refill styles need a
+// clock whose Wall method reports true, such as clock.Wall(),
+// clock.WallMillis() or a *clock.Fake. Blocking calls wait with clock.Sleep
+// on c, so a clock.Sleeper such as *clock.Fake controls them: its waits
+// return at once. A nil c selects the default.
+func WithClock(c clock.Clock) Option {
+	return func(o *options) { o.set |= optClock; o.clock = c }
+}
+
+// WithListener makes buckets report their events to l (NewLocal,
+// NewLocalMap: every bucket of the map; NewManager: every handle that does
+// not set its own; Manager.Bucket: that handle). A nil l reports nothing,
+// the default. See Listener for when each event is reported.
+func WithListener(l Listener) Option {
+	return func(o *options) { o.set |= optListener; o.listener = l }
+}
+
+// WithMaxEntries bounds the number of buckets a LocalMap holds (NewLocalMap);
+// n < 1 means 1. The default is DefaultMaxEntries. The map is split into
+// shards of n/shards entries each, so it may begin evicting slightly before
+// it holds n buckets, never after.
+func WithMaxEntries(n int) Option {
+	return func(o *options) { o.set |= optMaxEntries; o.maxEntries = max(n, 1) }
+}
+
+// WithIdleTimeout expires a LocalMap bucket that has not been looked up for
+// d (NewLocalMap; Caffeine's expireAfterAccess); d ≤ 0, the default, expires
+// nothing for idleness (the bound still applies). Lookups record their time
+// only when the record lags by d/64 (at most 1 ms), so a bucket may expire up
+// to that much early.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(o *options) { o.set |= optIdleTimeout; o.idle = max(d, 0) }
+}
+
+// WithRecovery sets what a Manager's handles do when their bucket disappears
+// (NewManager); the default is RecoveryReconstruct.
+func WithRecovery(r RecoveryStrategy) Option {
+	return func(o *options) { o.set |= optRecovery; o.recovery = r }
+}
+
+// WithExpiration sets the expiration-after-write policy of every write
+// through a Manager (NewManager); the default is
+// ExpireAfterRefill(DefaultExpiryMargin), which is always safe: a bucket
+// expires only once it is full again (plus the margin), and a new one holds
+// the same tokens (an intervally refill restarts its interval, so it refills
+// later, never sooner). Pass ExpireNever() to keep buckets until removed, or
+// see ExpireFixed.
+func WithExpiration(e core.Expiry) Option {
+	return func(o *options) { o.set |= optExpiration; o.expiry = e }
+}
+
+// WithFitKeys maps every key of a Manager (NewManager) through
+// core.FitKey(key, maxLen) before it reaches the executor: a key longer than
+// maxLen bytes, not valid UTF-8, or starting with core.DigestMarker ('#') is
+// replaced by its digest (core.DigestKey, 44 bytes of ASCII), every other
+// key is kept as it is. No two keys share a bucket (short of a SHA-256
+// collision): digests live in a namespace of their own, which no literal key
+// can reach.
+//
+// Turn it on when clients choose keys (API keys, header values) and the
+// backend has a key rule, with the backend's limit for the key as the
+// executor receives it: for Couchbase, 250 bytes minus the prefix the
+// store's key mapping adds (couchbase.MaxKeyLen - len(prefix)); for MongoDB,
+// mongo.MaxKeyLen. Without it such keys are refused with an error wrapping
+// ErrInvalidKey (an HTTP middleware answers 400). Turning it on later moves
+// the keys it changes (long, non-UTF-8 or '#'-prefixed ones) to new, full
+// buckets. Handle.Key still returns the key as given.
+//
+// NewManager panics when maxLen < core.DigestKeyLen, a limit no digest fits:
+// backends' limits are constants, so the first test catches it.
+func WithFitKeys(maxLen int) Option {
+	return func(o *options) {
+		if maxLen < core.DigestKeyLen {
+			panic(fmt.Sprintf("bucketgrid: WithFitKeys(%d): below core.DigestKeyLen (%d), no digest fits", maxLen, core.DigestKeyLen))
+		}
+		o.set |= optFitKeys
+		o.fitKeys = maxLen
+	}
+}
+
+// WithLogger sets where a Manager (NewManager) logs the events it must not
+// handle silently (a corrupt record replaced, once per key, the key
+// redacted); the default, and a nil l, is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.set |= optLogger; o.logger = l }
+}
+
+// WithConfigVersion enables implicit configuration replacement for a handle
+// (Manager.Bucket): when the stored configuration's version is below
+// version, the configuration function runs and its result replaces the
+// stored one, carrying tokens over by strategy. A stored version is never
+// lowered, so handles with an older version keep using the newer
+// configuration.
+func WithConfigVersion(version int64, strategy core.TokensInheritance) Option {
+	return func(o *options) { o.set |= optConfigVersion; o.version, o.inherit = version, strategy }
+}

@@ -1,0 +1,185 @@
+package bucketgrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// outcome is what a call did, as comparable text: its result, the class of
+// its error, the listener's counts and how far the fake clock moved.
+func outcome(res any, err error, cl *bucketgrid.CountingListener, moved time.Duration) string {
+	class := "nil"
+	for _, e := range []error{bucketgrid.ErrTokens, bucketgrid.ErrExceedsCapacity, bucketgrid.ErrOverdraftTooLarge,
+		core.ErrUnknownStrategy, context.Canceled} {
+		if errors.Is(err, e) {
+			class = e.Error()
+		}
+	}
+	var cfgErr *core.ConfigError
+	if errors.As(err, &cfgErr) {
+		class = "config error"
+	}
+	if err != nil && class == "nil" {
+		class = "other: " + err.Error()
+	}
+	return fmt.Sprintf("result %v, error %s, consumed %d, rejected %d, parked %v, interrupted %d, clock +%v",
+		res, class, cl.Consumed(), cl.Rejected(), cl.Parked(), cl.Interrupted(), moved)
+}
+
+// TestLocalAndHandleAgree runs the edge cases of the Bucket contract on a
+// Local and on a Handle and requires the same results, errors and events:
+// one behaviour, whatever holds the state.
+func TestLocalAndHandleAgree(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	slow := core.Greedy(2, 1, math.MaxInt64/2) // after an overdraft of 1, 3 tokens take more than int64 ns
+	cases := []struct {
+		name string
+		bw   core.Bandwidth
+		call func(ctx context.Context, b bucketgrid.Bucket) (any, error)
+	}{
+		{"TryConsumeWithin beyond capacity", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				return b.TryConsumeWithin(ctx, 11, time.Hour)
+			}},
+		{"Consume beyond capacity", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) { return nil, b.Consume(ctx, 11) }},
+		{"Consume waits", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				if _, err := b.TryConsume(ctx, 10); err != nil {
+					return nil, err
+				}
+				return nil, b.Consume(ctx, 3)
+			}},
+		{"TryConsumeWithin too long", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				if _, err := b.TryConsume(ctx, 10); err != nil {
+					return nil, err
+				}
+				return b.TryConsumeWithin(ctx, 3, 2*time.Second)
+			}},
+		{"TryConsumeWithin negative wait", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				return b.TryConsumeWithin(ctx, 3, -time.Second)
+			}},
+		{"Consume beyond the int64 wait", slow,
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				if _, err := b.ConsumeIgnoringRateLimits(ctx, 3); err != nil {
+					return nil, err
+				}
+				return nil, b.Consume(ctx, 2)
+			}},
+		{"TryConsumeWithin beyond the int64 wait", slow,
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				if _, err := b.ConsumeIgnoringRateLimits(ctx, 3); err != nil {
+					return nil, err
+				}
+				return b.TryConsumeWithin(ctx, 2, math.MaxInt64)
+			}},
+		{"Consume on a done context", core.Greedy(10, 1, time.Second),
+			func(_ context.Context, b bucketgrid.Bucket) (any, error) { return nil, b.Consume(cancelled, 1) }},
+		{"overdraft beyond int64", slow,
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				return b.ConsumeIgnoringRateLimits(ctx, math.MaxInt64)
+			}},
+		{"verbose probe", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
+				return fmt.Sprint(p, d.Available, d.TimeToFull, d.Bucket.State), err
+			}},
+		{"verbose probe refused", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 11)
+				return fmt.Sprint(p, d.Available, d.TimeToFull), err
+			}},
+		{"zero tokens", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) { return b.TryConsumeWithin(ctx, 0, 0) }},
+		{"as much as possible, negative limit", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				return b.TryConsumeAsMuchAsPossible(ctx, -1)
+			}},
+		{"unknown strategy", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				cfg, _ := core.NewConfig(core.Greedy(5, 1, time.Second))
+				return nil, b.ReplaceConfiguration(ctx, cfg, core.TokensInheritance(9))
+			}},
+		{"invalid replacement", core.Greedy(10, 1, time.Second),
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				return nil, b.ReplaceConfiguration(ctx, core.Config{}, core.InheritAsIs)
+			}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			run := func(b bucketgrid.Bucket, clk *clock.Fake, cl *bucketgrid.CountingListener) string {
+				t0 := clk.Now()
+				res, err := c.call(ctx, b)
+				tokens, aerr := b.AvailableTokens(ctx)
+				if aerr != nil {
+					t.Fatalf("AvailableTokens: %v", aerr)
+				}
+				return fmt.Sprintf("%s, %d tokens after", outcome(res, err, cl, time.Duration(clk.Now()-t0)), tokens)
+			}
+			cfg, err := core.NewConfig(c.bw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lclk, lcl := clock.NewFake(time.Unix(1_800_000_000, 0)), new(bucketgrid.CountingListener)
+			local, err := bucketgrid.NewLocal(cfg, bucketgrid.WithClock(lclk), bucketgrid.WithListener(lcl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hclk, hcl := clock.NewFake(time.Unix(1_800_000_000, 0)), new(bucketgrid.CountingListener)
+			m := bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(hclk)), cas.WithClock(hclk)),
+				bucketgrid.WithClock(hclk), bucketgrid.WithListener(hcl))
+			h := m.Bucket("k", func(context.Context) (core.Config, error) { return cfg, nil })
+			if got, want := run(h, hclk, hcl), run(local, lclk, lcl); got != want {
+				t.Fatalf("Handle:\n\t%s\nLocal:\n\t%s", got, want)
+			} else {
+				t.Log(got)
+			}
+		})
+	}
+}
+
+// TestOptionsPanicWhereTheyDoNotApply: an option a constructor does not
+// take is never silently ignored.
+func TestOptionsPanicWhereTheyDoNotApply(t *testing.T) {
+	cfg, _ := core.NewConfig(core.Greedy(10, 1, time.Second))
+	m := bucketgrid.NewManager(cas.New(memstore.New()))
+	cases := []struct {
+		name, want string
+		f          func()
+	}{
+		{"NewLocal", "NewLocal does not take WithMaxEntries, WithRecovery",
+			func() { _, _ = bucketgrid.NewLocal(cfg, bucketgrid.WithMaxEntries(3), bucketgrid.WithRecovery(0)) }},
+		{"NewLocalMap", "NewLocalMap does not take WithConfigVersion",
+			func() { bucketgrid.NewLocalMap(nil, bucketgrid.WithConfigVersion(1, core.InheritAsIs)) }},
+		{"NewManager", "NewManager does not take WithIdleTimeout",
+			func() { bucketgrid.NewManager(nil, bucketgrid.WithIdleTimeout(time.Second)) }},
+		{"Manager.Bucket", "Manager.Bucket does not take WithClock",
+			func() { m.Bucket("k", nil, bucketgrid.WithClock(clock.Wall())) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if s, _ := r.(string); !strings.Contains(s, c.want) {
+					t.Fatalf("panic %v, want one saying %q", r, c.want)
+				}
+			}()
+			c.f()
+		})
+	}
+}
