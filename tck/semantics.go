@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -26,9 +27,14 @@ var executorChecks = []check{
 // handles returns one handle per executor on key, each through its own
 // Manager, as separate nodes would hold them.
 func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.Option) []*bucketgrid.Handle {
+	return e.handlesOf(key, cfg, nil, opts...)
+}
+
+// handlesOf is handles with Managers made with managerOpts.
+func (e *env) handlesOf(key string, cfg bucketgrid.ConfigFunc, managerOpts []bucketgrid.Option, opts ...bucketgrid.Option) []*bucketgrid.Handle {
 	hs := make([]*bucketgrid.Handle, len(e.execs))
 	for i, x := range e.execs {
-		hs[i] = bucketgrid.NewManager(x).Bucket(key, cfg, opts...)
+		hs[i] = bucketgrid.NewManager(x, managerOpts...).Bucket(key, cfg, opts...)
 	}
 	return hs
 }
@@ -46,30 +52,44 @@ var modelConfigs = []struct {
 }
 
 // checkSameResults drives the executors and a local bucket through the same
-// random script at the same fake times and compares every result.
+// random script at the same fake times and compares every result, error,
+// listener event and wait: every Bucket method, the blocking ones and the
+// verbose probe included, with token counts now and then above a capacity.
+// The handles' Managers wait on the kit's fake clock, so a blocking call
+// advances it by exactly its wait; the local bucket has a fake clock of its
+// own, set to the kit's before each step, and must advance it as much.
 func checkSameResults(e *env) {
 	for ci, mc := range modelConfigs {
 		cfg, err := core.NewConfig(mc.bws...)
 		if err != nil {
 			e.Fatalf("%s: %v", mc.name, err)
 		}
-		hs := e.handles(e.key(fmt.Sprintf("model-%d", ci)), staticConfig(mc.bws...))
+		hcl, lcl := new(bucketgrid.CountingListener), new(bucketgrid.CountingListener)
+		hs := e.handlesOf(e.key(fmt.Sprintf("model-%d", ci)), staticConfig(mc.bws...),
+			[]bucketgrid.Option{bucketgrid.WithClock(e.clock), bucketgrid.WithListener(hcl)})
 		rng := rand.New(rand.NewPCG(uint64(ci), 42))
+		lclk := clock.NewFake(start)
 		var local *bucketgrid.Local
 		for step := 0; step < 120; step++ {
 			e.clock.Advance(time.Duration(rng.Int64N(int64(150 * time.Millisecond))))
+			lclk.Set(time.Unix(0, e.clock.Now()))
 			if local == nil { // created when the distributed bucket is: at the first call
-				if local, err = bucketgrid.NewLocal(cfg.Clone(), bucketgrid.WithClock(e.clock)); err != nil {
+				if local, err = bucketgrid.NewLocal(cfg.Clone(), bucketgrid.WithClock(lclk), bucketgrid.WithListener(lcl)); err != nil {
 					e.Fatalf("NewLocal: %v", err)
 				}
 			}
 			h := hs[step%len(hs)]
 			n := 1 + rng.Int64N(12)
+			if rng.IntN(8) == 0 {
+				n = 1 + rng.Int64N(120) // often above a capacity
+			}
 			var got, want string
 			both := func(f func(b bucketgrid.Bucket) string) {
-				got, want = f(h), f(local)
+				t0 := e.clock.Now()
+				got = f(h) + fmt.Sprintf(", waited %v", time.Duration(e.clock.Now()-t0))
+				want = f(local) + fmt.Sprintf(", waited %v", time.Duration(lclk.Now()-t0))
 			}
-			switch op := rng.IntN(10); op {
+			switch op := rng.IntN(14); op {
 			case 0, 1:
 				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.TryConsume(e.ctx, n)) })
 			case 2, 3:
@@ -90,9 +110,21 @@ func checkSameResults(e *env) {
 				} else {
 					both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.Reset(e.ctx)) })
 				}
+			case 10:
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.Consume(e.ctx, n)) })
+			case 11:
+				maxWait := time.Duration(rng.Int64N(int64(2 * time.Second)))
+				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.TryConsumeWithin(e.ctx, n, maxWait)) })
+			case 12, 13:
+				both(func(b bucketgrid.Bucket) string {
+					p, d, err := b.TryConsumeAndReturnRemainingVerbose(e.ctx, n)
+					return fmt.Sprint(p, d.Available, d.TimeToFull, d.Bucket.State, err)
+				})
 			}
+			got += fmt.Sprintf("; events %d consumed, %d rejected, %v parked", hcl.Consumed(), hcl.Rejected(), hcl.Parked())
+			want += fmt.Sprintf("; events %d consumed, %d rejected, %v parked", lcl.Consumed(), lcl.Rejected(), lcl.Parked())
 			if got != want {
-				e.Fatalf("%s, step %d (executor %d): got %s, the local bucket says %s", mc.name, step, step%len(hs), got, want)
+				e.Fatalf("%s, step %d (executor %d, n=%d): got %s, the local bucket says %s", mc.name, step, step%len(hs), n, got, want)
 			}
 		}
 		// the stored state itself must equal the local bucket's
