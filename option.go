@@ -3,11 +3,11 @@ package bucketgrid
 import (
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/internal/option"
 )
 
 // Option configures NewLocal, NewLocalMap, NewManager or Manager.Bucket: one
@@ -67,15 +67,7 @@ func collect(who string, allowed optionSet, opts []Option) options {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if extra := o.set &^ allowed; extra != 0 {
-		var names []string
-		for i, name := range optionNames {
-			if extra&(1<<i) != 0 {
-				names = append(names, name)
-			}
-		}
-		panic(fmt.Sprintf("bucketgrid: %s does not take %s", who, strings.Join(names, ", ")))
-	}
+	option.Check("bucketgrid", who, uint64(o.set), uint64(allowed), optionNames[:])
 	return o
 }
 

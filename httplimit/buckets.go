@@ -70,10 +70,10 @@ type Local struct {
 }
 
 // NewLocal returns local per-client buckets whose configuration comes from
-// plan. Options: WithClock, WithMaxClients, WithIdleTimeout (others are
-// ignored).
+// plan. It takes the options WithClock, WithMaxClients and WithIdleTimeout,
+// and panics on any other.
 func NewLocal(plan Plan, opts ...Option) *Local {
-	o := newOptions(opts)
+	o := collect("NewLocal", localOptions, opts)
 	c := o.clock
 	if c == nil {
 		c = clock.Monotonic()
@@ -116,11 +116,11 @@ type Managed struct {
 
 // NewManaged returns distributed per-client buckets held by m, created from
 // plan. Every Take is one request that brings back the decision and the
-// bucket's per-bandwidth state together. Options: WithClock (the clock of the
-// executing side, default clock.Wall()) and WithBucketOptions
-// (others are ignored).
+// bucket's per-bandwidth state together. It takes the options WithClock (the
+// clock of the executing side, default clock.Wall()) and WithBucketOptions,
+// and panics on any other.
 func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...Option) *Managed {
-	o := newOptions(opts)
+	o := collect("NewManaged", managedOptions, opts)
 	c := o.clock
 	if c == nil {
 		c = clock.Wall()

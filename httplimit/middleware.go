@@ -10,13 +10,17 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/internal/option"
 )
 
 // Option configures New, NewLocal and NewManaged: one option set for the
-// package. Each option says which constructor reads it; the others ignore it.
+// package. Each option names the constructor that takes it; passing it to
+// another one panics, naming both, rather than silently ignoring it.
 type Option func(*options)
 
 type options struct {
+	set optionSet // the options given
+
 	// middleware
 	key      KeyFunc
 	cost     func(*http.Request) int64
@@ -40,6 +44,47 @@ type options struct {
 // before failing open or closed.
 const DefaultTimeout = 250 * time.Millisecond
 
+// optionSet is a set of options, one bit each.
+type optionSet uint16
+
+const (
+	optKey optionSet = 1 << iota
+	optCost
+	optSkip
+	optExcept
+	optOnly
+	optHeaders
+	optTimeout
+	optFailOpen
+	optErrorHook
+	optProblemType
+	optClock
+	optMaxClients
+	optIdleTimeout
+	optBucketOptions
+)
+
+// optionNames names the options of an optionSet, bit by bit.
+var optionNames = [...]string{"WithKey", "WithCost", "WithSkip", "WithExcept", "WithOnly", "WithHeaders",
+	"WithTimeout", "WithFailOpen", "WithErrorHook", "WithProblemType", "WithClock", "WithMaxClients",
+	"WithIdleTimeout", "WithBucketOptions"}
+
+// The options each constructor takes.
+const (
+	middlewareOptions = optKey | optCost | optSkip | optExcept | optOnly | optHeaders | optTimeout |
+		optFailOpen | optErrorHook | optProblemType
+	localOptions   = optClock | optMaxClients | optIdleTimeout
+	managedOptions = optClock | optBucketOptions
+)
+
+// collect applies opts for the constructor named who, which takes the
+// options in allowed, and panics when any other option was given.
+func collect(who string, allowed optionSet, opts []Option) options {
+	o := newOptions(opts)
+	option.Check("httplimit", who, uint64(o.set), uint64(allowed), optionNames[:])
+	return o
+}
+
 func newOptions(opts []Option) options {
 	o := options{
 		key:        ClientIP{}.Key,
@@ -59,16 +104,18 @@ func newOptions(opts []Option) options {
 // default is ClientIP{}.Key: the immediate peer's address (IPv6 clients by
 // their /64), no proxy trusted. A KeyFunc error is answered 400 with a fixed
 // message, never the error's text, which goes to the WithErrorHook function.
-func WithKey(k KeyFunc) Option { return func(o *options) { o.key = k } }
+func WithKey(k KeyFunc) Option { return func(o *options) { o.set |= optKey; o.key = k } }
 
 // WithCost sets how many tokens a request takes (New); the default is 1. A
 // cost below 1 is taken as 1.
-func WithCost(cost func(*http.Request) int64) Option { return func(o *options) { o.cost = cost } }
+func WithCost(cost func(*http.Request) int64) Option {
+	return func(o *options) { o.set |= optCost; o.cost = cost }
+}
 
 // WithSkip lets requests for which skip returns true through unlimited and
 // without headers (New). Several WithSkip combine: any may skip.
 func WithSkip(skip func(*http.Request) bool) Option {
-	return func(o *options) { o.skip = append(o.skip, skip) }
+	return func(o *options) { o.set |= optSkip; o.skip = append(o.skip, skip) }
 }
 
 // WithExcept lets requests matching any of the http.ServeMux patterns
@@ -78,7 +125,7 @@ func WithSkip(skip func(*http.Request) bool) Option {
 //
 // New panics on an invalid pattern, as ServeMux.Handle does.
 func WithExcept(patterns ...string) Option {
-	return func(o *options) { o.except = append(o.except, patterns...) }
+	return func(o *options) { o.set |= optExcept; o.except = append(o.except, patterns...) }
 }
 
 // WithOnly limits only requests matching one of the http.ServeMux patterns
@@ -86,12 +133,12 @@ func WithExcept(patterns ...string) Option {
 //
 //	httplimit.WithOnly("/v1/")
 func WithOnly(patterns ...string) Option {
-	return func(o *options) { o.only = append(o.only, patterns...) }
+	return func(o *options) { o.set |= optOnly; o.only = append(o.only, patterns...) }
 }
 
 // WithHeaders selects the rate-limit header fields (New); the default is
 // IETFHeaders. Zero writes none; Retry-After is written on 429 regardless.
-func WithHeaders(h Headers) Option { return func(o *options) { o.headers = h } }
+func WithHeaders(h Headers) Option { return func(o *options) { o.set |= optHeaders; o.headers = h } }
 
 // WithTimeout bounds the time the middleware waits for a distributed bucket
 // (New): the bucket is consulted under a context with a deadline d from now,
@@ -109,7 +156,9 @@ func WithHeaders(h Headers) Option { return func(o *options) { o.headers = h } }
 // fail-over window"). That is far longer than DefaultTimeout, so for that
 // long those clients get the failure mode: unlimited with fail-open. A d
 // above the window makes them wait instead.
-func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) { o.set |= optTimeout; o.timeout = d }
+}
 
 // WithFailOpen says what happens when the bucket cannot be consulted because
 // of an outage (New): true, the default, serves the request unlimited;
@@ -127,7 +176,9 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // (core.ErrInvalidRequest) and a key so contended that the executor gave up
 // (cas.ErrConflict) are answered 503 whatever the mode; and a panic is
 // re-raised (see Stats.Panicked).
-func WithFailOpen(open bool) Option { return func(o *options) { o.failOpen = open } }
+func WithFailOpen(open bool) Option {
+	return func(o *options) { o.set |= optFailOpen; o.failOpen = open }
+}
 
 // WithErrorHook calls f with each failure to consult a bucket (New), before
 // the request is answered or fails open or closed, with each key the
@@ -136,34 +187,40 @@ func WithFailOpen(open bool) Option { return func(o *options) { o.failOpen = ope
 // *PanicError: log it, count it by cause. f runs on the request's goroutine
 // and must be safe for concurrent use.
 func WithErrorHook(f func(r *http.Request, err error)) Option {
-	return func(o *options) { o.onError = f }
+	return func(o *options) { o.set |= optErrorHook; o.onError = f }
 }
 
 // WithProblemType sets the "type" URI of the 429 problem body (New); the
 // default is "about:blank".
-func WithProblemType(uri string) Option { return func(o *options) { o.problem = uri } }
+func WithProblemType(uri string) Option {
+	return func(o *options) { o.set |= optProblemType; o.problem = uri }
+}
 
 // WithClock sets the clock of NewLocal's buckets (default
 // clock.Monotonic()) or, for NewManaged, the clock of the side that executes
 // the bucket (default clock.Wall()), which the RateLimit waits are measured
 // against. Tests pass a *clock.Fake.
-func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
+func WithClock(c clock.Clock) Option { return func(o *options) { o.set |= optClock; o.clock = c } }
 
 // WithMaxClients bounds the number of buckets NewLocal holds, evicting the
 // least recently used beyond it (default bucketgrid.DefaultMaxEntries).
 // Choose it above the number of concurrently active clients.
-func WithMaxClients(n int) Option { return func(o *options) { o.maxClients = n } }
+func WithMaxClients(n int) Option {
+	return func(o *options) { o.set |= optMaxClients; o.maxClients = n }
+}
 
 // WithIdleTimeout drops a NewLocal bucket unused for d; choose d longer than
 // the longest refill-to-full time, and a dropped bucket equals a new one.
 // The default, 0, drops buckets only to stay within WithMaxClients.
-func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idle = d } }
+func WithIdleTimeout(d time.Duration) Option {
+	return func(o *options) { o.set |= optIdleTimeout; o.idle = d }
+}
 
 // WithBucketOptions passes options to every Manager.Bucket call of
 // NewManaged, e.g. bucketgrid.WithConfigVersion for implicit configuration
 // replacement.
 func WithBucketOptions(opts ...bucketgrid.Option) Option {
-	return func(o *options) { o.bucketOpts = append(o.bucketOpts, opts...) }
+	return func(o *options) { o.set |= optBucketOptions; o.bucketOpts = append(o.bucketOpts, opts...) }
 }
 
 // ErrTimeout is returned (wrapped, with context.DeadlineExceeded) to the
@@ -218,9 +275,12 @@ type Middleware struct {
 	allowed, limited, skipped, failedOpen, failedClosed, badKey, canceled, panicked atomic.Uint64
 }
 
-// New returns middleware taking tokens from b: one bucket per client key.
+// New returns middleware taking tokens from b: one bucket per client key. It
+// takes the options WithKey, WithCost, WithSkip, WithExcept, WithOnly,
+// WithHeaders, WithTimeout, WithFailOpen, WithErrorHook and WithProblemType,
+// and panics on any other (they configure NewLocal or NewManaged).
 func New(b Buckets, opts ...Option) *Middleware {
-	m := &Middleware{src: b, o: newOptions(opts)}
+	m := &Middleware{src: b, o: collect("New", middlewareOptions, opts)}
 	_, m.local = b.(*Local)
 	m.only = patternMux(m.o.only)
 	m.except = patternMux(m.o.except)

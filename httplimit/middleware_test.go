@@ -537,3 +537,31 @@ func TestSpoofingThroughMiddleware(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsPanicWhereTheyDoNotApply: an option a constructor does not
+// take is never silently ignored.
+func TestOptionsPanicWhereTheyDoNotApply(t *testing.T) {
+	plan := StaticPlan(core.Config{})
+	cases := []struct {
+		name, want string
+		f          func()
+	}{
+		{"New", "New does not take WithMaxClients, WithBucketOptions",
+			func() { New(NewLocal(plan), WithMaxClients(3), WithBucketOptions()) }},
+		{"NewLocal", "NewLocal does not take WithTimeout",
+			func() { NewLocal(plan, WithClock(nil), WithTimeout(time.Second)) }},
+		{"NewManaged", "NewManaged does not take WithKey, WithIdleTimeout",
+			func() { NewManaged(nil, plan, WithKey(nil), WithIdleTimeout(time.Second)) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if s, _ := r.(string); !strings.Contains(s, c.want) {
+					t.Fatalf("panic %v, want one saying %q", r, c.want)
+				}
+			}()
+			c.f()
+		})
+	}
+}
