@@ -39,14 +39,6 @@ func (h *Handle) Execute(ctx context.Context, ops ...core.Op) ([]core.Result, er
 	return resp.Results, err
 }
 
-func (h *Handle) one(ctx context.Context, op core.Op) (core.Result, error) {
-	resp, err := h.do(ctx, []core.Op{op}, false)
-	if err != nil {
-		return core.Result{}, err
-	}
-	return resp.Results[0], nil
-}
-
 // do runs the request protocol: bare (or version-checked) first; on "not
 // found" or "needs replacing" fetch the configuration and resend with it;
 // on a corrupt record, under RecoveryReconstruct, resend in
