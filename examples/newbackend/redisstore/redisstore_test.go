@@ -307,7 +307,7 @@ func TestOutage(t *testing.T) {
 				defer cancel()
 				start := time.Now()
 				err := f(ctx)
-				if took := time.Since(start); took > timeout+time.Second {
+				if took := time.Since(start); took > timeout+15*time.Second { // a hang, not a slow machine
 					t.Errorf("%s took %v with a %v deadline", what, took, timeout)
 				}
 				if err == nil {
