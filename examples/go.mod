@@ -3,8 +3,8 @@ module github.com/bucketgrid/bucketgrid/examples
 go 1.26.0
 
 require (
-	github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
-	github.com/bucketgrid/bucketgrid/grid/olric v0.0.0-00010101000000-000000000000
+	github.com/bucketgrid/bucketgrid v0.1.0
+	github.com/bucketgrid/bucketgrid/grid/olric v0.1.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/olric-data/olric v0.7.4
 	github.com/redis/go-redis/v9 v9.23.0
@@ -48,17 +48,11 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
 
-// The replace is for development inside this repository: the examples build
-// against the checkout they live in. A copy outside the repository drops it
-// and requires a published version instead.
+// Development inside this repository: the root module (and, for the
+// examples, grid/olric) come from this checkout. Replace directives apply
+// only to the main module, so a consumer of the published module ignores
+// them and resolves the required versions from its proxy; RELEASING.md says
+// how the required versions are bumped and tagged.
 replace github.com/bucketgrid/bucketgrid => ..
 
-// The cluster demo embeds grid/olric from this checkout, too.
 replace github.com/bucketgrid/bucketgrid/grid/olric => ../grid/olric
-
-// Olric declares github.com/olric-data/olric from v0.6.0 on; the module proxy
-// this repository builds against serves that code only under
-// github.com/buraksezer/olric. Replace directives do not propagate: a copy
-// of the demo outside this repository needs this line only if its own proxy
-// refuses the olric-data path (see grid/olric/go.mod).
-replace github.com/olric-data/olric v0.7.4 => github.com/buraksezer/olric v0.7.4

@@ -3,7 +3,7 @@ module github.com/bucketgrid/bucketgrid/wasmfilter
 go 1.26.0
 
 require (
-	github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
+	github.com/bucketgrid/bucketgrid v0.1.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/tetratelabs/wazero v1.12.0
 	google.golang.org/protobuf v1.36.12
@@ -24,5 +24,9 @@ require (
 	gopkg.in/check.v1 v1.0.0-20201130134442-10cb98267c6c // indirect
 )
 
-// For development in this repository: build against the sibling root module.
+// Development inside this repository: the root module (and, for the
+// examples, grid/olric) come from this checkout. Replace directives apply
+// only to the main module, so a consumer of the published module ignores
+// them and resolves the required versions from its proxy; RELEASING.md says
+// how the required versions are bumped and tagged.
 replace github.com/bucketgrid/bucketgrid => ../

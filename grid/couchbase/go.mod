@@ -3,7 +3,7 @@ module github.com/bucketgrid/bucketgrid/grid/couchbase
 go 1.26.0
 
 require (
-	github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
+	github.com/bucketgrid/bucketgrid v0.1.0
 	github.com/couchbase/gocb/v2 v2.11.1
 )
 
@@ -41,6 +41,9 @@ require (
 // import. `go mod tidy` drops it; add it back with
 // go get google.golang.org/genproto@v0.0.0-20250811230008-5f3141c8851a
 
-// The replace is for development inside this repository; consumers resolve
-// the published module.
+// Development inside this repository: the root module (and, for the
+// examples, grid/olric) come from this checkout. Replace directives apply
+// only to the main module, so a consumer of the published module ignores
+// them and resolves the required versions from its proxy; RELEASING.md says
+// how the required versions are bumped and tagged.
 replace github.com/bucketgrid/bucketgrid => ../..

@@ -2,7 +2,7 @@ module github.com/bucketgrid/bucketgrid/grid/mongo
 
 go 1.26.0
 
-require github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
+require github.com/bucketgrid/bucketgrid v0.1.0
 
 require github.com/anishathalye/porcupine v1.3.1 // indirect
 
@@ -17,6 +17,9 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 )
 
-// The replace is for development inside this repository; consumers resolve
-// the published module.
+// Development inside this repository: the root module (and, for the
+// examples, grid/olric) come from this checkout. Replace directives apply
+// only to the main module, so a consumer of the published module ignores
+// them and resolves the required versions from its proxy; RELEASING.md says
+// how the required versions are bumped and tagged.
 replace github.com/bucketgrid/bucketgrid => ../..

@@ -3,7 +3,7 @@ module github.com/bucketgrid/bucketgrid/grid/olric
 go 1.26.0
 
 require (
-	github.com/bucketgrid/bucketgrid v0.0.0-00010101000000-000000000000
+	github.com/bucketgrid/bucketgrid v0.1.0
 	github.com/hashicorp/memberlist v0.5.3
 	github.com/olric-data/olric v0.7.4
 	github.com/redis/go-redis/v9 v9.23.0
@@ -47,12 +47,9 @@ require (
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 )
 
-// Development inside this repository: the root module is used from the work tree.
+// Development inside this repository: the root module (and, for the
+// examples, grid/olric) come from this checkout. Replace directives apply
+// only to the main module, so a consumer of the published module ignores
+// them and resolves the required versions from its proxy; RELEASING.md says
+// how the required versions are bumped and tagged.
 replace github.com/bucketgrid/bucketgrid => ../..
-
-// Olric declares the module path github.com/olric-data/olric from v0.6.0 on, but
-// the module proxy this repository is built against refuses that path and serves
-// the same code under github.com/buraksezer/olric. Replace directives do not
-// propagate: a consumer of this module resolves github.com/olric-data/olric from
-// its own proxy, and must add this same replace only if that proxy refuses the path.
-replace github.com/olric-data/olric v0.7.4 => github.com/buraksezer/olric v0.7.4
