@@ -82,11 +82,13 @@
 //     once. Bucket4j's blocking and scheduling tryConsume and consume
 //     reserve such a request into overdraft and wait for the deficit;
 //     Bucket.Reserve never reserves more than the smallest capacity (it
-//     returns math.MaxInt64 and takes nothing), and the root package's
-//     Consume and TryConsumeWithin refuse without waiting. Example: full
-//     Greedy(10, 10, time.Second), blocking consume of 15: refused here;
-//     Bucket4j waits 500 ms and leaves −5. ConsumeIgnoringRateLimits still
-//     overdraws as in Bucket4j.
+//     returns math.MaxInt64 and takes nothing; OpReserve's result carries
+//     that capacity), and the root package's Consume and TryConsumeWithin
+//     return ErrExceedsCapacity without waiting, as x/time/rate's WaitN does
+//     above the burst. Example: full Greedy(10, 10, time.Second), blocking
+//     consume of 15: an error here; Bucket4j waits 500 ms and leaves −5,
+//     and its tryConsume(15, maxWait) answers false. ConsumeIgnoringRateLimits
+//     still overdraws as in Bucket4j.
 //
 //  7. Reserve accepts a maxWait of zero: take the tokens only if they are
 //     there now. Bucket4j requires a positive maxWaitTimeNanos. Process
