@@ -14,7 +14,8 @@
 # ($BUCKETGRID_SERVERS_CACHE, default ~/.cache/bucketgrid-servers), so fresh
 # clones on one machine (CI's) reuse them, and rebuilt only when missing or
 # when tools/testservers changed. Builds use a private GOCACHE beside them: a
-# shared cache trimmed mid-build breaks them. redis-server comes from apt-get when it is not installed.
+# shared cache trimmed mid-build breaks them; temporary binaries carry the
+# builder's pid. redis-server comes from apt-get when it is not installed.
 # Set SERVERS_NO_REDIS=1 to skip redis.
 #
 # The cache also holds envoyproxy/ratelimit (the peer of cmd/bucketgrid's
@@ -79,7 +80,7 @@ build() {
 	s=$(stamp "$tools"/cmd/ferretdb/*.go)
 	if [ ! -x "$bin/ferretdb" ] || [ "$(cat "$bin/ferretdb.stamp" 2>/dev/null)" != "$s" ]; then
 		log "building FerretDB v1.24.2 (about a minute on a cold cache)"
-		(cd "$tools" && go build -o "$bin/ferretdb.tmp" ./cmd/ferretdb) && mv "$bin/ferretdb.tmp" "$bin/ferretdb"
+		(cd "$tools" && go build -o "$bin/ferretdb.tmp.$$" ./cmd/ferretdb) && mv "$bin/ferretdb.tmp.$$" "$bin/ferretdb"
 		echo "$s" >"$bin/ferretdb.stamp"
 	fi
 	s=$(stamp "$tools/build-gocaves.sh")

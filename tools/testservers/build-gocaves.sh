@@ -22,7 +22,9 @@ version=v0.0.1-75
 
 export GOWORK=off GOFLAGS=-mod=mod
 # A fixed scratch path next to OUT keeps Go's build cache effective across
-# rebuilds (compile actions are keyed on the source directory too).
+# rebuilds (compile actions are keyed on the source directory too); callers
+# building into one folder at once must take turns (servers.sh holds a lock
+# on its cache while it builds).
 work=$(dirname "$out")/.gocaves-build
 chmod -R u+w "$work" 2>/dev/null || true
 rm -rf "$work"
@@ -47,5 +49,5 @@ go run ./tools/prebuildstep.go >/dev/null
 sed -i -E '/^[[:space:]]*log\.Printf\("(received|sending|throwing away) (kv packet|mgmt request|view request|query request|search request|analytics request)/d' \
 	mock/mockimpl/cluster.go
 go mod tidy >/dev/null 2>&1 || true
-go build -o "$out.tmp" .
-mv "$out.tmp" "$out"
+go build -o "$out.tmp.$$" .
+mv "$out.tmp.$$" "$out"
