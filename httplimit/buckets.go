@@ -43,6 +43,10 @@ type Usage struct {
 	// items of RateLimit-Policy. An empty Config suppresses the policy
 	// headers.
 	Config core.Config
+	// ConfigVersion is the stored configuration version of the bucket that
+	// decided (see bucketgrid.WithConfigVersion): with implicit replacement,
+	// which version of a plan answered. 0 without versions and for NewLocal.
+	ConfigVersion int64
 	// Bands, when not nil, holds one Band per bandwidth of Config, in order.
 	// When nil, only the minimum over bandwidths is known (Probe.Remaining),
 	// and the headers say so (see the package documentation).
@@ -144,7 +148,8 @@ func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, erro
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{Probe: p, Config: d.Bucket.Config, Bands: bands(&d, cost, s.clock.Now())}, nil
+	return Usage{Probe: p, Config: d.Bucket.Config, ConfigVersion: d.Bucket.ConfigVersion,
+		Bands: bands(&d, cost, s.clock.Now())}, nil
 }
 
 var errNoPlan = errors.New("httplimit: no plan")

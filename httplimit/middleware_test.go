@@ -565,3 +565,24 @@ func TestOptionsPanicWhereTheyDoNotApply(t *testing.T) {
 		})
 	}
 }
+
+// A Managed Take reports the stored configuration version that decided:
+// the one a handle asked for, or a newer one stored by another.
+func TestManagedReportsConfigVersion(t *testing.T) {
+	clk := clock.NewFake(t0)
+	m := bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(clk)), cas.WithClock(clk)))
+	plan := StaticPlan(config(t, core.Greedy(5, 1, time.Minute)))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		asked, want int64
+	}{{0, 0}, {3, 3}, {2, 3}} { // a handle asking for 2 meets the stored 3
+		var opts []Option
+		if tc.asked > 0 {
+			opts = append(opts, WithBucketOptions(bucketgrid.WithConfigVersion(tc.asked, core.InheritAsIs)))
+		}
+		u, err := NewManaged(m, plan, append(opts, WithClock(clk))...).Take(ctx, fmt.Sprint("k", min(tc.asked, 1)), 1)
+		if err != nil || u.ConfigVersion != tc.want {
+			t.Errorf("asking for version %d: ConfigVersion %d (err %v), want %d", tc.asked, u.ConfigVersion, err, tc.want)
+		}
+	}
+}

@@ -30,6 +30,7 @@ func TestBrowser(t *testing.T) {
 	}
 	d := startDemo(t, Limit{Capacity: 5, RefillPerMinute: 1})
 	urls := d.URLs()
+	scratch := scratchDir(t)
 
 	actx, cancel := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromiumPath),
@@ -43,7 +44,11 @@ func TestBrowser(t *testing.T) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(profileDir(t)),
+		chromedp.UserDataDir(filepath.Join(scratch, "profile")),
+		// Chromium also makes a folder of its own in the temporary folder on
+		// every start (org.chromium.Chromium.*): keep it in the scratch folder
+		// too, so that nothing outlives the test.
+		chromedp.Env("TMPDIR="+filepath.Join(scratch, "tmp")),
 		chromedp.WindowSize(1360, 900),
 	)
 	defer cancel()
@@ -125,14 +130,20 @@ func TestBrowser(t *testing.T) {
 	}
 }
 
-// profileDir returns a fresh Chromium profile directory. Chromium's child
-// processes may still write there for a moment after the browser stops, so
-// its removal is retried rather than left to t.TempDir, which would fail
-// the test.
-func profileDir(t *testing.T) string {
+// scratchDir returns a fresh folder for Chromium's profile and temporary
+// files, with the folders profile and tmp in it. Chromium's child processes
+// may still write there for a moment after the browser stops, so its
+// removal is retried rather than left to t.TempDir, which would fail the
+// test.
+func scratchDir(t *testing.T) string {
 	dir, err := os.MkdirTemp("", "cluster-chromium-")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, sub := range []string{"profile", "tmp"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		for range 50 {

@@ -227,6 +227,11 @@ func TestAPI(t *testing.T) {
 
 	// Each admitted request saw its own decision: remaining 4, 3, 2, 1, 0.
 	var remaining []string
+	for _, resp := range append(slices.Clone(ok), limited...) {
+		if v := resp.Header.Get("Limit-Version"); v != "1" {
+			t.Errorf("%s: Limit-Version %q, want 1: the response must say which limit answered", resp.Status, v)
+		}
+	}
 	for _, resp := range ok {
 		if p := resp.Header.Get("RateLimit-Policy"); p != `"minute";q=5;w=300` {
 			t.Errorf("200: RateLimit-Policy %q", p)
@@ -309,7 +314,7 @@ func TestAPI(t *testing.T) {
 	// That request replaces it, 2 of 5 tokens becoming 8 of 20, and takes one.
 	resp = c.quote(urls[1], "bob")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit-Policy") != `"minute";q=20;w=600` ||
-		resp.Header.Get("X-RateLimit-Remaining") != "7" {
+		resp.Header.Get("X-RateLimit-Remaining") != "7" || resp.Header.Get("Limit-Version") != "2" {
 		t.Errorf("bob after the change: %s, %v", resp.Status, resp.Header)
 	}
 	// Alice's empty bucket stays empty at the new capacity.

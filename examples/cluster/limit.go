@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,7 +146,51 @@ type plannedLimit struct {
 }
 
 func (p *planned) Take(ctx context.Context, key string, cost int64) (httplimit.Usage, error) {
-	return p.cur.Load().buckets.Take(ctx, key, cost)
+	u, err := p.cur.Load().buckets.Take(ctx, key, cost)
+	if v, ok := ctx.Value(versionKey{}).(*atomic.Int64); ok && err == nil {
+		v.Store(u.ConfigVersion)
+	}
+	return u, err
+}
+
+// versionKey is the context key under which withLimitVersion leaves Take
+// the place to record the version of the limit that answered.
+type versionKey struct{}
+
+// withLimitVersion makes every response of next say, in its Limit-Version
+// header, which version of the limit decided the request: the version
+// stored with the client's bucket, which a member still on an older limit
+// also reports.
+func withLimitVersion(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := new(atomic.Int64)
+		vw := &versionWriter{ResponseWriter: w, v: v}
+		next.ServeHTTP(vw, r.WithContext(context.WithValue(r.Context(), versionKey{}, v)))
+	})
+}
+
+// versionWriter sets Limit-Version when the response's header is written.
+type versionWriter struct {
+	http.ResponseWriter
+	v     *atomic.Int64
+	wrote bool
+}
+
+func (w *versionWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.wrote = true
+		if v := w.v.Load(); v > 0 {
+			w.Header().Set("Limit-Version", strconv.FormatInt(v, 10))
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *versionWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 // limit returns the Limit the member applies.

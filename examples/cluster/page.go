@@ -31,7 +31,7 @@ func (nd *node) handler() http.Handler {
 	mux.HandleFunc("GET /demo/members", nd.members)
 	mux.HandleFunc("GET /demo/state", nd.state)
 	mux.HandleFunc("POST /demo/limit", nd.setLimit)
-	return cors(nd.limiter.Handler(mux))
+	return cors(withLimitVersion(nd.limiter.Handler(mux)))
 }
 
 // cors lets a page served by one member read the others: GETs only. The
@@ -42,7 +42,7 @@ func cors(next http.Handler) http.Handler {
 		h := w.Header()
 		h.Set("Access-Control-Allow-Origin", "*")
 		h.Set("Access-Control-Expose-Headers",
-			"RateLimit, RateLimit-Policy, Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset")
+			"RateLimit, RateLimit-Policy, Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Limit-Version")
 		if r.Method == http.MethodOptions {
 			h.Set("Access-Control-Allow-Methods", "GET")
 			h.Set("Access-Control-Allow-Headers", "X-API-Key, Content-Type")
