@@ -154,7 +154,7 @@ func TestStatsTagRegex(t *testing.T) {
 		for i, name := range ms.names {
 			full := envoystats.Namespace + name
 			sub := re.FindStringSubmatchIndex(full)
-			if sub == nil || len(sub) < 6 {
+			if len(sub) < 6 { // nil: no match
 				t.Fatalf("%s does not match %s", full, re)
 			}
 			value := full[sub[4]:sub[5]]
