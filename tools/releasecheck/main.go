@@ -328,7 +328,7 @@ func removeAll(p string) error {
 // consumerEnv is the environment of a module outside the repository that
 // finds this repository's modules only in proxy: no workspace, the module
 // cache modcache, this machine's module cache and proxy for everything
-// else, and no checksum database for the unpublished path.
+// else, no checksum database for the unpublished path, and no module index.
 func consumerEnv(modcache, proxy string) ([]string, error) {
 	cache, err := output("", "go", "env", "GOMODCACHE")
 	if err != nil {
@@ -349,6 +349,11 @@ func consumerEnv(modcache, proxy string) ([]string, error) {
 		"GOPROXY="+goproxy,
 		"GONOSUMDB="+rootPath,
 		"GOMODCACHE="+modcache,
+		// The go command indexes the packages of a module cache folder once,
+		// keyed by module and version, trusting that the folder never
+		// changes; here it does (the same version is rebuilt from another
+		// commit), so the index must not be used.
+		"GODEBUG=goindex=0",
 	)
 	return env, nil
 }
