@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bucketgrid/bucketgrid/rlsconfig"
@@ -85,7 +86,7 @@ func New(maxValued int) *Metrics {
 		valued:    map[string]bool{},
 	}
 	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.globalShadow, m.requests, m.errors,
-		m.latency, m.configLoads, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		m.latency, m.configLoads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
