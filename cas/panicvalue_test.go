@@ -30,7 +30,7 @@ func TestPanicErrorMessage(t *testing.T) {
 		stringer{}, time.Second, panicky{}, true, false,
 		0, -7, int8(-128), int16(300), int32(-1 << 31), int64(math.MinInt64),
 		uint(7), uint8(255), uint16(65535), uint32(1 << 31), uint64(math.MaxUint64), uintptr(0xdead),
-		0.1, 3.0, 1e21, 1e-7, -0.0, math.Inf(-1), math.NaN(), float32(0.1), float32(16777216),
+		0.1, 3.0, 1e21, 1e-7, math.Copysign(0, -1), math.Inf(-1), math.NaN(), float32(0.1), float32(16777216),
 		complex(1, -2), complex(math.Inf(1), math.NaN()), complex64(complex(0.5, 0.25)),
 	} {
 		p := &cas.PanicError{Value: v, Stack: []byte("goroutine 1 [running]:\n")}
