@@ -26,16 +26,23 @@ import (
 // The load is one writer incrementing a decimal counter through the store
 // SPI, one call per context of the given timeout.
 type Outage struct {
-	mu   sync.Mutex
-	r    OutageResult
-	done chan struct{}
-	wg   sync.WaitGroup
+	mu sync.Mutex
+	r  OutageResult
+	// unsettled counts the writes that failed since the last acknowledged
+	// increment: their outcome is unknown, and one that the server applies
+	// after the writer's next read makes that increment lose its race. An
+	// acknowledged increment moves the version past them all, after which
+	// none can apply.
+	unsettled int
+	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // OutageResult tallies the load's calls.
 type OutageResult struct {
 	OK          int           // increments applied and acknowledged
-	Lost        int           // lost races: impossible with one writer, so failures misreported
+	Lost        int           // lost races no failed write explains: with one writer, failures misreported
+	LateWrites  int           // lost races right after failed writes: such a write landed after the next read
 	Errors      int           // increments that failed with an error
 	WriteErrors int           // of those, failed writes (which may have been applied)
 	SlowestErr  time.Duration // the longest a failing call took
@@ -69,6 +76,7 @@ func (o *Outage) once(s cas.Store, key string, opTimeout time.Duration) {
 		o.r.Errors++
 		if write {
 			o.r.WriteErrors++
+			o.unsettled++
 		}
 		o.r.SlowestErr = max(o.r.SlowestErr, time.Since(began))
 		o.r.LastErr = err
@@ -82,9 +90,14 @@ func (o *Outage) once(s cas.Store, key string, opTimeout time.Duration) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if ok {
+	switch {
+	case ok:
 		o.r.OK++
-	} else {
+		o.unsettled = 0
+	case o.unsettled > 0:
+		o.r.LateWrites++
+		o.unsettled--
+	default:
 		o.r.Lost++
 	}
 }
@@ -126,8 +139,8 @@ func (o *Outage) Stop() OutageResult {
 // besides (a write can be applied and its reply lost).
 func CheckOutage(t testing.TB, s cas.Store, key string, r OutageResult, opTimeout time.Duration) {
 	t.Helper()
-	t.Logf("ok=%d lost=%d errors=%d (writes %d), slowest failure %v, last error: %v",
-		r.OK, r.Lost, r.Errors, r.WriteErrors, r.SlowestErr.Round(time.Millisecond), r.LastErr)
+	t.Logf("ok=%d lost=%d late writes=%d errors=%d (writes %d), slowest failure %v, last error: %v",
+		r.OK, r.Lost, r.LateWrites, r.Errors, r.WriteErrors, r.SlowestErr.Round(time.Millisecond), r.LastErr)
 	if r.Lost != 0 {
 		t.Errorf("%d failures were reported as lost races: return the error instead", r.Lost)
 	}
