@@ -16,7 +16,7 @@ import (
 // and limits through a Manager over it; the bucket lives on its owner.
 func Example() {
 	cfg := olric.DefaultLocalConfig()
-	cfg.BindPort = 47320 // owner channel on 47321, gossip on 47322
+	cfg.BindPort = 7320 // owner channel on 7321, gossip on 7322
 	cfg.LeaveTimeout = 100 * time.Millisecond
 	ctx := context.Background()
 	member, err := olric.Start(ctx, cfg)
