@@ -2,7 +2,6 @@ package cas
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/bucketgrid/bucketgrid/core"
 )
@@ -218,24 +217,17 @@ func (e *Executor) roundAsync(key string, q *queue, batch []*call) {
 
 // round runs the calls of batch in one read-process-write round and hands
 // each call its own response. The round's context keeps the first call's
-// values and ends when every call's context has ended, so one impatient
-// caller does not fail the others.
+// values and ends when every call's context has ended (see shared), so one
+// impatient caller does not fail the others.
 func (e *Executor) round(key string, batch []*call) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	defer cancel()
-	var left atomic.Int64
-	left.Store(int64(len(batch)))
+	ctxs := make([]context.Context, len(batch))
 	reqs := make([]core.Request, len(batch))
 	resps := make([]core.Response, len(batch))
 	for i, c := range batch {
-		reqs[i] = c.req
-		stop := context.AfterFunc(c.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
+		ctxs[i], reqs[i] = c.ctx, c.req
 	}
+	ctx, stop := shared(ctxs)
+	defer stop()
 	err := e.run(ctx, key, reqs, resps)
 	for i, c := range batch {
 		if err == nil {

@@ -1,0 +1,240 @@
+package cas
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// PipelineConfig shapes the batches an Executor sends to a Batcher (see
+// WithPipelining). Zero fields take the defaults of
+// DefaultPipelineConfig.
+type PipelineConfig struct {
+	// Flushes bounds the batches in flight at once. While that many are in
+	// flight, operations queue; when one returns, the queue goes in the
+	// next batch.
+	Flushes int
+	// Ops bounds the operations in one batch.
+	Ops int
+}
+
+// DefaultPipelineConfig returns the defaults: 2 batches in flight, 256
+// operations each. One batch in flight batches the most, but leaves the
+// store idle while each reply travels back; two keep it busy at about the
+// same number of round trips (see the benchmarks of grid/redis).
+func DefaultPipelineConfig() PipelineConfig {
+	return PipelineConfig{Flushes: 2, Ops: 256}
+}
+
+func (c PipelineConfig) withDefaults() PipelineConfig {
+	d := DefaultPipelineConfig()
+	if c.Flushes <= 0 {
+		c.Flushes = d.Flushes
+	}
+	if c.Ops <= 0 {
+		c.Ops = d.Ops
+	}
+	return c
+}
+
+// pipe sends store operations of concurrent rounds, on any keys, to a
+// Batcher in shared batches, as rueidis pipelines Redis commands: an
+// operation that finds fewer than Flushes batches in flight and nothing
+// queued goes at once, alone, on its caller's goroutine and under its
+// caller's context; otherwise it queues, and whoever ends a batch starts
+// the next with everything queued, on a goroutine of its own. Nothing ever
+// waits for more operations to arrive.
+type pipe struct {
+	b      Batcher
+	cfg    PipelineConfig
+	trips  *atomic.Int64 // the executor's round-trip counter
+	batchd *atomic.Int64 // the executor's count of operations sent in shared batches
+
+	mu       sync.Mutex
+	queue    []*pending // guarded by mu
+	inflight int        // batches in flight; guarded by mu
+}
+
+// pending is a queued operation and, once its batch returns, its outcome.
+type pending struct {
+	ctx      context.Context
+	op       *Op
+	err      error         // the whole batch failed
+	panicked *PanicError   // the batch panicked on its goroutine
+	done     chan struct{} // closed when the batch returned or panicked
+}
+
+// do performs op in a batch and returns its error: op.Result.Err, or the
+// error of its whole batch. A caller whose context ends while op is queued
+// withdraws it (never sent); once sent, its outcome is unknown.
+func (p *pipe) do(ctx context.Context, op *Op) error {
+	p.mu.Lock()
+	if p.inflight < p.cfg.Flushes && len(p.queue) == 0 {
+		p.inflight++
+		p.mu.Unlock()
+		return p.alone(ctx, op)
+	}
+	w := &pending{ctx: ctx, op: op, done: make(chan struct{})}
+	p.queue = append(p.queue, w)
+	p.mu.Unlock()
+	select {
+	case <-w.done:
+		return w.result()
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	withdrawn := false
+	for i, q := range p.queue {
+		if q == w {
+			p.queue = append(p.queue[:i], p.queue[i+1:]...)
+			withdrawn = true
+			break
+		}
+	}
+	p.mu.Unlock()
+	if !withdrawn {
+		select {
+		case <-w.done: // answered meanwhile: an outcome beats an error
+			return w.result()
+		default:
+		}
+	}
+	return ctx.Err()
+}
+
+// result returns w's error once done is closed, panicking on the caller's
+// goroutine if the batch panicked on its own.
+func (w *pending) result() error {
+	if w.panicked != nil {
+		panic(w.panicked)
+	}
+	if w.err != nil {
+		return w.err
+	}
+	return w.op.Result.Err
+}
+
+// alone sends op in a batch of its own on the caller's goroutine; a panic
+// in the store propagates there, and the pipe moves on.
+func (p *pipe) alone(ctx context.Context, op *Op) error {
+	defer p.next()
+	p.trips.Add(1)
+	ops := [1]*Op{op}
+	if err := p.b.Batch(ctx, ops[:]); err != nil {
+		return err
+	}
+	return op.Result.Err
+}
+
+// next ends a batch: it starts batches of what is queued while fewer than
+// Flushes are in flight.
+func (p *pipe) next() {
+	p.mu.Lock()
+	p.inflight--
+	var batches [][]*pending
+	for p.inflight < p.cfg.Flushes {
+		b := p.take()
+		if len(b) == 0 {
+			break
+		}
+		p.inflight++
+		batches = append(batches, b)
+	}
+	p.mu.Unlock()
+	for _, b := range batches {
+		go p.flush(b)
+	}
+}
+
+// take removes from the queue the operations whose caller has gone (they
+// are never sent) and up to Ops of the others; p.mu held.
+func (p *pipe) take() []*pending {
+	live := p.queue[:0]
+	for _, w := range p.queue {
+		if w.ctx.Err() == nil {
+			live = append(live, w)
+		}
+	}
+	clear(p.queue[len(live):])
+	n := min(len(live), p.cfg.Ops)
+	batch := append([]*pending(nil), live[:n]...)
+	rest := copy(live, live[n:])
+	clear(live[rest:])
+	p.queue = live[:rest]
+	return batch
+}
+
+// flush sends a batch of queued operations on its own goroutine, under a
+// context that ends when every caller's has ended, and answers each. A
+// panic is recovered and handed to every caller of the batch, which
+// re-raises it on its own goroutine.
+func (p *pipe) flush(batch []*pending) {
+	defer p.next()
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Value: v, Stack: stack()}
+			for _, w := range batch {
+				w.panicked = pe
+				close(w.done)
+			}
+		}
+	}()
+	ctxs := make([]context.Context, len(batch))
+	ops := make([]*Op, len(batch))
+	for i, w := range batch {
+		ctxs[i], ops[i] = w.ctx, w.op
+	}
+	ctx, stop := shared(ctxs)
+	defer stop()
+	p.trips.Add(1)
+	if len(ops) > 1 {
+		p.batchd.Add(int64(len(ops)))
+	}
+	err := p.b.Batch(ctx, ops)
+	for _, w := range batch {
+		w.err = err
+		close(w.done)
+	}
+}
+
+// shared returns a context for work done on behalf of several callers: it
+// carries the first one's values, ends when every caller's context has
+// ended, and has the latest of their deadlines when every one has a
+// deadline. stop releases it.
+func shared(ctxs []context.Context) (ctx context.Context, stop func()) {
+	ctx = context.WithoutCancel(ctxs[0])
+	var latest time.Time
+	for _, c := range ctxs {
+		d, ok := c.Deadline()
+		if !ok {
+			latest = time.Time{}
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	var cancelDeadline context.CancelFunc = func() {}
+	if !latest.IsZero() {
+		ctx, cancelDeadline = context.WithDeadline(ctx, latest)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var left atomic.Int64
+	left.Store(int64(len(ctxs)))
+	stops := make([]func() bool, len(ctxs))
+	for i, c := range ctxs {
+		stops[i] = context.AfterFunc(c, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+		cancelDeadline()
+	}
+}
