@@ -87,7 +87,7 @@ func TestMemoryTTL(t *testing.T) {
 	m := newMemory(MemoryConfig{TTL: 10 * time.Second})
 	m.put("long", []byte("v"), 1, 0, 0)
 	m.put("short", []byte("v"), 2, 0, 3*time.Second) // the bucket's own TTL is shorter
-	m.put("longer", []byte("v"), 3, 0, time.Minute) // the memory's is shorter
+	m.put("longer", []byte("v"), 3, 0, time.Minute)  // the memory's is shorter
 	for _, tc := range []struct {
 		key  string
 		at   time.Duration
