@@ -102,10 +102,13 @@ func WithoutBatching() Option { return func(e *Executor) { e.maxBatch = 0 } }
 // MemoryConfig.Entries and MemoryConfig.Bytes and evicts by the clock
 // algorithm (keys used since the last sweep stay): under churn through more
 // keys than it holds, the keys seen least recently cost a read again, as
-// without memory, and nothing is held beyond the bounds. A key whose writes
-// from memory keep losing (other processes write it too) is read first for
-// the next 1, 3, 7, … 31 rounds before memory is tried again, so it costs
-// few wasted writes. Each Executor has its own memory; see WithoutMemory.
+// without memory, and nothing is held beyond the bounds. Over a store that
+// does not report the winner of a lost race (Result.Current), a key whose
+// writes from memory keep losing (other processes write it too) is read
+// first for the next 1, 3, 7, … 31 rounds before memory is tried again, so
+// it costs few wasted writes; over one that does, a lost race costs nothing
+// a read would not have. Each Executor has its own memory; see
+// WithoutMemory.
 func WithMemory(c MemoryConfig) Option {
 	return func(e *Executor) { e.memCfg, e.noMemory = c, false }
 }
@@ -312,7 +315,9 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 		e.conflicts.Add(1)
 		if !fresh {
 			e.memConflicts.Add(1)
-			e.mem.lost(key)
+			if !op.Result.Current { // the lost write cost a round trip a read would not have
+				e.mem.lost(key)
+			}
 		}
 		if op.Result.Current {
 			v = value{data: op.Result.Data, ver: op.Result.Ver, found: op.Result.Found}
