@@ -2,6 +2,8 @@ package cas
 
 import (
 	"context"
+	"hash/maphash"
+	"sync"
 
 	"github.com/bucketgrid/bucketgrid/core"
 )
@@ -15,9 +17,20 @@ import (
 // first request still waiting, or retires the queue, in a deferred call: a
 // panic never leaves the key stuck.
 type queue struct {
+	sh      *queues
 	waiting []*call
 	leader  *call // the waiting call told to lead next, if any
 }
+
+// queues holds the queues of the keys whose hash falls in one of
+// queueShards parts, so that rounds on different keys rarely meet on a
+// lock.
+type queues struct {
+	mu sync.Mutex
+	m  map[string]*queue // guarded by mu
+}
+
+const queueShards = 16
 
 type call struct {
 	ctx      context.Context
@@ -56,15 +69,23 @@ func (p *PanicError) Unwrap() error {
 // coalesce enqueues req and either leads a round for key or waits for one
 // to answer it.
 func (e *Executor) coalesce(ctx context.Context, key string, req core.Request) (core.Response, error) {
-	c := &call{ctx: ctx, req: req, done: make(chan struct{}), lead: make(chan struct{}, 1)}
-	e.mu.Lock()
-	q, running := e.queues[key]
+	sh := &e.queues[maphash.String(e.seed, key)%queueShards]
+	c := &call{ctx: ctx, req: req}
+	sh.mu.Lock()
+	q, running := sh.m[key]
 	if !running {
-		q = &queue{}
-		e.queues[key] = q
+		if sh.m == nil {
+			sh.m = make(map[string]*queue)
+		}
+		q = &queue{sh: sh}
+		sh.m[key] = q
+	} else {
+		// Only a call that waits needs the channels; a key's first call
+		// leads at once (see lead).
+		c.done, c.lead = make(chan struct{}), make(chan struct{}, 1)
 	}
 	q.waiting = append(q.waiting, c)
-	e.mu.Unlock()
+	sh.mu.Unlock()
 	if !running {
 		return e.lead(key, q, c)
 	}
@@ -78,9 +99,9 @@ func (e *Executor) coalesce(ctx context.Context, key string, req core.Request) (
 	// A request still queued is withdrawn and never applied. One already in
 	// a round has an unknown outcome, as after any timeout. One told to lead
 	// must take the lead, which it passes on without running anything.
-	e.mu.Lock()
+	sh.mu.Lock()
 	withdrawn := q.leader != c && e.withdraw(q, c)
-	e.mu.Unlock()
+	sh.mu.Unlock()
 	if !withdrawn {
 		select {
 		case <-c.lead:
@@ -120,20 +141,23 @@ func (c *call) wait() (core.Response, error) {
 // lead is called by c, which holds the lead of q: it takes the next batch
 // and starts its round, then answers c.
 func (e *Executor) lead(key string, q *queue, c *call) (core.Response, error) {
-	e.mu.Lock()
+	q.sh.mu.Lock()
 	q.leader = nil
 	batch := e.take(q)
 	if len(batch) == 0 {
 		e.handOff(key, q)
-		e.mu.Unlock()
+		q.sh.mu.Unlock()
 		return core.Response{}, c.ctx.Err()
 	}
-	e.mu.Unlock()
+	q.sh.mu.Unlock()
 	e.rounds.Add(1)
 	if len(batch) == 1 && batch[0] == c {
 		defer e.lockedHandOff(key, q)
 		c.resp, c.err = e.execute(c.ctx, key, c.req)
 		return c.resp, c.err
+	}
+	if batch[0] == c && c.done == nil {
+		c.done = make(chan struct{}) // before the round can close it
 	}
 	go e.roundAsync(key, q, batch)
 	if batch[0] != c { // c's context has ended: it was dropped from the batch
@@ -142,10 +166,11 @@ func (e *Executor) lead(key string, q *queue, c *call) (core.Response, error) {
 	return c.wait()
 }
 
-// handOff passes the lead to the first waiting call, or retires q; e.mu held.
+// handOff passes the lead to the first waiting call, or retires q; q.sh.mu
+// held.
 func (e *Executor) handOff(key string, q *queue) {
 	if len(q.waiting) == 0 {
-		delete(e.queues, key)
+		delete(q.sh.m, key)
 		return
 	}
 	q.leader = q.waiting[0]
@@ -153,12 +178,12 @@ func (e *Executor) handOff(key string, q *queue) {
 }
 
 func (e *Executor) lockedHandOff(key string, q *queue) {
-	e.mu.Lock()
+	q.sh.mu.Lock()
 	e.handOff(key, q)
-	e.mu.Unlock()
+	q.sh.mu.Unlock()
 }
 
-// withdraw removes c from q if it is still waiting; e.mu held.
+// withdraw removes c from q if it is still waiting; q.sh.mu held.
 func (e *Executor) withdraw(q *queue, c *call) bool {
 	for i, w := range q.waiting {
 		if w == c {
@@ -171,7 +196,7 @@ func (e *Executor) withdraw(q *queue, c *call) bool {
 
 // take removes from q the calls whose context has ended (they return their
 // context's error and are never applied) and then the longest prefix of
-// calls that fits in one round, up to maxBatch operations; e.mu held.
+// calls that fits in one round, up to maxBatch operations; q.sh.mu held.
 func (e *Executor) take(q *queue) []*call {
 	live := q.waiting[:0]
 	for _, w := range q.waiting {

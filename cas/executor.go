@@ -3,8 +3,8 @@ package cas
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,8 +45,8 @@ type Executor struct {
 	memWrites, memConflicts                  atomic.Int64
 
 	maxBatch int // operations per coalesced round; ≤ 1 disables coalescing
-	mu       sync.Mutex
-	queues   map[string]*queue // guarded by mu
+	seed     maphash.Seed
+	queues   [queueShards]queues
 }
 
 // Option configures an Executor.
@@ -148,7 +148,7 @@ func New(store Store, opts ...Option) *Executor {
 		strategy: retry.Default(),
 		clock:    clock.Wall(),
 		maxBatch: core.MaxOps,
-		queues:   make(map[string]*queue),
+		seed:     maphash.MakeSeed(),
 	}
 	for _, o := range opts {
 		o(e)
@@ -162,7 +162,7 @@ func New(store Store, opts ...Option) *Executor {
 		e.mem = newMemory(e.memCfg)
 	}
 	if !e.noPipelining && e.batcher != nil {
-		e.pipe = &pipe{b: e.batcher, cfg: e.pipeCfg.withDefaults(), trips: &e.roundTrips, batchd: &e.batched}
+		e.pipe = &pipe{b: e.batcher, one: e.single, cfg: e.pipeCfg.withDefaults(), trips: &e.roundTrips, batchd: &e.batched}
 	}
 	return e
 }
@@ -387,25 +387,22 @@ func (e *Executor) forget(key string) {
 	}
 }
 
-// do performs op through the store's fastest interface — the pipeline, a
-// batch of one, Write, or the four methods — and returns its error. It
-// counts the read and the round trip.
+// do performs op — in a shared batch when pipelining, alone otherwise —
+// and returns its error. It counts the read and the round trip.
 func (e *Executor) do(ctx context.Context, op *Op) error {
 	if op.Kind == OpGet {
 		e.reads.Add(1)
 	}
-	switch {
-	case e.pipe != nil:
+	if e.pipe != nil {
 		return e.pipe.do(ctx, op)
-	case e.batcher != nil:
-		e.roundTrips.Add(1)
-		ops := [1]*Op{op}
-		if err := e.batcher.Batch(ctx, ops[:]); err != nil {
-			return err
-		}
-		return op.Result.Err
 	}
 	e.roundTrips.Add(1)
+	return e.single(ctx, op)
+}
+
+// single performs op alone through the cheapest call the store offers for
+// it: Get, Write, a batch of one, Insert or Replace.
+func (e *Executor) single(ctx context.Context, op *Op) error {
 	var err error
 	r := &op.Result
 	switch {
@@ -413,6 +410,11 @@ func (e *Executor) do(ctx context.Context, op *Op) error {
 		r.Data, r.Ver, r.Found, err = e.store.Get(ctx, op.Key)
 	case e.writer != nil:
 		err = e.writer.Write(ctx, op)
+	case e.batcher != nil:
+		ops := [1]*Op{op}
+		if err = e.batcher.Batch(ctx, ops[:]); err == nil {
+			err = op.Result.Err
+		}
 	case op.Kind == OpInsert:
 		r.Written, err = e.store.Insert(ctx, op.Key, op.Data, op.TTL)
 	default:

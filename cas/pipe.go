@@ -19,12 +19,16 @@ type PipelineConfig struct {
 	Ops int
 }
 
-// DefaultPipelineConfig returns the defaults: 2 batches in flight, 256
-// operations each. One batch in flight batches the most, but leaves the
-// store idle while each reply travels back; two keep it busy at about the
-// same number of round trips (see the benchmarks of grid/redis).
+// DefaultPipelineConfig returns the defaults: 1 batch in flight, 256
+// operations each. One batch in flight does not bound throughput — every
+// caller that arrives while it travels goes in the next, so n busy callers
+// make batches of about n — and it sends the fewest, largest batches: on
+// Redis it spent the least CPU per check on both sides, at the best p99,
+// of 1, 2 and 4 (grid/redis's BenchmarkVersusLua). More batches in flight
+// shorten the wait of an operation that arrives while one travels, at more
+// round trips.
 func DefaultPipelineConfig() PipelineConfig {
-	return PipelineConfig{Flushes: 2, Ops: 256}
+	return PipelineConfig{Flushes: 1, Ops: 256}
 }
 
 func (c PipelineConfig) withDefaults() PipelineConfig {
@@ -41,12 +45,13 @@ func (c PipelineConfig) withDefaults() PipelineConfig {
 // pipe sends store operations of concurrent rounds, on any keys, to a
 // Batcher in shared batches, as rueidis pipelines Redis commands: an
 // operation that finds fewer than Flushes batches in flight and nothing
-// queued goes at once, alone, on its caller's goroutine and under its
-// caller's context; otherwise it queues, and whoever ends a batch starts
-// the next with everything queued, on a goroutine of its own. Nothing ever
-// waits for more operations to arrive.
+// queued goes at once, alone (by the store's single call), on its caller's
+// goroutine and under its caller's context; otherwise it queues, and
+// whoever ends a batch starts the next with everything queued, on a
+// goroutine of its own. Nothing ever waits for more operations to arrive.
 type pipe struct {
 	b      Batcher
+	one    func(ctx context.Context, op *Op) error // performs an operation alone
 	cfg    PipelineConfig
 	trips  *atomic.Int64 // the executor's round-trip counter
 	batchd *atomic.Int64 // the executor's count of operations sent in shared batches
@@ -115,23 +120,30 @@ func (w *pending) result() error {
 	return w.op.Result.Err
 }
 
-// alone sends op in a batch of its own on the caller's goroutine; a panic
-// in the store propagates there, and the pipe moves on.
+// alone performs op on its own, as the store's single calls are cheaper
+// than a batch of one, on the caller's goroutine; a panic in the store
+// propagates there, and the pipe moves on.
 func (p *pipe) alone(ctx context.Context, op *Op) error {
 	defer p.next()
 	p.trips.Add(1)
-	ops := [1]*Op{op}
-	if err := p.b.Batch(ctx, ops[:]); err != nil {
-		return err
-	}
-	return op.Result.Err
+	return p.one(ctx, op)
 }
 
-// next ends a batch: it starts batches of what is queued while fewer than
-// Flushes are in flight.
+// next ends a batch sent alone: it starts batches of what is queued while
+// fewer than Flushes are in flight, each on a goroutine of its own.
 func (p *pipe) next() {
 	p.mu.Lock()
 	p.inflight--
+	batches := p.start()
+	p.mu.Unlock()
+	for _, b := range batches {
+		go p.flushes(b)
+	}
+}
+
+// start takes batches of what is queued while fewer than Flushes are in
+// flight, counting them in flight; p.mu held.
+func (p *pipe) start() [][]*pending {
 	var batches [][]*pending
 	for p.inflight < p.cfg.Flushes {
 		b := p.take()
@@ -141,9 +153,27 @@ func (p *pipe) next() {
 		p.inflight++
 		batches = append(batches, b)
 	}
-	p.mu.Unlock()
-	for _, b := range batches {
-		go p.flush(b)
+	return batches
+}
+
+// flushes sends batch, then the next batches of what queued meanwhile, on
+// the one goroutine while there are any (a goroutine whose stack has grown
+// into the store's client is cheaper to keep than to start), starting
+// further goroutines only when Flushes allows more batches in flight.
+func (p *pipe) flushes(batch []*pending) {
+	for batch != nil {
+		p.flush(batch)
+		p.mu.Lock()
+		p.inflight--
+		batches := p.start()
+		p.mu.Unlock()
+		batch = nil
+		if len(batches) > 0 {
+			batch = batches[0]
+			for _, b := range batches[1:] {
+				go p.flushes(b)
+			}
+		}
 	}
 }
 
@@ -165,12 +195,11 @@ func (p *pipe) take() []*pending {
 	return batch
 }
 
-// flush sends a batch of queued operations on its own goroutine, under a
-// context that ends when every caller's has ended, and answers each. A
-// panic is recovered and handed to every caller of the batch, which
-// re-raises it on its own goroutine.
+// flush sends a batch of queued operations, under a context that ends when
+// every caller's has ended, and answers each. A panic is recovered and
+// handed to every caller of the batch, which re-raises it on its own
+// goroutine.
 func (p *pipe) flush(batch []*pending) {
-	defer p.next()
 	defer func() {
 		if v := recover(); v != nil {
 			pe := &PanicError{Value: v, Stack: stack()}
@@ -204,6 +233,11 @@ func (p *pipe) flush(batch []*pending) {
 // deadline. stop releases it.
 func shared(ctxs []context.Context) (ctx context.Context, stop func()) {
 	ctx = context.WithoutCancel(ctxs[0])
+	for _, c := range ctxs {
+		if c.Done() == nil { // this caller never gives up: neither does the work
+			return ctx, func() {}
+		}
+	}
 	var latest time.Time
 	for _, c := range ctxs {
 		d, ok := c.Deadline()
