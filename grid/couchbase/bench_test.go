@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/internal/loadbench"
 	"github.com/bucketgrid/bucketgrid/retry"
 	"github.com/bucketgrid/bucketgrid/tck"
 )
@@ -34,6 +35,33 @@ func BenchmarkHotKey(b *testing.B) {
 		for _, st := range strategies {
 			b.Run(fmt.Sprintf("clients=%d/%s", clients, st.name), func(b *testing.B) {
 				tck.BenchmarkHotKey(b, newStoreOn(b, srv), clients, cas.WithRetry(st.s()))
+			})
+		}
+	}
+}
+
+// BenchmarkKeys is grid/redis's BenchmarkVersusLua without the Lua side:
+// 16 callers on 1 key and on 10,000 keys, every check admitted and verified
+// afterwards, through the executor as it was before its memory and
+// pipelining ("before") and with them ("after"). Reported: checks/s, p50
+// and p99, CPU per check of this process and of gocaves (GOCAVES_PID from
+// scripts/servers.sh), and round trips per check.
+//
+//	scripts/servers.sh start && . .servers/env
+//	go test -run '^$' -bench BenchmarkKeys -benchtime 20000x ./grid/couchbase
+func BenchmarkKeys(b *testing.B) {
+	srv := couchbaseServer(b)
+	for _, keys := range []int{1, 10000} {
+		for _, side := range []struct {
+			name string
+			opts []cas.Option
+		}{
+			{"before", []cas.Option{cas.WithoutMemory(), cas.WithoutPipelining()}},
+			{"after", nil},
+		} {
+			b.Run(fmt.Sprintf("%s/keys=%d", side.name, keys), func(b *testing.B) {
+				loadbench.CAS(b, newStoreOn(b, srv), 16, keys,
+					loadbench.ServerCPU(b, loadbench.PidFromEnv("GOCAVES_PID")), side.opts...)
 			})
 		}
 	}

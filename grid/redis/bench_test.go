@@ -6,15 +6,12 @@ import (
 	"encoding/hex"
 	"flag"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
-	"github.com/bucketgrid/bucketgrid/core"
 	redis "github.com/bucketgrid/bucketgrid/grid/redis"
 	"github.com/bucketgrid/bucketgrid/internal/loadbench"
 )
@@ -67,12 +64,6 @@ var luaSHA = func() string {
 	h := sha1.Sum([]byte(luaBucket))
 	return hex.EncodeToString(h[:])
 }()
-
-// benchCapacity is every bucket's capacity: large enough that every check
-// is admitted, so both sides do the same work, and refilled by one token a
-// day (the script's interval is a day as well), so that no token comes back
-// during a run and the tokens taken equal the checks admitted exactly.
-const benchCapacity = 1_000_000_000
 
 // benchCallers is the number of concurrent callers, as in the issue.
 const benchCallers = 16
@@ -132,67 +123,13 @@ func BenchmarkVersusLua(b *testing.B) {
 // run of another.
 var versusRounds = flag.Int("versus.rounds", 1, "rounds of BenchmarkVersusLua, its sides in turn in each")
 
-// runLoad runs the load with redis-server's CPU and the client's round
-// trips, after check has been called once per key.
-func runLoad(b *testing.B, keys int, trips *tripCounter, check func(ctx context.Context, k int) (bool, error)) []int64 {
-	b.Helper()
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for c := range benchCallers {
-		wg.Go(func() {
-			for k := c; k < keys; k += benchCallers {
-				if _, err := check(ctx, k); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+// serverCPU returns the CPU time redis-server has used so far.
+func serverCPU(b *testing.B) func() time.Duration {
 	pid := loadbench.PidFromEnv("REDIS_PID")
 	if pid == 0 {
 		pid = loadbench.PidListening("redis-server", redisAddr(b))
 	}
-	return loadbench.Run(b, loadbench.Load{
-		Callers:   benchCallers,
-		Keys:      keys,
-		Check:     check,
-		ServerCPU: loadbench.ServerCPU(b, pid),
-		Trips:     trips.trips.Load,
-	})
-}
-
-// verify fails b unless every key admitted every check sent to it and its
-// bucket lost exactly that many tokens (one more for the check before the
-// timer).
-func verify(b *testing.B, admitted []int64, left func(k int) (int64, error)) {
-	b.Helper()
-	want := loadbench.Expected(b.N, len(admitted))
-	var wg sync.WaitGroup
-	errs := make(chan string, benchCallers)
-	for c := range benchCallers {
-		wg.Go(func() {
-			for k := c; k < len(admitted); k += benchCallers {
-				n, err := left(k)
-				switch {
-				case err != nil:
-					errs <- err.Error()
-					return
-				case admitted[k] != want[k]:
-					errs <- "key " + strconv.Itoa(k) + ": " + strconv.FormatInt(admitted[k], 10) + " of " + strconv.FormatInt(want[k], 10) + " checks admitted"
-					return
-				case benchCapacity-n != want[k]+1:
-					errs <- "key " + strconv.Itoa(k) + ": " + strconv.FormatInt(benchCapacity-n, 10) + " tokens taken for " + strconv.FormatInt(want[k]+1, 10) + " checks"
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		b.Fatal("not exact: ", e)
-	}
+	return loadbench.ServerCPU(b, pid)
 }
 
 func benchLua(b *testing.B, c *goredis.Client, trips *tripCounter, keys int) {
@@ -207,15 +144,23 @@ func benchLua(b *testing.B, c *goredis.Client, trips *tripCounter, keys int) {
 	}
 	b.Cleanup(func() { unlink(c, names) })
 	day := strconv.Itoa(24 * 3600)
-	admitted := runLoad(b, keys, trips, func(ctx context.Context, k int) (bool, error) {
-		now := strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 6, 64)
-		r, err := c.EvalSha(ctx, luaSHA, names[k:k+1], benchCapacity, 1, day, now).Int64Slice()
-		if err != nil {
-			return false, err
-		}
-		return r[0] == 1, nil
-	})
-	verify(b, admitted, func(k int) (int64, error) {
+	l := loadbench.Load{
+		Callers: benchCallers,
+		Keys:    keys,
+		Check: func(ctx context.Context, k int) (bool, error) {
+			now := strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 6, 64)
+			r, err := c.EvalSha(ctx, luaSHA, names[k:k+1], loadbench.Capacity, 1, day, now).Int64Slice()
+			if err != nil {
+				return false, err
+			}
+			return r[0] == 1, nil
+		},
+		ServerCPU: serverCPU(b),
+		Trips:     trips.trips.Load,
+	}
+	loadbench.Warm(b, l)
+	admitted := loadbench.Run(b, l)
+	loadbench.Verify(b, admitted, benchCallers, func(k int) (int64, error) {
 		v, err := c.HGet(ctx, names[k], "tokens").Result()
 		if err != nil {
 			return 0, err
@@ -232,37 +177,7 @@ func benchCAS(opts ...cas.Option) func(b *testing.B, c *goredis.Client, trips *t
 		if err := store.Load(context.Background()); err != nil {
 			b.Fatal(err)
 		}
-		names := make([]string, keys)
-		for k := range names {
-			names[k] = strconv.Itoa(k)
-		}
-		b.Cleanup(func() {
-			full := make([]string, keys)
-			for k := range full {
-				full[k] = prefix + names[k]
-			}
-			unlink(c, full)
-		})
-		cfg, err := core.NewConfig(core.Intervally(benchCapacity, 1, 24*time.Hour))
-		if err != nil {
-			b.Fatal(err)
-		}
-		exec := cas.New(store, opts...)
-		m := bucketgrid.NewManager(exec)
-		handles := make([]*bucketgrid.Handle, keys)
-		for k := range handles {
-			handles[k] = m.Bucket(names[k], func(context.Context) (core.Config, error) { return cfg, nil })
-		}
-		admitted := runLoad(b, keys, trips, func(ctx context.Context, k int) (bool, error) {
-			return handles[k].TryConsume(ctx, 1)
-		})
-		b.StopTimer()
-		st := exec.Stats()
-		b.ReportMetric(float64(st.Conflicts)/float64(b.N), "conflicts/check")
-		check := bucketgrid.NewManager(cas.New(store, cas.WithoutMemory()))
-		verify(b, admitted, func(k int) (int64, error) {
-			return check.Bucket(names[k], nil).AvailableTokens(context.Background())
-		})
+		loadbench.CAS(b, store, benchCallers, keys, serverCPU(b), opts...)
 	}
 }
 
