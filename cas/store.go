@@ -5,6 +5,21 @@
 // whole protocol on top: read, core.Process, conditional write, retry with a
 // retry.Strategy, request deadlines, expiration and recovery. A lost race and
 // a failed store are different outcomes: only the first is retried.
+//
+// # Round trips
+//
+// Over the four methods of Store a check costs two round trips: a read and
+// a compare-and-swap. A store that also implements the optional Writer or
+// Batcher (below) reports the version each write produced; the Executor
+// then remembers each bucket (WithMemory) and sends the next check on it
+// straight to the compare-and-swap, one round trip, reading only after a
+// lost race, and not even then when the store reports the winner. A store
+// that implements Batcher carries the reads and writes of concurrent checks
+// on different keys in shared round trips (WithPipelining), and concurrent
+// checks on one key share one round of their own (see Executor.Execute):
+// on Redis, 16 callers on 10,000 keys take 0.13 round trips per check
+// (grid/redis, BenchmarkVersusLua). The memory never decides alone: what a
+// compare-and-swap does not confirm is read first (see WithMemory).
 package cas
 
 import (

@@ -51,18 +51,6 @@ func BenchmarkHotKey(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkKeys -benchtime 20000x ./grid/couchbase
 func BenchmarkKeys(b *testing.B) {
 	srv := couchbaseServer(b)
-	for _, keys := range []int{1, 10000} {
-		for _, side := range []struct {
-			name string
-			opts []cas.Option
-		}{
-			{"before", []cas.Option{cas.WithoutMemory(), cas.WithoutPipelining()}},
-			{"after", nil},
-		} {
-			b.Run(fmt.Sprintf("%s/keys=%d", side.name, keys), func(b *testing.B) {
-				loadbench.CAS(b, newStoreOn(b, srv), 16, keys,
-					loadbench.ServerCPU(b, loadbench.PidFromEnv("GOCAVES_PID")), side.opts...)
-			})
-		}
-	}
+	loadbench.BeforeAfter(b, []int{1, 10000}, func(b *testing.B) cas.Store { return newStoreOn(b, srv) },
+		loadbench.ServerCPU(b, loadbench.PidFromEnv("GOCAVES_PID")))
 }

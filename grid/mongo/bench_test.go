@@ -54,18 +54,6 @@ func BenchmarkHotKey(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkKeys -benchtime 2000x ./grid/mongo
 func BenchmarkKeys(b *testing.B) {
 	uri := mongoURI(b)
-	for _, keys := range []int{1, 1000} {
-		for _, side := range []struct {
-			name string
-			opts []cas.Option
-		}{
-			{"before", []cas.Option{cas.WithoutMemory(), cas.WithoutPipelining()}},
-			{"after", nil},
-		} {
-			b.Run(fmt.Sprintf("%s/keys=%d", side.name, keys), func(b *testing.B) {
-				loadbench.CAS(b, newStoreURI(b, uri, 1), 16, keys,
-					loadbench.ServerCPU(b, loadbench.PidFromEnv("FERRETDB_PID")), side.opts...)
-			})
-		}
-	}
+	loadbench.BeforeAfter(b, []int{1, 1000}, func(b *testing.B) cas.Store { return newStoreURI(b, uri, 1) },
+		loadbench.ServerCPU(b, loadbench.PidFromEnv("FERRETDB_PID")))
 }

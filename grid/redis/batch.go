@@ -28,24 +28,6 @@ func (s *Store) Write(ctx context.Context, op *cas.Op) error {
 	return s.writeAs(ctx, op, newVersion(op.Ver))
 }
 
-// writeAs is Write storing version ver.
-func (s *Store) writeAs(ctx context.Context, op *cas.Op, ver cas.Version) error {
-	w, err := s.prepare(op, ver)
-	if err != nil {
-		return err
-	}
-	reply, err := s.c.EvalSha(ctx, casSHA, w.keys, w.args...).Result()
-	if isNoScript(err) {
-		// The script did not run, so sending it again is safe.
-		s.fallbacks.Add(1)
-		reply, err = s.c.Eval(ctx, casScript, w.keys, w.args...).Result()
-	}
-	if err != nil {
-		return err
-	}
-	return s.result(op, w, reply)
-}
-
 // Batch performs ops in one pipeline: a GET for each OpGet, a script call
 // for each write. A failure of one command (a key this store refuses, a
 // value it did not write, a WRONGTYPE key) is that op's Result.Err. When

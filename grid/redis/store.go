@@ -260,7 +260,7 @@ func (s *Store) decode(key string, b []byte) ([]byte, cas.Version, error) {
 // the key exists: another client created it first.
 func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
 	op := cas.Op{Kind: cas.OpInsert, Key: key, Data: data, TTL: ttl}
-	err := s.Write(ctx, &op)
+	err := s.writeAs(ctx, &op, newVersion(0))
 	return op.Result.Written, err
 }
 
@@ -268,8 +268,27 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 // it changed or the key has gone: a lost race.
 func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
 	op := cas.Op{Kind: cas.OpReplace, Key: key, Data: data, Ver: ver, TTL: ttl}
-	err := s.Write(ctx, &op)
+	err := s.writeAs(ctx, &op, newVersion(ver))
 	return op.Result.Written, err
+}
+
+// writeAs runs casScript for op, storing version ver if it wins, and sets
+// op.Result: written, or lost with the value that won.
+func (s *Store) writeAs(ctx context.Context, op *cas.Op, ver cas.Version) error {
+	w, err := s.prepare(op, ver)
+	if err != nil {
+		return err
+	}
+	reply, err := s.c.EvalSha(ctx, casSHA, w.keys, w.args...).Result()
+	if isNoScript(err) {
+		// The script did not run, so sending it again is safe.
+		s.fallbacks.Add(1)
+		reply, err = s.c.Eval(ctx, casScript, w.keys, w.args...).Result()
+	}
+	if err != nil {
+		return err
+	}
+	return s.result(op, w, reply)
 }
 
 // Delete removes key; deleting an absent key is not an error.

@@ -109,3 +109,22 @@ func CAS(b *testing.B, s cas.Store, callers, keys int, serverCPU func() time.Dur
 		}
 	})
 }
+
+// BeforeAfter runs CAS for each count of keys, through the executor as it
+// was before its memory and pipelining ("before") and with its defaults
+// ("after"), on a store from newStore per run, with 16 callers.
+func BeforeAfter(b *testing.B, keys []int, newStore func(b *testing.B) cas.Store, serverCPU func() time.Duration) {
+	for _, n := range keys {
+		for _, side := range []struct {
+			name string
+			opts []cas.Option
+		}{
+			{"before", []cas.Option{cas.WithoutMemory(), cas.WithoutPipelining()}},
+			{"after", nil},
+		} {
+			b.Run(side.name+"/keys="+strconv.Itoa(n), func(b *testing.B) {
+				CAS(b, newStore(b), 16, n, serverCPU, side.opts...)
+			})
+		}
+	}
+}
