@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,7 +70,8 @@ var luaSHA = func() string {
 const benchCallers = 16
 
 // BenchmarkVersusLua runs bucket checks side by side on one Redis: the
-// guide's Lua token bucket (one EVALSHA per check) against bucketgrid's
+// guide's Lua token bucket (one EVALSHA per check; through go-redis's pool,
+// and pipelined as the guide's Lettuce client would) against bucketgrid's
 // cas executor over this store — with its defaults (memory and
 // pipelining), with each of the two alone, and with both off (the executor
 // before them: a GET and a script per check). 16 callers, 1 key and 10,000
@@ -92,7 +94,8 @@ func BenchmarkVersusLua(b *testing.B) {
 		name string
 		run  func(b *testing.B, c *goredis.Client, trips *tripCounter, keys int)
 	}{
-		{"lua", benchLua},
+		{"lua", benchLua(false)},
+		{"lua-pipelined", benchLua(true)},
 		{"cas", benchCAS()},
 		{"cas-flushes=2", benchCAS(cas.WithPipelining(cas.PipelineConfig{Flushes: 2}))},
 		{"cas-memory-only", benchCAS(cas.WithoutPipelining())},
@@ -132,42 +135,110 @@ func serverCPU(b *testing.B) func() time.Duration {
 	return loadbench.ServerCPU(b, pid)
 }
 
-func benchLua(b *testing.B, c *goredis.Client, trips *tripCounter, keys int) {
-	prefix := runPrefix + "lua" + strconv.Itoa(keys) + ":"
-	names := make([]string, keys)
-	for k := range names {
-		names[k] = prefix + strconv.Itoa(k)
-	}
-	ctx := context.Background()
-	if err := c.ScriptLoad(ctx, luaBucket).Err(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { unlink(c, names) })
-	day := strconv.Itoa(24 * 3600)
-	l := loadbench.Load{
-		Callers: benchCallers,
-		Keys:    keys,
-		Check: func(ctx context.Context, k int) (bool, error) {
-			now := strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 6, 64)
-			r, err := c.EvalSha(ctx, luaSHA, names[k:k+1], loadbench.Capacity, 1, day, now).Int64Slice()
-			if err != nil {
-				return false, err
-			}
-			return r[0] == 1, nil
-		},
-		ServerCPU: serverCPU(b),
-		Trips:     trips.trips.Load,
-	}
-	loadbench.Warm(b, l)
-	admitted := loadbench.Run(b, l)
-	loadbench.Verify(b, admitted, benchCallers, func(k int) (int64, error) {
-		v, err := c.HGet(ctx, names[k], "tokens").Result()
-		if err != nil {
-			return 0, err
+// benchLua runs the guide's script, each check an EVALSHA of its own —
+// through go-redis's pool, or, pipelined, in shared pipelines as the
+// guide's Lettuce client sends the commands of concurrent callers on one
+// multiplexed connection.
+func benchLua(pipelined bool) func(b *testing.B, c *goredis.Client, trips *tripCounter, keys int) {
+	return func(b *testing.B, c *goredis.Client, trips *tripCounter, keys int) {
+		prefix := runPrefix + "lua" + strconv.Itoa(keys) + ":"
+		names := make([]string, keys)
+		for k := range names {
+			names[k] = prefix + strconv.Itoa(k)
 		}
-		f, err := strconv.ParseFloat(v, 64)
-		return int64(f), err
-	})
+		ctx := context.Background()
+		if err := c.ScriptLoad(ctx, luaBucket).Err(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { unlink(c, names) })
+		day := strconv.Itoa(24 * 3600)
+		eval := func(ctx context.Context, key, now string) ([]int64, error) {
+			return c.EvalSha(ctx, luaSHA, []string{key}, loadbench.Capacity, 1, day, now).Int64Slice()
+		}
+		if pipelined {
+			p := &autoPipe{c: c, args: []any{loadbench.Capacity, 1, day}}
+			eval = p.eval
+		}
+		l := loadbench.Load{
+			Callers: benchCallers,
+			Keys:    keys,
+			Check: func(ctx context.Context, k int) (bool, error) {
+				now := strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 6, 64)
+				r, err := eval(ctx, names[k], now)
+				if err != nil {
+					return false, err
+				}
+				return r[0] == 1, nil
+			},
+			ServerCPU: serverCPU(b),
+			Trips:     trips.trips.Load,
+		}
+		loadbench.Warm(b, l)
+		admitted := loadbench.Run(b, l)
+		loadbench.Verify(b, admitted, benchCallers, func(k int) (int64, error) {
+			v, err := c.HGet(ctx, names[k], "tokens").Result()
+			if err != nil {
+				return 0, err
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			return int64(f), err
+		})
+	}
+}
+
+// autoPipe sends the script calls of concurrent callers in shared
+// pipelines, one in flight: a caller that finds none in flight sends
+// everything queued, and keeps sending what queued meanwhile until nothing
+// is left; the others wait for their answers. Nothing waits for more calls
+// to arrive.
+type autoPipe struct {
+	c     *goredis.Client
+	args  []any // the script's arguments before "now"
+	mu    sync.Mutex
+	queue []*luaCall
+	busy  bool
+}
+
+type luaCall struct {
+	key, now string
+	res      []int64
+	err      error
+	done     chan struct{}
+}
+
+func (p *autoPipe) eval(ctx context.Context, key, now string) ([]int64, error) {
+	call := &luaCall{key: key, now: now, done: make(chan struct{})}
+	p.mu.Lock()
+	p.queue = append(p.queue, call)
+	if p.busy {
+		p.mu.Unlock()
+		<-call.done
+		return call.res, call.err
+	}
+	p.busy = true
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		batch := p.queue
+		p.queue = nil
+		if len(batch) == 0 {
+			p.busy = false
+			p.mu.Unlock()
+			break
+		}
+		p.mu.Unlock()
+		cmds, _ := p.c.Pipelined(ctx, func(pipe goredis.Pipeliner) error {
+			for _, b := range batch {
+				pipe.EvalSha(ctx, luaSHA, []string{b.key}, append(p.args[:len(p.args):len(p.args)], b.now)...)
+			}
+			return nil
+		})
+		for i, b := range batch {
+			b.res, b.err = cmds[i].(*goredis.Cmd).Int64Slice()
+			close(b.done)
+		}
+	}
+	return call.res, call.err
 }
 
 func benchCAS(opts ...cas.Option) func(b *testing.B, c *goredis.Client, trips *tripCounter, keys int) {
