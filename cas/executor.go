@@ -91,7 +91,11 @@ func WithoutBatching() Option { return func(e *Executor) { e.maxBatch = 0 } }
 //     reads the key first and answers from what it read.
 //   - A lost race, a store error, a timeout (the outcome of a write is then
 //     unknown) and Remove drop the key from memory or replace it with what
-//     the store reported; nothing remembered outlives the bucket's own TTL.
+//     the store reported. What a write taught is remembered no longer than
+//     the TTL it wrote, what a read taught no longer than MemoryConfig.TTL;
+//     a remembered bucket that expired in the store meanwhile costs one lost
+//     race (the store never lets an expired value come back), never a
+//     decision.
 //   - The executor's clock stamps every request as before: a remembered
 //     state is the same bytes a read would return, and core.Process never
 //     mints tokens for a request dated before the stored refill time,
