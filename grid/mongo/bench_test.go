@@ -44,7 +44,9 @@ func BenchmarkHotKey(b *testing.B) {
 // BenchmarkKeys is grid/redis's BenchmarkVersusLua without the Lua side:
 // 16 callers on 1 key and on many keys, every check admitted and verified
 // afterwards, through the executor as it was before its memory and
-// pipelining ("before") and with them ("after"). Reported: checks/s, p50
+// pipelining ("before"), with them ("after": the store is not a
+// cas.Batcher, so that is memory alone), and over the Batching store
+// ("batching"). Reported: checks/s, p50
 // and p99, CPU per check of this process and of FerretDB (FERRETDB_PID from
 // scripts/servers.sh), and round trips per check. Through FerretDB the
 // client has one connection (see TestTCK), and 10,000 keys would take
@@ -54,6 +56,11 @@ func BenchmarkHotKey(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkKeys -benchtime 2000x ./grid/mongo
 func BenchmarkKeys(b *testing.B) {
 	uri := mongoURI(b)
-	loadbench.BeforeAfter(b, []int{1, 1000}, func(b *testing.B) cas.Store { return newStoreURI(b, uri, 1) },
-		loadbench.ServerCPU(b, loadbench.PidFromEnv("FERRETDB_PID")))
+	cpu := loadbench.ServerCPU(b, loadbench.PidFromEnv("FERRETDB_PID"))
+	loadbench.BeforeAfter(b, []int{1, 1000}, func(b *testing.B) cas.Store { return newStoreURI(b, uri, 1) }, cpu)
+	for _, keys := range []int{1, 1000} {
+		b.Run(fmt.Sprintf("batching/keys=%d", keys), func(b *testing.B) {
+			loadbench.CAS(b, newStoreURI(b, uri, 1).Batching(), 16, keys, cpu)
+		})
+	}
 }

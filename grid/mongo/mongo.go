@@ -29,7 +29,7 @@
 // counter: a client that read a document before it was deleted or expired
 // and re-created must not be able to overwrite the new incarnation with its
 // stale version, and a version names one write, which lets a batch tell its
-// own writes from others' (see Batch).
+// own writes from others' (see Batching).
 //
 // # Atomicity, and FerretDB
 //
@@ -95,7 +95,6 @@ var (
 	_ cas.Store      = (*Store)(nil)
 	_ cas.KeyChecker = (*Store)(nil)
 	_ cas.Writer     = (*Store)(nil)
-	_ cas.Batcher    = (*Store)(nil)
 )
 
 // MaxKeyLen is the longest key the store holds, in bytes (see the package

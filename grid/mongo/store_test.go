@@ -244,7 +244,7 @@ func TestOptions(t *testing.T) {
 	}
 	// A batch finds documents by the mapped _id too.
 	ops := []*cas.Op{{Kind: cas.OpGet, Key: "k"}, {Kind: cas.OpReplace, Key: "k2", Data: []byte("c"), Ver: 1}}
-	if err := s.Batch(ctx, ops); err != nil || ops[0].Result.Err != nil || !ops[0].Result.Found ||
+	if err := s.Batching().Batch(ctx, ops); err != nil || ops[0].Result.Err != nil || !ops[0].Result.Found ||
 		string(ops[0].Result.Data) != "b" || ops[0].Result.Ver != v2 || ops[1].Result.Err != nil || ops[1].Result.Written {
 		t.Fatalf("batch through the key mapping: %v; results %+v %+v", err, ops[0].Result, ops[1].Result)
 	}
