@@ -2,8 +2,8 @@ package cas
 
 import (
 	"context"
-	"hash/maphash"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bucketgrid/bucketgrid/core"
 )
@@ -69,7 +69,7 @@ func (p *PanicError) Unwrap() error {
 // coalesce enqueues req and either leads a round for key or waits for one
 // to answer it.
 func (e *Executor) coalesce(ctx context.Context, key string, req core.Request) (core.Response, error) {
-	sh := &e.queues[maphash.String(e.seed, key)%queueShards]
+	sh := &e.queues[shardOf(key)]
 	c := &call{ctx: ctx, req: req}
 	sh.mu.Lock()
 	q, running := sh.m[key]
@@ -261,4 +261,43 @@ func (e *Executor) round(key string, batch []*call) {
 		c.err = err
 		close(c.done)
 	}
+}
+
+// shared returns a context for work done on behalf of several callers: it
+// carries the first one's values and ends when every caller's context has
+// ended (never, when one caller's never ends). stop releases it.
+func shared(ctxs []context.Context) (ctx context.Context, stop func()) {
+	ctx = context.WithoutCancel(ctxs[0])
+	for _, c := range ctxs {
+		if c.Done() == nil { // this caller never gives up: neither does the work
+			return ctx, func() {}
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var left atomic.Int64
+	left.Store(int64(len(ctxs)))
+	stops := make([]func() bool, len(ctxs))
+	for i, c := range ctxs {
+		stops[i] = context.AfterFunc(c, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}
+
+// shardOf returns the queue shard of key: FNV-1a, as the shards only spread
+// lock contention.
+func shardOf(key string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return h % queueShards
 }

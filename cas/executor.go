@@ -3,7 +3,6 @@ package cas
 import (
 	"context"
 	"errors"
-	"hash/maphash"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -45,7 +44,6 @@ type Executor struct {
 	memWrites, memConflicts                  atomic.Int64
 
 	maxBatch int // operations per coalesced round; ≤ 1 disables coalescing
-	seed     maphash.Seed
 	queues   [queueShards]queues
 }
 
@@ -152,7 +150,6 @@ func New(store Store, opts ...Option) *Executor {
 		strategy: retry.Default(),
 		clock:    clock.Wall(),
 		maxBatch: core.MaxOps,
-		seed:     maphash.MakeSeed(),
 	}
 	for _, o := range opts {
 		o(e)
@@ -166,7 +163,7 @@ func New(store Store, opts ...Option) *Executor {
 		e.mem = newMemory(e.memCfg)
 	}
 	if !e.noPipelining && e.batcher != nil {
-		e.pipe = &pipe{b: e.batcher, one: e.single, cfg: e.pipeCfg.withDefaults(), trips: &e.roundTrips, batchd: &e.batched}
+		e.pipe = newPipe(e.batcher, e.single, e.pipeCfg.withDefaults(), &e.roundTrips, &e.batched)
 	}
 	return e
 }

@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 package cas
 
 import (
@@ -5,49 +7,6 @@ import (
 	"sync"
 	"time"
 )
-
-// MemoryConfig bounds an Executor's memory of buckets (see WithMemory). Zero
-// fields take the defaults of DefaultMemoryConfig.
-type MemoryConfig struct {
-	// Entries bounds the number of keys remembered.
-	Entries int
-	// Bytes bounds the bytes remembered: each key's bytes and value bytes
-	// plus EntryOverhead.
-	Bytes int
-	// TTL bounds how long a key is remembered after the read or write that
-	// taught it, on the executor's clock; a bucket written with a shorter
-	// TTL is remembered no longer than that TTL.
-	TTL time.Duration
-}
-
-// EntryOverhead is what MemoryConfig.Bytes counts for each remembered key on
-// top of its key and value bytes: the entry, its slot in an index and a
-// share of the map, about what the Go runtime spends.
-const EntryOverhead = 96
-
-// DefaultMemoryConfig returns the defaults: 65,536 keys, 16 MiB, 10 s. A
-// bucket state is 40 to 100 bytes, so the entry bound binds first for keys
-// of ordinary length and the byte bound for long keys. Ten seconds keeps
-// the memory of a key that other processes write as well from costing more
-// than a lost race now and then; the memory never decides anything on its
-// own, so its length trades round trips only.
-func DefaultMemoryConfig() MemoryConfig {
-	return MemoryConfig{Entries: 1 << 16, Bytes: 16 << 20, TTL: 10 * time.Second}
-}
-
-func (c MemoryConfig) withDefaults() MemoryConfig {
-	d := DefaultMemoryConfig()
-	if c.Entries <= 0 {
-		c.Entries = d.Entries
-	}
-	if c.Bytes <= 0 {
-		c.Bytes = d.Bytes
-	}
-	if c.TTL <= 0 {
-		c.TTL = d.TTL
-	}
-	return c
-}
 
 // memoryShards is the number of independently locked parts of a memory;
 // fewer when Entries is smaller.

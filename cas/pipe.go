@@ -1,46 +1,12 @@
+//go:build !wasip1
+
 package cas
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 )
-
-// PipelineConfig shapes the batches an Executor sends to a Batcher (see
-// WithPipelining). Zero fields take the defaults of
-// DefaultPipelineConfig.
-type PipelineConfig struct {
-	// Flushes bounds the batches in flight at once. While that many are in
-	// flight, operations queue; when one returns, the queue goes in the
-	// next batch.
-	Flushes int
-	// Ops bounds the operations in one batch.
-	Ops int
-}
-
-// DefaultPipelineConfig returns the defaults: 1 batch in flight, 256
-// operations each. One batch in flight does not bound throughput — every
-// caller that arrives while it travels goes in the next, so n busy callers
-// make batches of about n — and it sends the fewest, largest batches: on
-// Redis it spent the least CPU per check on both sides, at the best p99,
-// of 1, 2 and 4 (grid/redis's BenchmarkVersusLua). More batches in flight
-// shorten the wait of an operation that arrives while one travels, at more
-// round trips.
-func DefaultPipelineConfig() PipelineConfig {
-	return PipelineConfig{Flushes: 1, Ops: 256}
-}
-
-func (c PipelineConfig) withDefaults() PipelineConfig {
-	d := DefaultPipelineConfig()
-	if c.Flushes <= 0 {
-		c.Flushes = d.Flushes
-	}
-	if c.Ops <= 0 {
-		c.Ops = d.Ops
-	}
-	return c
-}
 
 // pipe sends store operations of concurrent rounds, on any keys, to a
 // Batcher in shared batches, as rueidis pipelines Redis commands: an
@@ -59,6 +25,11 @@ type pipe struct {
 	mu       sync.Mutex
 	queue    []*pending // guarded by mu
 	inflight int        // batches in flight; guarded by mu
+}
+
+// newPipe returns a pipe over b; one performs an operation alone.
+func newPipe(b Batcher, one func(ctx context.Context, op *Op) error, cfg PipelineConfig, trips, batched *atomic.Int64) *pipe {
+	return &pipe{b: b, one: one, cfg: cfg, trips: trips, batchd: batched}
 }
 
 // pending is a queued operation and, once its batch returns, its outcome.
@@ -224,51 +195,5 @@ func (p *pipe) flush(batch []*pending) {
 	for _, w := range batch {
 		w.err = err
 		close(w.done)
-	}
-}
-
-// shared returns a context for work done on behalf of several callers: it
-// carries the first one's values, ends when every caller's context has
-// ended, and has the latest of their deadlines when every one has a
-// deadline. stop releases it.
-func shared(ctxs []context.Context) (ctx context.Context, stop func()) {
-	ctx = context.WithoutCancel(ctxs[0])
-	for _, c := range ctxs {
-		if c.Done() == nil { // this caller never gives up: neither does the work
-			return ctx, func() {}
-		}
-	}
-	var latest time.Time
-	for _, c := range ctxs {
-		d, ok := c.Deadline()
-		if !ok {
-			latest = time.Time{}
-			break
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	var cancelDeadline context.CancelFunc = func() {}
-	if !latest.IsZero() {
-		ctx, cancelDeadline = context.WithDeadline(ctx, latest)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	var left atomic.Int64
-	left.Store(int64(len(ctxs)))
-	stops := make([]func() bool, len(ctxs))
-	for i, c := range ctxs {
-		stops[i] = context.AfterFunc(c, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, s := range stops {
-			s()
-		}
-		cancel()
-		cancelDeadline()
 	}
 }
