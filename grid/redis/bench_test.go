@@ -83,13 +83,9 @@ const benchCallers = 16
 // trips (commands alone or pipelines) per check.
 //
 //	scripts/servers.sh start && . .servers/env
-//	go test -run '^$' -bench VersusLua -benchtime 60000x ./grid/redis -versus.rounds 5
+//	go test -run '^$' -bench 'VersusLua/^(lua|lua-pipelined|cas|cas-before)$/' -benchtime 40000x ./grid/redis -versus.rounds 5
 func BenchmarkVersusLua(b *testing.B) {
 	addr := redisAddr(b)
-	pid := loadbench.PidFromEnv("REDIS_PID")
-	if pid == 0 {
-		pid = loadbench.PidListening("redis-server", addr)
-	}
 	sides := []struct {
 		name string
 		run  func(b *testing.B, c *goredis.Client, trips *tripCounter, keys int)
