@@ -74,8 +74,10 @@ func WithoutBatching() Option { return func(e *Executor) { e.maxBatch = 0 } }
 // result with a compare-and-swap on the remembered version: one round trip
 // instead of a read and a write. Only a lost race (another process wrote)
 // costs a read, or nothing more when the store reports the winning value
-// with the lost race (Result.Current). The memory never decides anything on
-// its own:
+// with the lost race (Result.Current) — unless the retry strategy then
+// waits longer than the lost write took, after which the executor reads
+// afresh, as the others went on writing meanwhile. The memory never decides
+// anything on its own:
 //   - A write from memory is a compare-and-swap the store refuses when the
 //     key was written, deleted or has expired since (the version rule of
 //     Version; an expired value never comes back), so a request applied
@@ -299,10 +301,12 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 		if !fresh {
 			e.memWrites.Add(1)
 		}
+		sent := time.Now()
 		if err := e.do(ctx, &op); err != nil {
 			e.forget(key)
 			return e.failed(ctx, "write", key, attempt, err)
 		}
+		took := time.Since(sent)
 		if op.Result.Written {
 			e.writes.Add(1)
 			if e.mem != nil {
@@ -337,6 +341,12 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 			}
 			if err := clock.Sleep(ctx, e.clock, d.Delay); err != nil {
 				return conflict(key, attempt, err)
+			}
+			if d.Delay > took {
+				// The winner a lost race reported has aged by the delay,
+				// longer than a read would take to come back, while the
+				// others went on writing: read afresh.
+				have = false
 			}
 		default:
 			return conflict(key, attempt, nil)

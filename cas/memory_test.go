@@ -10,6 +10,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/retry"
 )
 
 // twoNodes is a store shared by two executors, A and B, as by two
@@ -282,5 +283,47 @@ func TestMemoryNeedsWrittenVersions(t *testing.T) {
 	}
 	if s := e.Stats(); s.MemoryWrites != 0 || s.Reads != 4 { // the first check: bare, then with the configuration
 		t.Fatalf("stats %+v over a store without Writer or Batcher: want every check to read", s)
+	}
+}
+
+// TestLostRaceWinnerAgesWithTheDelay: the winner a lost race reports is
+// used at once when the strategy retries at once, and read afresh when the
+// strategy waits longer than the lost write took (others write meanwhile).
+func TestLostRaceWinnerAgesWithTheDelay(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		s     retry.Strategy
+		reads int64
+	}{
+		{"retry now: the winner reported", retry.Immediate(5), 0},
+		{"retry after a second: read afresh", retry.Func(func(retry.Metadata) retry.Decision {
+			return retry.Decision{Action: retry.RetryAfter, Delay: time.Second}
+		}), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTwoNodes(t, cas.WithRetry(tc.s)) // the fake clock sleeps at once
+			a, b := n.handle(n.a, "k"), n.handle(n.b, "k")
+			if _, err := a.TryConsume(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.TryConsume(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			before := n.a.Stats()
+			if ok, err := a.TryConsume(ctx, 1); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			s := n.a.Stats()
+			if d := s.MemoryConflicts - before.MemoryConflicts; d != 1 {
+				t.Fatalf("%d lost races from memory, want 1", d)
+			}
+			if d := s.Reads - before.Reads; d != tc.reads {
+				t.Errorf("%d reads after the lost race, want %d", d, tc.reads)
+			}
+			if left, _ := b.AvailableTokens(ctx); left != 7 {
+				t.Errorf("%d tokens left, want 7", left)
+			}
+		})
 	}
 }
