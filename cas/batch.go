@@ -2,6 +2,7 @@ package cas
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/bucketgrid/bucketgrid/core"
@@ -16,9 +17,20 @@ import (
 // first request still waiting, or retires the queue, in a deferred call: a
 // panic never leaves the key stuck.
 type queue struct {
+	sh      *queues
 	waiting []*call
 	leader  *call // the waiting call told to lead next, if any
 }
+
+// queues holds the queues of the keys whose hash falls in one of
+// queueShards parts, so that rounds on different keys rarely meet on a
+// lock.
+type queues struct {
+	mu sync.Mutex
+	m  map[string]*queue // guarded by mu
+}
+
+const queueShards = 16
 
 type call struct {
 	ctx      context.Context
@@ -57,15 +69,23 @@ func (p *PanicError) Unwrap() error {
 // coalesce enqueues req and either leads a round for key or waits for one
 // to answer it.
 func (e *Executor) coalesce(ctx context.Context, key string, req core.Request) (core.Response, error) {
-	c := &call{ctx: ctx, req: req, done: make(chan struct{}), lead: make(chan struct{}, 1)}
-	e.mu.Lock()
-	q, running := e.queues[key]
+	sh := &e.queues[shardOf(key)]
+	c := &call{ctx: ctx, req: req}
+	sh.mu.Lock()
+	q, running := sh.m[key]
 	if !running {
-		q = &queue{}
-		e.queues[key] = q
+		if sh.m == nil {
+			sh.m = make(map[string]*queue)
+		}
+		q = &queue{sh: sh}
+		sh.m[key] = q
+	} else {
+		// Only a call that waits needs the channels; a key's first call
+		// leads at once (see lead).
+		c.done, c.lead = make(chan struct{}), make(chan struct{}, 1)
 	}
 	q.waiting = append(q.waiting, c)
-	e.mu.Unlock()
+	sh.mu.Unlock()
 	if !running {
 		return e.lead(key, q, c)
 	}
@@ -79,9 +99,9 @@ func (e *Executor) coalesce(ctx context.Context, key string, req core.Request) (
 	// A request still queued is withdrawn and never applied. One already in
 	// a round has an unknown outcome, as after any timeout. One told to lead
 	// must take the lead, which it passes on without running anything.
-	e.mu.Lock()
+	sh.mu.Lock()
 	withdrawn := q.leader != c && e.withdraw(q, c)
-	e.mu.Unlock()
+	sh.mu.Unlock()
 	if !withdrawn {
 		select {
 		case <-c.lead:
@@ -121,20 +141,23 @@ func (c *call) wait() (core.Response, error) {
 // lead is called by c, which holds the lead of q: it takes the next batch
 // and starts its round, then answers c.
 func (e *Executor) lead(key string, q *queue, c *call) (core.Response, error) {
-	e.mu.Lock()
+	q.sh.mu.Lock()
 	q.leader = nil
 	batch := e.take(q)
 	if len(batch) == 0 {
 		e.handOff(key, q)
-		e.mu.Unlock()
+		q.sh.mu.Unlock()
 		return core.Response{}, c.ctx.Err()
 	}
-	e.mu.Unlock()
+	q.sh.mu.Unlock()
 	e.rounds.Add(1)
 	if len(batch) == 1 && batch[0] == c {
 		defer e.lockedHandOff(key, q)
 		c.resp, c.err = e.execute(c.ctx, key, c.req)
 		return c.resp, c.err
+	}
+	if batch[0] == c && c.done == nil {
+		c.done = make(chan struct{}) // before the round can close it
 	}
 	go e.roundAsync(key, q, batch)
 	if batch[0] != c { // c's context has ended: it was dropped from the batch
@@ -143,10 +166,11 @@ func (e *Executor) lead(key string, q *queue, c *call) (core.Response, error) {
 	return c.wait()
 }
 
-// handOff passes the lead to the first waiting call, or retires q; e.mu held.
+// handOff passes the lead to the first waiting call, or retires q; q.sh.mu
+// held.
 func (e *Executor) handOff(key string, q *queue) {
 	if len(q.waiting) == 0 {
-		delete(e.queues, key)
+		delete(q.sh.m, key)
 		return
 	}
 	q.leader = q.waiting[0]
@@ -154,12 +178,12 @@ func (e *Executor) handOff(key string, q *queue) {
 }
 
 func (e *Executor) lockedHandOff(key string, q *queue) {
-	e.mu.Lock()
+	q.sh.mu.Lock()
 	e.handOff(key, q)
-	e.mu.Unlock()
+	q.sh.mu.Unlock()
 }
 
-// withdraw removes c from q if it is still waiting; e.mu held.
+// withdraw removes c from q if it is still waiting; q.sh.mu held.
 func (e *Executor) withdraw(q *queue, c *call) bool {
 	for i, w := range q.waiting {
 		if w == c {
@@ -172,7 +196,7 @@ func (e *Executor) withdraw(q *queue, c *call) bool {
 
 // take removes from q the calls whose context has ended (they return their
 // context's error and are never applied) and then the longest prefix of
-// calls that fits in one round, up to maxBatch operations; e.mu held.
+// calls that fits in one round, up to maxBatch operations; q.sh.mu held.
 func (e *Executor) take(q *queue) []*call {
 	live := q.waiting[:0]
 	for _, w := range q.waiting {
@@ -218,24 +242,17 @@ func (e *Executor) roundAsync(key string, q *queue, batch []*call) {
 
 // round runs the calls of batch in one read-process-write round and hands
 // each call its own response. The round's context keeps the first call's
-// values and ends when every call's context has ended, so one impatient
-// caller does not fail the others.
+// values and ends when every call's context has ended (see shared), so one
+// impatient caller does not fail the others.
 func (e *Executor) round(key string, batch []*call) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
-	defer cancel()
-	var left atomic.Int64
-	left.Store(int64(len(batch)))
+	ctxs := make([]context.Context, len(batch))
 	reqs := make([]core.Request, len(batch))
 	resps := make([]core.Response, len(batch))
 	for i, c := range batch {
-		reqs[i] = c.req
-		stop := context.AfterFunc(c.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
+		ctxs[i], reqs[i] = c.ctx, c.req
 	}
+	ctx, stop := shared(ctxs)
+	defer stop()
 	err := e.run(ctx, key, reqs, resps)
 	for i, c := range batch {
 		if err == nil {
@@ -244,4 +261,43 @@ func (e *Executor) round(key string, batch []*call) {
 		c.err = err
 		close(c.done)
 	}
+}
+
+// shared returns a context for work done on behalf of several callers: it
+// carries the first one's values and ends when every caller's context has
+// ended (never, when one caller's never ends). stop releases it.
+func shared(ctxs []context.Context) (ctx context.Context, stop func()) {
+	ctx = context.WithoutCancel(ctxs[0])
+	for _, c := range ctxs {
+		if c.Done() == nil { // this caller never gives up: neither does the work
+			return ctx, func() {}
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var left atomic.Int64
+	left.Store(int64(len(ctxs)))
+	stops := make([]func() bool, len(ctxs))
+	for i, c := range ctxs {
+		stops[i] = context.AfterFunc(c, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}
+
+// shardOf returns the queue shard of key: FNV-1a, as the shards only spread
+// lock contention.
+func shardOf(key string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint32(key[i])) * 16777619
+	}
+	return h % queueShards
 }

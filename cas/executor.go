@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,13 +28,23 @@ type Executor struct {
 	clock    clock.Clock
 
 	checkKey func(key string) error // the store's KeyChecker, if any
+	writer   Writer                 // the store's Writer, if any
+	batcher  Batcher                // the store's Batcher, if any
+	mem      *memory                // nil: off, or the store reports no written versions
+	pipe     *pipe                  // nil: no Batcher, or pipelining off
+
+	memCfg       MemoryConfig
+	noMemory     bool
+	pipeCfg      PipelineConfig
+	noPipelining bool
 
 	attempts, conflicts, writes, storeErrors atomic.Int64
 	requests, rounds, invalidKeys            atomic.Int64
+	reads, roundTrips, batched               atomic.Int64
+	memWrites, memConflicts                  atomic.Int64
 
 	maxBatch int // operations per coalesced round; ≤ 1 disables coalescing
-	mu       sync.Mutex
-	queues   map[string]*queue // guarded by mu
+	queues   [queueShards]queues
 }
 
 // Option configures an Executor.
@@ -57,20 +66,106 @@ func WithClock(c clock.Clock) Option { return func(e *Executor) { e.clock = c } 
 // read-process-write round. Only useful to measure what coalescing saves.
 func WithoutBatching() Option { return func(e *Executor) { e.maxBatch = 0 } }
 
-// New returns an executor over store.
+// WithMemory sets the bounds of the executor's memory of buckets; the
+// default is DefaultMemoryConfig().
+//
+// The executor remembers, per key, the value and version it last read or
+// wrote, and runs the next request on the key from that memory, writing the
+// result with a compare-and-swap on the remembered version: one round trip
+// instead of a read and a write. Only a lost race (another process wrote)
+// costs a read, or nothing more when the store reports the winning value
+// with the lost race (Result.Current) — unless the retry strategy then
+// waits longer than the lost write took, after which the executor reads
+// afresh, as the others went on writing meanwhile. The memory never decides
+// anything on its own:
+//   - A write from memory is a compare-and-swap the store refuses when the
+//     key was written, deleted or has expired since (the version rule of
+//     Version; an expired value never comes back), so a request applied
+//     from memory gets exactly the answer a fresh read would have given at
+//     the moment of its write.
+//   - A request whose outcome writes nothing — a rejection with no refill
+//     to record, an estimate, a read of the available tokens, the
+//     diagnostics or the configuration — is never answered from memory:
+//     nothing would confirm it, and another process may have reset the
+//     bucket, added tokens or replaced the configuration. The executor
+//     reads the key first and answers from what it read.
+//   - A lost race, a store error, a timeout (the outcome of a write is then
+//     unknown) and Remove drop the key from memory or replace it with what
+//     the store reported. What a write taught is remembered no longer than
+//     the TTL it wrote, what a read taught no longer than MemoryConfig.TTL;
+//     a remembered bucket that expired in the store meanwhile costs one lost
+//     race (the store never lets an expired value come back), never a
+//     decision.
+//   - The executor's clock stamps every request as before: a remembered
+//     state is the same bytes a read would return, and core.Process never
+//     mints tokens for a request dated before the stored refill time,
+//     whoever's clock is behind.
+//
+// The memory needs the version each write produced, so it is on only for a
+// store that implements Writer or Batcher. It is bounded by
+// MemoryConfig.Entries and MemoryConfig.Bytes and evicts by the clock
+// algorithm (keys used since the last sweep stay): under churn through more
+// keys than it holds, the keys seen least recently cost a read again, as
+// without memory, and nothing is held beyond the bounds. Over a store that
+// does not report the winner of a lost race (Result.Current), a key whose
+// writes from memory keep losing (other processes write it too) is read
+// first for the next 1, 3, 7, … 31 rounds before memory is tried again, so
+// it costs few wasted writes; over one that does, a lost race costs nothing
+// a read would not have. Each Executor has its own memory; see
+// WithoutMemory.
+func WithMemory(c MemoryConfig) Option {
+	return func(e *Executor) { e.memCfg, e.noMemory = c, false }
+}
+
+// WithoutMemory turns the executor's memory off (see WithMemory): every
+// round reads the key first.
+func WithoutMemory() Option { return func(e *Executor) { e.noMemory = true } }
+
+// WithPipelining sets how the executor batches store operations of
+// concurrent requests on different keys; the default is
+// DefaultPipelineConfig(). It applies to a store that implements Batcher:
+// while PipelineConfig.Flushes batches are in flight, the reads and writes
+// of other rounds queue, and the queue goes as the next batch as soon as
+// one returns — no operation waits for others to arrive. A coalesced round
+// of requests on one key (see Execute) is one operation of such a batch.
+// Every caller's own deadline still bounds its wait: an operation whose
+// caller has gone while it is queued is never sent; a batch runs under a
+// context that ends when every caller in it has gone. A store error on one
+// operation fails that operation's round only; a batch that fails as a
+// whole fails every round in it, each with ErrStore; a panic in the store
+// reaches every caller of the batch, as a *PanicError, and the pipeline
+// goes on.
+func WithPipelining(c PipelineConfig) Option {
+	return func(e *Executor) { e.pipeCfg, e.noPipelining = c, false }
+}
+
+// WithoutPipelining turns cross-key batching off (see WithPipelining): each
+// store operation is a call of its own. Only useful to measure what
+// pipelining saves.
+func WithoutPipelining() Option { return func(e *Executor) { e.noPipelining = true } }
+
+// New returns an executor over store. It uses the store's optional
+// extensions (KeyChecker, Writer, Batcher) when the store implements them.
 func New(store Store, opts ...Option) *Executor {
 	e := &Executor{
 		store:    store,
 		strategy: retry.Default(),
 		clock:    clock.Wall(),
 		maxBatch: core.MaxOps,
-		queues:   make(map[string]*queue),
 	}
 	for _, o := range opts {
 		o(e)
 	}
 	if kc, ok := store.(KeyChecker); ok {
 		e.checkKey = kc.CheckKey
+	}
+	e.writer, _ = store.(Writer)
+	e.batcher, _ = store.(Batcher)
+	if !e.noMemory && (e.writer != nil || e.batcher != nil) {
+		e.mem = newMemory(e.memCfg)
+	}
+	if !e.noPipelining && e.batcher != nil {
+		e.pipe = newPipe(e.batcher, e.single, e.pipeCfg.withDefaults(), &e.roundTrips, &e.batched)
 	}
 	return e
 }
@@ -144,13 +239,24 @@ func (e *Executor) execute(ctx context.Context, key string, req core.Request) (c
 	return resps[0], err
 }
 
-// run is one round: it reads key's bucket, applies reqs in order with
-// core.Process, each to the bytes the one before produced, at one reading of
-// the clock, and writes the result once, conditionally; on a lost race it
-// asks the strategy and starts over. resps[i] receives the response to
-// reqs[i]; they are valid only when run returns nil.
+// run is one round: it reads key's bucket (or takes it from memory),
+// applies reqs in order with core.Process, each to the bytes the one before
+// produced, at one reading of the clock, and writes the result once,
+// conditionally; on a lost race it asks the strategy and starts over.
+// resps[i] receives the response to reqs[i]; they are valid only when run
+// returns nil.
 func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, resps []core.Response) error {
 	start := e.clock.Now()
+	var (
+		v     value
+		have  bool // v holds the key's value, read or remembered
+		fresh bool // v was read from the store during this round
+	)
+	if e.mem != nil {
+		if data, ver, ok := e.mem.get(key, start); ok {
+			v, have = value{data: data, ver: ver, found: true}, true
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			if attempt > 1 { // ended while retrying lost races
@@ -159,39 +265,72 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 			return err
 		}
 		e.attempts.Add(1)
-		data, ver, found, err := e.store.Get(ctx, key)
-		if err != nil {
-			return e.failed(ctx, "get", key, attempt, err)
-		}
-		if !found {
-			data = nil
-		}
-		now := e.clock.Now()
-		cur, changed, ttl := data, false, int64(0)
-		for i := range reqs {
-			next, ch, resp := core.Process(cur, reqs[i], now)
-			resps[i] = resp
-			if ch {
-				cur, changed, ttl = next, true, resp.TTL
+		var (
+			now     int64
+			cur     []byte
+			changed bool
+			ttl     int64
+		)
+		for {
+			if !have {
+				op := Op{Kind: OpGet, Key: key}
+				if err := e.do(ctx, &op); err != nil {
+					e.forget(key)
+					return e.failed(ctx, "get", key, attempt, err)
+				}
+				v = value{data: op.Result.Data, ver: op.Result.Ver, found: op.Result.Found}
+				have, fresh = true, true
 			}
+			now = e.clock.Now()
+			cur, changed, ttl = process(v, reqs, resps, now)
+			if changed || fresh {
+				break
+			}
+			// Nothing to write, so no compare-and-swap would confirm the
+			// remembered state: read it (see WithMemory).
+			have = false
 		}
 		if !changed {
+			e.remember(key, v, now, 0)
 			return nil
 		}
-		var ok bool
-		if found {
-			ok, err = e.store.Replace(ctx, key, cur, ver, time.Duration(ttl))
-		} else {
-			ok, err = e.store.Insert(ctx, key, cur, time.Duration(ttl))
+		op := Op{Kind: OpInsert, Key: key, Data: cur, TTL: time.Duration(ttl)}
+		if v.found {
+			op.Kind, op.Ver = OpReplace, v.ver
 		}
-		if err != nil {
+		if !fresh {
+			e.memWrites.Add(1)
+		}
+		sent := time.Now()
+		if err := e.do(ctx, &op); err != nil {
+			e.forget(key)
 			return e.failed(ctx, "write", key, attempt, err)
 		}
-		if ok {
+		took := time.Since(sent)
+		if op.Result.Written {
 			e.writes.Add(1)
+			if e.mem != nil {
+				if !fresh {
+					e.mem.won(key)
+				}
+				e.mem.put(key, cur, op.Result.Ver, now, op.TTL)
+			}
 			return nil
 		}
 		e.conflicts.Add(1)
+		if !fresh {
+			e.memConflicts.Add(1)
+			if !op.Result.Current { // the lost write cost a round trip a read would not have
+				e.mem.lost(key)
+			}
+		}
+		if op.Result.Current {
+			v = value{data: op.Result.Data, ver: op.Result.Ver, found: op.Result.Found}
+			have, fresh = true, true
+			e.remember(key, v, now, 0)
+		} else {
+			have = false
+		}
 		d := e.strategy.Next(retry.Metadata{Attempt: attempt, Key: key, Start: start, Now: e.clock.Now()})
 		switch d.Action {
 		case retry.RetryNow:
@@ -203,10 +342,96 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 			if err := clock.Sleep(ctx, e.clock, d.Delay); err != nil {
 				return conflict(key, attempt, err)
 			}
+			if d.Delay > took {
+				// The winner a lost race reported has aged by the delay,
+				// longer than a read would take to come back, while the
+				// others went on writing: read afresh.
+				have = false
+			}
 		default:
 			return conflict(key, attempt, nil)
 		}
 	}
+}
+
+// value is a key's stored value as a read reports it.
+type value struct {
+	data  []byte
+	ver   Version
+	found bool
+}
+
+// process applies reqs in order to v's bytes at now, each to the bytes the
+// one before produced, filling resps. It returns the bytes to write, whether
+// any request changed the bucket, and the TTL of the last change.
+func process(v value, reqs []core.Request, resps []core.Response, now int64) (cur []byte, changed bool, ttl int64) {
+	if v.found {
+		cur = v.data
+	}
+	for i := range reqs {
+		next, ch, resp := core.Process(cur, reqs[i], now)
+		resps[i] = resp
+		if ch {
+			cur, changed, ttl = next, true, resp.TTL
+		}
+	}
+	return cur, changed, ttl
+}
+
+// remember records v as key's value in memory, or forgets key when v is
+// absent.
+func (e *Executor) remember(key string, v value, now int64, ttl time.Duration) {
+	switch {
+	case e.mem == nil:
+	case v.found:
+		e.mem.put(key, v.data, v.ver, now, ttl)
+	default:
+		e.mem.forget(key)
+	}
+}
+
+// forget drops key from memory, after an error (a write's outcome may be
+// unknown) or a removal.
+func (e *Executor) forget(key string) {
+	if e.mem != nil {
+		e.mem.forget(key)
+	}
+}
+
+// do performs op — in a shared batch when pipelining, alone otherwise —
+// and returns its error. It counts the read and the round trip.
+func (e *Executor) do(ctx context.Context, op *Op) error {
+	if op.Kind == OpGet {
+		e.reads.Add(1)
+	}
+	if e.pipe != nil {
+		return e.pipe.do(ctx, op)
+	}
+	e.roundTrips.Add(1)
+	return e.single(ctx, op)
+}
+
+// single performs op alone through the cheapest call the store offers for
+// it: Get, Write, a batch of one, Insert or Replace.
+func (e *Executor) single(ctx context.Context, op *Op) error {
+	var err error
+	r := &op.Result
+	switch {
+	case op.Kind == OpGet:
+		r.Data, r.Ver, r.Found, err = e.store.Get(ctx, op.Key)
+	case e.writer != nil:
+		err = e.writer.Write(ctx, op)
+	case e.batcher != nil:
+		ops := [1]*Op{op}
+		if err = e.batcher.Batch(ctx, ops[:]); err == nil {
+			err = op.Result.Err
+		}
+	case op.Kind == OpInsert:
+		r.Written, err = e.store.Insert(ctx, op.Key, op.Data, op.TTL)
+	default:
+		r.Written, err = e.store.Replace(ctx, op.Key, op.Data, op.Ver, op.TTL)
+	}
+	return err
 }
 
 // conflict returns ErrConflict for key after attempts lost races, wrapping
@@ -247,7 +472,11 @@ func (e *Executor) Remove(ctx context.Context, key string) error {
 	if err := e.check(key); err != nil {
 		return err
 	}
-	if err := e.store.Delete(ctx, key); err != nil {
+	e.forget(key)
+	e.roundTrips.Add(1)
+	err := e.store.Delete(ctx, key)
+	e.forget(key) // a round that ran meanwhile may have remembered it
+	if err != nil {
 		return e.storeErr("delete", key, err)
 	}
 	return nil
@@ -257,15 +486,23 @@ func (e *Executor) Remove(ctx context.Context, key string) error {
 type Stats struct {
 	Requests    int64 // calls to Execute
 	Rounds      int64 // rounds run (each one or more requests)
-	Attempts    int64 // read-process-write rounds
+	Attempts    int64 // process-and-write attempts (a round makes one, and one more per lost race)
 	Conflicts   int64 // lost races
 	Writes      int64 // successful writes
 	StoreErrors int64 // failures returned from the store
 	InvalidKeys int64 // keys refused as the store cannot hold them (not store failures)
+
+	Reads           int64 // reads sent to the store
+	RoundTrips      int64 // calls to the store; a batch of many operations counts once
+	Batched         int64 // operations sent in batches shared with other rounds (see WithPipelining)
+	MemoryWrites    int64 // writes tried from memory, without a read (see WithMemory)
+	MemoryConflicts int64 // of those, lost races
 }
 
 // Stats returns the counters.
 func (e *Executor) Stats() Stats {
 	return Stats{Requests: e.requests.Load(), Rounds: e.rounds.Load(), Attempts: e.attempts.Load(), Conflicts: e.conflicts.Load(),
-		Writes: e.writes.Load(), StoreErrors: e.storeErrors.Load(), InvalidKeys: e.invalidKeys.Load()}
+		Writes: e.writes.Load(), StoreErrors: e.storeErrors.Load(), InvalidKeys: e.invalidKeys.Load(),
+		Reads: e.reads.Load(), RoundTrips: e.roundTrips.Load(), Batched: e.batched.Load(),
+		MemoryWrites: e.memWrites.Load(), MemoryConflicts: e.memConflicts.Load()}
 }

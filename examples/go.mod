@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/bucketgrid/bucketgrid v0.1.0
 	github.com/bucketgrid/bucketgrid/grid/olric v0.1.0
+	github.com/bucketgrid/bucketgrid/grid/redis v0.1.0
 	github.com/chromedp/chromedp v0.23.1
 	github.com/olric-data/olric v0.7.4
 	github.com/redis/go-redis/v9 v9.23.0
@@ -13,7 +14,6 @@ require (
 
 require (
 	github.com/RoaringBitmap/roaring v1.9.4 // indirect
-	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/armon/go-metrics v0.4.1 // indirect
 	github.com/bits-and-blooms/bitset v1.22.0 // indirect
 	github.com/buraksezer/consistent v0.10.0 // indirect
@@ -56,3 +56,5 @@ require (
 replace github.com/bucketgrid/bucketgrid => ..
 
 replace github.com/bucketgrid/bucketgrid/grid/olric => ../grid/olric
+
+replace github.com/bucketgrid/bucketgrid/grid/redis => ../grid/redis

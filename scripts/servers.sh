@@ -209,8 +209,10 @@ write_env() {
 		echo "export COUCHBASE_USERNAME=Administrator COUCHBASE_PASSWORD=password COUCHBASE_BUCKET=default"
 		echo "export FERRETDB_BIN='$bin/ferretdb' GOCAVES_BIN='$bin/gocaves'"
 		echo "export ENVOY_RATELIMIT_BIN='$bin/envoy-ratelimit'"
+		# the servers' pids, for benchmarks that report the servers' CPU
+		echo "export FERRETDB_PID=$(cat "$srv/ferretdb.pid") GOCAVES_PID=$(cat "$srv/gocaves.pid")"
 		if [ -s "$srv/redis.addr" ]; then
-			echo "export REDIS_ADDR='$(cat "$srv/redis.addr")'"
+			echo "export REDIS_ADDR='$(cat "$srv/redis.addr")' REDIS_PID=$(cat "$srv/redis.pid")"
 		fi
 	} >"$envfile.tmp"
 	mv "$envfile.tmp" "$envfile"

@@ -13,17 +13,23 @@ import (
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
-// faultStore wraps the store under test and injects faults into it.
+// faultStore injects faults into the store under test. Its hook sees every
+// operation, through the four methods or the store's extensions (see
+// intercept), so an executor over it runs with its memory and pipeline
+// when the store offers them.
 //
 // An injected conflict stands for another client's write landing between a
-// Get and the Replace that follows: every version read before it turns
-// stale, whatever kind of version the store has. To that end faultStore
-// hands out versions of its own, each naming the store's version and the
-// key's epoch when it was read; a conflict bumps the epoch. (Rewriting the
-// same bytes in the store would not do: a version that is a digest of the
-// value would not change, and the executor would rightly win.)
+// read and the write that follows: every version handed out before it
+// turns stale, whatever kind of version the store has. To that end
+// faultStore hands out versions of its own, each naming the store's version
+// and the key's epoch when it was read or written; a conflict bumps the
+// epoch. (Rewriting the same bytes in the store would not do: a version
+// that is a digest of the value would not change, and the executor would
+// rightly win.) A write refused by an injected conflict reports, like a
+// store that returns the winner of a lost race, the key's value with a
+// version of the new epoch.
 type faultStore struct {
-	cas.Store
+	inner              cas.Store
 	mu                 sync.Mutex
 	conflicts          int  // stale reads to cause
 	failGets, failPuts int  // failures to return
@@ -41,8 +47,12 @@ type heldVersion struct {
 }
 
 func newFaultStore(s cas.Store) *faultStore {
-	return &faultStore{Store: s, held: map[cas.Version]heldVersion{}, epoch: map[string]int{}}
+	return &faultStore{inner: s, held: map[cas.Version]heldVersion{}, epoch: map[string]int{}}
 }
+
+// store returns the store under test behind the faults, with its
+// extensions.
+func (f *faultStore) store() cas.Store { return intercept(f.inner, f.hook) }
 
 func (f *faultStore) take(n *int) bool {
 	f.mu.Lock()
@@ -65,53 +75,72 @@ func (f *faultStore) hang(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (f *faultStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bool, error) {
-	if err := f.hang(ctx); err != nil {
-		return nil, 0, false, err
-	}
-	if f.take(&f.failGets) {
-		return nil, 0, false, errInjected
-	}
-	d, v, found, err := f.Store.Get(ctx, k)
-	if err != nil || !found {
-		return d, 0, found, err
-	}
+// hold returns a version of faultStore's own for the store's version ver of
+// key, in the key's current epoch.
+func (f *faultStore) hold(key string, ver cas.Version) cas.Version {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.last++
-	f.held[f.last] = heldVersion{key: k, ver: v, epoch: f.epoch[k]}
-	return d, f.last, true, nil
+	f.held[f.last] = heldVersion{key: key, ver: ver, epoch: f.epoch[key]}
+	return f.last
 }
 
-func (f *faultStore) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
-	if err := f.hang(ctx); err != nil {
-		return false, err
+// own turns the versions in op's outcome into versions of faultStore's own.
+func (f *faultStore) own(op *cas.Op) {
+	r := &op.Result
+	switch {
+	case r.Written && r.Ver != 0: // a write through an extension reports its version
+		r.Ver = f.hold(op.Key, r.Ver)
+	case r.Found:
+		r.Ver = f.hold(op.Key, r.Ver)
 	}
-	if f.take(&f.failPuts) {
-		return false, errInjected
+}
+
+func (f *faultStore) hook(ctx context.Context, op *cas.Op, next func(context.Context, *cas.Op) error) error {
+	if err := f.hang(ctx); err != nil {
+		return err
+	}
+	fail := &f.failPuts
+	if op.Kind == cas.OpGet {
+		fail = &f.failGets
+	}
+	if f.take(fail) {
+		return errInjected
+	}
+	if op.Kind != cas.OpReplace {
+		if err := next(ctx, op); err != nil {
+			return err
+		}
+		f.own(op)
+		return nil
 	}
 	f.mu.Lock()
 	if f.conflicts > 0 {
 		f.conflicts--
-		f.epoch[k]++ // another client wrote in between: the caller's read is stale
+		f.epoch[op.Key]++ // another client wrote in between: the caller's read is stale
 	}
-	h, known := f.held[v]
-	stale := !known || h.key != k || h.epoch != f.epoch[k]
+	h, known := f.held[op.Ver]
+	stale := !known || h.key != op.Key || h.epoch != f.epoch[op.Key]
 	f.mu.Unlock()
 	if stale {
-		return false, nil
+		op.Result = cas.Result{Current: true}
+		data, ver, found, err := f.inner.Get(ctx, op.Key)
+		if err != nil {
+			return err
+		}
+		if found {
+			op.Result.Found, op.Result.Data, op.Result.Ver = true, data, f.hold(op.Key, ver)
+		}
+		return nil
 	}
-	return f.Store.Replace(ctx, k, d, h.ver, ttl)
-}
-
-func (f *faultStore) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
-	if err := f.hang(ctx); err != nil {
-		return false, err
+	inner := *op
+	inner.Ver = h.ver
+	if err := next(ctx, &inner); err != nil {
+		return err
 	}
-	if f.take(&f.failPuts) {
-		return false, errInjected
-	}
-	return f.Store.Insert(ctx, k, d, ttl)
+	op.Result = inner.Result
+	f.own(op)
+	return nil
 }
 
 func (f *faultStore) set(fn func(f *faultStore)) {
@@ -136,7 +165,7 @@ type fixture struct {
 // lose must not hold a check forever.
 func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
 	x := &fixture{e: e, fs: newFaultStore(e.store)}
-	x.exec = cas.New(x.fs, cas.WithClock(sleepRecorder{e.clock, &x.slept}), cas.WithRetry(retry.Func(func(m retry.Metadata) retry.Decision {
+	x.exec = cas.New(x.fs.store(), cas.WithClock(sleepRecorder{e.clock, &x.slept}), cas.WithRetry(retry.Func(func(m retry.Metadata) retry.Decision {
 		x.meta = append(x.meta, m)
 		if m.Attempt >= kitAttempts {
 			return retry.Decision{Action: retry.Stop}
@@ -254,13 +283,22 @@ func checkInjectedErrors(e *env) {
 	for _, tc := range []struct {
 		name string
 		set  func(f *faultStore)
+		call func() error
 	}{
-		{"read", func(f *faultStore) { f.failGets = 1 }},
-		{"write", func(f *faultStore) { f.failPuts = 1 }},
+		// An estimate writes nothing, so even an executor that remembers
+		// the bucket (see cas.WithMemory) must read it.
+		{"read", func(f *faultStore) { f.failGets = 1 }, func() error {
+			_, err := x.b.EstimateAbilityToConsume(e.ctx, 1)
+			return err
+		}},
+		{"write", func(f *faultStore) { f.failPuts = 1 }, func() error {
+			_, err := x.b.TryConsume(e.ctx, 1)
+			return err
+		}},
 	} {
 		x.fs.set(tc.set)
 		before := x.exec.Stats()
-		_, err := x.b.TryConsume(e.ctx, 1)
+		err := tc.call()
 		if !errors.Is(err, cas.ErrStore) || !errors.Is(err, errInjected) {
 			e.Errorf("injected %s failure: err = %v, want an error wrapping cas.ErrStore and the store's error", tc.name, err)
 		}
@@ -364,25 +402,19 @@ func staticConfig(bws ...core.Bandwidth) bucketgrid.ConfigFunc {
 	return func(context.Context) (core.Config, error) { return cfg, err }
 }
 
-// ttlSpy records the TTL of every write.
+// ttlSpy records the TTL of every write, through any path.
 type ttlSpy struct {
-	cas.Store
 	mu   sync.Mutex
 	ttls []time.Duration
 }
 
-func (s *ttlSpy) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
-	s.mu.Lock()
-	s.ttls = append(s.ttls, ttl)
-	s.mu.Unlock()
-	return s.Store.Insert(ctx, k, d, ttl)
-}
-
-func (s *ttlSpy) Replace(ctx context.Context, k string, d []byte, v cas.Version, ttl time.Duration) (bool, error) {
-	s.mu.Lock()
-	s.ttls = append(s.ttls, ttl)
-	s.mu.Unlock()
-	return s.Store.Replace(ctx, k, d, v, ttl)
+func (s *ttlSpy) hook(ctx context.Context, op *cas.Op, next func(context.Context, *cas.Op) error) error {
+	if op.Kind != cas.OpGet {
+		s.mu.Lock()
+		s.ttls = append(s.ttls, op.TTL)
+		s.mu.Unlock()
+	}
+	return next(ctx, op)
 }
 
 // checkTTLFollowsStrategy writes through each expiration strategy and
@@ -398,8 +430,8 @@ func checkTTLFollowsStrategy(e *env) {
 		// 10 tokens per second: 1 used → full in 100ms; 5 used → 500ms; plus 2s
 		{"after refill", bucketgrid.ExpireAfterRefill(2 * time.Second), []time.Duration{2100 * time.Millisecond, 2500 * time.Millisecond}},
 	} {
-		spy := &ttlSpy{Store: e.store}
-		m := bucketgrid.NewManager(cas.New(spy, cas.WithClock(e.now()), cas.WithRetry(kitRetry())), bucketgrid.WithExpiration(tc.expiry))
+		spy := &ttlSpy{}
+		m := bucketgrid.NewManager(cas.New(intercept(e.store, spy.hook), cas.WithClock(e.now()), cas.WithRetry(kitRetry())), bucketgrid.WithExpiration(tc.expiry))
 		h := m.Bucket(e.key("ttl-strategy-"+tc.name), staticConfig(core.Greedy(10, 10, time.Second)))
 		if _, err := h.TryConsume(e.ctx, 1); err != nil {
 			e.Fatalf("%s: %v", tc.name, err)

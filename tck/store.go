@@ -31,6 +31,8 @@ var storeChecks = []check{
 	{name: "ContextDeadlineWins", run: checkDeadlineWins},
 	{name: "ClockSkew", run: checkClockSkew},
 	{name: "TTLFollowsStrategy", run: checkTTLFollowsStrategy},
+	{name: "MemoryNeverDecides", run: checkMemoryNeverDecides},
+	{name: "MemoryAfterExpiry", needs: "ttl", background: true, run: checkMemoryAfterExpiry},
 }
 
 // contractValue is binary, with zero bytes inside and at the end: a store

@@ -18,8 +18,22 @@
 // never early and never far late, on every write and over 30 days; an
 // expired version loses; a store-level atomicity probe; injected
 // conflicts, stale reads, outages and timeouts; clock skew between
-// clients. Then it runs everything Run checks, through cas executors that
-// share the store as separate nodes would.
+// clients; an executor that remembers buckets (cas.WithMemory) beside
+// another client that changes them — consumes, adds tokens, resets,
+// replaces the configuration, deletes and re-creates, lets expire — must
+// see every change. Then it runs everything Run checks, through cas
+// executors that share the store as separate nodes would.
+//
+// A store's optional extensions face the same rules. For each one the
+// store implements, RunStore runs the store checks again on the store seen
+// through it (named "Writer/StoreContract", "Batcher/StoreAtomicityProbe",
+// …), and the checks only an extension has: that a write reports the
+// version Get returns next and a lost race the value that won
+// (WriteReports), that each operation of a batch gets its own outcome and
+// a failure of its own (BatchOperations), and an atomicity probe through
+// concurrent multi-key batches. The kit's executors, fault injectors
+// included, use the extensions as a production executor would: memory and
+// pipelining on.
 //
 // Run checks any bucketgrid.Executor (an entry-processor grid, say): results
 // equal to the pure model on scripted sequences, a single initialisation
@@ -49,6 +63,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -350,7 +365,17 @@ func RunStore(t *testing.T, newStore StoreFactory, opts ...Option) {
 	t.Helper()
 	cfg := newConfig(opts)
 	var plan []planned
-	for _, c := range storeChecks {
+	checks := storeChecks
+	if has := offered(newStore(t)); len(has) > 0 {
+		t.Logf("the store implements cas.%s: its checks run through each as well", strings.Join(has, " and cas."))
+		for _, c := range extensionChecks() {
+			name, _, _ := strings.Cut(c.name, "/")
+			if slices.Contains(has, name) {
+				checks = append(slices.Clip(checks), c)
+			}
+		}
+	}
+	for _, c := range checks {
 		plan = append(plan, planned{c, func(t *testing.T, e *env) { e.store = newStore(t) }})
 	}
 	plan = append(plan, executorPlan(storeExecutors(newStore, cfg))...)

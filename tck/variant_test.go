@@ -33,6 +33,8 @@ type ventry struct {
 	data             []byte
 	ver              cas.Version
 	created, expires time.Time // expires zero: never
+	prevData         []byte    // the value before the last Replace, and its version
+	prevVer          cas.Version
 }
 
 // flaws are what a variant gets wrong; the zero value gets nothing wrong.
@@ -56,6 +58,24 @@ type flaws struct {
 	appliesErrsOneIn   int                               // Replace writes, then returns an error, once in this many
 	maxKeyLen          int                               // longer keys are refused (0: no limit)
 	keyErr             error                             // the refusal; nil: core.InvalidKey
+
+	// The optional extensions: with extensions set the variant implements
+	// cas.Writer and cas.Batcher, correctly unless a flag below says.
+	extensions      bool
+	currentStale    bool // a lost race reports the value and version before the key's last write
+	currentOldData  bool // a lost race reports the current version with the bytes before the last write
+	writtenVerWrong bool // a write reports a version other than the one it stored
+	batchReversed   bool // a batch of several ops hands out their results in reverse order
+	writeNoCompare  bool // Write and Batch overwrite without comparing the version
+}
+
+// newStoreVariant returns a variant, with the extensions when f says so.
+func newStoreVariant(f flaws) cas.Store {
+	v := newVariant(f)
+	if f.extensions {
+		return extVariant{v}
+	}
+	return v
 }
 
 func newVariant(f flaws) *variant {
@@ -134,9 +154,15 @@ func (s *variant) Get(ctx context.Context, key string) ([]byte, cas.Version, boo
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	data, ver, found := s.get(key)
+	return data, ver, found, nil
+}
+
+// get reads key; s.mu held.
+func (s *variant) get(key string) ([]byte, cas.Version, bool) {
 	e := s.live(s.stored(key), time.Now())
 	if e == nil || s.oneIn(s.absentOneIn) {
-		return nil, 0, false, nil
+		return nil, 0, false
 	}
 	data := e.data
 	if s.trimsZeros {
@@ -144,9 +170,9 @@ func (s *variant) Get(ctx context.Context, key string) ([]byte, cas.Version, boo
 	}
 	if s.reuseGetBuffer {
 		s.getBuf = append(s.getBuf[:0], data...)
-		return s.getBuf, e.ver, true, nil
+		return s.getBuf, e.ver, true
 	}
-	return bytes.Clone(data), e.ver, true, nil
+	return bytes.Clone(data), e.ver, true
 }
 
 func (s *variant) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
@@ -155,12 +181,17 @@ func (s *variant) Insert(ctx context.Context, key string, data []byte, ttl time.
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.insert(key, data, ttl), nil
+}
+
+// insert writes key if absent; s.mu held.
+func (s *variant) insert(key string, data []byte, ttl time.Duration) bool {
 	k, now := s.stored(key), time.Now()
 	if s.insertsLose || s.live(k, now) != nil {
-		return false, nil
+		return false
 	}
 	s.entries[k] = &ventry{data: s.keep(data), ver: s.version(k, data, nil), created: now, expires: s.expiry(ttl, now)}
-	return true, nil
+	return true
 }
 
 func (s *variant) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
@@ -169,6 +200,11 @@ func (s *variant) Replace(ctx context.Context, key string, data []byte, ver cas.
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.replace(key, data, ver, ttl)
+}
+
+// replace writes key if it holds ver; s.mu held.
+func (s *variant) replace(key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
 	k, now := s.stored(key), time.Now()
 	e := s.live(k, now)
 	if s.revivesExpired {
@@ -189,7 +225,8 @@ func (s *variant) Replace(ctx context.Context, key string, data []byte, ver cas.
 	if s.replaceDropsTTL {
 		expires = time.Time{}
 	}
-	s.entries[k] = &ventry{data: s.keep(data), ver: s.version(k, data, e), created: e.created, expires: expires}
+	s.entries[k] = &ventry{data: s.keep(data), ver: s.version(k, data, e), created: e.created, expires: expires,
+		prevData: e.data, prevVer: e.ver}
 	switch {
 	case s.oneIn(s.writesButLoseOneIn):
 		return false, nil
@@ -213,6 +250,92 @@ func (s *variant) Delete(ctx context.Context, key string) error {
 	for other := range s.entries {
 		if strings.HasPrefix(other, k) {
 			delete(s.entries, other)
+		}
+	}
+	return nil
+}
+
+// extVariant is a variant with the optional extensions, cas.Writer and
+// cas.Batcher, which its flaws may break too.
+type extVariant struct{ *variant }
+
+func (s extVariant) Write(ctx context.Context, op *cas.Op) error {
+	if err := cmp.Or(s.refuse(op.Key), ctx.Err()); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.write(op)
+}
+
+// write performs op and reports its outcome; s.mu held.
+func (s extVariant) write(op *cas.Op) error {
+	var ok bool
+	var err error
+	k := s.stored(op.Key)
+	switch op.Kind {
+	case cas.OpInsert:
+		ok = s.insert(op.Key, op.Data, op.TTL)
+	case cas.OpReplace:
+		ver := op.Ver
+		if e := s.live(k, time.Now()); e != nil && s.writeNoCompare {
+			ver = e.ver
+		}
+		ok, err = s.replace(op.Key, op.Data, ver, op.TTL)
+	default:
+		return errors.New("variant: not a write")
+	}
+	if err != nil {
+		return err
+	}
+	r := &op.Result
+	e := s.live(k, time.Now())
+	if ok {
+		r.Written, r.Ver = true, e.ver
+		if s.writtenVerWrong {
+			r.Ver++
+		}
+		return nil
+	}
+	r.Current = true
+	if e == nil {
+		return nil
+	}
+	r.Found, r.Data, r.Ver = true, bytes.Clone(e.data), e.ver
+	switch {
+	case s.currentStale && e.prevData != nil:
+		r.Data, r.Ver = bytes.Clone(e.prevData), e.prevVer
+	case s.currentOldData && e.prevData != nil:
+		r.Data = bytes.Clone(e.prevData)
+	}
+	return nil
+}
+
+func (s extVariant) Batch(ctx context.Context, ops []*cas.Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	results := make([]cas.Result, len(ops))
+	for i, op := range ops {
+		op.Result = cas.Result{}
+		switch err := s.refuse(op.Key); {
+		case err != nil:
+			op.Result.Err = err
+		case op.Kind == cas.OpGet:
+			r := &op.Result
+			r.Data, r.Ver, r.Found = s.get(op.Key)
+		default:
+			if err := s.write(op); err != nil {
+				op.Result = cas.Result{Err: err}
+			}
+		}
+		results[i] = op.Result
+	}
+	if s.batchReversed {
+		for i, op := range ops {
+			op.Result = results[len(ops)-1-i]
 		}
 	}
 	return nil

@@ -2,12 +2,18 @@
 // a map under a mutex, with TTLs on a caller-supplied clock. It is a real
 // backend — it passes the whole TCK — and the model a backend author reads
 // first. It holds any key: it has no key rule, so it does not implement
-// cas.KeyChecker.
+// cas.KeyChecker. It implements the optional cas.Writer and cas.Batcher, as
+// a reference for those too: a write reports the version it produced, a
+// lost race the value that won, and a batch costs one injected latency (see
+// WithLatency) however many operations it carries, as a pipelined network
+// store would.
 package memstore
 
 import (
 	"context"
+	"errors"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -83,6 +89,12 @@ func (s *Store) put(key string, data []byte, ttl time.Duration) {
 	s.entries[key] = e
 }
 
+var (
+	_ cas.Store   = (*Store)(nil)
+	_ cas.Writer  = (*Store)(nil)
+	_ cas.Batcher = (*Store)(nil)
+)
+
 // Get returns a copy of key's value and its version.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
 	if err := s.wait(ctx); err != nil {
@@ -123,6 +135,64 @@ func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Ve
 	}
 	s.put(key, data, ttl)
 	return true, nil
+}
+
+// Write performs op, an OpInsert or an OpReplace, as Insert or Replace
+// would, and reports the version written or, after a lost race, the value
+// and version that won (Result.Current is always true).
+func (s *Store) Write(ctx context.Context, op *cas.Op) error {
+	if err := s.wait(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.apply(op)
+}
+
+// Batch performs ops, each as Get or Write would, after one injected
+// latency for the whole batch. A cancelled context fails the batch.
+func (s *Store) Batch(ctx context.Context, ops []*cas.Op) error {
+	if err := s.wait(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, op := range ops {
+		op.Result = cas.Result{}
+		if err := s.apply(op); err != nil {
+			op.Result.Err = err
+		}
+	}
+	return nil
+}
+
+// apply performs op and sets its Result; s.mu held.
+func (s *Store) apply(op *cas.Op) error {
+	r := &op.Result
+	e, found := s.live(op.Key)
+	switch op.Kind {
+	case cas.OpGet:
+		if found {
+			r.Found, r.Data, r.Ver = true, append([]byte(nil), e.data...), e.ver
+		}
+		return nil
+	case cas.OpInsert:
+		r.Written = !found
+	case cas.OpReplace:
+		r.Written = found && e.ver == op.Ver
+	default:
+		return errors.New("memstore: unknown operation kind " + strconv.Itoa(int(op.Kind)))
+	}
+	if !r.Written {
+		r.Current = true
+		if found {
+			r.Found, r.Data, r.Ver = true, append([]byte(nil), e.data...), e.ver
+		}
+		return nil
+	}
+	s.put(op.Key, op.Data, op.TTL)
+	r.Ver = s.next
+	return nil
 }
 
 // Delete removes key.

@@ -3,17 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/bucketgrid/bucketgrid/internal/loadbench"
 )
 
 // The benchmark's rules. Windows of a year and limits sized for
@@ -117,47 +115,20 @@ func grpcPids(procs []*proc) (addrs []string, pids []int) {
 // redisPid returns the pid of the redis-server listening on REDIS_ADDR.
 func redisPid(b *testing.B) int {
 	addr := need(b, "REDIS_ADDR")
-	_, port, _ := strings.Cut(addr, ":")
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		// redis-server rewrites its command line to "redis-server host:port"
-		cmdline, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		args := strings.Fields(strings.ReplaceAll(string(cmdline), "\x00", " "))
-		if len(args) > 0 && strings.Contains(args[0], "redis-server") &&
-			(slices.Contains(args, addr) || slices.Contains(args, port) || slices.Contains(args, "*:"+port)) {
-			return pid
-		}
+	if pid := loadbench.PidListening("redis-server", addr); pid != 0 {
+		return pid
 	}
 	b.Fatalf("no redis-server process on %s", addr)
 	return 0
 }
 
-// selfCPU returns the CPU time this process (the load client) used so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // cpuTime returns the user and system CPU time the processes used so far.
 func cpuTime(b *testing.B, pids []int) time.Duration {
-	var total time.Duration
-	for _, pid := range pids {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			b.Fatal(err)
-		}
-		// fields after the command name, which is in parentheses
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-		utime, _ := strconv.ParseInt(f[11], 10, 64)
-		stime, _ := strconv.ParseInt(f[12], 10, 64)
-		total += time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+	d, err := loadbench.ProcessCPU(pids...)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return total
+	return d
 }
 
 // warm opens every connection and lets every instance answer once.
@@ -187,7 +158,7 @@ func load(b *testing.B, clients []rlspb.RateLimitServiceClient, pids []int, doma
 	window := func() int64 { return time.Now().Unix() / (365 * 86400) } // envoyproxy/ratelimit's year windows
 	windowAtStart := window()
 	b.ResetTimer()
-	cpu0, client0 := cpuTime(b, pids), selfCPU()
+	cpu0, client0 := cpuTime(b, pids), loadbench.SelfCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for c := range benchCallers {
@@ -215,7 +186,7 @@ func load(b *testing.B, clients []rlspb.RateLimitServiceClient, pids []int, doma
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu, clientCPU := cpuTime(b, pids)-cpu0, selfCPU()-client0
+	cpu, clientCPU := cpuTime(b, pids)-cpu0, loadbench.SelfCPU()-client0
 	b.StopTimer()
 	if failed.Load() > 0 {
 		b.Fatalf("%d of %d checks failed", failed.Load(), b.N)

@@ -4,10 +4,10 @@ go 1.26.0
 
 require (
 	github.com/bucketgrid/bucketgrid v0.1.0
-	github.com/bucketgrid/bucketgrid/examples v0.1.0
 	github.com/bucketgrid/bucketgrid/grid/couchbase v0.1.0
 	github.com/bucketgrid/bucketgrid/grid/mongo v0.1.0
 	github.com/bucketgrid/bucketgrid/grid/olric v0.1.0
+	github.com/bucketgrid/bucketgrid/grid/redis v0.1.0
 	github.com/couchbase/gocb/v2 v2.11.1
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/prometheus/client_golang v1.25.0

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/couchbase/gocb/v2"
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/bucketgrid/bucketgrid/cas"
-	"github.com/bucketgrid/bucketgrid/examples/newbackend/redisstore"
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
+	"github.com/bucketgrid/bucketgrid/grid/redis"
 )
 
 // openStore opens the CAS store a URI names:
@@ -156,14 +156,14 @@ func openRedis(ctx context.Context, u storeURI) (*backend, error) {
 		prefix = "bucketgrid:"
 	}
 	u.query.Del("prefix")
-	opts, err := redis.ParseURL(u.driverURI(u.path))
+	opts, err := goredis.ParseURL(u.driverURI(u.path))
 	if err != nil {
 		return nil, err
 	}
 	// the request's deadline bounds every call, even when Redis hangs
 	opts.ContextTimeoutEnabled = true
-	client := redis.NewClient(opts)
-	store := redisstore.New(client, redisstore.WithPrefix(prefix))
+	client := goredis.NewClient(opts)
+	store := redis.New(client, redis.WithPrefix(prefix))
 	if err := store.Load(ctx); err != nil {
 		client.Close()
 		return nil, err

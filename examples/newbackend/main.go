@@ -1,5 +1,5 @@
-// Command newbackend runs bucketgrid on the Redis store written in
-// ./redisstore, the template for adding a backend (see README.md):
+// Command newbackend runs bucketgrid on the Redis store of grid/redis, the
+// worked example of adding a backend (see README.md):
 //
 //	go run ./examples/newbackend
 //
@@ -21,12 +21,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/examples/newbackend/redisstore"
+	"github.com/bucketgrid/bucketgrid/grid/redis"
 )
 
 const prefix = "bucketgrid-example:"
@@ -44,9 +44,9 @@ func main() {
 func run(ctx context.Context, addr string, out io.Writer) error {
 	// ContextTimeoutEnabled makes each request's deadline bound every Redis
 	// call, which is what cas.Executor expects of a store.
-	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	client := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer client.Close()
-	store := redisstore.New(client, redisstore.WithPrefix(prefix))
+	store := redis.New(client, redis.WithPrefix(prefix))
 	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer lcancel()
 	if err := store.Load(lctx); err != nil {
@@ -133,9 +133,9 @@ func run(ctx context.Context, addr string, out io.Writer) error {
 	}
 	deadAddr := ln.Addr().String()
 	ln.Close()
-	dead := redis.NewClient(&redis.Options{Addr: deadAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	dead := goredis.NewClient(&goredis.Options{Addr: deadAddr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer dead.Close()
-	down := bucketgrid.NewManager(cas.New(redisstore.New(dead))).Bucket(key, plan)
+	down := bucketgrid.NewManager(cas.New(redis.New(dead))).Bucket(key, plan)
 	octx, ocancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer ocancel()
 	_, err = down.TryConsume(octx, 1)

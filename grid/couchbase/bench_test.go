@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/internal/loadbench"
 	"github.com/bucketgrid/bucketgrid/retry"
 	"github.com/bucketgrid/bucketgrid/tck"
 )
@@ -37,4 +38,19 @@ func BenchmarkHotKey(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkKeys is grid/redis's BenchmarkVersusLua without the Lua side:
+// 16 callers on 1 key and on 10,000 keys, every check admitted and verified
+// afterwards, through the executor as it was before its memory and
+// pipelining ("before") and with them ("after"). Reported: checks/s, p50
+// and p99, CPU per check of this process and of gocaves (GOCAVES_PID from
+// scripts/servers.sh), and round trips per check.
+//
+//	scripts/servers.sh start && . .servers/env
+//	go test -run '^$' -bench BenchmarkKeys -benchtime 20000x ./grid/couchbase
+func BenchmarkKeys(b *testing.B) {
+	srv := couchbaseServer(b)
+	loadbench.BeforeAfter(b, []int{1, 10000}, func(b *testing.B) cas.Store { return newStoreOn(b, srv) },
+		loadbench.ServerCPU(b, loadbench.PidFromEnv("GOCAVES_PID")))
 }

@@ -72,6 +72,8 @@ type Store struct {
 var (
 	_ cas.Store      = (*Store)(nil)
 	_ cas.KeyChecker = (*Store)(nil)
+	_ cas.Writer     = (*Store)(nil)
+	_ cas.Batcher    = (*Store)(nil)
 )
 
 // Option configures a Store.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/internal/loadbench"
 	"github.com/bucketgrid/bucketgrid/retry"
 	"github.com/bucketgrid/bucketgrid/tck"
 )
@@ -37,5 +38,29 @@ func BenchmarkHotKey(b *testing.B) {
 				tck.BenchmarkHotKey(b, newStoreURI(b, uri, 1), clients, cas.WithRetry(st.s()))
 			})
 		}
+	}
+}
+
+// BenchmarkKeys is grid/redis's BenchmarkVersusLua without the Lua side:
+// 16 callers on 1 key and on many keys, every check admitted and verified
+// afterwards, through the executor as it was before its memory and
+// pipelining ("before"), with them ("after": the store is not a
+// cas.Batcher, so that is memory alone), and over the Batching store
+// ("batching"). Reported: checks/s, p50
+// and p99, CPU per check of this process and of FerretDB (FERRETDB_PID from
+// scripts/servers.sh), and round trips per check. Through FerretDB the
+// client has one connection (see TestTCK), and 10,000 keys would take
+// minutes to create, so the many-keys case has 1,000.
+//
+//	scripts/servers.sh start && . .servers/env
+//	go test -run '^$' -bench BenchmarkKeys -benchtime 2000x ./grid/mongo
+func BenchmarkKeys(b *testing.B) {
+	uri := mongoURI(b)
+	cpu := loadbench.ServerCPU(b, loadbench.PidFromEnv("FERRETDB_PID"))
+	loadbench.BeforeAfter(b, []int{1, 1000}, func(b *testing.B) cas.Store { return newStoreURI(b, uri, 1) }, cpu)
+	for _, keys := range []int{1, 1000} {
+		b.Run(fmt.Sprintf("batching/keys=%d", keys), func(b *testing.B) {
+			loadbench.CAS(b, newStoreURI(b, uri, 1).Batching(), 16, keys, cpu)
+		})
 	}
 }

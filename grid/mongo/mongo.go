@@ -6,7 +6,8 @@
 //	{_id: key, state: BinData, version: int64, expiresAt: date}
 //
 // Insert is InsertOne (a duplicate _id is a lost race); Replace is ReplaceOne
-// filtered on {_id, version} that writes version+1 (no match is a lost race).
+// filtered on {_id, version} that writes a new version (no match is a lost
+// race).
 // Every other failure — network, timeout, server error — is returned as an
 // error, never as a lost race. (Bucket4j's MongoDB backend reports every write
 // error as a lost race, so an outage turns into an endless retry loop; this
@@ -24,9 +25,11 @@
 //
 // # Versions
 //
-// The first version of a document is a random positive int64, not 1: a client
-// that read a document before it was deleted or expired and re-created must
-// not be able to overwrite the new incarnation with its stale version.
+// Every write stores a new random positive int64 as the version, not a
+// counter: a client that read a document before it was deleted or expired
+// and re-created must not be able to overwrite the new incarnation with its
+// stale version, and a version names one write, which lets a batch tell its
+// own writes from others' (see Batching).
 //
 // # Atomicity, and FerretDB
 //
@@ -91,6 +94,7 @@ type Store struct {
 var (
 	_ cas.Store      = (*Store)(nil)
 	_ cas.KeyChecker = (*Store)(nil)
+	_ cas.Writer     = (*Store)(nil)
 )
 
 // MaxKeyLen is the longest key the store holds, in bytes (see the package
@@ -269,6 +273,12 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("grid/mongo: get %s: %w", core.RedactKey(key), err)
 	}
+	data, ver, found, err := s.decode(key, raw)
+	return data, ver, found, err
+}
+
+// decode reads a bucket document: absent when it has expired.
+func (s *Store) decode(key string, raw bson.Raw) ([]byte, cas.Version, bool, error) {
 	if exp, ok := raw.Lookup(s.expires).DateTimeOK(); ok && exp <= s.now().UnixMilli() {
 		return nil, 0, false, nil
 	}
@@ -286,8 +296,15 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 // Insert creates the bucket under key if it is absent or expired. An existing
 // live document is a lost race: ok=false with a nil error.
 func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
+	op := cas.Op{Kind: cas.OpInsert, Key: key, Data: data, TTL: ttl}
+	err := s.Write(ctx, &op)
+	return op.Result.Written, err
+}
+
+// insert is Insert reporting the version written.
+func (s *Store) insert(ctx context.Context, key string, data []byte, ttl time.Duration) (cas.Version, bool, error) {
 	if err := s.CheckKey(key); err != nil {
-		return false, err
+		return 0, false, err
 	}
 	id := s.id(key)
 	// A document deleted (by the TTL monitor, say) between the failed insert
@@ -295,55 +312,77 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 	// the key is free; a second round settles it.
 	for range 2 {
 		now := s.now()
-		doc := s.doc(id, data, 1+rand.Int64N(1<<62), ttl, now)
+		ver := newVersion()
+		doc := s.doc(id, data, ver, ttl, now)
 		_, err := s.coll.InsertOne(ctx, doc)
 		if err == nil {
-			return true, nil
+			return cas.Version(ver), true, nil
 		}
 		if !mongodrv.IsDuplicateKeyError(err) {
-			return false, fmt.Errorf("grid/mongo: insert %s: %w", core.RedactKey(key), err)
+			return 0, false, fmt.Errorf("grid/mongo: insert %s: %w", core.RedactKey(key), err)
 		}
-		// Take over an expired document, atomically against other writers:
-		// only one of them can still match expiresAt <= now.
-		res, err := s.coll.ReplaceOne(ctx, bson.D{
-			{Key: "_id", Value: id},
-			{Key: s.expires, Value: bson.D{{Key: "$lte", Value: bson.NewDateTimeFromTime(now)}}},
-		}, doc)
-		if err != nil {
-			return false, fmt.Errorf("grid/mongo: insert %s over expired: %w", core.RedactKey(key), err)
-		}
-		if res.MatchedCount > 0 {
-			return true, nil
+		ok, err := s.overExpired(ctx, key, doc, now)
+		if err != nil || ok {
+			return cas.Version(ver), ok, err
 		}
 		if ctx.Err() != nil {
-			return false, fmt.Errorf("grid/mongo: insert %s: %w", core.RedactKey(key), ctx.Err())
+			return 0, false, fmt.Errorf("grid/mongo: insert %s: %w", core.RedactKey(key), ctx.Err())
 		}
 	}
-	return false, nil
+	return 0, false, nil
+}
+
+// overExpired writes doc over key's document if it expired by now,
+// atomically against other writers: only one of them can still match
+// expiresAt <= now.
+func (s *Store) overExpired(ctx context.Context, key string, doc bson.D, now time.Time) (bool, error) {
+	res, err := s.coll.ReplaceOne(ctx, bson.D{
+		{Key: "_id", Value: s.id(key)},
+		{Key: s.expires, Value: bson.D{{Key: "$lte", Value: bson.NewDateTimeFromTime(now)}}},
+	}, doc)
+	if err != nil {
+		return false, fmt.Errorf("grid/mongo: insert %s over expired: %w", core.RedactKey(key), err)
+	}
+	return res.MatchedCount > 0, nil
 }
 
 // Replace overwrites the bucket under key if its version is still ver and it
 // has not expired. Otherwise — changed, deleted or expired — it is a lost
 // race: ok=false with a nil error.
 func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
-	if err := s.CheckKey(key); err != nil {
-		return false, err
-	}
-	id := s.id(key)
-	now := s.now()
-	res, err := s.coll.ReplaceOne(ctx, bson.D{
-		{Key: "_id", Value: id},
+	op := cas.Op{Kind: cas.OpReplace, Key: key, Data: data, Ver: ver, TTL: ttl}
+	err := s.Write(ctx, &op)
+	return op.Result.Written, err
+}
+
+// replaceFilter matches key's document while it holds version ver and has
+// not expired by now.
+func (s *Store) replaceFilter(key string, ver cas.Version, now time.Time) bson.D {
+	return bson.D{
+		{Key: "_id", Value: s.id(key)},
 		{Key: s.version, Value: int64(ver)},
 		{Key: "$or", Value: bson.A{
 			bson.D{{Key: s.expires, Value: bson.D{{Key: "$exists", Value: false}}}},
 			bson.D{{Key: s.expires, Value: bson.D{{Key: "$gt", Value: bson.NewDateTimeFromTime(now)}}}},
 		}},
-	}, s.doc(id, data, int64(ver)+1, ttl, now))
-	if err != nil {
-		return false, fmt.Errorf("grid/mongo: replace %s: %w", core.RedactKey(key), err)
 	}
-	return res.MatchedCount > 0, nil
 }
+
+// replace is Replace reporting the version written.
+func (s *Store) replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (cas.Version, bool, error) {
+	if err := s.CheckKey(key); err != nil {
+		return 0, false, err
+	}
+	now, nv := s.now(), newVersion()
+	res, err := s.coll.ReplaceOne(ctx, s.replaceFilter(key, ver, now), s.doc(s.id(key), data, nv, ttl, now))
+	if err != nil {
+		return 0, false, fmt.Errorf("grid/mongo: replace %s: %w", core.RedactKey(key), err)
+	}
+	return cas.Version(nv), res.MatchedCount > 0, nil
+}
+
+// newVersion returns a random positive int64.
+func newVersion() int64 { return 1 + rand.Int64N(1<<62) }
 
 // Delete removes the bucket under key. Deleting an absent key is not an
 // error.

@@ -237,9 +237,16 @@ func TestOptions(t *testing.T) {
 	if err := coll.FindOne(ctx, bson.D{}).Decode(&doc); err != nil {
 		t.Fatal(err)
 	}
+	_, v2, _, _ := s.Get(ctx, "k")
 	id, _ := doc["_id"].(bson.D)
-	if len(id) != 2 || id[1].Value != "k" || doc["s"] == nil || doc["v"] != int64(v)+1 || doc["exp"] == nil {
+	if len(id) != 2 || id[1].Value != "k" || doc["s"] == nil || doc["v"] != int64(v2) || v2 == v || doc["exp"] == nil {
 		t.Fatalf("document = %v", doc)
+	}
+	// A batch finds documents by the mapped _id too.
+	ops := []*cas.Op{{Kind: cas.OpGet, Key: "k"}, {Kind: cas.OpReplace, Key: "k2", Data: []byte("c"), Ver: 1}}
+	if err := s.Batching().Batch(ctx, ops); err != nil || ops[0].Result.Err != nil || !ops[0].Result.Found ||
+		string(ops[0].Result.Data) != "b" || ops[0].Result.Ver != v2 || ops[1].Result.Err != nil || ops[1].Result.Written {
+		t.Fatalf("batch through the key mapping: %v; results %+v %+v", err, ops[0].Result, ops[1].Result)
 	}
 
 	for _, o := range []mongo.Option{

@@ -1,7 +1,9 @@
-// Package redisstore is a cas.Store on Redis, written the way a bucketgrid
-// user would write a backend: four methods over an existing client, about a
-// hundred lines that matter, and one call to tck.RunStore to prove it. Read it
-// as the template for any store that offers a compare-and-set.
+// Package redis is a cas.Store on Redis, through go-redis
+// (github.com/redis/go-redis/v9): four methods over an existing client,
+// about a hundred lines that matter, and one call to tck.RunStore to prove
+// it. It is also the worked example of examples/newbackend, the template
+// for any store that offers a compare-and-set; the optional extensions that
+// make it fast (cas.Writer, cas.Batcher) live apart, in batch.go.
 //
 // # Layout
 //
@@ -29,7 +31,9 @@
 //
 // Insert and Replace are one Lua script (casScript). Redis runs a script
 // without interleaving any other command, so "compare the version, then
-// write" is atomic. The script is loaded once and called by its SHA1 digest
+// write" is atomic. A write that loses returns the value that won, read in
+// the same step, so the executor's next attempt needs no read (see
+// cas.Writer). The script is loaded once and called by its SHA1 digest
 // (EVALSHA); when the server has lost it (restart, failover, SCRIPT FLUSH,
 // eviction) the answer is NOSCRIPT and the store sends the source with EVAL,
 // which runs it and caches it again. Get is a plain GET and Delete a plain
@@ -69,12 +73,24 @@
 // pattern for any store with a key rule: state it, check it without I/O,
 // return core.InvalidKey.
 //
+// # Round trips
+//
+// Through cas.Executor a check costs one round trip: the executor
+// remembers the version each write produced (the store reports it, see
+// cas.Writer) and sends the next check on the key straight to the script,
+// without a GET; a lost race returns the winner, so it costs no extra
+// read. Concurrent checks on different keys share round trips: the store
+// is a cas.Batcher, and the executor pipelines the scripts and reads of
+// concurrent rounds in one go-redis pipeline while another is in flight,
+// as rueidis does for single commands. README.md has the measurements
+// beside the Redis + Lua token bucket.
+//
 // # Consistency
 //
 // Redis replicates asynchronously: after a failover the new primary may miss
 // the last writes, so a bucket can briefly hold more tokens than it should.
 // The compare-and-set itself stays atomic. Use WAIT, or accept the bound.
-package redisstore
+package redis
 
 import (
 	"context"
@@ -84,10 +100,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
@@ -96,8 +113,9 @@ import (
 // casScript writes ARGV[2] (version and state) to KEYS[1] if the stored
 // version is ARGV[1], or, when ARGV[1] is empty, if the key is absent. ARGV[3]
 // is the TTL in milliseconds, "0" for none. It returns 1 when the value is
-// written — also when it finds this very write already there (a resend) —
-// and 0 when another writer won.
+// written — also when it finds this very write already there (a resend).
+// When another writer won it returns what the key holds: its value
+// (version and state), or 0 when the key is absent.
 const casScript = `
 local cur = redis.call('GET', KEYS[1])
 if cur then
@@ -106,7 +124,7 @@ if cur then
     return 1
   end
   if ver ~= ARGV[1] then
-    return 0
+    return cur
   end
 elseif ARGV[1] ~= '' then
   return 0
@@ -132,16 +150,17 @@ const versionLen = 8
 // not write (shorter than a version): a key-prefix clash with another
 // application, most likely. It is an error, not "absent", so the bucket is
 // not silently recreated over someone else's data.
-var ErrCorrupt = errors.New("redisstore: value not written by redisstore")
+var ErrCorrupt = errors.New("grid/redis: value not written by grid/redis")
 
 // Client is the part of go-redis the store uses. *redis.Client,
 // *redis.ClusterClient, *redis.Ring and redis.UniversalClient satisfy it.
 type Client interface {
-	Get(ctx context.Context, key string) *redis.StringCmd
-	Del(ctx context.Context, keys ...string) *redis.IntCmd
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
-	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+	Get(ctx context.Context, key string) *goredis.StringCmd
+	Del(ctx context.Context, keys ...string) *goredis.IntCmd
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd
+	Eval(ctx context.Context, script string, keys []string, args ...any) *goredis.Cmd
+	ScriptLoad(ctx context.Context, script string) *goredis.StringCmd
+	Pipelined(ctx context.Context, fn func(goredis.Pipeliner) error) ([]goredis.Cmder, error)
 }
 
 // Store is a cas.Store on Redis. It is safe for concurrent use; it holds no
@@ -155,6 +174,8 @@ type Store struct {
 var (
 	_ cas.Store      = (*Store)(nil)
 	_ cas.KeyChecker = (*Store)(nil)
+	_ cas.Writer     = (*Store)(nil)
+	_ cas.Batcher    = (*Store)(nil)
 )
 
 // MaxKeyLen is the longest Redis key the store touches, prefix included, in
@@ -198,10 +219,10 @@ func New(c Client, opts ...Option) *Store {
 func (s *Store) Load(ctx context.Context) error {
 	sha, err := s.c.ScriptLoad(ctx, casScript).Result()
 	if err != nil {
-		return fmt.Errorf("redisstore: SCRIPT LOAD: %w", err)
+		return fmt.Errorf("grid/redis: SCRIPT LOAD: %w", err)
 	}
 	if sha != casSHA {
-		return fmt.Errorf("redisstore: SCRIPT LOAD returned digest %s, want %s", sha, casSHA)
+		return fmt.Errorf("grid/redis: SCRIPT LOAD returned digest %s, want %s", sha, casSHA)
 	}
 	return nil
 }
@@ -214,30 +235,60 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 		return nil, 0, false, err
 	}
 	b, err := s.c.Get(ctx, s.prefix+key).Bytes()
-	if errors.Is(err, redis.Nil) {
+	if errors.Is(err, goredis.Nil) {
 		return nil, 0, false, nil
 	}
 	if err != nil {
 		return nil, 0, false, err
 	}
-	if len(b) < versionLen {
-		return nil, 0, false, fmt.Errorf("%w: key %s holds %d bytes", ErrCorrupt, core.RedactKey(s.prefix+key), len(b))
+	data, ver, err := s.decode(key, b)
+	if err != nil {
+		return nil, 0, false, err
 	}
-	return b[versionLen:], cas.Version(binary.BigEndian.Uint64(b)), true, nil
+	return data, ver, true, nil
+}
+
+// decode splits a stored value into state and version.
+func (s *Store) decode(key string, b []byte) ([]byte, cas.Version, error) {
+	if len(b) < versionLen {
+		return nil, 0, fmt.Errorf("%w: key %s holds %d bytes", ErrCorrupt, core.RedactKey(s.prefix+key), len(b))
+	}
+	return b[versionLen:], cas.Version(binary.BigEndian.Uint64(b)), nil
 }
 
 // Insert writes data if key is absent (or expired). ok=false, err=nil means
 // the key exists: another client created it first.
 func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
-	return s.write(ctx, key, "", newVersion(0), data, ttl)
+	op := cas.Op{Kind: cas.OpInsert, Key: key, Data: data, TTL: ttl}
+	err := s.writeAs(ctx, &op, newVersion(0))
+	return op.Result.Written, err
 }
 
 // Replace writes data if key's version is still ver. ok=false, err=nil means
 // it changed or the key has gone: a lost race.
 func (s *Store) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
-	var expected [versionLen]byte
-	binary.BigEndian.PutUint64(expected[:], uint64(ver))
-	return s.write(ctx, key, string(expected[:]), newVersion(ver), data, ttl)
+	op := cas.Op{Kind: cas.OpReplace, Key: key, Data: data, Ver: ver, TTL: ttl}
+	err := s.writeAs(ctx, &op, newVersion(ver))
+	return op.Result.Written, err
+}
+
+// writeAs runs casScript for op, storing version ver if it wins, and sets
+// op.Result: written, or lost with the value that won.
+func (s *Store) writeAs(ctx context.Context, op *cas.Op, ver cas.Version) error {
+	w, err := s.prepare(op, ver)
+	if err != nil {
+		return err
+	}
+	reply, err := s.c.EvalSha(ctx, casSHA, w.keys, w.args...).Result()
+	if isNoScript(err) {
+		// The script did not run, so sending it again is safe.
+		s.fallbacks.Add(1)
+		reply, err = s.c.Eval(ctx, casScript, w.keys, w.args...).Result()
+	}
+	if err != nil {
+		return err
+	}
+	return s.result(op, w, reply)
 }
 
 // Delete removes key; deleting an absent key is not an error.
@@ -258,38 +309,62 @@ func newVersion(old cas.Version) cas.Version {
 	}
 }
 
-// write runs casScript; expected is the 8-byte version to compare, or "" to
-// insert if absent.
-func (s *Store) write(ctx context.Context, key, expected string, ver cas.Version, data []byte, ttl time.Duration) (bool, error) {
-	if err := s.CheckKey(key); err != nil {
-		return false, err
-	}
-	val := make([]byte, versionLen+len(data))
-	binary.BigEndian.PutUint64(val, uint64(ver))
-	copy(val[versionLen:], data)
-	keys := []string{s.prefix + key}
-	args := []any{expected, val, ttlMillis(ttl)}
-
-	n, err := s.c.EvalSha(ctx, casSHA, keys, args...).Int64()
-	if isNoScript(err) {
-		// The script did not run, so sending it again is safe.
-		s.fallbacks.Add(1)
-		n, err = s.c.Eval(ctx, casScript, keys, args...).Int64()
-	}
-	if err != nil {
-		return false, err
-	}
-	switch n {
-	case 1:
-		return true, nil
-	case 0:
-		return false, nil
-	}
-	return false, fmt.Errorf("redisstore: script answered %d, want 0 or 1", n)
+// write is one compare-and-set: the script's keys and arguments for op,
+// with the version the write will store if it wins.
+type write struct {
+	keys []string
+	args []any
+	ver  cas.Version
 }
 
+// prepare checks op's key and builds its script call, which writes version
+// ver if it wins.
+func (s *Store) prepare(op *cas.Op, ver cas.Version) (write, error) {
+	if err := s.CheckKey(op.Key); err != nil {
+		return write{}, err
+	}
+	expected := ""
+	switch op.Kind {
+	case cas.OpInsert:
+	case cas.OpReplace:
+		var b [versionLen]byte
+		binary.BigEndian.PutUint64(b[:], uint64(op.Ver))
+		expected = string(b[:])
+	default:
+		return write{}, errors.New("grid/redis: not a write: operation " + strconv.Itoa(int(op.Kind)))
+	}
+	val := make([]byte, versionLen+len(op.Data))
+	binary.BigEndian.PutUint64(val, uint64(ver))
+	copy(val[versionLen:], op.Data)
+	return write{keys: []string{s.prefix + op.Key}, args: []any{expected, val, ttlMillis(op.TTL)}, ver: ver}, nil
+}
+
+// result sets op's outcome from the script's reply to w.
+func (s *Store) result(op *cas.Op, w write, reply any) error {
+	r := &op.Result
+	*r = cas.Result{Current: true}
+	switch v := reply.(type) {
+	case int64:
+		switch v {
+		case 1:
+			*r = cas.Result{Written: true, Ver: w.ver}
+		case 0: // lost: the key is absent
+		default:
+			return fmt.Errorf("grid/redis: script answered %d, want 0, 1 or a value", v)
+		}
+	case string:
+		data, ver, err := s.decode(op.Key, []byte(v))
+		if err != nil {
+			return err
+		}
+		r.Found, r.Data, r.Ver = true, data, ver
+	default:
+		return fmt.Errorf("grid/redis: script answered a %T", reply)
+	}
+	return nil
+}
 func isNoScript(err error) bool {
-	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
+	return errors.Is(err, goredis.ErrNoScript) || goredis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // ttlMillis converts a TTL to whole milliseconds, rounding up; 0 stays 0

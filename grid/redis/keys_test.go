@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -7,27 +7,27 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/bucketgrid/bucketgrid"
-	"github.com/bucketgrid/bucketgrid/examples/newbackend/redisstore"
+	redis "github.com/bucketgrid/bucketgrid/grid/redis"
 	"github.com/bucketgrid/bucketgrid/internal/keyrule"
 )
 
 // commandCounter is a go-redis hook counting the commands sent.
 type commandCounter struct{ n atomic.Int64 }
 
-func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commandCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
-func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
+func (c *commandCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
 		c.n.Add(1)
 		return next(ctx, cmd)
 	}
 }
 
-func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+func (c *commandCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		c.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
@@ -38,7 +38,7 @@ func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // limited exactly; with WithFitKeys the long key is too.
 func TestKeyRuleThroughMiddleware(t *testing.T) {
 	s, _ := newStore(t)
-	over := strings.Repeat("k", redisstore.MaxKeyLen-len(runPrefix)+1)
+	over := strings.Repeat("k", redis.MaxKeyLen-len(runPrefix)+1)
 	res := keyrule.Through(s, keyrule.Raw, over, 10)
 	if want := slices.Repeat([]int{400}, 10); !slices.Equal(res.Statuses, want) || res.Calls != 0 || res.Stats.FailedOpen != 0 {
 		t.Errorf("Redis key of %d bytes: statuses %v, %d store calls, stats %+v; want 400 each and no store call",
@@ -46,9 +46,9 @@ func TestKeyRuleThroughMiddleware(t *testing.T) {
 	}
 	res = keyrule.Through(s, keyrule.Raw, over[1:], 4)
 	if !slices.Equal(res.Statuses, []int{200, 200, 429, 429}) {
-		t.Errorf("Redis key of %d bytes: statuses %v, want 200 200 429 429", redisstore.MaxKeyLen, res.Statuses)
+		t.Errorf("Redis key of %d bytes: statuses %v, want 200 200 429 429", redis.MaxKeyLen, res.Statuses)
 	}
-	res = keyrule.Through(s, keyrule.Raw, over, 4, bucketgrid.WithFitKeys(redisstore.MaxKeyLen-len(runPrefix)))
+	res = keyrule.Through(s, keyrule.Raw, over, 4, bucketgrid.WithFitKeys(redis.MaxKeyLen-len(runPrefix)))
 	if !slices.Equal(res.Statuses, []int{200, 200, 429, 429}) {
 		t.Errorf("WithFitKeys: statuses %v, want 200 200 429 429", res.Statuses)
 	}
@@ -60,9 +60,9 @@ func TestKeyRule(t *testing.T) {
 	c := newClient(t, redisAddr(t))
 	var count commandCounter
 	c.AddHook(&count)
-	s := redisstore.New(c, redisstore.WithPrefix(runPrefix))
+	s := redis.New(c, redis.WithPrefix(runPrefix))
 	ctx := context.Background()
-	key := strings.Repeat("x", redisstore.MaxKeyLen-len(runPrefix)+1)
+	key := strings.Repeat("x", redis.MaxKeyLen-len(runPrefix)+1)
 	if err := keyrule.Refused(ctx, s, key); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package redisstore_test
+package redis_test
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/examples/newbackend/redisstore"
+	redis "github.com/bucketgrid/bucketgrid/grid/redis"
 	"github.com/bucketgrid/bucketgrid/tck"
 )
 
@@ -51,16 +51,16 @@ var runPrefix = func() string {
 
 // newClient returns a client as the package documentation recommends it,
 // closed at cleanup.
-func newClient(t testing.TB, addr string) *redis.Client {
+func newClient(t testing.TB, addr string) *goredis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: 2 * time.Second})
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: 2 * time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
 // newStore returns a store on the server at REDIS_ADDR under this run's
 // prefix; at cleanup it deletes every key the run left.
-func newStore(t testing.TB) (*redisstore.Store, *redis.Client) {
+func newStore(t testing.TB) (*redis.Store, *goredis.Client) {
 	t.Helper()
 	return newStoreUnder(t, runPrefix)
 }
@@ -70,7 +70,7 @@ var storeSeq atomic.Int64
 
 // newStoreUnder is newStore with the given prefix; at cleanup it deletes
 // every key under that prefix, and only those.
-func newStoreUnder(t testing.TB, prefix string) (*redisstore.Store, *redis.Client) {
+func newStoreUnder(t testing.TB, prefix string) (*redis.Store, *goredis.Client) {
 	t.Helper()
 	c := newClient(t, redisAddr(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -86,7 +86,7 @@ func newStoreUnder(t testing.TB, prefix string) (*redisstore.Store, *redis.Clien
 			c.Unlink(ctx, iter.Val())
 		}
 	})
-	return redisstore.New(c, redisstore.WithPrefix(prefix)), c
+	return redis.New(c, redis.WithPrefix(prefix)), c
 }
 
 // TestTCK is the whole compatibility kit: the one call a backend needs. The
@@ -114,7 +114,7 @@ func TestNoScriptFallback(t *testing.T) {
 	if ok, err := s.Insert(ctx, "noscript", []byte("a"), 0); err != nil || !ok {
 		t.Fatalf("Insert: ok=%v err=%v", ok, err)
 	}
-	if n := redisstore.Fallbacks(s); n != 0 {
+	if n := redis.Fallbacks(s); n != 0 {
 		t.Fatalf("%d fallbacks after Load, want 0: EVALSHA should have found the script", n)
 	}
 
@@ -128,7 +128,7 @@ func TestNoScriptFallback(t *testing.T) {
 	if ok, err := s.Replace(ctx, "noscript", []byte("b"), ver, 0); err != nil || !ok {
 		t.Fatalf("Replace after SCRIPT FLUSH: ok=%v err=%v; want the EVAL fallback to write", ok, err)
 	}
-	if n := redisstore.Fallbacks(s); n != 1 {
+	if n := redis.Fallbacks(s); n != 1 {
 		t.Fatalf("%d fallbacks after SCRIPT FLUSH, want 1", n)
 	}
 	got, ver2, _, err := s.Get(ctx, "noscript")
@@ -146,7 +146,7 @@ func TestNoScriptFallback(t *testing.T) {
 	if ok, err := s.Replace(ctx, "noscript", []byte("d"), ver2, 0); err != nil || !ok {
 		t.Fatalf("Replace once EVAL cached the script again: ok=%v err=%v", ok, err)
 	}
-	if n := redisstore.Fallbacks(s); n != 2 {
+	if n := redis.Fallbacks(s); n != 2 {
 		t.Fatalf("%d fallbacks, want 2: EVAL should have cached the script for the next EVALSHA", n)
 	}
 }
@@ -159,11 +159,11 @@ func TestResentWriteIsNotALostRace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i, want := range []bool{true, true} {
-		if ok, err := redisstore.InsertAs(ctx, s, "resend", 42, []byte("x"), 0); err != nil || ok != want {
+		if ok, err := redis.InsertAs(ctx, s, "resend", 42, []byte("x"), 0); err != nil || ok != want {
 			t.Fatalf("send %d: ok=%v err=%v, want ok=%v", i+1, ok, err, want)
 		}
 	}
-	if ok, err := redisstore.InsertAs(ctx, s, "resend", 43, []byte("y"), 0); err != nil || ok {
+	if ok, err := redis.InsertAs(ctx, s, "resend", 43, []byte("y"), 0); err != nil || ok {
 		t.Fatalf("another client's Insert: ok=%v err=%v, want a lost race", ok, err)
 	}
 	if got, ver, _, _ := s.Get(ctx, "resend"); string(got) != "x" || ver != 42 {
@@ -220,7 +220,7 @@ func TestTTLMillis(t *testing.T) {
 		{0, 0}, {-time.Second, 0}, {time.Nanosecond, 1}, {time.Millisecond, 1},
 		{1500 * time.Microsecond, 2}, {2 * time.Second, 2000}, {time.Second + 1, 1001},
 	} {
-		if got := redisstore.TTLMillis(tc.ttl); got != tc.want {
+		if got := redis.TTLMillis(tc.ttl); got != tc.want {
 			t.Errorf("ttlMillis(%v) = %d, want %d", tc.ttl, got, tc.want)
 		}
 	}
@@ -233,7 +233,7 @@ func TestForeignValueIsAnError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c.Set(ctx, runPrefix+"foreign", "abc", 0)
-	if _, _, found, err := s.Get(ctx, "foreign"); !errors.Is(err, redisstore.ErrCorrupt) || found {
+	if _, _, found, err := s.Get(ctx, "foreign"); !errors.Is(err, redis.ErrCorrupt) || found {
 		t.Fatalf("Get of a 3-byte foreign value: found=%v err=%v, want ErrCorrupt", found, err)
 	}
 	c.HSet(ctx, runPrefix+"hash", "f", "v")
@@ -300,7 +300,7 @@ func TestOutage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const timeout = 300 * time.Millisecond
-			s := redisstore.New(newClient(t, tc.addr(t)))
+			s := redis.New(newClient(t, tc.addr(t)))
 			call := func(what string, f func(ctx context.Context) error) {
 				t.Helper()
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -334,6 +334,26 @@ func TestOutage(t *testing.T) {
 					t.Error("Replace reported ok")
 				}
 				return err
+			})
+			call("Write", func(ctx context.Context) error {
+				op := &cas.Op{Kind: cas.OpReplace, Key: "k", Data: []byte("v"), Ver: 1}
+				err := s.Write(ctx, op)
+				if op.Result.Written {
+					t.Error("Write reported written")
+				}
+				return err
+			})
+			call("Batch", func(ctx context.Context) error {
+				ops := []*cas.Op{{Kind: cas.OpGet, Key: "k"}, {Kind: cas.OpInsert, Key: "j", Data: []byte("v")}}
+				if err := s.Batch(ctx, ops); err != nil {
+					return err
+				}
+				for _, op := range ops {
+					if op.Result.Err == nil {
+						t.Errorf("Batch: the %v of %s has no error in an outage (result %+v)", op.Kind, op.Key, op.Result)
+					}
+				}
+				return ops[0].Result.Err
 			})
 			call("Delete", func(ctx context.Context) error { return s.Delete(ctx, "k") })
 			call("Load", s.Load)
