@@ -452,7 +452,6 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 	}
 	h := m.hash(key)
 	p := h % m.cfg.PartitionCount
-	var enc []byte
 	kind := kindRemove
 	if !remove {
 		kind = kindExecute
@@ -476,10 +475,7 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 		case m.name:
 			o = m.execOwner(ctx, key, h, req, remove)
 		default:
-			if enc == nil && !remove {
-				enc = core.AppendRequest(nil, req)
-			}
-			o = m.remote(ctx, owner, kind, key, enc, remaining(ctx, budget))
+			o = m.remote(ctx, owner, kind, key, req, remaining(ctx, budget))
 		}
 		var wait time.Duration
 		switch o.kind {
