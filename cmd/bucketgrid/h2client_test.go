@@ -177,6 +177,20 @@ func (c *h2client) flushLocked() {
 	c.flushing = false
 }
 
+// flushSoon has frames the reader added (acknowledgements, window
+// updates) written by another goroutine: the reader must never wait for a
+// write, or a server waiting for its own writes to be read could wait for
+// ever. Called with mu held.
+func (c *h2client) flushSoon() {
+	if !c.flushing {
+		go func() {
+			c.mu.Lock()
+			c.flushLocked()
+			c.mu.Unlock()
+		}()
+	}
+}
+
 // failLocked fails every call in flight and every later one.
 func (c *h2client) failLocked(err error) {
 	if c.err == nil {
@@ -214,12 +228,12 @@ func (c *h2client) read() {
 					return nil
 				})
 				c.framer.WriteSettingsAck()
-				c.flushLocked()
+				c.flushSoon()
 			}
 		case *http2.PingFrame:
 			if !f.IsAck() {
 				c.framer.WritePing(true, f.Data)
-				c.flushLocked()
+				c.flushSoon()
 			}
 		case *http2.WindowUpdateFrame:
 			if f.StreamID == 0 {
@@ -233,7 +247,7 @@ func (c *h2client) read() {
 			if unacked += f.Length; unacked > 1<<20 {
 				c.framer.WriteWindowUpdate(0, unacked)
 				unacked = 0
-				c.flushLocked()
+				c.flushSoon()
 			}
 		case *http2.MetaHeadersFrame:
 			if call := c.pending[f.StreamID]; call != nil && f.StreamEnded() {
