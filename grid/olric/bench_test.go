@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,8 +18,14 @@ import (
 )
 
 // benchCallers is the number of concurrent callers, five on each of the
-// three members.
-const benchCallers = 15
+// three members; BENCH_CALLERS=n (a multiple of 3) sets another, to see how
+// latency depends on the load the benchmark itself makes.
+var benchCallers = func() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_CALLERS")); err == nil && n > 0 && n%3 == 0 {
+		return n
+	}
+	return 15
+}()
 
 // rmw is one read-modify-write of a bucket through some mechanism.
 type rmw func(ctx context.Context, caller int, key string, req core.Request) (core.Response, error)
