@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"time"
 )
 
 // ioCalls returns how many read and write system calls (read, recvmsg,
@@ -32,4 +33,33 @@ func ioCalls() (reads, writes int64) {
 		}
 	}
 	return reads, writes
+}
+
+// runqueueWait returns how long the process's threads have waited, runnable,
+// for a CPU so far (the second field of each thread's
+// /proc/self/task/*/schedstat; threads that ended are not counted); -1 when
+// it cannot be read. On a machine other work keeps busy this is where
+// latency goes: a check that wakes a thread waits for it.
+func runqueueWait() time.Duration {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return -1
+	}
+	var total int64
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread ended
+		}
+		f := bytes.Fields(b)
+		if len(f) < 2 {
+			return -1
+		}
+		n, err := strconv.ParseInt(string(f[1]), 10, 64)
+		if err != nil {
+			return -1
+		}
+		total += n
+	}
+	return time.Duration(total)
 }
