@@ -278,7 +278,15 @@ func countEvents(b *testing.B, pids []int) func() map[string]int64 {
 	time.Sleep(100 * time.Millisecond) // perf attaches
 	return func() map[string]int64 {
 		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			// perf, interrupted while it attached, can miss the signal
+			cmd.Process.Kill()
+			<-exited
+		}
 		counts := map[string]int64{}
 		for _, line := range strings.Split(out.String(), "\n") {
 			f := strings.Split(line, ",")
