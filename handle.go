@@ -14,8 +14,9 @@ import (
 
 // Handle is a distributed bucket: a key, a configuration function and the
 // Manager's executor. It implements Bucket; every operation is one request
-// to the executor (two when the bucket must first be created). It is safe for
-// concurrent use and cheap to create.
+// to the executor (two when the bucket must first be created, unless the
+// Manager has WithEagerConfig). It is safe for concurrent use and cheap to
+// create.
 type Handle struct {
 	m        *Manager
 	key      string
@@ -42,7 +43,9 @@ func (h *Handle) Execute(ctx context.Context, ops ...core.Op) ([]core.Result, er
 // do runs the request protocol: bare (or version-checked) first; on "not
 // found" or "needs replacing" fetch the configuration and resend with it;
 // on a corrupt record, under RecoveryReconstruct, resend in
-// core.ModeReconstruct with it.
+// core.ModeReconstruct with it. Under WithEagerConfig the first request
+// carries the configuration already (create if absent, or replace when
+// versioned), unless RecoveryFail must notice a vanished bucket.
 func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Response, error) {
 	for i := range ops {
 		if err := validOp(&ops[i]); err != nil {
@@ -51,7 +54,18 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 	}
 	req := core.Request{Ops: ops, Expiry: h.m.expiry, Verbose: verbose,
 		ConfigVersion: h.version, Inheritance: h.inherit}
-	if h.version > 0 {
+	switch {
+	case h.m.eager && !(h.m.recovery == RecoveryFail && h.seen.Load()):
+		cfg, err := h.config(ctx)
+		if err != nil {
+			return core.Response{}, err
+		}
+		req.Config = &cfg
+		req.Mode = core.ModeCreateIfAbsent
+		if h.version > 0 {
+			req.Mode = core.ModeCreateOrReplace
+		}
+	case h.version > 0:
 		req.Mode = core.ModeCheckVersion
 	}
 	resp, err := h.m.exec.Execute(ctx, h.storeKey, req)
@@ -83,14 +97,13 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 	case h.version > 0:
 		req.Mode = core.ModeCreateOrReplace
 	}
-	cfg, err := h.configFn(ctx)
-	if err != nil {
-		return core.Response{}, fmt.Errorf("bucketgrid: configuration of %s: %w", core.RedactKey(h.key), err)
+	if req.Config == nil {
+		cfg, err := h.config(ctx)
+		if err != nil {
+			return core.Response{}, err
+		}
+		req.Config = &cfg
 	}
-	if err := cfg.Validate(); err != nil {
-		return core.Response{}, err
-	}
-	req.Config = &cfg
 	if resp, err = h.m.exec.Execute(ctx, h.storeKey, req); err != nil {
 		return core.Response{}, err
 	}
@@ -105,6 +118,18 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 	}
 	h.seen.Store(true)
 	return resp, nil
+}
+
+// config runs the configuration function and validates its result.
+func (h *Handle) config(ctx context.Context) (core.Config, error) {
+	cfg, err := h.configFn(ctx)
+	if err != nil {
+		return core.Config{}, fmt.Errorf("bucketgrid: configuration of %s: %w", core.RedactKey(h.key), err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return core.Config{}, err
+	}
+	return cfg, nil
 }
 
 // validOp checks arguments before any I/O, so the error is the caller's, not

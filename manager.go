@@ -40,7 +40,8 @@ const (
 // ConfigFunc returns the configuration of a bucket. The Manager calls it only
 // when the storage answers that the bucket does not exist (or, with implicit
 // replacement, that its stored configuration is older than wanted), so it may
-// be expensive: a database lookup of the client's plan, say.
+// be expensive: a database lookup of the client's plan, say. Under
+// WithEagerConfig it is called before every operation instead.
 type ConfigFunc func(ctx context.Context) (core.Config, error)
 
 // Manager hands out distributed buckets stored through an Executor. It is
@@ -51,7 +52,8 @@ type Manager struct {
 	expiry   core.Expiry
 	listener Listener
 	clock    clock.Clock
-	fitKeys  int // WithFitKeys's maxLen; 0: keys go to the executor as they are
+	fitKeys  int  // WithFitKeys's maxLen; 0: keys go to the executor as they are
+	eager    bool // WithEagerConfig: every request carries the configuration
 	corrupt  corruptLog
 }
 
@@ -83,12 +85,12 @@ func ExpireAfterRefill(margin time.Duration) core.Expiry {
 
 // NewManager returns a Manager over exec. It takes the options WithClock
 // (the clock blocking calls wait on), WithListener (the default listener of
-// handles), WithRecovery, WithExpiration, WithFitKeys and WithLogger, and
-// panics on any other.
+// handles), WithRecovery, WithExpiration, WithFitKeys, WithLogger and
+// WithEagerConfig, and panics on any other.
 func NewManager(exec Executor, opts ...Option) *Manager {
 	o := collect("NewManager", managerOptions, opts)
 	m := &Manager{exec: exec, recovery: o.recovery, expiry: o.expiry, listener: o.listener, clock: o.clock,
-		fitKeys: o.fitKeys}
+		fitKeys: o.fitKeys, eager: o.set&optEagerConfig != 0}
 	m.corrupt.logger = o.logger
 	if m.listener == nil {
 		m.listener = nopListener{}

@@ -46,17 +46,18 @@ const (
 	optConfigVersion
 	optFitKeys
 	optLogger
+	optEagerConfig
 )
 
 // optionNames names the options of an optionSet, bit by bit.
 var optionNames = [...]string{"WithClock", "WithListener", "WithMaxEntries", "WithIdleTimeout",
-	"WithRecovery", "WithExpiration", "WithConfigVersion", "WithFitKeys", "WithLogger"}
+	"WithRecovery", "WithExpiration", "WithConfigVersion", "WithFitKeys", "WithLogger", "WithEagerConfig"}
 
 // The options each constructor takes.
 const (
 	localOptions    = optClock | optListener
 	localMapOptions = optClock | optListener | optMaxEntries | optIdleTimeout
-	managerOptions  = optClock | optListener | optRecovery | optExpiration | optFitKeys | optLogger
+	managerOptions  = optClock | optListener | optRecovery | optExpiration | optFitKeys | optLogger | optEagerConfig
 	handleOptions   = optListener | optConfigVersion
 )
 
@@ -159,6 +160,25 @@ func WithFitKeys(maxLen int) Option {
 // redacted); the default, and a nil l, is slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.set |= optLogger; o.logger = l }
+}
+
+// WithEagerConfig makes every operation of a Manager's handles
+// (NewManager) call the handle's configuration function first and send the
+// configuration with the request, in a mode that creates the bucket when
+// absent (and, with WithConfigVersion, replaces an older configuration): a
+// new bucket then costs one request to the executor instead of two, at the
+// price of a configuration function call, and a few dozen more bytes to
+// send and decode, on every operation. Use it when the configuration is at
+// hand (a rule already matched, a plan in memory) and new buckets are
+// common, as in a rate-limit service whose clients come and go. The default
+// keeps the configuration function lazy: it runs only when the executor
+// answers that the bucket must be created or replaced, which suits a
+// function that reads a database. Results are the same either way. Under
+// RecoveryFail a handle that has seen its bucket sends its operations
+// without the configuration, so that a vanished bucket is still reported
+// (ErrBucketNotFound) rather than re-created.
+func WithEagerConfig() Option {
+	return func(o *options) { o.set |= optEagerConfig }
 }
 
 // WithConfigVersion enables implicit configuration replacement for a handle

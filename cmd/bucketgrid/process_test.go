@@ -28,9 +28,14 @@ func TestMain(m *testing.M) {
 }
 
 // binary builds the bucketgrid command once per test run (without the race
-// detector: Olric itself races with memberlist while members come and go).
+// detector: Olric itself races with memberlist while members come and go),
+// or returns $BUCKETGRID_BIN when set: a binary built beforehand, so that a
+// benchmark can compare two builds in one session.
 func binary(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("BUCKETGRID_BIN"); bin != "" {
+		return bin
+	}
 	binOnce.Do(func() {
 		if binDir, binErr = os.MkdirTemp("", "bucketgrid-bin"); binErr != nil {
 			return
@@ -50,6 +55,7 @@ func binary(t testing.TB) string {
 // proc is a bucketgrid instance in a process of its own.
 type proc struct {
 	grpcAddr, httpAddr, member string
+	debugAddr                  string // with -debug-addr
 	gossip                     string // the member's gossip address, for -grid-peers
 	cmd                        *exec.Cmd
 	logs                       *syncBuffer
@@ -91,6 +97,7 @@ func startProc(t testing.TB, port int, peers []string, extra ...string) *proc {
 	select {
 	case line := <-ready:
 		p.grpcAddr, p.httpAddr, p.member = field(line, "grpc="), field(line, "http="), field(line, "member=")
+		p.debugAddr = field(line, "debug=")
 	case <-p.exited:
 		t.Fatalf("bucketgrid exited at start:\n%s", p.logs.String())
 	case <-time.After(90 * time.Second):

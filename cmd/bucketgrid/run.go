@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,14 +26,20 @@ import (
 	"github.com/bucketgrid/bucketgrid/rlsconfig"
 )
 
+// streamWorkers is the number of gRPC stream workers: requests in flight
+// up to which no request starts a goroutine. An idle worker costs its
+// stack (a few KiB).
+const streamWorkers = 256
+
 // expiryMargin is how long a bucket outlives the moment it is full again:
 // from then on a missing bucket and a full one answer alike.
 const expiryMargin = 10 * time.Second
 
 // run starts the instance and serves until ctx ends, then shuts down
-// gracefully. It writes one line to stdout when it is ready:
+// gracefully. It writes one line to stdout when it is ready (debug= only
+// with -debug-addr):
 //
-//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320
+//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320 debug=127.0.0.1:6060
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	m := metrics.New(c.MaxValued)
@@ -75,7 +80,10 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	}()
 
 	svc := service.New(service.Options{
-		Manager:          bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin))),
+		// Every request's rule, and so its bucket's configuration, is at
+		// hand: sending it along makes a new bucket one request, not two.
+		Manager: bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+			bucketgrid.WithEagerConfig()),
 		Headers:          c.Headers,
 		GlobalShadowMode: c.ShadowMode,
 		GlobalQuotaMode:  c.QuotaMode,
@@ -86,9 +94,12 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	svc.SetConfig(rules)
 	log.Info("configuration loaded", "domains", rules.Domains(), "paths", c.ConfigPaths)
 
-	// stream workers keep goroutines whose stacks have grown, instead of a
-	// new goroutine (and its stack growth) per request
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
+	// Stream workers keep goroutines whose stacks have grown, instead of a
+	// new goroutine (and its stack growth, a tenth of a request's CPU) per
+	// request. A request waits for its bucket's owner most of its time, so
+	// the pool is sized for the requests in flight, not for the cores: gRPC
+	// starts a goroutine for a request that finds every worker busy.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
@@ -115,6 +126,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	var debugSrv *http.Server
+	debugAddr := ""
 	if c.DebugAddr != "" {
 		dln, err := net.Listen("tcp", c.DebugAddr)
 		if err != nil {
@@ -126,6 +138,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		dm.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		dm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		debugSrv = &http.Server{Handler: dm, ReadHeaderTimeout: 10 * time.Second}
+		debugAddr = " debug=" + dln.Addr().String()
 		go debugSrv.Serve(dln)
 		defer debugSrv.Close()
 	}
@@ -160,7 +173,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	if httpLn != nil {
 		httpAddr = httpLn.Addr().String()
 	}
-	fmt.Fprintf(stdout, "bucketgrid ready grpc=%s http=%s backend=%s%s\n", grpcLn.Addr(), httpAddr, c.Backend, be.describe)
+	fmt.Fprintf(stdout, "bucketgrid ready grpc=%s http=%s backend=%s%s%s\n", grpcLn.Addr(), httpAddr, c.Backend, be.describe, debugAddr)
 
 	select {
 	case <-ctx.Done():

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,8 +18,14 @@ import (
 )
 
 // benchCallers is the number of concurrent callers, five on each of the
-// three members.
-const benchCallers = 15
+// three members; BENCH_CALLERS=n (a multiple of 3) sets another, to see how
+// latency depends on the load the benchmark itself makes.
+var benchCallers = func() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_CALLERS")); err == nil && n > 0 && n%3 == 0 {
+		return n
+	}
+	return 15
+}()
 
 // rmw is one read-modify-write of a bucket through some mechanism.
 type rmw func(ctx context.Context, caller int, key string, req core.Request) (core.Response, error)
@@ -104,6 +112,8 @@ func BenchmarkCheck(b *testing.B) {
 					var wg sync.WaitGroup
 					b.ResetTimer()
 					start, cpu0 := time.Now(), cpuTime()
+					reads0, writes0 := ioCalls()
+					wait0 := runqueueWait()
 					for c := range benchCallers {
 						// Every caller does the same share of the checks.
 						n := b.N / benchCallers
@@ -132,6 +142,8 @@ func BenchmarkCheck(b *testing.B) {
 					}
 					wg.Wait()
 					elapsed, cpu := time.Since(start), cpuTime()-cpu0
+					reads1, writes1 := ioCalls()
+					wait1 := runqueueWait()
 					b.StopTimer()
 					all, rem := slices.Concat(lat...), slices.Concat(remote...)
 					slices.Sort(all)
@@ -159,6 +171,20 @@ func BenchmarkCheck(b *testing.B) {
 					// owners): unlike checks/s, it barely depends on what
 					// else the machine runs.
 					b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e3, "cpu-µs/check")
+					if reads0 >= 0 && reads1 >= 0 {
+						// System calls that read or write (sockets, both
+						// ends of the owner channel, Olric's own), per check:
+						// each costs microseconds of CPU, so batching shows
+						// here first.
+						b.ReportMetric(float64(reads1-reads0)/float64(b.N), "reads/check")
+						b.ReportMetric(float64(writes1-writes0)/float64(b.N), "writes/check")
+					}
+					if wait0 >= 0 && wait1 >= 0 {
+						// Time the process's threads spent runnable, waiting
+						// for a core other processes held: on a shared
+						// machine, the source of the p99.
+						b.ReportMetric(float64((wait1-wait0).Nanoseconds())/float64(b.N)/1e3, "runq-wait-µs/check")
+					}
 					b.ReportMetric(us(all, 0.5), "p50-µs")
 					b.ReportMetric(us(all, 0.99), "p99-µs")
 					b.ReportMetric(us(all, 0.999), "p99.9-µs")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -286,21 +287,59 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 
 // ---- caller side ----
 
-// reply is an owner's answer as the caller receives it.
+// reply is an owner's answer as the caller receives it, decoded by the
+// connection's reader.
 type reply struct {
-	kind    byte
-	payload []byte
-	err     error
+	kind byte
+	resp core.Response // kindOK with a payload (an execute's answer)
+	body bool          // kindOK: the answer had a payload
+	hold int64         // kindHold: nanoseconds to wait
+	msg  string        // kindError: the owner's message
+	err  error         // the connection failed, or the answer did not decode
 }
+
+// decodeReply decodes an answer's payload; it keeps no reference to it.
+func decodeReply(kind byte, payload []byte) reply {
+	switch kind {
+	case kindOK:
+		if len(payload) == 0 {
+			return reply{kind: kindOK}
+		}
+		resp, err := core.DecodeResponse(payload)
+		if err != nil {
+			return reply{err: err}
+		}
+		return reply{kind: kindOK, resp: resp, body: true}
+	case kindNotOwner:
+		return reply{kind: kindNotOwner}
+	case kindHold:
+		d, n := binary.Uvarint(payload)
+		if n <= 0 {
+			return reply{err: errFrame}
+		}
+		return reply{kind: kindHold, hold: int64(min(d, uint64(time.Hour)))}
+	case kindError:
+		return reply{kind: kindError, msg: string(payload)}
+	}
+	return reply{err: errFrame}
+}
+
+// replyChans recycles the channels calls wait on: a channel goes back only
+// after its one answer was received, when nothing else refers to it.
+var replyChans = sync.Pool{New: func() any { return make(chan reply, 1) }}
 
 // peer is a multiplexed connection to another member's owner channel.
 //
 // Writes are combined: a caller appends its frame to wbuf and, unless
 // another caller is already writing, writes wbuf itself, again and again
-// while frames keep arriving. Callers that arrive during a write ride along
-// with the next one, so a busy connection carries many frames per system
-// call without a writer goroutine. Each write must finish within
-// ChannelIOTimeout, and wbuf holds at most maxPendingWrite bytes.
+// while frames keep arriving. Before its first write it yields the
+// processor once (runtime.Gosched), so that goroutines already runnable on
+// it (other callers of this member, about to send) append their frames
+// first: callers that arrive before or during a write ride along with it,
+// so a busy connection carries many frames per system call without a
+// writer goroutine, and an idle one pays a yield that returns at once. Each
+// write must finish within ChannelIOTimeout, and wbuf holds at most
+// maxPendingWrite bytes.
 type peer struct {
 	m    *Member
 	name string
@@ -440,7 +479,7 @@ func (p *peer) read() {
 		delete(p.pending, id)
 		p.mu.Unlock()
 		if ch != nil {
-			ch <- reply{kind: kind, payload: append([]byte(nil), payload...)}
+			ch <- decodeReply(kind, payload)
 		}
 	}
 }
@@ -453,38 +492,48 @@ func cmpErr(err, def error) error {
 	return def
 }
 
-// call sends one request and waits for its answer. budget is how long the
-// caller still waits; it travels in the frame.
-func (p *peer) call(ctx context.Context, kind byte, key string, req []byte, budget time.Duration) reply {
+// call sends one request (req nil for kindRemove) and waits for its
+// answer. budget is how long the caller still waits; it travels in the
+// frame.
+func (p *peer) call(ctx context.Context, kind byte, key string, req *core.Request, budget time.Duration) reply {
 	if budget <= 0 {
 		return reply{err: context.DeadlineExceeded}
 	}
-	// id (≤ 10) + kind + budget (≤ 10) + key length (≤ 10)
-	if 31+len(key)+len(req) > maxFrame {
-		return reply{err: errTooLarge}
-	}
-	ch := make(chan reply, 1)
+	ch := replyChans.Get().(chan reply)
 	p.mu.Lock()
 	if p.err != nil {
 		err := p.err
 		p.mu.Unlock()
+		replyChans.Put(ch)
 		return reply{err: err}
 	}
 	if len(p.wbuf) >= maxPendingWrite {
 		p.mu.Unlock()
+		replyChans.Put(ch)
 		return reply{err: errPeerBusy}
 	}
+	start := len(p.wbuf)
+	p.wbuf = appendFrameHeader(p.wbuf, p.nextID+1, kind)
+	p.wbuf = binary.AppendUvarint(p.wbuf, uint64(budget))
+	p.wbuf = appendKey(p.wbuf, key)
+	if req != nil {
+		p.wbuf = core.AppendRequest(p.wbuf, req)
+	}
+	if len(p.wbuf)-start-4 > maxFrame {
+		p.wbuf = p.wbuf[:start]
+		p.mu.Unlock()
+		replyChans.Put(ch)
+		return reply{err: errTooLarge}
+	}
+	p.wbuf = finishFrame(p.wbuf, start)
 	p.nextID++
 	id := p.nextID
 	p.pending[id] = ch
-	start := len(p.wbuf)
-	p.wbuf = appendFrameHeader(p.wbuf, id, kind)
-	p.wbuf = binary.AppendUvarint(p.wbuf, uint64(budget))
-	p.wbuf = appendKey(p.wbuf, key)
-	p.wbuf = append(p.wbuf, req...)
-	p.wbuf = finishFrame(p.wbuf, start)
 	if !p.flushing {
 		p.flushing = true
+		p.mu.Unlock()
+		runtime.Gosched() // let runnable callers append first (see peer)
+		p.mu.Lock()
 		for len(p.wbuf) > 0 && p.err == nil {
 			buf := p.wbuf
 			p.wbuf = p.spare[:0]
@@ -507,6 +556,7 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req []byte, budg
 	p.mu.Unlock()
 	select {
 	case r := <-ch:
+		replyChans.Put(ch)
 		return r
 	case <-ctx.Done():
 		p.mu.Lock()
@@ -518,8 +568,8 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req []byte, budg
 	}
 }
 
-// remote runs a request on the owner called name.
-func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req []byte, budget time.Duration) outcome {
+// remote runs a request on the owner called name (req nil for kindRemove).
+func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req *core.Request, budget time.Duration) outcome {
 	p, err := m.peerFor(ctx, name)
 	if err != nil {
 		return outcome{kind: kindError, err: err, retry: errors.Is(err, errPeerGone)}
@@ -533,21 +583,16 @@ func (m *Member) remote(ctx context.Context, name string, kind byte, key string,
 		if kind == kindRemove {
 			return outcome{kind: kindOK, removed: true}
 		}
-		resp, err := core.DecodeResponse(r.payload)
-		if err != nil {
-			return outcome{kind: kindError, err: err}
+		if !r.body {
+			return outcome{kind: kindError, err: errFrame}
 		}
-		return outcome{kind: kindOK, resp: resp}
+		return outcome{kind: kindOK, resp: r.resp}
 	case kindNotOwner:
 		return outcome{kind: kindNotOwner}
 	case kindHold:
-		d, n := binary.Uvarint(r.payload)
-		if n <= 0 {
-			return outcome{kind: kindError, err: errFrame}
-		}
-		return outcome{kind: kindHold, hold: int64(min(d, uint64(time.Hour)))}
+		return outcome{kind: kindHold, hold: r.hold}
 	case kindError:
-		return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s", name, r.payload)}
+		return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s", name, r.msg)}
 	}
 	return outcome{kind: kindError, err: errFrame}
 }

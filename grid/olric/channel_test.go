@@ -136,9 +136,10 @@ func TestPeerWriteBounds(t *testing.T) {
 	caller, owner := net.Pipe()
 	defer owner.Close()
 	p := &peer{m: m, name: "stuck", c: caller, pending: map[uint64]chan reply{}}
-	big := make([]byte, 60<<10)
+	big := largestRequest(t)
+	size := len(core.AppendRequest(nil, &big))
 	first := make(chan reply, 1)
-	go func() { first <- p.call(context.Background(), kindExecute, "k", big, time.Minute) }()
+	go func() { first <- p.call(context.Background(), kindExecute, "k", &big, time.Minute) }()
 	// Wait until the first call is writing (and blocked: nobody reads).
 	for {
 		p.mu.Lock()
@@ -151,11 +152,11 @@ func TestPeerWriteBounds(t *testing.T) {
 	}
 	var busy error
 	for i := 0; busy == nil; i++ {
-		if i > maxPendingWrite/len(big)+1 {
+		if i > maxPendingWrite/size+1 {
 			t.Fatal("pending writes never refused")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		r := p.call(ctx, kindExecute, "k", big, time.Minute)
+		r := p.call(ctx, kindExecute, "k", &big, time.Minute)
 		cancel()
 		if errors.Is(r.err, errPeerBusy) {
 			busy = r.err
@@ -164,7 +165,7 @@ func TestPeerWriteBounds(t *testing.T) {
 	p.mu.Lock()
 	pending := len(p.wbuf)
 	p.mu.Unlock()
-	if pending > maxPendingWrite+len(big)+64 {
+	if pending > maxPendingWrite+size+64 {
 		t.Errorf("%d bytes pending, bound %d", pending, maxPendingWrite)
 	}
 	r := <-first

@@ -8,7 +8,10 @@
 // (partition = xxhash64(DMap+key) % PartitionCount, owner = the last primary
 // owner of that partition), over the member's own owner channel: one
 // connection from each member to each other one, many requests in flight on
-// each, requests and answers written in batches. When the calling member
+// each, requests and answers written in batches (a caller yields the
+// processor once before it writes, so that the callers already runnable add
+// their requests to the same write; an owner answers everything it read in
+// one write). When the calling member
 // owns the key the request runs in place, without any network. The owner
 // runs core.Process under a per-key lock with its own wall clock, against
 // the bucket stored in Olric (it keeps a copy of what it last wrote, since
@@ -176,8 +179,10 @@
 // BenchmarkCheck runs 15 callers, five on each of 3 members in one process
 // on a 2-core machine, each doing the same number of checks, with security
 // off and on side by side, and Olric's Lock+Get+Put+Unlock for comparison;
-// the module bench/gubernator runs gubernator on a similar workload. See
-// README.md for the figures.
+// it reports CPU time and read and write system calls per check besides
+// throughput and latency. The module bench/gubernator runs gubernator on a
+// similar workload. See README.md for the figures and where a check's CPU
+// goes.
 //
 // Failures: a request whose owner connection breaks before the answer
 // arrives is sent again (to the same owner or, after re-routing, the new

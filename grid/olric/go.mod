@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bucketgrid/bucketgrid v0.1.0
+	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/hashicorp/memberlist v0.5.3
 	github.com/olric-data/olric v0.7.4
 	github.com/redis/go-redis/v9 v9.23.0
@@ -16,7 +17,6 @@ require (
 	github.com/armon/go-metrics v0.4.1 // indirect
 	github.com/bits-and-blooms/bitset v1.22.0 // indirect
 	github.com/buraksezer/consistent v0.10.0 // indirect
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/olric-data/olric/hasher"
+
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
 )
@@ -83,5 +85,23 @@ func TestKeyLength(t *testing.T) {
 	// an answer it gets.
 	if k := answers[2]; k != kindOK && k != kindNotOwner {
 		t.Errorf("next request answered with kind %d", k)
+	}
+}
+
+// TestHashIsOlrics checks that a member places a key in the partition Olric
+// does: xxhash64 of the DMap's name followed by the key, with Olric's
+// default hasher, for keys of every length up to MaxKeyLen.
+func TestHashIsOlrics(t *testing.T) {
+	m := &Member{cfg: Config{DMap: "bucketgrid.buckets", PartitionCount: 271}}
+	h := hasher.NewDefaultHasher()
+	for n := range MaxKeyLen + 1 {
+		key := strings.Repeat(string(rune('a'+n%26)), n)
+		want := h.Sum64([]byte(m.cfg.DMap + key))
+		if got := m.hash(key); got != want {
+			t.Fatalf("key of %d bytes: hash %x, Olric's %x", n, got, want)
+		}
+		if got := m.Partition(key); got != want%271 {
+			t.Fatalf("key of %d bytes: partition %d, Olric's %d", n, got, want%271)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/hashicorp/memberlist"
 	olricdb "github.com/olric-data/olric"
 	olricconfig "github.com/olric-data/olric/config"
@@ -36,7 +37,6 @@ type Member struct {
 	name     string // BindAddr:BindPort, Olric's member name
 	chanAddr string // owner-channel address, BindAddr:BindPort+1
 	base     time.Time
-	hasher   hasher.Hasher
 
 	db       *olricdb.Olric
 	client   *olricdb.EmbeddedClient
@@ -117,7 +117,6 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	peers := cfg.otherPeers()
 	oc := m.olricConfig(peers)
-	m.hasher = oc.Hasher
 
 	// go-redis, which Olric uses for its connections, logs through a
 	// package-level logger; point it at LogOutput too.
@@ -253,9 +252,16 @@ func (m *Member) Olric() *olricdb.Olric { return m.db }
 // Client returns an embedded client of the Olric member.
 func (m *Member) Client() *olricdb.EmbeddedClient { return m.client }
 
-// hash is Olric's key hash: partition = hash % PartitionCount.
+// hash is Olric's key hash: partition = hash % PartitionCount. Olric
+// hashes the DMap's name followed by the key with its default hasher,
+// xxhash64 (the Member configures that hasher); a digest computes the same
+// without building the concatenation.
 func (m *Member) hash(key string) uint64 {
-	return m.hasher.Sum64([]byte(m.cfg.DMap + key))
+	var d xxhash.Digest
+	d.Reset()
+	d.WriteString(m.cfg.DMap)
+	d.WriteString(key)
+	return d.Sum64()
 }
 
 // Partition returns the Olric partition of key's bucket.
@@ -446,7 +452,6 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 	}
 	h := m.hash(key)
 	p := h % m.cfg.PartitionCount
-	var enc []byte
 	kind := kindRemove
 	if !remove {
 		kind = kindExecute
@@ -470,10 +475,7 @@ func (m *Member) do(ctx context.Context, key string, req *core.Request, remove b
 		case m.name:
 			o = m.execOwner(ctx, key, h, req, remove)
 		default:
-			if enc == nil && !remove {
-				enc = core.AppendRequest(nil, req)
-			}
-			o = m.remote(ctx, owner, kind, key, enc, remaining(ctx, budget))
+			o = m.remote(ctx, owner, kind, key, req, remaining(ctx, budget))
 		}
 		var wait time.Duration
 		switch o.kind {

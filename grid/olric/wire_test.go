@@ -130,21 +130,7 @@ func TestFrameBufferGrowsWithData(t *testing.T) {
 // with the longest key Olric stores, and its largest answer, and checks
 // that both fit in a frame.
 func TestMaxFrameFitsLargestRequest(t *testing.T) {
-	var bws []core.Bandwidth
-	for i := range core.MaxBandwidths {
-		b := core.Greedy(1<<62, 1<<62, time.Duration(1<<62))
-		b.ID = string(bytes.Repeat([]byte{byte('a' + i)}, core.MaxIDLen))
-		bws = append(bws, b)
-	}
-	cfg, err := core.NewConfig(bws...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops := make([]core.Op, core.MaxOps)
-	for i := range ops {
-		ops[i] = core.Op{Kind: core.OpTryConsume, Tokens: 1 << 62, MaxWait: 1 << 62}
-	}
-	req := core.Request{Mode: core.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: 1 << 62, Ops: ops, Verbose: true}
+	req := largestRequest(t)
 	enc := core.AppendRequest(nil, &req)
 	frame := requestFrame(1<<63, kindExecute, time.Duration(1<<62), string(make([]byte, 255)), enc)
 	if len(frame)-4 > maxFrame {
@@ -163,6 +149,26 @@ func TestMaxFrameFitsLargestRequest(t *testing.T) {
 		t.Errorf("largest answer: %d bytes, limit %d", n, maxFrame)
 	}
 	t.Logf("largest request frame %d bytes, answer %d", len(frame)-4, len(o.appendFrame(nil, 1<<63))-4)
+}
+
+// largestRequest returns the largest request core accepts.
+func largestRequest(t testing.TB) core.Request {
+	t.Helper()
+	var bws []core.Bandwidth
+	for i := range core.MaxBandwidths {
+		b := core.Greedy(1<<62, 1<<62, time.Duration(1<<62))
+		b.ID = string(bytes.Repeat([]byte{byte('a' + i)}, core.MaxIDLen))
+		bws = append(bws, b)
+	}
+	cfg, err := core.NewConfig(bws...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := make([]core.Op, core.MaxOps)
+	for i := range ops {
+		ops[i] = core.Op{Kind: core.OpTryConsume, Tokens: 1 << 62, MaxWait: 1 << 62}
+	}
+	return core.Request{Mode: core.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: 1 << 62, Ops: ops, Verbose: true}
 }
 
 // TestOwnerChannelRejectsGarbage checks that a corrupt request gets an

@@ -47,8 +47,11 @@ type Metrics struct {
 	valued    map[string]bool // value-bearing rule labels admitted
 
 	rules     sync.Map // rule label → *ruleCounters
-	endpoints sync.Map // domain + "\x00" + api → prometheus.Observer
+	endpoints sync.Map // endpoint → prometheus.Observer
 }
+
+// endpoint is a latency series: a domain label and an API.
+type endpoint struct{ domain, api string }
 
 // ruleCounters are one rule's counters, looked up once.
 type ruleCounters struct {
@@ -162,7 +165,7 @@ func (m *Metrics) Request(domain, api, code, errKind string, d time.Duration) {
 	} else {
 		m.requests.WithLabelValues(domain, api, code).Inc()
 	}
-	k := domain + "\x00" + api
+	k := endpoint{domain, api}
 	o, ok := m.endpoints.Load(k)
 	if !ok {
 		o, _ = m.endpoints.LoadOrStore(k, m.latency.WithLabelValues(domain, api))

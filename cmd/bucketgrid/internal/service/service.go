@@ -156,46 +156,27 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 // applies them; different buckets run concurrently.
 func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.Status, error) {
 	statuses := make([]rlsconfig.Status, len(items))
-	errs := make([]error, len(items))
-	var groups [][]int // indices of the items of one bucket, in order
-	var byKey map[string]int
+	buckets := 0
 	for i := range items {
-		if !items[i].NeedsBucket() {
-			statuses[i], errs[i] = s.runItem(ctx, &items[i])
-			continue
-		}
-		if len(groups) == 0 {
-			groups = append(groups, []int{i})
-			continue
-		}
-		if byKey == nil {
-			byKey = map[string]int{items[groups[0][0]].Key: 0}
-		}
-		g, ok := byKey[items[i].Key]
-		if !ok {
-			g = len(groups)
-			byKey[items[i].Key] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	runGroup := func(g []int) {
-		for _, i := range g {
-			statuses[i], errs[i] = s.runItem(ctx, &items[i])
+		if items[i].NeedsBucket() {
+			buckets++
 		}
 	}
-	switch len(groups) {
-	case 0:
-	case 1:
-		runGroup(groups[0])
-	default:
-		var wg sync.WaitGroup
-		for _, g := range groups {
-			wg.Go(func() { runGroup(g) })
+	var err error
+	if buckets <= 1 {
+		// the common request: nothing to run concurrently
+		var errs []error
+		for i := range items {
+			var e error
+			if statuses[i], e = s.runItem(ctx, &items[i]); e != nil {
+				errs = append(errs, e)
+			}
 		}
-		wg.Wait()
+		err = errors.Join(errs...)
+	} else {
+		err = s.runGroups(ctx, items, statuses)
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if s.opts.GlobalQuotaMode {
@@ -207,6 +188,37 @@ func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.
 		}
 	}
 	return statuses, nil
+}
+
+// runGroups is run for items of several buckets: the items of each bucket
+// run in order on a goroutine of their own.
+func (s *Service) runGroups(ctx context.Context, items []rlsconfig.Item, statuses []rlsconfig.Status) error {
+	errs := make([]error, len(items))
+	var groups [][]int // indices of the items of one bucket, in order
+	byKey := map[string]int{}
+	for i := range items {
+		if !items[i].NeedsBucket() {
+			statuses[i], errs[i] = s.runItem(ctx, &items[i])
+			continue
+		}
+		g, ok := byKey[items[i].Key]
+		if !ok {
+			g = len(groups)
+			byKey[items[i].Key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() {
+			for _, i := range g {
+				statuses[i], errs[i] = s.runItem(ctx, &items[i])
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (s *Service) runItem(ctx context.Context, it *rlsconfig.Item) (rlsconfig.Status, error) {
@@ -263,11 +275,12 @@ func (e *redactedError) Unwrap() error { return e.err }
 
 // errorKind classifies err for the metrics; "" for nil.
 func errorKind(err error) string {
+	if err == nil {
+		return ""
+	}
 	var re *requestError
 	var be *backendError
 	switch {
-	case err == nil:
-		return ""
 	case errors.As(err, &re):
 		return "invalid_request"
 	case errors.Is(err, ErrNoConfig):
