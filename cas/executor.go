@@ -40,7 +40,7 @@ type Executor struct {
 
 	attempts, conflicts, writes, storeErrors atomic.Int64
 	requests, rounds, invalidKeys            atomic.Int64
-	reads, roundTrips, batched               atomic.Int64
+	reads, roundTrips, batched, stalled      atomic.Int64
 	memWrites, memConflicts                  atomic.Int64
 
 	maxBatch int // operations per coalesced round; ≤ 1 disables coalescing
@@ -165,7 +165,7 @@ func New(store Store, opts ...Option) *Executor {
 		e.mem = newMemory(e.memCfg)
 	}
 	if !e.noPipelining && e.batcher != nil {
-		e.pipe = newPipe(e.batcher, e.single, e.pipeCfg.withDefaults(), &e.roundTrips, &e.batched)
+		e.pipe = newPipe(e.batcher, e.single, e.pipeCfg.withDefaults(), &e.roundTrips, &e.batched, &e.stalled)
 	}
 	return e
 }
@@ -497,6 +497,7 @@ type Stats struct {
 	Batched         int64 // operations sent in batches shared with other rounds (see WithPipelining)
 	MemoryWrites    int64 // writes tried from memory, without a read (see WithMemory)
 	MemoryConflicts int64 // of those, lost races
+	Stalled         int64 // batches still in flight after PipelineConfig.StallAfter, which let the next go
 }
 
 // Stats returns the counters.
@@ -504,5 +505,5 @@ func (e *Executor) Stats() Stats {
 	return Stats{Requests: e.requests.Load(), Rounds: e.rounds.Load(), Attempts: e.attempts.Load(), Conflicts: e.conflicts.Load(),
 		Writes: e.writes.Load(), StoreErrors: e.storeErrors.Load(), InvalidKeys: e.invalidKeys.Load(),
 		Reads: e.reads.Load(), RoundTrips: e.roundTrips.Load(), Batched: e.batched.Load(),
-		MemoryWrites: e.memWrites.Load(), MemoryConflicts: e.memConflicts.Load()}
+		MemoryWrites: e.memWrites.Load(), MemoryConflicts: e.memConflicts.Load(), Stalled: e.stalled.Load()}
 }

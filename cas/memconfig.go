@@ -55,6 +55,14 @@ type PipelineConfig struct {
 	Flushes int
 	// Ops bounds the operations in one batch.
 	Ops int
+	// StallAfter is how long a batch may hold its place among the Flushes
+	// in flight: one still in flight after it no longer holds back the
+	// queue, so a store that hangs on some keys delays only the operations
+	// sent with them (they share their batch's fate, bounded by their
+	// callers' deadlines). It should exceed a healthy batch's round trip;
+	// a batch that outlives it costs one more batch in flight, never a
+	// wrong decision. Negative: a batch holds its place until it returns.
+	StallAfter time.Duration
 }
 
 // DefaultPipelineConfig returns the defaults: 1 batch in flight, 256
@@ -66,7 +74,7 @@ type PipelineConfig struct {
 // shorten the wait of an operation that arrives while one travels, at more
 // round trips.
 func DefaultPipelineConfig() PipelineConfig {
-	return PipelineConfig{Flushes: 1, Ops: 256}
+	return PipelineConfig{Flushes: 1, Ops: 256, StallAfter: 25 * time.Millisecond}
 }
 
 func (c PipelineConfig) withDefaults() PipelineConfig {
@@ -76,6 +84,9 @@ func (c PipelineConfig) withDefaults() PipelineConfig {
 	}
 	if c.Ops <= 0 {
 		c.Ops = d.Ops
+	}
+	if c.StallAfter == 0 {
+		c.StallAfter = d.StallAfter
 	}
 	return c
 }

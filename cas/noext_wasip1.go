@@ -26,7 +26,7 @@ func (*memory) forget(string)                                     {}
 
 type pipe struct{}
 
-func newPipe(Batcher, func(context.Context, *Op) error, PipelineConfig, *atomic.Int64, *atomic.Int64) *pipe {
+func newPipe(Batcher, func(context.Context, *Op) error, PipelineConfig, *atomic.Int64, *atomic.Int64, *atomic.Int64) *pipe {
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // pipe sends store operations of concurrent rounds, on any keys, to a
@@ -15,12 +16,18 @@ import (
 // goroutine and under its caller's context; otherwise it queues, and
 // whoever ends a batch starts the next with everything queued, on a
 // goroutine of its own. Nothing ever waits for more operations to arrive.
+//
+// A batch still in flight after cfg.StallAfter gives its place back, and
+// the queue goes on without it: a store that hangs on one key (a node down
+// for its partition, a locked document) delays only the operations sent
+// with it, not every key behind it until their callers give up.
 type pipe struct {
 	b      Batcher
 	one    func(ctx context.Context, op *Op) error // performs an operation alone
 	cfg    PipelineConfig
 	trips  *atomic.Int64 // the executor's round-trip counter
 	batchd *atomic.Int64 // the executor's count of operations sent in shared batches
+	stalld *atomic.Int64 // the executor's count of batches that outlived StallAfter
 
 	mu       sync.Mutex
 	queue    []*pending // guarded by mu
@@ -28,8 +35,57 @@ type pipe struct {
 }
 
 // newPipe returns a pipe over b; one performs an operation alone.
-func newPipe(b Batcher, one func(ctx context.Context, op *Op) error, cfg PipelineConfig, trips, batched *atomic.Int64) *pipe {
-	return &pipe{b: b, one: one, cfg: cfg, trips: trips, batchd: batched}
+func newPipe(b Batcher, one func(ctx context.Context, op *Op) error, cfg PipelineConfig, trips, batched, stalled *atomic.Int64) *pipe {
+	return &pipe{b: b, one: one, cfg: cfg, trips: trips, batchd: batched, stalld: stalled}
+}
+
+// flight is a batch's place among the Flushes in flight. It is given back
+// once: when the batch returns, or when it has been in flight for
+// StallAfter, whichever comes first.
+type flight struct {
+	held  atomic.Bool
+	timer *time.Timer
+}
+
+// fly takes the place of a batch that start or do counted in flight.
+func (p *pipe) fly() *flight {
+	f := &flight{}
+	f.held.Store(true)
+	if p.cfg.StallAfter > 0 {
+		f.timer = time.AfterFunc(p.cfg.StallAfter, func() {
+			batches, stalled := p.land(f)
+			if stalled {
+				p.stalld.Add(1)
+			}
+			for _, b := range batches {
+				go p.flushes(b)
+			}
+		})
+	}
+	return f
+}
+
+// returned ends f's batch, on the goroutine that called fly: it gives f's
+// place back unless the batch stalled, and returns the batches that can
+// start now (counted in flight).
+func (p *pipe) returned(f *flight) [][]*pending {
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	batches, _ := p.land(f)
+	return batches
+}
+
+// land gives f's place back if it still holds it, reporting so, and
+// returns the batches that can start now (counted in flight).
+func (p *pipe) land(f *flight) ([][]*pending, bool) {
+	if !f.held.CompareAndSwap(true, false) {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight--
+	return p.start(), true
 }
 
 // pending is a queued operation and, once its batch returns, its outcome.
@@ -95,21 +151,14 @@ func (w *pending) result() error {
 // than a batch of one, on the caller's goroutine; a panic in the store
 // propagates there, and the pipe moves on.
 func (p *pipe) alone(ctx context.Context, op *Op) error {
-	defer p.next()
+	f := p.fly()
+	defer func() {
+		for _, b := range p.returned(f) {
+			go p.flushes(b)
+		}
+	}()
 	p.trips.Add(1)
 	return p.one(ctx, op)
-}
-
-// next ends a batch sent alone: it starts batches of what is queued while
-// fewer than Flushes are in flight, each on a goroutine of its own.
-func (p *pipe) next() {
-	p.mu.Lock()
-	p.inflight--
-	batches := p.start()
-	p.mu.Unlock()
-	for _, b := range batches {
-		go p.flushes(b)
-	}
 }
 
 // start takes batches of what is queued while fewer than Flushes are in
@@ -133,11 +182,9 @@ func (p *pipe) start() [][]*pending {
 // further goroutines only when Flushes allows more batches in flight.
 func (p *pipe) flushes(batch []*pending) {
 	for batch != nil {
+		f := p.fly()
 		p.flush(batch)
-		p.mu.Lock()
-		p.inflight--
-		batches := p.start()
-		p.mu.Unlock()
+		batches := p.returned(f)
 		batch = nil
 		if len(batches) > 0 {
 			batch = batches[0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,7 @@ type batchStore struct {
 	seen    map[string]bool // keys that reached the store
 	gate    chan struct{}   // when not nil, every batch waits for it
 	failKey string          // ops on this key fail
+	hangKey string          // a batch with an op on this key waits until its context ends
 	failAll error           // every batch fails with it
 	panics  atomic.Bool     // the next batch of more than one op panics
 }
@@ -41,8 +43,12 @@ func (s *batchStore) Batch(ctx context.Context, ops []*cas.Op) error {
 	for _, op := range ops {
 		s.seen[op.Key] = true
 	}
-	gate, failKey, failAll := s.gate, s.failKey, s.failAll
+	gate, failKey, failAll, hangKey := s.gate, s.failKey, s.failAll, s.hangKey
 	s.mu.Unlock()
+	if hangKey != "" && slices.ContainsFunc(ops, func(op *cas.Op) bool { return op.Key == hangKey }) {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if gate != nil {
 		select {
 		case <-gate:
@@ -144,7 +150,7 @@ func keysN(prefix string, n int) []string {
 // eight requests on eight keys queue and go in one batch.
 func TestPipelineSharesRoundTrips(t *testing.T) {
 	s := newBatchStore()
-	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1}))
+	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1, StallAfter: -1}))
 	first := inFlight(t, e, s)
 	results := execAll(e, keysN("k", 8))
 	waitUntil(t, "eight reads queue", func() bool { return e.Stats().Reads == 9 })
@@ -175,7 +181,7 @@ func TestPipelineSharesRoundTrips(t *testing.T) {
 // read is queued returns at once, and its operation is never sent.
 func TestPipelineQueuedCallerLeaves(t *testing.T) {
 	s := newBatchStore()
-	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1}))
+	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1, StallAfter: -1}))
 	first := inFlight(t, e, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -196,7 +202,7 @@ func TestPipelineQueuedCallerLeaves(t *testing.T) {
 func TestPipelineErrorOfOneKey(t *testing.T) {
 	s := newBatchStore()
 	s.failKey = "k3"
-	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1}))
+	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1, StallAfter: -1}))
 	first := inFlight(t, e, s)
 	results := execAll(e, keysN("k", 6))
 	waitUntil(t, "six reads queue", func() bool { return e.Stats().Reads == 7 })
@@ -222,7 +228,7 @@ func TestPipelineErrorOfOneKey(t *testing.T) {
 // request in it with ErrStore.
 func TestPipelineWholeBatchFails(t *testing.T) {
 	s := newBatchStore()
-	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1}))
+	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1, StallAfter: -1}))
 	first := inFlight(t, e, s)
 	results := execAll(e, keysN("k", 5))
 	waitUntil(t, "five reads queue", func() bool { return e.Stats().Reads == 6 })
@@ -242,7 +248,7 @@ func TestPipelineWholeBatchFails(t *testing.T) {
 // on the caller's goroutine, and the pipeline serves the next request.
 func TestPipelinePanic(t *testing.T) {
 	s := newBatchStore()
-	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1}))
+	e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1, StallAfter: -1}))
 	first := inFlight(t, e, s)
 	panics := make(chan any, 3)
 	for _, k := range keysN("p", 3) {
@@ -305,5 +311,63 @@ func TestPipelineExactUnderLoad(t *testing.T) {
 	t.Logf("%+v", s)
 	if s.Batched == 0 || s.RoundTrips >= s.Requests {
 		t.Errorf("stats %+v: concurrent checks on different keys should share round trips", s)
+	}
+}
+
+// TestPipelineStalledBatch: a store that hangs on one key (a node down for
+// its partition) holds the only batch in flight. With StallAfter the
+// requests on other keys go on without it; with a batch holding its place
+// until it returns (StallAfter < 0) they wait behind it, which is what
+// StallAfter is for.
+func TestPipelineStalledBatch(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		stallAfter time.Duration
+	}{
+		{"stall after 5ms", 5 * time.Millisecond},
+		{"never stall", -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newBatchStore()
+			s.hangKey = "stuck"
+			e := cas.New(s, cas.WithPipelining(cas.PipelineConfig{Flushes: 1, StallAfter: tt.stallAfter}))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stuck := make(chan error, 1)
+			go func() { _, err := e.Execute(ctx, "stuck", createReq); stuck <- err }()
+			waitUntil(t, "the stuck key reaches the store", func() bool { return s.reached("stuck") })
+
+			results := execAll(e, keysN("k", 8))
+			if tt.stallAfter < 0 {
+				waitUntil(t, "eight reads queue", func() bool { return e.Stats().Reads == 9 })
+				for i, r := range results {
+					select {
+					case err := <-r:
+						t.Fatalf("request %d answered (%v) while the only batch in flight hangs", i, err)
+					default:
+					}
+				}
+				cancel() // the stuck caller gives up; its place comes back
+			}
+			for i, r := range results {
+				if err := <-r; err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+			}
+			if tt.stallAfter > 0 {
+				select {
+				case err := <-stuck:
+					t.Fatalf("the stuck request returned (%v) before its caller gave up", err)
+				default:
+				}
+				if n := e.Stats().Stalled; n < 1 {
+					t.Fatalf("Stalled = %d, want at least the stuck batch", n)
+				}
+				cancel()
+			}
+			if err := <-stuck; !errors.Is(err, context.Canceled) {
+				t.Fatalf("stuck request: %v, want its caller's cancellation", err)
+			}
+		})
 	}
 }

@@ -20,6 +20,13 @@
 // on Redis, 16 callers on 10,000 keys take 0.13 round trips per check
 // (grid/redis, BenchmarkVersusLua). The memory never decides alone: what a
 // compare-and-swap does not confirm is read first (see WithMemory).
+//
+// The Executor finds the extensions by type assertion, as database/sql
+// finds a driver's. A store that wraps another by embedding its concrete
+// type inherits the inner store's Writer and Batcher too, and those bypass
+// the wrapper's Get, Insert and Replace: a wrapper that changes what those
+// do embeds the Store interface instead, or implements the extensions
+// itself.
 package cas
 
 import (

@@ -21,7 +21,7 @@ var errOutage = errors.New("store: connection refused")
 // brokenStore fails every call, or hangs: honouring ctx, or ignoring it
 // until release is closed.
 type brokenStore struct {
-	*memstore.Store
+	cas.Store // the base SPI only: memstore's Writer and Batcher would bypass the overrides
 	mode    string // "error", "hang", "deaf"
 	release chan struct{}
 }

@@ -30,7 +30,7 @@ import (
 
 // ruleStore is a memstore that holds only valid UTF-8 keys of at most
 // ruleLen bytes, a backend's key rule, checked before any I/O.
-type ruleStore struct{ *memstore.Store }
+type ruleStore struct{ cas.Store }
 
 const ruleLen = 64
 
@@ -168,7 +168,7 @@ func TestPlanRefusingKeyIs400(t *testing.T) {
 
 // corruptStore reads corrupt bytes for one key, whatever was written.
 type corruptStore struct {
-	*memstore.Store
+	cas.Store // the base SPI only: memstore's Writer and Batcher would bypass the overrides
 	key string
 }
 
@@ -181,7 +181,7 @@ func (s corruptStore) Get(ctx context.Context, k string) ([]byte, cas.Version, b
 }
 
 // alwaysLoses loses every race it can.
-type alwaysLoses struct{ *memstore.Store }
+type alwaysLoses struct{ cas.Store }
 
 func (alwaysLoses) Replace(context.Context, string, []byte, cas.Version, time.Duration) (bool, error) {
 	return false, nil
@@ -258,7 +258,7 @@ func TestCorruptRecordReconstructedBehindMiddleware(t *testing.T) {
 
 // panicStore panics in Get for one key while armed.
 type panicStore struct {
-	*memstore.Store
+	cas.Store // the base SPI only: memstore's Writer and Batcher would bypass the overrides
 	key   string
 	armed atomic.Bool
 }

@@ -19,7 +19,7 @@ import (
 // killedStore is a memstore that is broken for one key only: its Get
 // panics, hangs until the context ends, or reads corrupt bytes.
 type killedStore struct {
-	*memstore.Store
+	cas.Store // the base SPI only: memstore's Writer and Batcher would bypass the overrides
 	key, mode string
 }
 

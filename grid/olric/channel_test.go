@@ -140,12 +140,15 @@ func TestPeerWriteBounds(t *testing.T) {
 	size := len(core.AppendRequest(nil, &big))
 	first := make(chan reply, 1)
 	go func() { first <- p.call(context.Background(), kindExecute, "k", &big, time.Minute) }()
-	// Wait until the first call is writing (and blocked: nobody reads).
+	// Wait until the first call is writing (and blocked: nobody reads): it
+	// has taken its frame out of wbuf. Flushing alone is not enough, as the
+	// flusher yields before it takes wbuf, and calls appended meanwhile
+	// would go with its write.
 	for {
 		p.mu.Lock()
-		flushing := p.flushing
+		writing := p.flushing && len(p.wbuf) == 0
 		p.mu.Unlock()
-		if flushing {
+		if writing {
 			break
 		}
 		time.Sleep(time.Millisecond)
