@@ -3,7 +3,6 @@ package couchbase_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
+	"github.com/bucketgrid/bucketgrid/internal/exampletest"
 )
 
 // Rate-limit per user with buckets kept in a Couchbase bucket: 10 requests a
@@ -69,28 +69,7 @@ func Example() {
 // prints; an Example needs a server, so it carries no checked Output itself.
 func TestExample(t *testing.T) {
 	couchbaseServer(t)
-	if got, want := captureStdout(t, Example), "true true true true true true true true true true false \n"; got != want {
+	if got, want := exampletest.Stdout(t, Example), "true true true true true true true true true true false \n"; got != want {
 		t.Errorf("Example printed %q, want %q", got, want)
 	}
-}
-
-// captureStdout returns what f writes to os.Stdout.
-func captureStdout(t *testing.T, f func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stdout
-	os.Stdout = w
-	out := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		out <- string(b)
-	}()
-	defer func() { os.Stdout = saved }()
-	f()
-	os.Stdout = saved
-	w.Close()
-	return <-out
 }

@@ -3,7 +3,6 @@ package mongo_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
+	"github.com/bucketgrid/bucketgrid/internal/exampletest"
 )
 
 // Rate-limit per user with buckets kept in a MongoDB collection: 10 requests
@@ -64,28 +64,7 @@ func Example() {
 // prints; an Example needs a server, so it carries no checked Output itself.
 func TestExample(t *testing.T) {
 	mongoURI(t)
-	if got, want := captureStdout(t, Example), "true true true true true true true true true true false \n"; got != want {
+	if got, want := exampletest.Stdout(t, Example), "true true true true true true true true true true false \n"; got != want {
 		t.Errorf("Example printed %q, want %q", got, want)
 	}
-}
-
-// captureStdout returns what f writes to os.Stdout.
-func captureStdout(t *testing.T, f func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stdout
-	os.Stdout = w
-	out := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		out <- string(b)
-	}()
-	defer func() { os.Stdout = saved }()
-	f()
-	os.Stdout = saved
-	w.Close()
-	return <-out
 }
