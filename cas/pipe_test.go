@@ -3,8 +3,8 @@ package cas_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"

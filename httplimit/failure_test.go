@@ -21,9 +21,9 @@ var errOutage = errors.New("store: connection refused")
 // brokenStore fails every call, or hangs: honouring ctx, or ignoring it
 // until release is closed.
 type brokenStore struct {
-	cas.Store // the base SPI only: memstore's Writer and Batcher would bypass the overrides
-	mode    string // "error", "hang", "deaf"
-	release chan struct{}
+	cas.Store        // the base SPI only: memstore's Writer and Batcher would bypass the overrides
+	mode      string // "error", "hang", "deaf"
+	release   chan struct{}
 }
 
 func (s *brokenStore) fail(ctx context.Context) error {

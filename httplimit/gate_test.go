@@ -169,7 +169,7 @@ func TestPlanRefusingKeyIs400(t *testing.T) {
 // corruptStore reads corrupt bytes for one key, whatever was written.
 type corruptStore struct {
 	cas.Store // the base SPI only: memstore's Writer and Batcher would bypass the overrides
-	key string
+	key       string
 }
 
 func (s corruptStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bool, error) {
@@ -259,8 +259,8 @@ func TestCorruptRecordReconstructedBehindMiddleware(t *testing.T) {
 // panicStore panics in Get for one key while armed.
 type panicStore struct {
 	cas.Store // the base SPI only: memstore's Writer and Batcher would bypass the overrides
-	key   string
-	armed atomic.Bool
+	key       string
+	armed     atomic.Bool
 }
 
 func (s *panicStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bool, error) {
