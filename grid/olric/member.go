@@ -61,6 +61,9 @@ type Member struct {
 	// after setting leaving, so it waits for executions in flight.
 	gate    sync.RWMutex
 	leaving atomic.Bool
+	// lastEvent is when the member started or last heard of a cluster
+	// event, in m.mono nanoseconds (see settleRouting).
+	lastEvent atomic.Int64
 
 	ln           net.Listener
 	acceptErrors atomic.Int64 // failed Accepts, for tests
@@ -232,6 +235,7 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 		return err
 	}
 	m.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel)
+	m.lastEvent.Store(m.mono())
 	m.wg.Add(2)
 	go m.refresher()
 	go m.events(m.sub.Channel())
@@ -530,13 +534,38 @@ func remaining(ctx context.Context, budget time.Time) time.Duration {
 // Shutdown leaves the cluster: the member stops executing (requests for
 // its buckets are held until the other members take the partitions over),
 // waits for executions in flight, shuts Olric down (bounded by
-// Config.LeaveTimeout) and closes its connections. It returns when every
+// Config.LeaveTimeout; at most 100 ms later than asked when a cluster
+// event came in just before, see settleRouting) and closes its connections. It returns when every
 // goroutine it started has ended or ctx ends. With ReplicaCount 1 the
 // buckets this member owned are lost (they start full on their new owner);
 // with 2 their backups take over.
 func (m *Member) Shutdown(ctx context.Context) error {
 	m.shutdownOnce.Do(func() { m.shutdownErr = m.shutdown(ctx) })
 	return m.shutdownErr
+}
+
+// routingSettle is how long after a cluster event (or its start) a member
+// waits before shutting Olric down; see settleRouting.
+const routingSettle = 100 * time.Millisecond
+
+// settleRouting waits until routingSettle has passed since the member
+// started or last heard of a cluster event, or ctx ends. Olric v0.7.4
+// serves a routing-table push that is still in flight when it shuts down
+// after its routing table stopped waiting for its goroutines, and the push
+// then starts one more (a data race in Olric, and a goroutine that outlives
+// Shutdown); each cluster event, the member's own join included, sends such
+// a push, which lands within milliseconds.
+func (m *Member) settleRouting(ctx context.Context) {
+	wait := time.Duration(m.lastEvent.Load() + int64(routingSettle) - m.mono())
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func (m *Member) shutdown(ctx context.Context) error {
@@ -561,6 +590,7 @@ func (m *Member) shutdown(ctx context.Context) error {
 		m.dm.Close(ctx)
 	}
 	if m.db != nil {
+		m.settleRouting(ctx)
 		err = m.db.Shutdown(ctx)
 		select {
 		case <-m.startErr:

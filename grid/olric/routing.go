@@ -156,6 +156,7 @@ func (m *Member) events(ch <-chan *redis.Message) {
 			if !ok {
 				return
 			}
+			m.lastEvent.Store(m.mono())
 			m.kick()
 		}
 	}
