@@ -136,7 +136,7 @@ func (s *Store) Batch(ctx context.Context, ops []*cas.Op) error {
 				err = nil
 			case err == nil:
 				var data []byte
-				if err = b.Result.Content(&data); err == nil {
+				if data, err = content(op.Key, b.Result); err == nil {
 					r.Found, r.Data, r.Ver = true, data, cas.Version(b.Result.Cas())
 				}
 			}

@@ -130,11 +130,23 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 	if err != nil {
 		return nil, 0, false, s.fail(ctx, "get", key, err)
 	}
-	var data []byte
-	if err := res.Content(&data); err != nil {
-		return nil, 0, false, fmt.Errorf("grid/couchbase: get %s: %w", core.RedactKey(key), err)
+	data, err := content(key, res)
+	if err != nil {
+		return nil, 0, false, err
 	}
 	return data, cas.Version(res.Cas()), true, nil
+}
+
+// content returns the raw state bytes of a document read for key. A
+// document this store did not write (JSON, say, from another application
+// under the same ids) is a corrupt record, an error wrapping
+// core.ErrCorruptState: never taken for absent, nor for an outage.
+func content(key string, res interface{ Content(any) error }) ([]byte, error) {
+	var data []byte
+	if err := res.Content(&data); err != nil {
+		return nil, fmt.Errorf("grid/couchbase: get %s: not a bucket document (%w): %w", core.RedactKey(key), err, core.ErrCorruptState)
+	}
+	return data, nil
 }
 
 // Insert creates the bucket under key if it is absent (an expired document

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
 )
 
@@ -202,5 +203,11 @@ func TestErrorsAreErrors(t *testing.T) {
 	s2, _ := couchbase.New(coll, couchbase.WithKeyMapping(func(k string) string { return p + k }))
 	if _, _, _, err := s2.Get(ctx, "json"); err == nil {
 		t.Error("JSON document read as binary state without error")
+	} else if !errors.Is(err, core.ErrCorruptState) {
+		t.Errorf("JSON document: %v, want an error wrapping core.ErrCorruptState (a corrupt record, never an outage)", err)
+	}
+	ops := []*cas.Op{{Kind: cas.OpGet, Key: "json"}}
+	if err := s2.Batch(ctx, ops); err != nil || !errors.Is(ops[0].Result.Err, core.ErrCorruptState) {
+		t.Errorf("JSON document in a batch: %v, %v; want an op error wrapping core.ErrCorruptState", err, ops[0].Result.Err)
 	}
 }

@@ -284,11 +284,11 @@ func (s *Store) decode(key string, raw bson.Raw) ([]byte, cas.Version, bool, err
 	}
 	_, data, ok := raw.Lookup(s.state).BinaryOK()
 	if !ok {
-		return nil, 0, false, fmt.Errorf("grid/mongo: get %s: field %q is not binary data", core.RedactKey(key), s.state)
+		return nil, 0, false, fmt.Errorf("grid/mongo: get %s: field %q is not binary data: %w", core.RedactKey(key), s.state, core.ErrCorruptState)
 	}
 	ver, ok := raw.Lookup(s.version).AsInt64OK()
 	if !ok {
-		return nil, 0, false, fmt.Errorf("grid/mongo: get %s: field %q is not an integer", core.RedactKey(key), s.version)
+		return nil, 0, false, fmt.Errorf("grid/mongo: get %s: field %q is not an integer: %w", core.RedactKey(key), s.version, core.ErrCorruptState)
 	}
 	return data, cas.Version(ver), true, nil
 }

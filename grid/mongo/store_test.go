@@ -11,6 +11,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
 )
 
@@ -302,6 +303,8 @@ func TestErrorsAreErrors(t *testing.T) {
 	s2, _ := mongo.New(coll)
 	if _, _, _, err := s2.Get(ctx, "bad"); err == nil {
 		t.Error("non-binary state read without error")
+	} else if !errors.Is(err, core.ErrCorruptState) {
+		t.Errorf("non-binary state: %v, want an error wrapping core.ErrCorruptState (a corrupt record, never an outage)", err)
 	}
 }
 

@@ -93,7 +93,7 @@ func (s *Store) settle(op *cas.Op, w write, cmd goredis.Cmder) {
 		switch {
 		case err == goredis.Nil:
 		case err != nil:
-			r.Err = err
+			r.Err = foreign(err)
 		default:
 			r.Data, r.Ver, r.Err = s.decode(op.Key, b)
 			r.Found = r.Err == nil
@@ -104,7 +104,7 @@ func (s *Store) settle(op *cas.Op, w write, cmd goredis.Cmder) {
 			err = s.result(op, w, reply)
 		}
 		if err != nil {
-			*r = cas.Result{Err: err}
+			*r = cas.Result{Err: foreign(err)}
 		}
 	}
 }

@@ -101,6 +101,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -146,11 +147,23 @@ var casSHA = func() string {
 
 const versionLen = 8
 
-// ErrCorrupt is returned by Get for a key that holds a value this store did
-// not write (shorter than a version): a key-prefix clash with another
-// application, most likely. It is an error, not "absent", so the bucket is
-// not silently recreated over someone else's data.
-var ErrCorrupt = errors.New("grid/redis: value not written by grid/redis")
+// ErrCorrupt is returned for a key that holds a value this store did not
+// write (shorter than a version, or not a string at all): a key-prefix
+// clash with another application, most likely. It is an error, not
+// "absent", so the bucket is not silently recreated over someone else's
+// data; and it wraps core.ErrCorruptState, so that it is never taken for an
+// outage (httplimit refuses the request whatever its failure mode) until
+// the key is removed.
+var ErrCorrupt = fmt.Errorf("grid/redis: value not written by grid/redis: %w", core.ErrCorruptState)
+
+// foreign wraps err in ErrCorrupt when Redis refused the command because
+// the key holds another type (WRONGTYPE, alone or inside a script error).
+func foreign(err error) error {
+	if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return err
+}
 
 // Client is the part of go-redis the store uses. *redis.Client,
 // *redis.ClusterClient, *redis.Ring and redis.UniversalClient satisfy it.
@@ -239,7 +252,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 		return nil, 0, false, nil
 	}
 	if err != nil {
-		return nil, 0, false, err
+		return nil, 0, false, foreign(err)
 	}
 	data, ver, err := s.decode(key, b)
 	if err != nil {
@@ -286,7 +299,7 @@ func (s *Store) writeAs(ctx context.Context, op *cas.Op, ver cas.Version) error 
 		reply, err = s.c.Eval(ctx, casScript, w.keys, w.args...).Result()
 	}
 	if err != nil {
-		return err
+		return foreign(err)
 	}
 	return s.result(op, w, reply)
 }

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
 	redis "github.com/bucketgrid/bucketgrid/grid/redis"
+	"github.com/bucketgrid/bucketgrid/httplimit"
 	"github.com/bucketgrid/bucketgrid/tck"
 )
 
@@ -239,9 +242,52 @@ func TestForeignValueIsAnError(t *testing.T) {
 	c.HSet(ctx, runPrefix+"hash", "f", "v")
 	if _, _, _, err := s.Get(ctx, "hash"); err == nil {
 		t.Fatal("Get of a hash key: no error, want WRONGTYPE")
+	} else if !errors.Is(err, redis.ErrCorrupt) || !errors.Is(err, core.ErrCorruptState) {
+		t.Fatalf("Get of a hash key: %v, want ErrCorrupt wrapping core.ErrCorruptState", err)
 	}
 	if ok, err := s.Insert(ctx, "hash", []byte("v"), 0); err == nil {
 		t.Fatalf("Insert over a hash key: ok=%v, no error; want the script's WRONGTYPE error", ok)
+	} else if !errors.Is(err, core.ErrCorruptState) {
+		t.Fatalf("Insert over a hash key: %v, want an error wrapping core.ErrCorruptState", err)
+	}
+	ops := []*cas.Op{{Kind: cas.OpGet, Key: "foreign"}, {Kind: cas.OpGet, Key: "hash"}}
+	if err := s.Batch(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if !errors.Is(op.Result.Err, core.ErrCorruptState) {
+			t.Fatalf("Batch read of %s: %v, want an error wrapping core.ErrCorruptState", op.Key, op.Result.Err)
+		}
+	}
+}
+
+// TestForeignValueNeverFailsOpen: a value this store did not write is a
+// corrupt record, not an outage: the middleware refuses the request (503)
+// even when it fails open.
+func TestForeignValueNeverFailsOpen(t *testing.T) {
+	s, c := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.HSet(ctx, runPrefix+"X-Key:client-1", "f", "v") // HeaderKey's key for client-1
+	cfg, err := core.NewConfig(core.Greedy(2, 2, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := bucketgrid.NewManager(cas.New(s))
+	mw := httplimit.New(httplimit.NewManaged(m, httplimit.StaticPlan(cfg)),
+		httplimit.WithKey(httplimit.HeaderKey("X-Key", nil)), httplimit.WithFailOpen(true))
+	h := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 3 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Key", "client-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("status %d, want 503 whatever the failure mode (stats %+v)", w.Code, mw.Stats())
+		}
+	}
+	if st := mw.Stats(); st.FailedOpen != 0 || st.FailedClosed != 3 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 
