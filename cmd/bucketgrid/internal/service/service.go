@@ -88,16 +88,41 @@ func (s *Service) SetConfig(cfg *rlsconfig.Config) { s.cfg.Store(cfg) }
 // Config returns the current configuration, nil before the first SetConfig.
 func (s *Service) Config() *rlsconfig.Config { return s.cfg.Load() }
 
-// ShouldRateLimit implements the RLS v3 API. Request errors (bounds, an
-// empty domain, no descriptors) are InvalidArgument; a missing configuration
-// and backend failures are Unavailable, so Envoy applies its
-// failure_mode_deny.
+// ShouldRateLimit implements the RLS v3 API. A request a client's values
+// make unusable (a descriptor over MaxDescriptorBytes, a key the backend
+// cannot hold) is answered OVER_LIMIT for every descriptor: an error would
+// leave it to Envoy's failure_mode_deny, which lets requests through by
+// default, so a client could choose to be unlimited. Other request errors
+// (an empty domain, no descriptors, too many of them: the route
+// configuration's doing) are InvalidArgument; a missing configuration and
+// backend failures are Unavailable, so Envoy applies its failure_mode_deny.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.answer(ctx, in, "grpc")
 	if err != nil {
+		if clientRefused(err) {
+			return refusal(in), nil
+		}
 		return nil, grpcError(err)
 	}
 	return resp, nil
+}
+
+// clientRefused reports whether err is a request error that a client's own
+// descriptor values caused.
+func clientRefused(err error) bool {
+	var re *requestError
+	return errors.As(err, &re) &&
+		(errors.Is(err, rlsconfig.ErrDescriptorTooLarge) || errors.Is(err, core.ErrInvalidKey))
+}
+
+// refusal answers in OVER_LIMIT, every descriptor, counting nothing.
+func refusal(in *rlspb.RateLimitRequest) *rlspb.RateLimitResponse {
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT,
+		Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(in.GetDescriptors()))}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OVER_LIMIT}
+	}
+	return resp
 }
 
 // answer checks in and records it as a request of api.

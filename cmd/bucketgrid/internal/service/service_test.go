@@ -192,7 +192,6 @@ func TestModes(t *testing.T) {
 func TestErrors(t *testing.T) {
 	ctx := context.Background()
 	s := newService(t, Options{})
-	big := req("shop", "client", strings.Repeat("x", rlsconfig.MaxDescriptorBytes))
 	many := &rlspb.RateLimitRequest{Domain: "shop", Descriptors: make([]*rlcommon.RateLimitDescriptor, rlsconfig.MaxDescriptors+1)}
 	for _, tc := range []struct {
 		name string
@@ -202,15 +201,45 @@ func TestErrors(t *testing.T) {
 	}{
 		{"empty domain", s, req("", "client", "a"), codes.InvalidArgument},
 		{"no descriptors", s, &rlspb.RateLimitRequest{Domain: "shop"}, codes.InvalidArgument},
-		{"descriptor too large", s, big, codes.InvalidArgument},
 		{"too many descriptors", s, many, codes.InvalidArgument},
 		{"no configuration", New(Options{Manager: s.opts.Manager}), req("shop", "client", "a"), codes.Unavailable},
 		{"backend down", newService(t, Options{Manager: bucketgrid.NewManager(brokenExecutor{})}), req("shop", "client", "a"), codes.Unavailable},
-		{"key the backend cannot hold", newService(t, Options{Manager: bucketgrid.NewManager(keyRefusingExecutor{})}), req("shop", "client", "a"), codes.InvalidArgument},
 	} {
 		_, err := tc.s.ShouldRateLimit(ctx, tc.req)
 		if status.Code(err) != tc.code {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.code)
+		}
+	}
+}
+
+// TestClientValuesNeverOpenTheGate: a request that a client's own values
+// make unusable is refused (OVER_LIMIT), not an error that Envoy's
+// failure_mode_deny (false by default) would let through.
+func TestClientValuesNeverOpenTheGate(t *testing.T) {
+	ctx := context.Background()
+	s := newService(t, Options{})
+	big := req("shop", "client", strings.Repeat("x", rlsconfig.MaxDescriptorBytes))
+	for _, tc := range []struct {
+		name string
+		s    *Service
+		req  *rlspb.RateLimitRequest
+	}{
+		{"descriptor too large", s, big},
+		{"key the backend cannot hold", newService(t, Options{Manager: bucketgrid.NewManager(keyRefusingExecutor{})}), req("shop", "client", "a")},
+	} {
+		r, err := tc.s.ShouldRateLimit(ctx, tc.req)
+		if err != nil {
+			t.Errorf("%s: error %v, want an OVER_LIMIT answer", tc.name, err)
+			continue
+		}
+		if r.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || len(r.Statuses) != len(tc.req.Descriptors) {
+			t.Errorf("%s: %v, want OVER_LIMIT for each of %d descriptors", tc.name, r, len(tc.req.Descriptors))
+			continue
+		}
+		for i, st := range r.Statuses {
+			if st.Code != rlspb.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("%s: descriptor %d: %v, want OVER_LIMIT", tc.name, i, st.Code)
+			}
 		}
 	}
 }
