@@ -228,6 +228,9 @@ type netTimings struct {
 // waits until each reads a routing table of n members.
 func startNetCluster(t *testing.T, n int, tm netTimings) *netCluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("creates network namespaces and starts processes")
+	}
 	bed := netbed.New(t, n)
 	ca := newTestCA(t, "test-bed CA")
 	gossip, password := randomKey(t, 32), rand.Text()

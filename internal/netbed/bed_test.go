@@ -63,6 +63,9 @@ func roundTrip(c net.Conn, r *bufio.Reader, timeout time.Duration) (time.Duratio
 // delays a round trip by twice its delay, and a process started on a
 // host runs in its namespace and can be paused and killed.
 func TestBed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates network namespaces")
+	}
 	b := New(t, 3)
 	h0, h1, h2 := b.Hosts[0], b.Hosts[1], b.Hosts[2]
 	addr := echo(t, h0)
