@@ -32,6 +32,7 @@ type config struct {
 	MaxValued      int
 	ShutdownGrace  time.Duration
 	LogLevel       slog.Level
+	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
 }
 
 // gridFlags configure the embedded grid member (-backend grid). Secrets are
@@ -113,6 +114,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.IntVar(&c.MaxValued, "metrics-max-valued", 1000, "most metric series whose rule label holds client values (detailed_metric, value_to_metric, overrides)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
