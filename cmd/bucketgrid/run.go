@@ -40,7 +40,10 @@ const expiryMargin = 10 * time.Second
 // gracefully. It writes one line to stdout when it is ready (debug= only
 // with -debug-addr):
 //
-//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320 debug=127.0.0.1:6060
+//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320 members=3 debug=127.0.0.1:6060
+//
+// members= is the number of grid members this instance's gossip knew of
+// when it was ready.
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	m := metrics.New(c.MaxValued)
@@ -190,10 +193,16 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	case <-ctx.Done():
 	case err = <-serveErr:
 	}
-	log.Info("shutting down")
 	healthy.Store(false)
-	hs.Shutdown()
+	hs.Shutdown() // every service NOT_SERVING
 	stopWatch()
+	if err == nil && c.DrainGrace > 0 {
+		// Load balancers stop sending once they see the health checks
+		// fail; until then requests keep coming and are answered.
+		log.Info("shutting down: health checks fail, requests are still answered", "drain-grace", c.DrainGrace)
+		time.Sleep(c.DrainGrace)
+	}
+	log.Info("shutting down: listeners close")
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownGrace)
 	defer cancel()
 	stopped := make(chan struct{})
