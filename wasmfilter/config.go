@@ -109,8 +109,9 @@ type MatchConfig struct {
 // PathConfig says how the filter reads :path.
 type PathConfig struct {
 	// Normalize (default true) matches and keys on the normalised path:
-	// query cut off, escapes of unreserved characters decoded, "//" collapsed,
-	// "." and ".." resolved. false uses the raw :path, query included.
+	// query cut off, escapes of unreserved characters decoded, path
+	// parameters (";" to the end of a segment) cut off, "//" collapsed, "."
+	// and ".." resolved. false uses the raw :path, query included.
 	Normalize *bool `json:"normalize,omitempty"`
 	// IgnoreCase lower-cases the path (and the prefixes) before matching and
 	// keying, for upstreams that treat /API and /api alike.
@@ -320,6 +321,10 @@ func (c *Config) compile() (*settings, error) {
 		for j := range s.policies {
 			if s.policies[j].name == p.name {
 				return nil, configErr(at+".name", strconv.Quote(p.name)+": also the name of policies["+strconv.Itoa(j)+"]")
+			}
+			if s.policies[j].metrics.collides(&p.metrics) {
+				return nil, configErr(at+".name", strconv.Quote(p.name)+": its metrics would be those of policies["+
+					strconv.Itoa(j)+"] ("+strconv.Quote(s.policies[j].name)+"): a '.' in a name becomes '_'")
 			}
 		}
 		s.policies = append(s.policies, p)
