@@ -42,8 +42,10 @@ type Config struct {
 	FailureMode string `json:"failure_mode,omitempty"`
 	// TableFull decides what happens to a new client when every slot its
 	// probes reach holds a live bucket of another client: "evict_oldest"
-	// (the default) evicts the probed bucket closest to full, whose client
-	// starts again from a full bucket; "reject" answers 429 with Retry-After
+	// (the default) evicts the probed bucket closest to full (the largest
+	// share of capacity in its emptiest bandwidth; a spent bucket only when
+	// every probed one is spent), whose client starts again from a full
+	// bucket; "reject" answers 429 with Retry-After
 	// the time until a probed bucket frees its slot; "allow" lets the
 	// request through unlimited. Each case is counted (see Metrics).
 	TableFull string `json:"table_full,omitempty"`
@@ -319,12 +321,12 @@ func (c *Config) compile() (*settings, error) {
 			return nil, err
 		}
 		for j := range s.policies {
-			if s.policies[j].name == p.name {
-				return nil, configErr(at+".name", strconv.Quote(p.name)+": also the name of policies["+strconv.Itoa(j)+"]")
-			}
 			if s.policies[j].metrics.collides(&p.metrics) {
-				return nil, configErr(at+".name", strconv.Quote(p.name)+": its metrics would be those of policies["+
-					strconv.Itoa(j)+"] ("+strconv.Quote(s.policies[j].name)+"): a '.' in a name becomes '_'")
+				why := ": also the name of policies["
+				if s.policies[j].name != p.name {
+					why = ": '.' becomes '_' in metric names: the name of policies["
+				}
+				return nil, configErr(at+".name", strconv.Quote(p.name)+why+strconv.Itoa(j)+"]")
 			}
 		}
 		s.policies = append(s.policies, p)

@@ -10,7 +10,7 @@
 // later loads it with envoy.filters.http.wasm; examples/envoy has an
 // envoy.yaml. The module imports only what Envoy provides (a test asserts the
 // list). Each worker thread compiles its own VM of it, so it is kept under
-// 3 MB (2,988,593 bytes; tests hold the size and the package list): the
+// 3 MB (2,998,931 bytes; tests hold the size and the package list): the
 // plugin configuration is read by a small JSON reader of this package rather
 // than encoding/json, whose reflection would make up a fifth of the module,
 // and core, cas and this package use neither fmt (with reflect and os,
@@ -75,6 +75,11 @@
 // meanwhile), so retries are immediate; the contenders are only the other
 // worker threads. A new client that finds no free slot is not a failure:
 // table_full decides (evict the bucket closest to full, reject, or allow).
+// An eviction never takes a spent bucket (one with a bandwidth short of a
+// request's tokens) while a probed bucket with tokens left exists, so a
+// refused client stays refused until its bucket refills unless every
+// bucket a newcomer's probes reach is spent; an evicted client starts again
+// from a full bucket, gaining at most the tokens its bucket lacked.
 // A key the store cannot hold would be answered 400 — never the failure
 // mode — but every key is digested into one it holds. Each of these cases
 // is counted and logged (at most once a second), and no log line ever

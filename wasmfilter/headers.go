@@ -99,23 +99,18 @@ func (p *Plugin) headers(outs []outcome, dst [][2]string) [][2]string {
 			best     bandState
 			bestInfo *bandInfo
 		)
-		if last := &outs[len(outs)-1]; !last.ok {
-			// A refusal: the bandwidth that waits longest decides
-			// Retry-After, so it decides these too.
-			for j := range last.pol.bands {
-				s, info := last.band(j), &last.pol.bands[j]
-				if bestInfo == nil || s.r < best.r || s.r == best.r && s.t > best.t {
+		// On a refusal, the bandwidth that waits longest decides
+		// Retry-After, so it decides these too.
+		from, refused := outs, !outs[len(outs)-1].ok
+		if refused {
+			from = outs[len(outs)-1:]
+		}
+		for i := range from {
+			o := &from[i]
+			for j := range o.pol.bands {
+				s, info := o.band(j), &o.pol.bands[j]
+				if bestInfo == nil || s.r < best.r || s.r == best.r && (refused && s.t > best.t || !refused && info.q < bestInfo.q) {
 					best, bestInfo = s, info
-				}
-			}
-		} else {
-			for i := range outs {
-				o := &outs[i]
-				for j := range o.pol.bands {
-					s, info := o.band(j), &o.pol.bands[j]
-					if bestInfo == nil || s.r < best.r || s.r == best.r && info.q < bestInfo.q {
-						best, bestInfo = s, info
-					}
 				}
 			}
 		}
