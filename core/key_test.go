@@ -113,7 +113,7 @@ func TestFitKey(t *testing.T) {
 	}
 }
 
-// TestFitKeyDigestCannotPose is the attack of issue 11: a short header value
+// TestFitKeyDigestCannotPose is the attack of a key posing as a digest: a short header value
 // equal to a long key's digest must not land in that long key's bucket.
 func TestFitKeyDigestCannotPose(t *testing.T) {
 	const maxLen = 64

@@ -10,7 +10,7 @@
 // later loads it with envoy.filters.http.wasm; examples/envoy has an
 // envoy.yaml. The module imports only what Envoy provides (a test asserts the
 // list). Each worker thread compiles its own VM of it, so it is kept under
-// 3 MB (2,998,931 bytes; tests hold the size and the package list): the
+// 3 MB (a test holds the size and the package list): the
 // plugin configuration is read by a small JSON reader of this package rather
 // than encoding/json, whose reflection would make up a fifth of the module,
 // and core, cas and this package use neither fmt (with reflect and os,

@@ -518,7 +518,7 @@ func TestWasmBadConfigurationRefused(t *testing.T) {
 }
 
 // envoyImports is what Envoy ≥ 1.33 provides that a filter like this one may
-// import (see shared/facts/proxy-wasm.md).
+// import.
 var envoyImports = map[string][]string{
 	"wasi_snapshot_preview1": {"sched_yield", "proc_exit", "args_get", "args_sizes_get", "environ_get",
 		"environ_sizes_get", "clock_time_get", "fd_write", "random_get", "poll_oneoff", "fd_close",
@@ -531,9 +531,9 @@ var envoyImports = map[string][]string{
 		"proxy_define_metric", "proxy_increment_metric", "proxy_record_metric", "proxy_get_metric"},
 }
 
-// maxWasmSize is the size goal of filter.wasm (issue 15): each Envoy worker
-// thread compiles its own VM of it. It was 2,988,593 bytes when fmt, reflect,
-// os and crypto/sha256 left the module (3,593,843 before).
+// maxWasmSize is the size goal of filter.wasm: each Envoy worker
+// thread compiles its own VM of it. fmt, reflect, os and crypto/sha256 left
+// the module to meet it (3,593,843 bytes before).
 const maxWasmSize = 3_000_000
 
 func TestWasmImportsWithinEnvoy(t *testing.T) {

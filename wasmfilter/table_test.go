@@ -27,7 +27,7 @@ func clientAddr(i int) string {
 	return fmt.Sprintf("10.%d.%d.%d:4000", i>>16&255, i>>8&255, i&255)
 }
 
-// TestFourThousandClientsInOneHour is the sizing case of issue 15: 4096
+// TestFourThousandClientsInOneHour is the sizing case: 4096
 // slots, 4096 distinct clients arriving over one hour, each sending 11
 // requests at once. Every client is limited (10 admitted, the 11th
 // refused) under the default table_full, evict_oldest; under reject and
@@ -97,7 +97,7 @@ func TestFourThousandClientsInOneHour(t *testing.T) {
 	}
 }
 
-// TestTinyTableLimitsEveryClient is the issue's 4-slot case: a fifth
+// TestTinyTableLimitsEveryClient is the 4-slot case: a fifth
 // client used to send 7,000 requests, all admitted, under the default
 // configuration. Now the default evicts, and the client is limited.
 func TestTinyTableLimitsEveryClient(t *testing.T) {
