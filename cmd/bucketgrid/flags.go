@@ -34,6 +34,7 @@ type config struct {
 	DrainGrace     time.Duration
 	LogLevel       slog.Level
 	Version        bool // print the version and exit
+	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
 }
 
 // gridFlags configure the embedded grid member (-backend grid). Secrets are
@@ -117,6 +118,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown, once the listeners close")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

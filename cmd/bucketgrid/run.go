@@ -22,6 +22,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
 	"github.com/bucketgrid/bucketgrid/rlsconfig"
 )
@@ -82,11 +83,12 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		}
 	}()
 
+	// Every request's rule, and so its bucket's configuration, is at hand:
+	// sending it along makes a new bucket one request, not two.
+	mgr := bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+		bucketgrid.WithEagerConfig())
 	svc := service.New(service.Options{
-		// Every request's rule, and so its bucket's configuration, is at
-		// hand: sending it along makes a new bucket one request, not two.
-		Manager: bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
-			bucketgrid.WithEagerConfig()),
+		Manager:          mgr,
 		Headers:          c.Headers,
 		GlobalShadowMode: c.ShadowMode,
 		GlobalQuotaMode:  c.QuotaMode,
@@ -112,6 +114,12 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
+	var rlqs *quota.Server // renews assignments while it runs, below
+	if c.RLQS {
+		if rlqs, err = quota.Register(gs, quota.Options{Manager: mgr, Config: svc.Config, Logger: log}); err != nil {
+			return err
+		}
+	}
 	reflection.Register(gs)
 
 	var healthy atomic.Bool
@@ -161,6 +169,9 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		})
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
+	if rlqs != nil {
+		wg.Go(func() { rlqs.Run(watchCtx) }) // its streams end before GracefulStop waits for them
+	}
 	wg.Go(func() {
 		ld.Watch(watchCtx, c.ReloadInterval, func(cfg *rlsconfig.Config) {
 			svc.SetConfig(cfg)
