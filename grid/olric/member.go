@@ -118,7 +118,11 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.cancel()
 		return nil, err
 	}
-	peers := cfg.otherPeers()
+	peers, err := cfg.joinPeers(ctx)
+	if err != nil {
+		m.cancel()
+		return nil, err
+	}
 	oc := m.olricConfig(peers)
 
 	// go-redis, which Olric uses for its connections, logs through a
