@@ -55,6 +55,7 @@ type Manager struct {
 	fitKeys  int  // WithFitKeys's maxLen; 0: keys go to the executor as they are
 	eager    bool // WithEagerConfig: every request carries the configuration
 	corrupt  corruptLog
+	degrade  *degrader // WithDegrade; nil: executor errors are returned
 }
 
 // DefaultExpiryMargin is the margin of a Manager's default expiration,
@@ -84,9 +85,10 @@ func ExpireAfterRefill(margin time.Duration) core.Expiry {
 }
 
 // NewManager returns a Manager over exec. It takes the options WithClock
-// (the clock blocking calls wait on), WithListener (the default listener of
-// handles), WithRecovery, WithExpiration, WithFitKeys, WithLogger and
-// WithEagerConfig, and panics on any other.
+// (the clock blocking calls wait on, and the local buckets of WithDegrade
+// run on), WithListener (the default listener of handles), WithRecovery,
+// WithExpiration, WithFitKeys, WithLogger, WithEagerConfig and WithDegrade,
+// and panics on any other.
 func NewManager(exec Executor, opts ...Option) *Manager {
 	o := collect("NewManager", managerOptions, opts)
 	m := &Manager{exec: exec, recovery: o.recovery, expiry: o.expiry, listener: o.listener, clock: o.clock,
@@ -104,7 +106,22 @@ func NewManager(exec Executor, opts ...Option) *Manager {
 	if m.corrupt.logger == nil {
 		m.corrupt.logger = slog.Default()
 	}
+	if o.set&optDegrade != 0 {
+		m.degrade = newDegrader(m, o.degrade)
+	}
 	return m
+}
+
+// Degraded returns a Manager over the same executor, with the same options,
+// whose degraded mode is d (see WithDegrade): for a front door handed a
+// Manager, such as an HTTP middleware's option. Its breakers and local
+// buckets are its own.
+func (m *Manager) Degraded(d Degrade) *Manager {
+	n := &Manager{exec: m.exec, recovery: m.recovery, expiry: m.expiry, listener: m.listener, clock: m.clock,
+		fitKeys: m.fitKeys, eager: m.eager}
+	n.corrupt.logger = m.corrupt.logger
+	n.degrade = newDegrader(n, d)
+	return n
 }
 
 // storeKey returns the key the executor stores key's bucket under.
