@@ -122,5 +122,9 @@ func openGrid(ctx context.Context, g gridFlags, logs io.Writer) (*backend, error
 	if err != nil {
 		return nil, err
 	}
-	return &backend{exec: m, close: m.Shutdown, describe: " member=" + m.Name()}, nil
+	describe := " member=" + m.Name()
+	if ms, err := m.Client().Members(ctx); err == nil {
+		describe += fmt.Sprintf(" members=%d", len(ms)) // as this member's gossip knows them now
+	}
+	return &backend{exec: m, close: m.Shutdown, describe: describe}, nil
 }

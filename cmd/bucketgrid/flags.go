@@ -31,7 +31,10 @@ type config struct {
 	TLS            tlsFlags
 	MaxValued      int
 	ShutdownGrace  time.Duration
+	DrainGrace     time.Duration
 	LogLevel       slog.Level
+	Version        bool // print the version and exit
+	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
 }
 
 // gridFlags configure the embedded grid member (-backend grid). Secrets are
@@ -111,13 +114,19 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")
 	fs.StringVar(&c.TLS.ClientCA, "tls-client-ca", "", "CA `file` (PEM) that client certificates must chain to (mutual TLS)")
 	fs.IntVar(&c.MaxValued, "metrics-max-valued", 1000, "most metric series whose rule label holds client values (detailed_metric, value_to_metric, overrides)")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown")
+	fs.DurationVar(&c.DrainGrace, "drain-grace", 5*time.Second, "at shutdown, how long health checks fail (gRPC NOT_SERVING, /healthcheck 500) while requests are still answered, before the listeners close: long enough for load balancers to see it")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown, once the listeners close")
+	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.Version {
+		return c, nil
 	}
 	var errs []error
 	if len(c.ConfigPaths) == 0 {
@@ -143,8 +152,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("-headers %q: want none, ietf, x-ratelimit or ietf,x-ratelimit", headers))
 	}
-	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 {
-		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace not negative"))
+	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 || c.DrainGrace < 0 {
+		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace and -drain-grace not negative"))
 	}
 	if c.Backend == "grid" {
 		if _, port, err := splitHostPort(c.Grid.Bind); err != nil || port < 1 || port > 65533 {

@@ -122,6 +122,8 @@ type instance struct {
 // startInstance runs bucketgrid with args (flag syntax) until the test ends.
 func startInstance(t testing.TB, args ...string) *instance {
 	t.Helper()
+	// No drain at shutdown unless the test asks for one (a later flag wins).
+	args = append([]string{"-drain-grace", "0"}, args...)
 	fs := flag.NewFlagSet("bucketgrid", flag.ContinueOnError)
 	cfg, err := parseFlags(fs, args)
 	if err != nil {
