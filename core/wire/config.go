@@ -1,10 +1,6 @@
 package wire
 
-import (
-	"math"
-
-	"github.com/bucketgrid/bucketgrid/core"
-)
+import "github.com/bucketgrid/bucketgrid/core"
 
 // What the protocol needs to know about a configuration beyond core's
 // exported model.
@@ -33,16 +29,4 @@ func startsAboveCapacity(c *core.Config) bool {
 		}
 	}
 	return false
-}
-
-// satAdd returns a+b, saturated at the int64 range.
-func satAdd(a, b int64) int64 {
-	s := a + b
-	if (s > a) != (b > 0) {
-		if b > 0 {
-			return math.MaxInt64
-		}
-		return math.MinInt64
-	}
-	return s
 }

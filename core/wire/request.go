@@ -133,7 +133,7 @@ func (e Expiry) ttl(b *core.State, now int64) int64 {
 		if full == math.MaxInt64 {
 			return 0
 		}
-		t = satAdd(full, e.Margin)
+		t = full + min(e.Margin, math.MaxInt64-full) // both ≥ 0: saturates
 	default:
 		return 0
 	}
@@ -161,23 +161,30 @@ type Request struct {
 }
 
 // Why a request is invalid; a *RequestError wraps one (or the
-// configuration's *core.ConfigError), and every *RequestError is
-// ErrInvalidRequest.
-var (
-	errNoOps           = errors.New("request has no operation")
-	errTooManyOps      = errors.New("request has more than " + strconv.Itoa(MaxOps) + " operations")
-	errTokens          = errors.New("token count must be positive")
-	errUnknownOp       = errors.New("unknown operation")
-	errUnknownMode     = errors.New("unknown mode")
-	errMissingConfig   = errors.New("mode or operation needs a configuration")
-	errExpiry          = errors.New("invalid expiry")
-	errNegativeMaxWait = errors.New("max wait must not be negative")
-	errNegativeVersion = errors.New("configuration version must not be negative")
+// configuration's *core.ConfigError, or core.ErrUnknownStrategy). Constants
+// of a string type rather than errors.New values: nothing to initialise or
+// allocate in the .wasm.
+const (
+	errNoOps           = reason("request has no operation")
+	errTooManyOps      = reason("request has more than 1024 operations") // MaxOps
+	errTokens          = reason("token count must be positive")
+	errUnknownOp       = reason("unknown operation")
+	errUnknownMode     = reason("unknown mode")
+	errMissingConfig   = reason("mode or operation needs a configuration")
+	errExpiry          = reason("invalid expiry")
+	errNegativeMaxWait = reason("max wait must not be negative")
+	errNegativeVersion = reason("configuration version must not be negative")
 )
 
-// RequestError reports an invalid request. It is ErrInvalidRequest
-// (errors.Is) and unwraps to the reason: for an invalid configuration, its
-// *core.ConfigError; for an unknown strategy, core.ErrUnknownStrategy.
+// reason is why a request is invalid.
+type reason string
+
+func (r reason) Error() string { return string(r) }
+
+// RequestError reports an invalid request (Request.Validate; Process answers
+// StatusInvalidRequest with its text). It unwraps to the reason: for an
+// invalid configuration its *core.ConfigError, for an unknown strategy
+// core.ErrUnknownStrategy.
 type RequestError struct {
 	Op  int // index of the operation, -1 for the request itself
 	Err error
@@ -192,9 +199,6 @@ func (e *RequestError) Error() string {
 
 // Unwrap returns the cause.
 func (e *RequestError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrInvalidRequest.
-func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
 
 // Validate reports why r cannot be processed, or nil. Configurations are
 // validated too, so nothing invalid is ever written.
@@ -323,8 +327,8 @@ type Response struct {
 	Message string
 }
 
-// ErrInvalidRequest: Process refused the request (Response.Err), or it fails
-// validation (a *RequestError).
+// ErrInvalidRequest: Process refused the request (Response.Err of
+// StatusInvalidRequest).
 var ErrInvalidRequest = errors.New("bucketgrid: invalid request")
 
 // Err returns the error a failed response stands for, or nil for the
