@@ -53,6 +53,16 @@ func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Resp
 			return wire.Response{}, err
 		}
 	}
+	if h.m.degrade != nil {
+		return h.m.degrade.do(ctx, h, ops, verbose)
+	}
+	return h.remote(ctx, ops, verbose, nil)
+}
+
+// remote runs the request protocol of do against the executor; when
+// fromExec is not nil, it reports whether an error came from the executor
+// (rather than from the configuration function or a status).
+func (h *Handle) remote(ctx context.Context, ops []wire.Op, verbose bool, fromExec *bool) (wire.Response, error) {
 	req := wire.Request{Ops: ops, Expiry: h.m.expiry, Verbose: verbose,
 		ConfigVersion: h.version, Inheritance: h.inherit}
 	switch {
@@ -71,6 +81,7 @@ func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Resp
 	}
 	resp, err := h.m.exec.Execute(ctx, h.storeKey, req)
 	if err != nil {
+		setTrue(fromExec)
 		return wire.Response{}, err
 	}
 	corrupt, why := false, ""
@@ -106,6 +117,7 @@ func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Resp
 		req.Config = &cfg
 	}
 	if resp, err = h.m.exec.Execute(ctx, h.storeKey, req); err != nil {
+		setTrue(fromExec)
 		return wire.Response{}, err
 	}
 	if resp.Status != wire.StatusOK {
@@ -119,6 +131,13 @@ func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Resp
 	}
 	h.seen.Store(true)
 	return resp, nil
+}
+
+// setTrue sets *p when p is not nil.
+func setTrue(p *bool) {
+	if p != nil {
+		*p = true
+	}
 }
 
 // config runs the configuration function and validates its result.

@@ -98,7 +98,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", time.Second, "how often the configuration files are checked for changes")
 	fs.StringVar(&c.Backend, "backend", "grid", "where the buckets live: grid (an Olric grid of the instances), memory (this process only), or a store URI: redis://, mongodb://, couchbase://")
 	fs.StringVar(&c.Grid.Bind, "grid-bind", "127.0.0.1:3320", "grid member's Olric `host:port`; the owner channel uses port+1 and gossip port+2")
-	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join; empty starts a new grid")
+	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join, or dns:NAME for every address NAME resolves to (at this instance's gossip port), resolved anew at each join; empty, or only this instance, starts a new grid")
 	fs.StringVar(&c.Grid.Env, "grid-env", "local", "grid timings: local (one host) or lan")
 	fs.IntVar(&c.Grid.Replicas, "grid-replicas", 1, "copies of each bucket: 1, or 2 to lose nothing when an instance leaves")
 	fs.DurationVar(&c.Grid.JoinTimeout, "grid-join-timeout", 30*time.Second, "how long to try joining -grid-peers before giving up")
@@ -161,6 +161,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		}
 		if c.Grid.Env != "local" && c.Grid.Env != "lan" {
 			errs = append(errs, fmt.Errorf("-grid-env %q: want local or lan", c.Grid.Env))
+		}
+		for _, p := range c.Grid.Peers {
+			if name, ok := strings.CutPrefix(p, dnsPrefix); ok && name == "" {
+				errs = append(errs, errors.New("-grid-peers dns: needs a name, as in dns:bucketgrid-grid.default.svc.cluster.local"))
+			}
 		}
 		if c.Grid.Replicas < 1 {
 			errs = append(errs, errors.New("-grid-replicas must be at least 1"))

@@ -32,6 +32,10 @@ import (
 // stack (a few KiB).
 const streamWorkers = 256
 
+// backendCloseTimeout bounds closing the backend at shutdown: for the grid,
+// handing this member's buckets over and leaving the cluster.
+const backendCloseTimeout = 15 * time.Second
+
 // expiryMargin is how long a bucket outlives the moment it is full again:
 // from then on a missing bucket and a full one answer alike.
 const expiryMargin = 10 * time.Second
@@ -76,7 +80,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("backend %s: %w", c.Backend, err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendCloseTimeout)
 		defer cancel()
 		if cerr := be.close(cctx); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("backend %s: close: %w", c.Backend, cerr))
