@@ -10,7 +10,7 @@ import (
 
 	olricdb "github.com/olric-data/olric"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // maxJournal bounds the buckets a member journals during a split; beyond
@@ -236,7 +236,7 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 }
 
 // availableOp asks core for a bucket's available tokens.
-var availableOp = []core.Op{{Kind: core.OpAvailableTokens}}
+var availableOp = []wire.Op{{Kind: wire.OpAvailableTokens}}
 
 // fewerTokens reports whether bucket state a holds fewer available tokens
 // at now than b (core's model decides; an absent b has more, an a core
@@ -255,8 +255,8 @@ func available(state []byte, now int64) (int64, bool) {
 	if len(state) == 0 {
 		return 0, false
 	}
-	_, _, resp := core.Process(state, core.Request{Mode: core.ModeBare, Ops: availableOp}, now)
-	if resp.Status != core.StatusOK || len(resp.Results) == 0 {
+	_, _, resp := wire.Process(state, wire.Request{Mode: wire.ModeBare, Ops: availableOp}, now)
+	if resp.Status != wire.StatusOK || len(resp.Results) == 0 {
 		return 0, false
 	}
 	return resp.Results[0].Tokens, true

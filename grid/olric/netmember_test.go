@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/internal/netbed"
 )
 
@@ -37,9 +38,11 @@ import (
 // started and obeys lines on stdin (every answer starts with the command's
 // name, or "ERROR"):
 //
-//	WAIT n [whole]    waits for a routing table with n members and no
-//	                  pending hand-over (whole: nor a member missing, nor a
-//	                  bucket left to merge): "WAIT ms routing-fingerprint"
+//	WAIT n mode [s]   waits up to s seconds (90) for a routing table with n
+//	                  members and no pending hand-over (mode "whole": nor a
+//	                  member missing, nor a bucket left to merge; "part":
+//	                  no more): "WAIT ms routing-fingerprint", or "WAIT
+//	                  timeout" and what it saw
 //	GO key n g        g goroutines × n TryConsume(1) on key: "GO admitted"
 //	CONSUME p n k     TryConsume(k) on buckets p0 … p(n-1), each bounded by
 //	                  2 s: "CONSUME admitted failed noquorum"
@@ -119,9 +122,13 @@ func netMemberMain() int {
 		switch f[0] {
 		case "WAIT":
 			start := time.Now()
+			limit := 90 * time.Second
+			if len(f) > 3 {
+				limit = time.Duration(arg(3)) * time.Second
+			}
 			for {
 				r := m.routes.Load()
-				if r.members == arg(1) && (len(f) < 3 || !r.split && m.journal.len() == 0) && !guarded(m, r) {
+				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.len() == 0) && !guarded(m, r) {
 					h := fnv.New64a()
 					for _, o := range r.owners {
 						h.Write([]byte(o + ","))
@@ -129,8 +136,8 @@ func netMemberMain() int {
 					fmt.Println("WAIT", time.Since(start).Milliseconds(), h.Sum64())
 					break
 				}
-				if time.Since(start) > 90*time.Second {
-					fmt.Println("ERROR: no stable routing table with", f[1], "members after 90 s; last had", r.members, "gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.len(), "guarded", guarded(m, r))
+				if time.Since(start) > limit {
+					fmt.Println("WAIT timeout", r.members, "members in routing, gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.len(), "guarded", guarded(m, r))
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -204,7 +211,7 @@ func netMemberMain() int {
 				switch {
 				case err != nil:
 					out = append(out, "-1")
-				case resp.Status != core.StatusOK:
+				case resp.Status != wire.StatusOK:
 					fmt.Fprintln(os.Stderr, "TOKENS:", resp.Status, resp.Message)
 					out = append(out, "-2")
 				default:
@@ -342,15 +349,18 @@ func (c *netCluster) wait(t *testing.T, n int, kids ...*child) time.Duration {
 	t.Helper()
 	var worst time.Duration
 	prints := map[string]bool{}
-	cmd := fmt.Sprint("WAIT ", n)
+	cmd := fmt.Sprint("WAIT ", n, " part")
 	if n == len(c.kids) {
-		cmd += " whole"
+		cmd = fmt.Sprint("WAIT ", n, " whole")
 	}
 	for _, k := range kids {
 		k.send(t, cmd)
 	}
 	for _, k := range kids {
 		f := strings.Fields(k.expect(t, "WAIT"))
+		if f[0] == "timeout" {
+			t.Fatalf("no stable routing table of %d members: %s", n, strings.Join(f, " "))
+		}
 		ms, _ := strconv.Atoi(f[0])
 		worst = max(worst, time.Duration(ms)*time.Millisecond)
 		prints[f[1]] = true
@@ -362,7 +372,11 @@ func (c *netCluster) wait(t *testing.T, n int, kids ...*child) time.Duration {
 		}
 		prints = map[string]bool{}
 		for _, k := range kids {
-			prints[strings.Fields(k.expect(t, "WAIT"))[1]] = true
+			f := strings.Fields(k.expect(t, "WAIT"))
+			if f[0] == "timeout" {
+				t.Fatalf("no stable routing table of %d members: %s", n, strings.Join(f, " "))
+			}
+			prints[f[1]] = true
 		}
 		if len(prints) > 1 {
 			t.Errorf("members read %d different routing tables", len(prints))
