@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // MaxKeyBytes bounds bucket keys: a longer key keeps its limit tag and has
@@ -133,7 +134,7 @@ func (it *Item) opCount() int {
 // only once the window's count exceeds the limit, as in envoyproxy/ratelimit;
 // on a token bucket, which never goes over, it is over when not one token is
 // left.
-func (it *Item) Ops() []core.Op {
+func (it *Item) Ops() []wire.Op {
 	if !it.NeedsBucket() {
 		return nil
 	}
@@ -142,17 +143,17 @@ func (it *Item) Ops() []core.Op {
 	if l.Algorithm == TokenBucket {
 		c := int64(l.Capacity())
 		if it.Hits == 0 {
-			return []core.Op{{Kind: core.OpEstimate, Tokens: 1}, {Kind: core.OpEstimate, Tokens: c}}
+			return []wire.Op{{Kind: wire.OpEstimate, Tokens: 1}, {Kind: wire.OpEstimate, Tokens: c}}
 		}
 		// more than the capacity is refused whatever the state
-		return []core.Op{{Kind: core.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)}}
+		return []wire.Op{{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)}}
 	}
 	if it.Hits == 0 {
-		return []core.Op{{Kind: core.OpAvailableTokens}}
+		return []wire.Op{{Kind: wire.OpAvailableTokens}}
 	}
 	// more than n+1 hits leave 0 tokens whatever the state, like n+1
-	return []core.Op{{Kind: core.OpTryConsumeAsMuchAsPossible, Tokens: clampHits(it.Hits, n+1)},
-		{Kind: core.OpAvailableTokens}}
+	return []wire.Op{{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: clampHits(it.Hits, n+1)},
+		{Kind: wire.OpAvailableTokens}}
 }
 
 func clampHits(h uint64, most int64) int64 {
@@ -214,7 +215,7 @@ type Status struct {
 // Decide turns the results of Ops, run at now, into the descriptor's
 // status. It returns an error only when results do not answer Ops (a
 // misbehaving executor). NoLimit and Unlimited items take nil results.
-func (it *Item) Decide(results []core.Result, now time.Time) (Status, error) {
+func (it *Item) Decide(results []wire.Result, now time.Time) (Status, error) {
 	switch it.Kind {
 	case NoLimit:
 		return Status{Code: OK}, nil
@@ -244,7 +245,7 @@ func (it *Item) Decide(results []core.Result, now time.Time) (Status, error) {
 	return s, nil
 }
 
-func (it *Item) decideWindow(res []core.Result, now time.Time) Status {
+func (it *Item) decideWindow(res []wire.Result, now time.Time) Status {
 	n := uint64(it.Rule.RequestsPerUnit)
 	h := it.Hits
 	unit := it.Rule.Unit.Seconds()
@@ -281,7 +282,7 @@ func (it *Item) decideWindow(res []core.Result, now time.Time) Status {
 	return s
 }
 
-func (it *Item) decideBucket(res []core.Result) Status {
+func (it *Item) decideBucket(res []wire.Result) Status {
 	c := uint64(it.Rule.Capacity())
 	h := it.Hits
 	if it.Rule.RequestsPerUnit == 0 {

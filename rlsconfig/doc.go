@@ -4,7 +4,7 @@
 // configuration and the operations to run on it out. It is pure (no clock,
 // no I/O, no globals) and depends on core and a YAML library only, so the
 // same rules can run in the service (cmd/bucketgrid), in process, or
-// anywhere a core.Process runs.
+// anywhere a wire.Process runs.
 //
 // # Use
 //

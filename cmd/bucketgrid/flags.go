@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bucketgrid/bucketgrid"
 	"log/slog"
 	"net"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 // config is everything the flags set.
 type config struct {
 	ConfigPaths    []string
+	XDS            xdsFlags
 	GRPCAddr       string
 	HTTPAddr       string
 	DebugAddr      string
@@ -35,6 +37,14 @@ type config struct {
 	LogLevel       slog.Level
 	Version        bool // print the version and exit
 	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
+	Degrade        degradeFlags
+}
+
+// degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
+type degradeFlags struct {
+	On        bool
+	Instances int // 0: the grid's live members (1 for a store)
+	Timeout   time.Duration
 }
 
 // gridFlags configure the embedded grid member (-backend grid). Secrets are
@@ -85,6 +95,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	var algorithm, headers, level string
 	var ratio float64
 	fs.Var(listFlag{&c.ConfigPaths}, "config", "configuration `path`: a YAML file, or a directory of *.yaml files (repeatable, or comma-separated)")
+	fs.StringVar(&c.XDS.Addr, "config-xds", "", "`host:port` of an xDS management server to take the configuration from (state of the world, RateLimitConfig resources, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW), instead of -config")
+	fs.StringVar(&c.XDS.Node, "config-xds-node", "", "node `ID` sent to the xDS server; empty is the host name")
+	fs.StringVar(&c.XDS.API, "config-xds-api", "ads", "xDS service to stream from: ads (the aggregated discovery service, as envoyproxy/ratelimit) or rls (RateLimitConfigDiscoveryService)")
+	fs.StringVar(&c.XDS.CA, "config-xds-ca", "", "PEM `file` of the CA of the xDS server's certificate (TLS); empty connects in plaintext")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (the RLS API, health, reflection)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/json, /healthcheck, /metrics); empty disables it")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "listen `address` of /debug/pprof (Go's profiler); empty disables it. Never expose it")
@@ -98,7 +112,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", time.Second, "how often the configuration files are checked for changes")
 	fs.StringVar(&c.Backend, "backend", "grid", "where the buckets live: grid (an Olric grid of the instances), memory (this process only), or a store URI: redis://, mongodb://, couchbase://")
 	fs.StringVar(&c.Grid.Bind, "grid-bind", "127.0.0.1:3320", "grid member's Olric `host:port`; the owner channel uses port+1 and gossip port+2")
-	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join; empty starts a new grid")
+	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join, or dns:NAME for every address NAME resolves to (at this instance's gossip port), resolved anew at each join; empty, or only this instance, starts a new grid")
 	fs.StringVar(&c.Grid.Env, "grid-env", "local", "grid timings: local (one host) or lan")
 	fs.IntVar(&c.Grid.Replicas, "grid-replicas", 1, "copies of each bucket: 1, or 2 to lose nothing when an instance leaves")
 	fs.DurationVar(&c.Grid.JoinTimeout, "grid-join-timeout", 30*time.Second, "how long to try joining -grid-peers before giving up")
@@ -119,6 +133,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
+	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable")
+	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or each admits the whole limit)")
+	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long to wait for the backend before deciding locally (below -timeout)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -129,8 +146,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		return c, nil
 	}
 	var errs []error
-	if len(c.ConfigPaths) == 0 {
-		errs = append(errs, errors.New("-config is required"))
+	switch {
+	case len(c.ConfigPaths) == 0 && c.XDS.Addr == "":
+		errs = append(errs, errors.New("-config is required (or -config-xds)"))
+	case len(c.ConfigPaths) > 0 && c.XDS.Addr != "":
+		errs = append(errs, errors.New("-config and -config-xds are alternatives: give one"))
 	}
 	a, ok := rlsconfig.ParseAlgorithm(algorithm)
 	if !ok {
@@ -155,12 +175,20 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 || c.DrainGrace < 0 {
 		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace and -drain-grace not negative"))
 	}
+	if c.Degrade.Instances < 0 || c.Degrade.Timeout <= 0 || c.Degrade.Timeout >= c.Timeout {
+		errs = append(errs, errors.New("-degrade-instances must not be negative, -degrade-timeout positive and below -timeout"))
+	}
 	if c.Backend == "grid" {
 		if _, port, err := splitHostPort(c.Grid.Bind); err != nil || port < 1 || port > 65533 {
 			errs = append(errs, fmt.Errorf("-grid-bind %q: want host:port with a port below 65534", c.Grid.Bind))
 		}
 		if c.Grid.Env != "local" && c.Grid.Env != "lan" {
 			errs = append(errs, fmt.Errorf("-grid-env %q: want local or lan", c.Grid.Env))
+		}
+		for _, p := range c.Grid.Peers {
+			if name, ok := strings.CutPrefix(p, dnsPrefix); ok && name == "" {
+				errs = append(errs, errors.New("-grid-peers dns: needs a name, as in dns:bucketgrid-grid.default.svc.cluster.local"))
+			}
 		}
 		if c.Grid.Replicas < 1 {
 			errs = append(errs, errors.New("-grid-replicas must be at least 1"))

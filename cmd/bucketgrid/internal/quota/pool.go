@@ -10,6 +10,7 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/rlsconfig"
 )
 
@@ -427,9 +428,9 @@ func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	h := s.handle(b)
-	ops := []core.Op{{Kind: core.OpTryConsumeAsMuchAsPossible, Tokens: n}}
+	ops := []wire.Op{{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: n}}
 	if b.window {
-		ops = append(ops, core.Op{Kind: core.OpAvailableTokens})
+		ops = append(ops, wire.Op{Kind: wire.OpAvailableTokens})
 	}
 	res, err := h.Execute(ctx, ops...)
 	if err != nil {
@@ -438,7 +439,7 @@ func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	got := res[0].Tokens
 	if b.window && got > 0 && res[1].Tokens == 0 {
 		got--
-		if _, err := h.Execute(ctx, core.Op{Kind: core.OpAddTokens, Tokens: 1}); err != nil {
+		if _, err := h.Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: 1}); err != nil {
 			s.opts.Logger.Warn("rate limit quota: giving a window's last token back failed", "rule", b.path, "err", err)
 		}
 	}
@@ -453,13 +454,13 @@ func (s *Server) give(ctx context.Context, b binding, n int64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	if _, err := s.handle(b).Execute(ctx, core.Op{Kind: core.OpAddTokens, Tokens: n}); err != nil {
+	if _, err := s.handle(b).Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: n}); err != nil {
 		s.opts.Logger.Warn("rate limit quota: giving tokens back failed", "rule", b.path, "err", err)
 	}
 }
 
 func (s *Server) handle(b binding) interface {
-	Execute(context.Context, ...core.Op) ([]core.Result, error)
+	Execute(context.Context, ...wire.Op) ([]wire.Result, error)
 } {
 	cfg := b.cfg
 	return s.opts.Manager.Bucket(b.key, func(context.Context) (core.Config, error) { return cfg, nil })
