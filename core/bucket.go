@@ -53,6 +53,19 @@ func (b *Bucket) available() int64 {
 	return a
 }
 
+// carriesOver reports whether replacing b's configuration by itself would
+// leave its state as it is: every bandwidth takes over from itself (see
+// TokensInheritance) and none holds more than its capacity (after
+// ForceAddTokens), which a replacement caps.
+func (b *Bucket) carriesOver() bool {
+	for i := range b.State {
+		if b.State[i].Size > b.Config.Bandwidths[i].Capacity || match(&b.Config, &b.Config, i) != i {
+			return false
+		}
+	}
+	return true
+}
+
 // minCapacity returns the smallest capacity of the bandwidths.
 func (b *Bucket) minCapacity() int64 {
 	c := b.Config.Bandwidths[0].Capacity

@@ -23,7 +23,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // streamWorkers is the number of gRPC stream workers: requests in flight
@@ -159,7 +159,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	wg.Go(func() {
-		ld.Watch(watchCtx, c.ReloadInterval, func(cfg *rlsconfig.Config) {
+		ld.Watch(watchCtx, c.ReloadInterval, func(cfg *policy.Rules) {
 			svc.SetConfig(cfg)
 			m.ConfigLoad(true)
 			log.Info("configuration reloaded", "domains", cfg.Domains())
