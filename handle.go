@@ -52,6 +52,16 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 			return core.Response{}, err
 		}
 	}
+	if h.m.degrade != nil {
+		return h.m.degrade.do(ctx, h, ops, verbose)
+	}
+	return h.remote(ctx, ops, verbose, nil)
+}
+
+// remote runs the request protocol of do against the executor; when
+// fromExec is not nil, it reports whether an error came from the executor
+// (rather than from the configuration function or a status).
+func (h *Handle) remote(ctx context.Context, ops []core.Op, verbose bool, fromExec *bool) (core.Response, error) {
 	req := core.Request{Ops: ops, Expiry: h.m.expiry, Verbose: verbose,
 		ConfigVersion: h.version, Inheritance: h.inherit}
 	switch {
@@ -70,6 +80,7 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 	}
 	resp, err := h.m.exec.Execute(ctx, h.storeKey, req)
 	if err != nil {
+		setTrue(fromExec)
 		return core.Response{}, err
 	}
 	corrupt, why := false, ""
@@ -105,6 +116,7 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 		req.Config = &cfg
 	}
 	if resp, err = h.m.exec.Execute(ctx, h.storeKey, req); err != nil {
+		setTrue(fromExec)
 		return core.Response{}, err
 	}
 	if resp.Status != core.StatusOK {
@@ -118,6 +130,13 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 	}
 	h.seen.Store(true)
 	return resp, nil
+}
+
+// setTrue sets *p when p is not nil.
+func setTrue(p *bool) {
+	if p != nil {
+		*p = true
+	}
 }
 
 // config runs the configuration function and validates its result.

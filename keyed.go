@@ -16,7 +16,7 @@ import (
 )
 
 // LocalMap is a bounded, idle-expiring map of local buckets, one per client
-// key: the in-process per-client limiter (what the Spring Boot article does
+// key: the in-process per-client limiter (what a Spring Boot service does
 // with a Caffeine cache of Bucket4j buckets). It is safe for concurrent use;
 // looking up an existing bucket takes no lock and does not allocate.
 //
@@ -101,7 +101,7 @@ const inlineKey = 24
 const sharedConfigs = 8
 
 // DefaultMaxEntries is the bound of a LocalMap without WithMaxEntries, the
-// size of the Spring Boot article's cache.
+// size of a typical Spring Boot service's Caffeine cache.
 const DefaultMaxEntries = 100_000
 
 // evictionSample is how many entries an insertion into a full shard looks at.

@@ -55,6 +55,7 @@ type Manager struct {
 	fitKeys  int  // WithFitKeys's maxLen; 0: keys go to the executor as they are
 	eager    bool // WithEagerConfig: every request carries the configuration
 	corrupt  corruptLog
+	degrade  *degrader // WithDegrade; nil: executor errors are returned
 }
 
 // DefaultExpiryMargin is the margin of a Manager's default expiration,
@@ -84,9 +85,10 @@ func ExpireAfterRefill(margin time.Duration) core.Expiry {
 }
 
 // NewManager returns a Manager over exec. It takes the options WithClock
-// (the clock blocking calls wait on), WithListener (the default listener of
-// handles), WithRecovery, WithExpiration, WithFitKeys, WithLogger and
-// WithEagerConfig, and panics on any other.
+// (the clock blocking calls wait on, and the local buckets of WithDegrade
+// run on), WithListener (the default listener of handles), WithRecovery,
+// WithExpiration, WithFitKeys, WithLogger, WithEagerConfig and WithDegrade,
+// and panics on any other.
 func NewManager(exec Executor, opts ...Option) *Manager {
 	o := collect("NewManager", managerOptions, opts)
 	m := &Manager{exec: exec, recovery: o.recovery, expiry: o.expiry, listener: o.listener, clock: o.clock,
@@ -103,6 +105,9 @@ func NewManager(exec Executor, opts ...Option) *Manager {
 	}
 	if m.corrupt.logger == nil {
 		m.corrupt.logger = slog.Default()
+	}
+	if o.set&optDegrade != 0 {
+		m.degrade = newDegrader(m, o.degrade)
 	}
 	return m
 }

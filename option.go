@@ -31,6 +31,7 @@ type options struct {
 	inherit    core.TokensInheritance
 	fitKeys    int
 	logger     *slog.Logger
+	degrade    Degrade
 }
 
 // optionSet is a set of options, one bit each.
@@ -47,17 +48,18 @@ const (
 	optFitKeys
 	optLogger
 	optEagerConfig
+	optDegrade
 )
 
 // optionNames names the options of an optionSet, bit by bit.
 var optionNames = [...]string{"WithClock", "WithListener", "WithMaxEntries", "WithIdleTimeout",
-	"WithRecovery", "WithExpiration", "WithConfigVersion", "WithFitKeys", "WithLogger", "WithEagerConfig"}
+	"WithRecovery", "WithExpiration", "WithConfigVersion", "WithFitKeys", "WithLogger", "WithEagerConfig", "WithDegrade"}
 
 // The options each constructor takes.
 const (
 	localOptions    = optClock | optListener
 	localMapOptions = optClock | optListener | optMaxEntries | optIdleTimeout
-	managerOptions  = optClock | optListener | optRecovery | optExpiration | optFitKeys | optLogger | optEagerConfig
+	managerOptions  = optClock | optListener | optRecovery | optExpiration | optFitKeys | optLogger | optEagerConfig | optDegrade
 	handleOptions   = optListener | optConfigVersion
 )
 

@@ -500,6 +500,12 @@ type Stats struct {
 	Stalled         int64 // batches still in flight after PipelineConfig.StallAfter, which let the next go
 }
 
+// Outage reports whether err, returned by Execute, may be an outage of the
+// store, rather than a key too contended to update (ErrConflict): the
+// bucketgrid.OutageClassifier a Manager's degraded mode asks, so that a hot
+// key is refused as it is without degrade, never decided locally.
+func (e *Executor) Outage(err error) bool { return !errors.Is(err, ErrConflict) }
+
 // Stats returns the counters.
 func (e *Executor) Stats() Stats {
 	return Stats{Requests: e.requests.Load(), Rounds: e.rounds.Load(), Attempts: e.attempts.Load(), Conflicts: e.conflicts.Load(),

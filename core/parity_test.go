@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Regression tests for the five Bucket4j parity bugs of issue #12, one per
+// Regression tests for five Bucket4j parity bugs, one per
 // bug and named after it. The expected values are Bucket4j 8.19's, derived
 // by hand from BucketState64BitsInteger, ConsumptionProbe, EstimationProbe
 // and BandwidthBuilder; each comment shows the arithmetic.

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The numeric examples of the Bucket4j reference (../shared/seeds), one test
+// The numeric examples of the Bucket4j reference documentation, one test
 // each.
 
 const (

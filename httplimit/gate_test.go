@@ -234,7 +234,7 @@ func TestFailuresThatAreNotOutagesNeverFailOpen(t *testing.T) {
 // corrupt records the tests count instead.
 var quiet = bucketgrid.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 
-// TestCorruptRecordReconstructedBehindMiddleware: the scenario, a
+// TestCorruptRecordReconstructedBehindMiddleware: a
 // corrupt record under a 2-per-hour limit, no longer serves 50 of 50: under
 // RecoveryReconstruct (the default) the record is replaced and 2 are served.
 func TestCorruptRecordReconstructedBehindMiddleware(t *testing.T) {

@@ -69,7 +69,7 @@ func get(h http.Handler, remote, path string) *httptest.ResponseRecorder {
 	return w
 }
 
-// The Spring article's shared-bucket bug: every client must get its own
+// The shared-bucket bug of a naive Spring Boot limiter: every client must get its own
 // bucket, created fresh.
 func TestPerClientIsolation(t *testing.T) {
 	for _, src := range sources {
@@ -201,7 +201,7 @@ func TestHeadersExact(t *testing.T) {
 		policy string
 	}{
 		{"greedy, no id", []core.Bandwidth{core.Greedy(10, 10, time.Minute)}, `"default";q=10;w=60`},
-		{"intervally (the Spring article)", []core.Bandwidth{core.Intervally(10, 10, time.Minute).WithID("minute")}, `"minute";q=10;w=60`},
+		{"intervally (a Spring Boot plan)", []core.Bandwidth{core.Intervally(10, 10, time.Minute).WithID("minute")}, `"minute";q=10;w=60`},
 		{"fractional window", []core.Bandwidth{core.Greedy(3, 2, 1500*time.Millisecond).WithID("odd")}, `"odd";q=3;w=3`},
 		{"burst and hourly", []core.Bandwidth{
 			core.Greedy(5, 1, 2*time.Second).WithID("burst"),

@@ -161,7 +161,7 @@ func (p *Plugin) Configure(raw []byte) error {
 			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": defining metrics: "+err.Error())
 		}
 		store := NewStore(p.host, set.prefix+"/"+pol.name,
-			StoreConfig{Slots: pol.slots, EvictOldest: set.tableFull == tableFullEvict, Clock: clk})
+			StoreConfig{Slots: pol.slots, EvictOldest: set.tableFull == tableFullEvict, Cost: pol.cost, Clock: clk})
 		if err := store.Prepare(); err != nil {
 			// Not fatal: unprepared entries are created on first use.
 			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": preparing shared data: "+err.Error())

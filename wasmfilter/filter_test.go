@@ -363,7 +363,7 @@ func TestLongKeysAreDigested(t *testing.T) {
 	}
 }
 
-// TestDigestsHaveTheirOwnNamespace is the regression test of issue 11: a
+// TestDigestsHaveTheirOwnNamespace is a regression test: a
 // long key's bucket is stored under a digest, and no short key a client
 // can send may land in that bucket — before, the header value
 // "#<hex SHA-256 of the long key>" did.

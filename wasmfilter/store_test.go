@@ -267,7 +267,7 @@ func TestStoreReplaceAfterExpiryIsALostRace(t *testing.T) {
 	}
 }
 
-// TestStoreExpiryWritersShareOneToken is the regression test of issue 11:
+// TestStoreExpiryWritersShareOneToken is a regression test:
 // VM A reads key k, k's bucket expires, VM B finds it absent and inserts it
 // anew, and A's Replace arrives late — with a clock that still sees the old
 // record live, as another VM's clock may. B's insert and A's replace must

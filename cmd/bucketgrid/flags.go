@@ -30,7 +30,10 @@ type config struct {
 	TLS            tlsFlags
 	MaxValued      int
 	ShutdownGrace  time.Duration
+	DrainGrace     time.Duration
 	LogLevel       slog.Level
+	Version        bool // print the version and exit
+	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
 }
 
 // gridFlags configure the embedded grid member (-backend grid). Secrets are
@@ -94,7 +97,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", time.Second, "how often the configuration files are checked for changes")
 	fs.StringVar(&c.Backend, "backend", "grid", "where the buckets live: grid (an Olric grid of the instances), memory (this process only), or a store URI: redis://, mongodb://, couchbase://")
 	fs.StringVar(&c.Grid.Bind, "grid-bind", "127.0.0.1:3320", "grid member's Olric `host:port`; the owner channel uses port+1 and gossip port+2")
-	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join; empty starts a new grid")
+	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join, or dns:NAME for every address NAME resolves to (at this instance's gossip port), resolved anew at each join; empty, or only this instance, starts a new grid")
 	fs.StringVar(&c.Grid.Env, "grid-env", "local", "grid timings: local (one host) or lan")
 	fs.IntVar(&c.Grid.Replicas, "grid-replicas", 1, "copies of each bucket: 1, or 2 to lose nothing when an instance leaves")
 	fs.DurationVar(&c.Grid.JoinTimeout, "grid-join-timeout", 30*time.Second, "how long to try joining -grid-peers before giving up")
@@ -110,13 +113,19 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")
 	fs.StringVar(&c.TLS.ClientCA, "tls-client-ca", "", "CA `file` (PEM) that client certificates must chain to (mutual TLS)")
 	fs.IntVar(&c.MaxValued, "metrics-max-valued", 1000, "most metric series whose rule label holds client values (detailed_metric, value_to_metric, overrides)")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown")
+	fs.DurationVar(&c.DrainGrace, "drain-grace", 5*time.Second, "at shutdown, how long health checks fail (gRPC NOT_SERVING, /healthcheck 500) while requests are still answered, before the listeners close: long enough for load balancers to see it")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown, once the listeners close")
+	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.Version {
+		return c, nil
 	}
 	var errs []error
 	if len(c.ConfigPaths) == 0 {
@@ -136,8 +145,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	} else {
 		c.Headers = h
 	}
-	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 {
-		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace not negative"))
+	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 || c.DrainGrace < 0 {
+		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace and -drain-grace not negative"))
 	}
 	if c.Backend == "grid" {
 		if _, port, err := splitHostPort(c.Grid.Bind); err != nil || port < 1 || port > 65533 {
@@ -145,6 +154,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		}
 		if c.Grid.Env != "local" && c.Grid.Env != "lan" {
 			errs = append(errs, fmt.Errorf("-grid-env %q: want local or lan", c.Grid.Env))
+		}
+		for _, p := range c.Grid.Peers {
+			if name, ok := strings.CutPrefix(p, dnsPrefix); ok && name == "" {
+				errs = append(errs, errors.New("-grid-peers dns: needs a name, as in dns:bucketgrid-grid.default.svc.cluster.local"))
+			}
 		}
 		if c.Grid.Replicas < 1 {
 			errs = append(errs, errors.New("-grid-replicas must be at least 1"))

@@ -22,6 +22,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
@@ -31,6 +32,10 @@ import (
 // stack (a few KiB).
 const streamWorkers = 256
 
+// backendCloseTimeout bounds closing the backend at shutdown: for the grid,
+// handing this member's buckets over and leaving the cluster.
+const backendCloseTimeout = 15 * time.Second
+
 // expiryMargin is how long a bucket outlives the moment it is full again:
 // from then on a missing bucket and a full one answer alike.
 const expiryMargin = 10 * time.Second
@@ -39,7 +44,10 @@ const expiryMargin = 10 * time.Second
 // gracefully. It writes one line to stdout when it is ready (debug= only
 // with -debug-addr):
 //
-//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320 debug=127.0.0.1:6060
+//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320 members=3 debug=127.0.0.1:6060
+//
+// members= is the number of grid members this instance's gossip knew of
+// when it was ready.
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	m := metrics.New(c.MaxValued)
@@ -72,18 +80,19 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("backend %s: %w", c.Backend, err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendCloseTimeout)
 		defer cancel()
 		if cerr := be.close(cctx); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("backend %s: close: %w", c.Backend, cerr))
 		}
 	}()
 
+	// Every request's rule, and so its bucket's configuration, is at hand:
+	// sending it along makes a new bucket one request, not two.
+	mgr := bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+		bucketgrid.WithEagerConfig())
 	svc := service.New(service.Options{
-		// Every request's rule, and so its bucket's configuration, is at
-		// hand: sending it along makes a new bucket one request, not two.
-		Manager: bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
-			bucketgrid.WithEagerConfig()),
+		Manager:          mgr,
 		Headers:          c.Headers,
 		GlobalShadowMode: c.ShadowMode,
 		GlobalQuotaMode:  c.QuotaMode,
@@ -109,6 +118,12 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
+	var rlqs *quota.Server // renews assignments while it runs, below
+	if c.RLQS {
+		if rlqs, err = quota.Register(gs, quota.Options{Manager: mgr, Config: svc.Config, Logger: log}); err != nil {
+			return err
+		}
+	}
 	reflection.Register(gs)
 
 	var healthy atomic.Bool
@@ -158,6 +173,9 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		})
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
+	if rlqs != nil {
+		wg.Go(func() { rlqs.Run(watchCtx) }) // its streams end before GracefulStop waits for them
+	}
 	wg.Go(func() {
 		ld.Watch(watchCtx, c.ReloadInterval, func(cfg *policy.Rules) {
 			svc.SetConfig(cfg)
@@ -179,10 +197,16 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	case <-ctx.Done():
 	case err = <-serveErr:
 	}
-	log.Info("shutting down")
 	healthy.Store(false)
-	hs.Shutdown()
+	hs.Shutdown() // every service NOT_SERVING
 	stopWatch()
+	if err == nil && c.DrainGrace > 0 {
+		// Load balancers stop sending once they see the health checks
+		// fail; until then requests keep coming and are answered.
+		log.Info("shutting down: health checks fail, requests are still answered", "drain-grace", c.DrainGrace)
+		time.Sleep(c.DrainGrace)
+	}
+	log.Info("shutting down: listeners close")
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownGrace)
 	defer cancel()
 	stopped := make(chan struct{})

@@ -179,7 +179,7 @@ func TestFlags(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"srv.yaml": serverConfig})
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	cfg, err := parseFlags(fs, []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-backend", "memory"})
+	cfg, err := parseFlags(fs, []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-backend", "memory", "-drain-grace", "0"})
 	if err != nil {
 		t.Fatal(err)
 	}

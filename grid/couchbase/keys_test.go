@@ -15,8 +15,8 @@ import (
 	"github.com/bucketgrid/bucketgrid/internal/keyrule"
 )
 
-// prefix45 returns a key prefix of 45 bytes unique to this call, the
-// issue's "API key behind a 45-byte prefix".
+// prefix45 returns a key prefix of 45 bytes unique to this call: an API
+// key behind a 45-byte prefix.
 func prefix45() string {
 	p := prefix()
 	return p + strings.Repeat("_", 45-len(p))

@@ -150,7 +150,7 @@ func tlsDial(t *testing.T, addr string, cfg *tls.Config) net.Conn {
 
 // ---- the attacks ----
 
-// TestAttacks runs every attack of issue #10 against a secured 3-member
+// TestAttacks runs every attack of the threat model against a secured 3-member
 // cluster, first holding no credentials, then holding wrong ones (another
 // CA's certificate, another gossip key, another password), and checks
 // that each fails and that every bucket is afterwards exactly what the

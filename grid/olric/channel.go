@@ -64,6 +64,11 @@ type newConn struct {
 // maxHandshaking is how many connections may be handshaking at once.
 func (m *Member) maxHandshaking() int { return max(m.cfg.ChannelMaxConns/4, 16) }
 
+// maxConnGoroutines is how many connections, handshaking, established or
+// dropped but not yet ended, may hold a goroutine (and its memory) at once:
+// the size of Member.connSlots.
+func (m *Member) maxConnGoroutines() int { return m.maxHandshaking() + m.cfg.ChannelMaxConns }
+
 // serve accepts owner-channel connections until the member shuts down.
 // Like net/http.Server.Serve, it backs off after a failed Accept (too many
 // open files, ...) and continues: a member that stopped accepting would
@@ -72,8 +77,19 @@ func (m *Member) serve() {
 	defer m.wg.Done()
 	var delay time.Duration
 	for {
+		// A slot for the connection's goroutine first: a connection holds
+		// its memory until its goroutine has ended, also after it was
+		// dropped, so under CPU starvation dropped connections could pile
+		// up faster than they end. The slots bound them, whatever the
+		// scheduler does.
+		select {
+		case m.connSlots <- struct{}{}:
+		case <-m.ctx.Done():
+			return
+		}
 		c, err := m.ln.Accept()
 		if err != nil {
+			<-m.connSlots
 			if m.ctx.Err() != nil {
 				return
 			}
@@ -95,6 +111,7 @@ func (m *Member) serve() {
 		if m.conns.closed {
 			m.connMu.Unlock()
 			c.Close()
+			<-m.connSlots
 			return
 		}
 		if hs := m.conns.handshaking; len(hs) >= m.maxHandshaking() {
@@ -174,6 +191,7 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 // buffered).
 func (m *Member) serveConn(nc *newConn) {
 	defer m.wg.Done()
+	defer func() { <-m.connSlots }()
 	defer func() {
 		nc.c.Close()
 		m.connMu.Lock()

@@ -85,6 +85,11 @@
 // member started alone, with no other member up, forms a cluster only with
 // empty Peers (or itself as the only peer).
 //
+// Config.Discover finds peers where they are published rather than listed:
+// cmd/bucketgrid's -grid-peers dns:NAME resolves NAME (a Kubernetes
+// headless service) every time it is asked. Start joins what it returns
+// together with Peers, and a member that joins again asks it anew.
+//
 // # Keys
 //
 // A member holds keys of up to MaxKeyLen (255) bytes, any bytes: Olric

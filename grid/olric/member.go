@@ -69,6 +69,7 @@ type Member struct {
 	acceptErrors atomic.Int64 // failed Accepts, for tests
 	connMu       sync.Mutex
 	conns        conns
+	connSlots    chan struct{} // one per connection goroutine; see maxConnGoroutines
 
 	peerMu      sync.Mutex
 	peers       map[string]*peer
@@ -113,12 +114,17 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		conns:    conns{established: map[net.Conn]struct{}{}},
 		peers:    map[string]*peer{},
 	}
+	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.chanAddr, err = channelAddr(m.name); err != nil {
 		m.cancel()
 		return nil, err
 	}
-	peers := cfg.otherPeers()
+	peers, err := cfg.joinPeers(ctx)
+	if err != nil {
+		m.cancel()
+		return nil, err
+	}
 	oc := m.olricConfig(peers)
 
 	// go-redis, which Olric uses for its connections, logs through a

@@ -81,8 +81,19 @@ func list(p string) ([]string, error) {
 	var names []string
 	for _, e := range entries {
 		ext := strings.ToLower(filepath.Ext(e.Name()))
-		if e.Type().IsRegular() && (ext == ".yaml" || ext == ".yml") {
-			names = append(names, filepath.Join(p, e.Name()))
+		if strings.HasPrefix(e.Name(), ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		name := filepath.Join(p, e.Name())
+		regular := e.Type().IsRegular()
+		if e.Type()&fs.ModeSymlink != 0 {
+			// A Kubernetes ConfigMap volume holds each key as a symlink
+			// into a hidden folder that it swaps on every update.
+			st, err := os.Stat(name)
+			regular = err == nil && st.Mode().IsRegular()
+		}
+		if regular {
+			names = append(names, name)
 		}
 	}
 	slices.Sort(names)

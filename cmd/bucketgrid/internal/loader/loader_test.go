@@ -120,3 +120,41 @@ func TestWatch(t *testing.T) {
 	default:
 	}
 }
+
+// TestConfigMapVolume: a Kubernetes ConfigMap volume holds each key as a
+// symlink (shop.yaml → ..data/shop.yaml, ..data → a hidden folder of this
+// version); an update swaps ..data. Both versions load.
+func TestConfigMapVolume(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, domain string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, name, "shop.yaml"), strings.ReplaceAll(good, "domain: d", "domain: "+domain))
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_12_03_v1", "one")
+	if err := os.Symlink(filepath.Join("..data", "shop.yaml"), filepath.Join(dir, "shop.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	l := &Loader{Paths: []string{dir}}
+	for _, want := range []string{"one", "two"} {
+		if want == "two" {
+			version("..2026_12_03_v2", "two")
+		}
+		cfg, err := l.Load()
+		if err != nil {
+			t.Fatalf("version %s: %v", want, err)
+		}
+		if !cfg.HasDomain(want) || cfg.Domains() != 1 {
+			t.Fatalf("version %s: %d domains, has %s: %v", want, cfg.Domains(), want, cfg.HasDomain(want))
+		}
+	}
+}
