@@ -98,6 +98,17 @@ func (it *Item) setConfig() {
 	it.config = core.Config{Bandwidths: it.band[:]}
 }
 
+// Reserved returns the tokens of it's bucket that no hit may take without
+// going over the limit: W−n for a fixed window of n, whose bucket holds W
+// and counts W−tokens hits; 0 for a token bucket. Whoever takes tokens from
+// the bucket for later hits (a quota lease) takes only what lies above it.
+func (it *Item) Reserved() int64 {
+	if it.Rule.Algorithm == TokenBucket {
+		return 0
+	}
+	return windowTokens(it.Rule.Unit) - int64(it.Rule.RequestsPerUnit)
+}
+
 // NeedsBucket reports whether it is counted in a bucket, that is, whether
 // Ops is not nil.
 func (it *Item) NeedsBucket() bool {
