@@ -404,3 +404,18 @@ func TestDegradeBoundsLocalBuckets(t *testing.T) {
 		t.Fatalf("stats %+v, want 4 local buckets kept and 6 dropped", st)
 	}
 }
+
+func TestManagerDegraded(t *testing.T) {
+	e := &errExecutor{err: errStoreDown}
+	m := bucketgrid.NewManager(e)
+	if _, err := m.Bucket("k", nine).TryConsume(context.Background(), 1); !errors.Is(err, errStoreDown) {
+		t.Fatalf("without degrade: %v, want the outage", err)
+	}
+	d := m.Degraded(bucketgrid.Degrade{Instances: func() int { return 3 }})
+	if got := consumeAll(t, d.Bucket("k", nine), true); got != 3 {
+		t.Fatalf("derived Manager admitted %d, want 3", got)
+	}
+	if m.Stats().Degraded != 0 {
+		t.Fatalf("the derived Manager's decisions counted on the original")
+	}
+}

@@ -112,6 +112,18 @@ func NewManager(exec Executor, opts ...Option) *Manager {
 	return m
 }
 
+// Degraded returns a Manager over the same executor, with the same options,
+// whose degraded mode is d (see WithDegrade): for a front door handed a
+// Manager, such as an HTTP middleware's option. Its breakers and local
+// buckets are its own.
+func (m *Manager) Degraded(d Degrade) *Manager {
+	n := &Manager{exec: m.exec, recovery: m.recovery, expiry: m.expiry, listener: m.listener, clock: m.clock,
+		fitKeys: m.fitKeys, eager: m.eager}
+	n.corrupt.logger = m.corrupt.logger
+	n.degrade = newDegrader(n, d)
+	return n
+}
+
 // storeKey returns the key the executor stores key's bucket under.
 func (m *Manager) storeKey(key string) string {
 	if m.fitKeys == 0 {

@@ -51,6 +51,9 @@ type Usage struct {
 	// When nil, only the minimum over bandwidths is known (Probe.Remaining),
 	// and the headers say so (see the package documentation).
 	Bands []Band
+	// Degraded reports a decision from a local share of the limit while the
+	// backend was out (see WithDegrade); Config is then the share's.
+	Degraded bool
 }
 
 // Band is the state of one bandwidth after a Take, as the RateLimit field
@@ -121,13 +124,16 @@ type Managed struct {
 // NewManaged returns distributed per-client buckets held by m, created from
 // plan. Every Take is one request that brings back the decision and the
 // bucket's per-bandwidth state together. It takes the options WithClock (the
-// clock of the executing side, default clock.Wall()) and WithBucketOptions,
-// and panics on any other.
+// clock of the executing side, default clock.Wall()), WithBucketOptions and
+// WithDegrade, and panics on any other.
 func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...Option) *Managed {
 	o := collect("NewManaged", managedOptions, opts)
 	c := o.clock
 	if c == nil {
 		c = clock.Wall()
+	}
+	if o.degrade != nil {
+		m = m.Degraded(*o.degrade)
 	}
 	return &Managed{m: m, plan: plan, clock: c, bopts: o.bucketOpts}
 }
@@ -144,12 +150,17 @@ func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, erro
 	}
 	plan := s.plan
 	h := s.m.Bucket(key, func(context.Context) (core.Config, error) { return plan(key) }, s.bopts...)
-	p, d, err := h.TryConsumeAndReturnRemainingVerbose(ctx, cost)
+	var dec bucketgrid.Decision
+	p, d, err := h.TryConsumeAndReturnRemainingVerbose(bucketgrid.WithDecision(ctx, &dec), cost)
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{Probe: p, Config: d.Bucket.Config, ConfigVersion: d.Bucket.ConfigVersion,
-		Bands: bands(&d, cost, s.clock.Now())}, nil
+	u := Usage{Probe: p, Config: d.Bucket.Config, ConfigVersion: d.Bucket.ConfigVersion,
+		Bands: bands(&d, cost, s.clock.Now()), Degraded: dec.Degraded()}
+	if u.Degraded {
+		u.ConfigVersion = 0 // the local share's own version, not the plan's
+	}
+	return u, nil
 }
 
 var errNoPlan = errors.New("httplimit: no plan")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bucketgrid/bucketgrid"
 	"log/slog"
 	"net"
 	"strconv"
@@ -34,6 +35,14 @@ type config struct {
 	LogLevel       slog.Level
 	Version        bool // print the version and exit
 	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
+	Degrade        degradeFlags
+}
+
+// degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
+type degradeFlags struct {
+	On        bool
+	Instances int // 0: the grid's live members (1 for a store)
+	Timeout   time.Duration
 }
 
 // gridFlags configure the embedded grid member (-backend grid). Secrets are
@@ -118,6 +127,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
+	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable")
+	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or each admits the whole limit)")
+	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long to wait for the backend before deciding locally (below -timeout)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -147,6 +159,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	}
 	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 || c.DrainGrace < 0 {
 		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace and -drain-grace not negative"))
+	}
+	if c.Degrade.Instances < 0 || c.Degrade.Timeout <= 0 || c.Degrade.Timeout >= c.Timeout {
+		errs = append(errs, errors.New("-degrade-instances must not be negative, -degrade-timeout positive and below -timeout"))
 	}
 	if c.Backend == "grid" {
 		if _, port, err := splitHostPort(c.Grid.Bind); err != nil || port < 1 || port > 65533 {

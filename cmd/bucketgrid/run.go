@@ -89,8 +89,13 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 
 	// Every request's rule, and so its bucket's configuration, is at hand:
 	// sending it along makes a new bucket one request, not two.
-	mgr := bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
-		bucketgrid.WithEagerConfig())
+	mopts := []bucketgrid.Option{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+		bucketgrid.WithEagerConfig()}
+	if c.Degrade.On {
+		mopts = append(mopts, bucketgrid.WithDegrade(degrade(c.Degrade)))
+	}
+	mgr := bucketgrid.NewManager(be.exec, mopts...)
+	m.Manager(mgr.Stats)
 	svc := service.New(service.Options{
 		Manager:          mgr,
 		Headers:          c.Headers,
@@ -224,4 +229,13 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	}
 	wg.Wait()
 	return err
+}
+
+// degrade returns the degraded mode the flags describe.
+func degrade(f degradeFlags) bucketgrid.Degrade {
+	d := bucketgrid.Degrade{Timeout: f.Timeout}
+	if n := f.Instances; n > 0 {
+		d.Instances = func() int { return n }
+	}
+	return d
 }

@@ -283,6 +283,19 @@ func (m *Member) Owner(key string) string {
 	return m.routes.Load().owners[m.Partition(key)]
 }
 
+// Route implements bucketgrid.Router: key's owner, as Owner, so that a
+// Manager's degraded mode (bucketgrid.WithDegrade) keeps a circuit breaker
+// per member and a crashed member degrades only the keys it owned.
+func (m *Member) Route(key string) string { return m.Owner(key) }
+
+// LiveInstances implements bucketgrid.LiveCounter: the members owning
+// partitions in this member's newest routing read, at least 1, which a
+// Manager's degraded mode divides the limit by. A crashed member counts
+// until the cluster has declared it dead and handed its partitions over (see
+// "Crash fail-over window" in the package documentation): meanwhile each
+// member's share is a little smaller than it could be, never larger.
+func (m *Member) LiveInstances() int { return max(m.routes.Load().members, 1) }
+
 // outcome is the result of one attempt at a request.
 type outcome struct {
 	kind    byte // kindOK, kindNotOwner, kindHold or kindError
