@@ -17,6 +17,7 @@ import (
 // config is everything the flags set.
 type config struct {
 	ConfigPaths    []string
+	XDS            xdsFlags
 	GRPCAddr       string
 	HTTPAddr       string
 	DebugAddr      string
@@ -93,6 +94,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	var algorithm, headers, level string
 	var ratio float64
 	fs.Var(listFlag{&c.ConfigPaths}, "config", "configuration `path`: a YAML file, or a directory of *.yaml files (repeatable, or comma-separated)")
+	fs.StringVar(&c.XDS.Addr, "config-xds", "", "`host:port` of an xDS management server to take the configuration from (state of the world, RateLimitConfig resources, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW), instead of -config")
+	fs.StringVar(&c.XDS.Node, "config-xds-node", "", "node `ID` sent to the xDS server; empty is the host name")
+	fs.StringVar(&c.XDS.API, "config-xds-api", "ads", "xDS service to stream from: ads (the aggregated discovery service, as envoyproxy/ratelimit) or rls (RateLimitConfigDiscoveryService)")
+	fs.StringVar(&c.XDS.CA, "config-xds-ca", "", "PEM `file` of the CA of the xDS server's certificate (TLS); empty connects in plaintext")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (the RLS API, health, reflection)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/json, /healthcheck, /metrics); empty disables it")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "listen `address` of /debug/pprof (Go's profiler); empty disables it. Never expose it")
@@ -140,8 +145,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		return c, nil
 	}
 	var errs []error
-	if len(c.ConfigPaths) == 0 {
-		errs = append(errs, errors.New("-config is required"))
+	switch {
+	case len(c.ConfigPaths) == 0 && c.XDS.Addr == "":
+		errs = append(errs, errors.New("-config is required (or -config-xds)"))
+	case len(c.ConfigPaths) > 0 && c.XDS.Addr != "":
+		errs = append(errs, errors.New("-config and -config-xds are alternatives: give one"))
 	}
 	a, ok := policy.ParseAlgorithm(algorithm)
 	if !ok {
