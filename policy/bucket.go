@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // MaxKeyBytes bounds bucket keys: a longer key keeps its "rls/" prefix and
@@ -142,29 +143,29 @@ func (it *Item) opCount() int {
 // on a token bucket, which never goes over, it is over when not one token is
 // left. The last operation's results carry the executing side's time until
 // the window ends or the bucket is full, so no other clock is read.
-func (it *Item) Ops() []core.Op {
+func (it *Item) Ops() []wire.Op {
 	if !it.NeedsBucket() {
 		return nil
 	}
 	if it.config.Bandwidths == nil {
 		it.setConfig()
 	}
-	replace := core.Op{Kind: core.OpReplaceConfiguration, Config: &it.config, Inheritance: core.InheritAdditive}
+	replace := wire.Op{Kind: wire.OpReplaceConfiguration, Config: &it.config, Inheritance: core.InheritAdditive}
 	l := &it.Rule.Limit
 	if l.Algorithm == TokenBucket {
 		c := int64(l.Capacity())
 		if it.Hits == 0 {
-			return []core.Op{replace, {Kind: core.OpEstimate, Tokens: 1}, {Kind: core.OpEstimate, Tokens: c}}
+			return []wire.Op{replace, {Kind: wire.OpEstimate, Tokens: 1}, {Kind: wire.OpEstimate, Tokens: c}}
 		}
 		// more than the capacity is refused whatever the state
-		return []core.Op{replace, {Kind: core.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)}}
+		return []wire.Op{replace, {Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)}}
 	}
 	w := windowTokens(l.Unit)
 	if it.Hits == 0 {
-		return []core.Op{replace, {Kind: core.OpEstimate, Tokens: w}}
+		return []wire.Op{replace, {Kind: wire.OpEstimate, Tokens: w}}
 	}
-	return []core.Op{replace, {Kind: core.OpTryConsumeAsMuchAsPossible, Tokens: clampHits(it.Hits, w)},
-		{Kind: core.OpEstimate, Tokens: w}}
+	return []wire.Op{replace, {Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: clampHits(it.Hits, w)},
+		{Kind: wire.OpEstimate, Tokens: w}}
 }
 
 func clampHits(h uint64, most int64) int64 {
@@ -233,7 +234,7 @@ type Status struct {
 // the caller's own) is read only for the end of a fixed window nothing has
 // been counted in yet. It returns an error only when results do not answer Ops (a
 // misbehaving executor). NoLimit and Unlimited items take nil results.
-func (it *Item) Decide(results []core.Result, now time.Time) (Status, error) {
+func (it *Item) Decide(results []wire.Result, now time.Time) (Status, error) {
 	switch it.Kind {
 	case NoLimit:
 		return Status{Code: OK}, nil
@@ -263,7 +264,7 @@ func (it *Item) Decide(results []core.Result, now time.Time) (Status, error) {
 	return s, nil
 }
 
-func (it *Item) decideWindow(res []core.Result, now time.Time) Status {
+func (it *Item) decideWindow(res []wire.Result, now time.Time) Status {
 	n := uint64(it.Rule.RequestsPerUnit)
 	h := it.Hits
 	w := windowTokens(it.Rule.Unit)
@@ -313,7 +314,7 @@ func ceilSeconds(d time.Duration) int64 {
 	return s
 }
 
-func (it *Item) decideBucket(res []core.Result) Status {
+func (it *Item) decideBucket(res []wire.Result) Status {
 	c := uint64(it.Rule.Capacity())
 	h := it.Hits
 	if it.Rule.RequestsPerUnit == 0 {

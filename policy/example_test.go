@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/policy"
 	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
-// The whole protocol against buckets held in a map through core.Process, as
+// The whole protocol against buckets held in a map through wire.Process, as
 // an executor runs it: plan, run each item's operations as one batch, decide.
 func Example() {
 	cfg, err := rulefile.Load([]rulefile.File{{Name: "shop.yaml", Data: []byte(`
@@ -37,8 +37,8 @@ descriptors:
 		}
 		it := &items[0]
 		bc := it.BucketConfig()
-		next, changed, resp := core.Process(buckets[it.Key], core.Request{
-			Mode: core.ModeCreateIfAbsent, Config: &bc, Ops: it.Ops()}, now.UnixNano())
+		next, changed, resp := wire.Process(buckets[it.Key], wire.Request{
+			Mode: wire.ModeCreateIfAbsent, Config: &bc, Ops: it.Ops()}, now.UnixNano())
 		if changed {
 			buckets[it.Key] = next
 		}

@@ -6,21 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-// store runs items against buckets held in memory through core.Process,
+// store runs items against buckets held in memory through wire.Process,
 // exactly as an executor would, one atomic batch per item.
 type store map[string][]byte
 
 func (s store) run(t *testing.T, it *Item, now time.Time) Status {
 	t.Helper()
-	var res []core.Result
+	var res []wire.Result
 	if ops := it.Ops(); ops != nil {
 		cfg := it.BucketConfig()
-		req := core.Request{Mode: core.ModeCreateIfAbsent, Config: &cfg, Ops: ops}
-		next, changed, resp := core.Process(s[it.Key], req, now.UnixNano())
-		if resp.Status != core.StatusOK {
+		req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, Ops: ops}
+		next, changed, resp := wire.Process(s[it.Key], req, now.UnixNano())
+		if resp.Status != wire.StatusOK {
 			t.Fatalf("process: %v %s", resp.Status, resp.Message)
 		}
 		if changed {

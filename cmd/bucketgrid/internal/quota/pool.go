@@ -10,6 +10,7 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
 
@@ -422,9 +423,9 @@ func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	h := s.handle(b)
-	ops := []core.Op{{Kind: core.OpTryConsumeAsMuchAsPossible, Tokens: n}}
+	ops := []wire.Op{{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: n}}
 	if b.window {
-		ops = append(ops, core.Op{Kind: core.OpAvailableTokens})
+		ops = append(ops, wire.Op{Kind: wire.OpAvailableTokens})
 	}
 	res, err := h.Execute(ctx, ops...)
 	if err != nil {
@@ -433,7 +434,7 @@ func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	got := res[0].Tokens
 	if back := min(b.reserved-res[len(res)-1].Tokens, got); b.window && back > 0 {
 		got -= back
-		if _, err := h.Execute(ctx, core.Op{Kind: core.OpAddTokens, Tokens: back}); err != nil {
+		if _, err := h.Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: back}); err != nil {
 			s.opts.Logger.Warn("rate limit quota: giving a window's reserved tokens back failed", "rule", b.path, "err", err)
 		}
 	}
@@ -448,13 +449,13 @@ func (s *Server) give(ctx context.Context, b binding, n int64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	if _, err := s.handle(b).Execute(ctx, core.Op{Kind: core.OpAddTokens, Tokens: n}); err != nil {
+	if _, err := s.handle(b).Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: n}); err != nil {
 		s.opts.Logger.Warn("rate limit quota: giving tokens back failed", "rule", b.path, "err", err)
 	}
 }
 
 func (s *Server) handle(b binding) interface {
-	Execute(context.Context, ...core.Op) ([]core.Result, error)
+	Execute(context.Context, ...wire.Op) ([]wire.Result, error)
 } {
 	cfg := b.cfg
 	return s.opts.Manager.Bucket(b.key, func(context.Context) (core.Config, error) { return cfg, nil })

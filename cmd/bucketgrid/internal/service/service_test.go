@@ -25,6 +25,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/policy"
 	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
@@ -248,8 +249,8 @@ func TestClientValuesNeverOpenTheGate(t *testing.T) {
 // error might.
 type brokenExecutor struct{}
 
-func (brokenExecutor) Execute(_ context.Context, key string, _ core.Request) (core.Response, error) {
-	return core.Response{}, errors.New("store unreachable while reading " + key)
+func (brokenExecutor) Execute(_ context.Context, key string, _ wire.Request) (wire.Response, error) {
+	return wire.Response{}, errors.New("store unreachable while reading " + key)
 }
 func (brokenExecutor) Remove(context.Context, string) error { return nil }
 
@@ -257,8 +258,8 @@ func (brokenExecutor) Remove(context.Context, string) error { return nil }
 // limit than the service's keys would.
 type keyRefusingExecutor struct{}
 
-func (keyRefusingExecutor) Execute(_ context.Context, key string, _ core.Request) (core.Response, error) {
-	return core.Response{}, core.InvalidKey(key, "longer than 8 bytes")
+func (keyRefusingExecutor) Execute(_ context.Context, key string, _ wire.Request) (wire.Response, error) {
+	return wire.Response{}, core.InvalidKey(key, "longer than 8 bytes")
 }
 func (keyRefusingExecutor) Remove(context.Context, string) error { return nil }
 

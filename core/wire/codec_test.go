@@ -1,10 +1,12 @@
-package core
+package wire
 
 import (
 	"bytes"
 	"encoding/hex"
 	"errors"
 	"flag"
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/internal/harness/randconfig"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -20,27 +22,27 @@ var update = flag.Bool("update", false, "rewrite the golden byte vectors in test
 // the tests run.
 var goldenTime = time.Date(2026, 11, 30, 17, 0, 0, 0, time.UTC)
 
-func goldenConfig() Config {
-	return Config{Bandwidths: []Bandwidth{
-		Greedy(50, 10, time.Second),
-		Intervally(1000, 100, time.Minute).WithID("business-limit").WithInitialTokens(42),
-		IntervallyAligned(400, 400, time.Hour, goldenTime).WithID("hourly"),
-		IntervallyAlignedAdaptive(math.MaxInt64, 1, math.MaxInt64, goldenTime).WithID("extreme"),
+func goldenConfig() core.Config {
+	return core.Config{Bandwidths: []core.Bandwidth{
+		core.Greedy(50, 10, time.Second),
+		core.Intervally(1000, 100, time.Minute).WithID("business-limit").WithInitialTokens(42),
+		core.IntervallyAligned(400, 400, time.Hour, goldenTime).WithID("hourly"),
+		core.IntervallyAlignedAdaptive(math.MaxInt64, 1, math.MaxInt64, goldenTime).WithID("extreme"),
 	}}
 }
 
-func goldenBucket() Bucket {
+func goldenBucket() core.State {
 	cfg := goldenConfig()
-	b := NewBucket(cfg, goldenTime.Add(-40*time.Minute).UnixNano())
+	b := core.NewState(cfg, goldenTime.Add(-40*time.Minute).UnixNano())
 	b.ConfigVersion = 7
 	b.ConsumeIgnoringRateLimits(60, goldenTime.Add(-39*time.Minute).UnixNano())
-	b.State[0].RoundingError = 123_456_789 // a carried fraction of a token
+	b.Bands[0].RoundingError = 123_456_789 // a carried fraction of a token
 	return b
 }
 
 func goldenRequests() map[string]Request {
 	cfg := goldenConfig()
-	small := Config{Bandwidths: []Bandwidth{Greedy(10, 1, time.Second)}}
+	small := core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}}
 	return map[string]Request{
 		"request_bare": {Ops: []Op{{Kind: OpTryConsume, Tokens: 1}}},
 		"request_create": {
@@ -49,7 +51,7 @@ func goldenRequests() map[string]Request {
 			Ops:    []Op{{Kind: OpTryConsumeAndReturnRemaining, Tokens: 5}},
 		},
 		"request_batch": {
-			Mode: ModeCreateOrReplace, Config: &small, ConfigVersion: math.MaxInt64, Inheritance: InheritAdditive,
+			Mode: ModeCreateOrReplace, Config: &small, ConfigVersion: math.MaxInt64, Inheritance: core.InheritAdditive,
 			Expiry: Expiry{Kind: ExpireFixed, Fixed: int64(time.Hour)},
 			Ops: []Op{
 				{Kind: OpTryConsume, Tokens: 1},
@@ -62,7 +64,7 @@ func goldenRequests() map[string]Request {
 				{Kind: OpReserve, Tokens: 7, MaxWait: int64(time.Minute)},
 				{Kind: OpReset},
 				{Kind: OpAvailableTokens},
-				{Kind: OpReplaceConfiguration, Config: &cfg, Inheritance: InheritProportionally},
+				{Kind: OpReplaceConfiguration, Config: &cfg, Inheritance: core.InheritProportionally},
 				{Kind: OpGetConfiguration},
 			},
 		},
@@ -90,12 +92,12 @@ func goldenRecords() map[string][]byte {
 	out := map[string][]byte{}
 	cfg := goldenConfig()
 	out["config"] = AppendConfig(nil, &cfg)
-	one := Config{Bandwidths: []Bandwidth{Greedy(1, 1, time.Nanosecond)}}
+	one := core.Config{Bandwidths: []core.Bandwidth{core.Greedy(1, 1, time.Nanosecond)}}
 	out["config_minimal"] = AppendConfig(nil, &one)
 	b := goldenBucket()
-	out["bucket"] = AppendBucket(nil, &b)
-	fresh := NewBucket(one, 0)
-	out["bucket_minimal"] = AppendBucket(nil, &fresh)
+	out["bucket"] = AppendState(nil, &b)
+	fresh := core.NewState(one, 0)
+	out["bucket_minimal"] = AppendState(nil, &fresh)
 	for name, r := range goldenRequests() {
 		out[name] = AppendRequest(nil, &r)
 	}
@@ -150,11 +152,11 @@ func reencode(p []byte) error {
 		}
 		again = AppendConfig(nil, &c)
 	case tagBucket:
-		b, err := DecodeBucket(p)
+		b, err := DecodeState(p)
 		if err != nil {
 			return err
 		}
-		again = AppendBucket(nil, &b)
+		again = AppendState(nil, &b)
 	case tagRequest:
 		r, err := DecodeRequest(p)
 		if err != nil {
@@ -180,7 +182,7 @@ func TestRoundTripRecords(t *testing.T) {
 		t.Errorf("config: %+v, %v", got, err)
 	}
 	b := goldenBucket()
-	if got, err := DecodeBucket(AppendBucket(nil, &b)); err != nil || !reflect.DeepEqual(got, b) {
+	if got, err := DecodeState(AppendState(nil, &b)); err != nil || !reflect.DeepEqual(got, b) {
 		t.Errorf("bucket: %+v, %v", got, err)
 	}
 	for name, r := range goldenRequests() {
@@ -195,20 +197,20 @@ func TestRoundTripRecords(t *testing.T) {
 	}
 	// random configurations and buckets, including extreme values
 	for seed := range 2000 {
-		g := gen{rand.New(rand.NewPCG(uint64(seed), 0xc0dec))}
-		now := g.int64In(math.MinInt64/2, math.MaxInt64/2)
-		cfg := g.config(now)
+		g := randconfig.Gen{R: rand.New(rand.NewPCG(uint64(seed), 0xc0dec))}
+		now := g.Int64In(math.MinInt64/2, math.MaxInt64/2)
+		cfg := g.Config(now)
 		if got, err := DecodeConfig(AppendConfig(nil, &cfg)); err != nil || !reflect.DeepEqual(got, cfg) {
 			t.Fatalf("seed %d: config %+v → %+v, %v", seed, cfg, got, err)
 		}
-		b := NewBucket(cfg, now)
-		b.ConfigVersion = g.pick(0, 1, math.MaxInt64)
-		for i := range b.State {
-			b.State[i].Size = g.pick(math.MinInt64, math.MaxInt64, 0, -1, g.int64In(math.MinInt64, math.MaxInt64))
-			b.State[i].LastRefill = g.int64In(math.MinInt64, math.MaxInt64)
-			b.State[i].RoundingError = g.int64In(0, int64(cfg.Bandwidths[i].RefillPeriod)-1)
+		b := core.NewState(cfg, now)
+		b.ConfigVersion = g.Pick(0, 1, math.MaxInt64)
+		for i := range b.Bands {
+			b.Bands[i].Size = g.Pick(math.MinInt64, math.MaxInt64, 0, -1, g.Int64In(math.MinInt64, math.MaxInt64))
+			b.Bands[i].LastRefill = g.Int64In(math.MinInt64, math.MaxInt64)
+			b.Bands[i].RoundingError = g.Int64In(0, int64(cfg.Bandwidths[i].RefillPeriod)-1)
 		}
-		if got, err := DecodeBucket(AppendBucket(nil, &b)); err != nil || !reflect.DeepEqual(got, b) {
+		if got, err := DecodeState(AppendState(nil, &b)); err != nil || !reflect.DeepEqual(got, b) {
 			t.Fatalf("seed %d: bucket %+v → %+v, %v", seed, b, got, err)
 		}
 	}
@@ -218,7 +220,7 @@ func TestDecodeErrors(t *testing.T) {
 	records := goldenRecords()
 	decoders := map[byte]func([]byte) error{
 		tagConfig:   func(p []byte) error { _, err := DecodeConfig(p); return err },
-		tagBucket:   func(p []byte) error { _, err := DecodeBucket(p); return err },
+		tagBucket:   func(p []byte) error { _, err := DecodeState(p); return err },
 		tagRequest:  func(p []byte) error { _, err := DecodeRequest(p); return err },
 		tagResponse: func(p []byte) error { _, err := DecodeResponse(p); return err },
 	}
@@ -253,14 +255,14 @@ func TestDecodeErrors(t *testing.T) {
 		}
 	}
 	// well-formed bytes of an invalid configuration are corrupt
-	bad := Config{Bandwidths: []Bandwidth{Greedy(10, 20, 10)}}
-	if _, err := DecodeConfig(AppendConfig(nil, &bad)); !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrRefillTooFast) {
+	bad := core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 20, 10)}}
+	if _, err := DecodeConfig(AppendConfig(nil, &bad)); !errors.Is(err, ErrCorrupt) || !errors.Is(err, core.ErrRefillTooFast) {
 		t.Errorf("invalid configuration: %v", err)
 	}
 	// a rounding error outside [0, period)
 	b := goldenBucket()
-	b.State[0].RoundingError = int64(b.Config.Bandwidths[0].RefillPeriod)
-	if _, err := DecodeBucket(AppendBucket(nil, &b)); !errors.Is(err, ErrCorrupt) {
+	b.Bands[0].RoundingError = int64(b.Config.Bandwidths[0].RefillPeriod)
+	if _, err := DecodeState(AppendState(nil, &b)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("rounding error = period: %v", err)
 	}
 }
@@ -301,12 +303,12 @@ func FuzzDecodeConfig(f *testing.F) {
 func FuzzDecodeBucket(f *testing.F) {
 	addGolden(f, tagBucket)
 	f.Fuzz(func(t *testing.T, p []byte) {
-		b, err := DecodeBucket(p)
+		b, err := DecodeState(p)
 		if err != nil {
 			checkDecodeError(t, err)
 			return
 		}
-		if err := reencode(AppendBucket(nil, &b)); err != nil {
+		if err := reencode(AppendState(nil, &b)); err != nil {
 			t.Fatal(err)
 		}
 		// any decodable state survives every operation without panicking
@@ -372,7 +374,7 @@ func FuzzProcess(f *testing.F) {
 				t.Fatalf("status %v: changed=%v", resp.Status, changed)
 			}
 		case changed:
-			if _, err := DecodeBucket(out); err != nil {
+			if _, err := DecodeState(out); err != nil {
 				t.Fatalf("Process wrote bytes it cannot read: %v", err)
 			}
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/internal/storetest"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 )
 
 // Header is the request header Through puts the value in.

@@ -1,7 +1,8 @@
-package core
+package wire
 
 import (
 	"errors"
+	"github.com/bucketgrid/bucketgrid/core"
 	"math"
 	"strconv"
 )
@@ -57,8 +58,8 @@ type Op struct {
 	// MaxWait bounds OpReserve, in nanoseconds.
 	MaxWait int64
 	// Config and Inheritance are for OpReplaceConfiguration.
-	Config      *Config
-	Inheritance TokensInheritance
+	Config      *core.Config
+	Inheritance core.TokensInheritance
 }
 
 // Mode says what Process does when the bucket is absent or its stored
@@ -123,20 +124,20 @@ type Expiry struct {
 const MinTTL = int64(1e6)
 
 // ttl returns the TTL of b after a write at now; 0 for none.
-func (e Expiry) ttl(b *Bucket, now int64) int64 {
+func (e Expiry) ttl(b *core.State, now int64) int64 {
 	var t int64
 	switch e.Kind {
 	case ExpireFixed:
 		t = e.Fixed
 	case ExpireAfterRefill:
-		if b.Config.startsAboveCapacity() {
+		if startsAboveCapacity(&b.Config) {
 			return 0
 		}
 		full := b.TimeToFull(now)
 		if full == math.MaxInt64 {
 			return 0
 		}
-		t = satAdd(full, e.Margin)
+		t = full + min(e.Margin, math.MaxInt64-full) // both ≥ 0: saturates
 	default:
 		return 0
 	}
@@ -152,32 +153,42 @@ type Request struct {
 	Mode Mode
 	Ops  []Op
 	// Config creates (or replaces) the bucket in the create modes.
-	Config *Config
+	Config *core.Config
 	// ConfigVersion is the desired configuration version.
 	ConfigVersion int64
 	// Inheritance is the strategy of an implicit replacement.
-	Inheritance TokensInheritance
+	Inheritance core.TokensInheritance
 	// Expiry computes the TTL of the written state.
 	Expiry Expiry
 	// Verbose asks for Diagnostics in the response.
 	Verbose bool
 }
 
-// Request validation errors, returned wrapped in a *RequestError.
-var (
-	ErrNoOps           = errors.New("request has no operation")
-	ErrTooManyOps      = errors.New("request has more than " + strconv.Itoa(MaxOps) + " operations")
-	ErrTokens          = errors.New("token count must be positive")
-	ErrUnknownOp       = errors.New("unknown operation")
-	ErrUnknownMode     = errors.New("unknown mode")
-	ErrMissingConfig   = errors.New("mode or operation needs a configuration")
-	ErrUnknownStrategy = errors.New("unknown tokens inheritance strategy")
-	ErrExpiry          = errors.New("invalid expiry")
-	ErrNegativeMaxWait = errors.New("max wait must not be negative")
-	ErrNegativeVersion = errors.New("configuration version must not be negative")
+// Why a request is invalid; a *RequestError wraps one (or the
+// configuration's *core.ConfigError, or core.ErrUnknownStrategy). Constants
+// of a string type rather than errors.New values: nothing to initialise or
+// allocate in the .wasm.
+const (
+	errNoOps           = reason("request has no operation")
+	errTooManyOps      = reason("request has more than 1024 operations") // MaxOps
+	errTokens          = reason("token count must be positive")
+	errUnknownOp       = reason("unknown operation")
+	errUnknownMode     = reason("unknown mode")
+	errMissingConfig   = reason("mode or operation needs a configuration")
+	errExpiry          = reason("invalid expiry")
+	errNegativeMaxWait = reason("max wait must not be negative")
+	errNegativeVersion = reason("configuration version must not be negative")
 )
 
-// RequestError reports an invalid request.
+// reason is why a request is invalid.
+type reason string
+
+func (r reason) Error() string { return string(r) }
+
+// RequestError reports an invalid request (Request.Validate; Process answers
+// StatusInvalidRequest with its text). It unwraps to the reason: for an
+// invalid configuration its *core.ConfigError, for an unknown strategy
+// core.ErrUnknownStrategy.
 type RequestError struct {
 	Op  int // index of the operation, -1 for the request itself
 	Err error
@@ -197,31 +208,31 @@ func (e *RequestError) Unwrap() error { return e.Err }
 // validated too, so nothing invalid is ever written.
 func (r *Request) Validate() error {
 	if r.Mode >= numModes {
-		return &RequestError{-1, ErrUnknownMode}
+		return &RequestError{-1, errUnknownMode}
 	}
 	if len(r.Ops) == 0 {
-		return &RequestError{-1, ErrNoOps}
+		return &RequestError{-1, errNoOps}
 	}
 	if len(r.Ops) > MaxOps {
-		return &RequestError{-1, ErrTooManyOps}
+		return &RequestError{-1, errTooManyOps}
 	}
 	if r.Mode == ModeCreateIfAbsent || r.Mode == ModeCreateOrReplace || r.Mode == ModeReconstruct {
 		if r.Config == nil {
-			return &RequestError{-1, ErrMissingConfig}
+			return &RequestError{-1, errMissingConfig}
 		}
 		if err := r.Config.Validate(); err != nil {
 			return &RequestError{-1, err}
 		}
 	}
 	if r.ConfigVersion < 0 {
-		return &RequestError{-1, ErrNegativeVersion}
+		return &RequestError{-1, errNegativeVersion}
 	}
 	if !r.Inheritance.Valid() {
-		return &RequestError{-1, ErrUnknownStrategy}
+		return &RequestError{-1, core.ErrUnknownStrategy}
 	}
 	if r.Expiry.Kind >= numExpiryKinds || r.Expiry.Fixed < 0 || r.Expiry.Margin < 0 ||
 		(r.Expiry.Kind == ExpireFixed && r.Expiry.Fixed == 0) {
-		return &RequestError{-1, ErrExpiry}
+		return &RequestError{-1, errExpiry}
 	}
 	for i := range r.Ops {
 		if err := r.Ops[i].validate(); err != nil {
@@ -236,26 +247,26 @@ func (o *Op) validate() error {
 	case OpTryConsume, OpTryConsumeAndReturnRemaining, OpEstimate, OpTryConsumeAsMuchAsPossible,
 		OpAddTokens, OpForceAddTokens, OpConsumeIgnoringRateLimits:
 		if o.Tokens <= 0 {
-			return ErrTokens
+			return errTokens
 		}
 	case OpReserve:
 		if o.Tokens <= 0 {
-			return ErrTokens
+			return errTokens
 		}
 		if o.MaxWait < 0 {
-			return ErrNegativeMaxWait
+			return errNegativeMaxWait
 		}
 	case OpReset, OpAvailableTokens, OpGetConfiguration:
 	case OpReplaceConfiguration:
 		if o.Config == nil {
-			return ErrMissingConfig
+			return errMissingConfig
 		}
 		if !o.Inheritance.Valid() {
-			return ErrUnknownStrategy
+			return core.ErrUnknownStrategy
 		}
 		return o.Config.Validate()
 	default:
-		return ErrUnknownOp
+		return errUnknownOp
 	}
 	return nil
 }
@@ -315,18 +326,14 @@ type Response struct {
 	// expiry. Meaningful when Process reports a change.
 	TTL int64
 	// Diagnostics is set for verbose requests and OpGetConfiguration.
-	Diagnostics *Diagnostics
+	Diagnostics *core.Diagnostics
 	// Message explains StatusInvalidRequest and StatusCorruptState.
 	Message string
 }
 
-// Errors returned by Response.Err.
-var (
-	// ErrInvalidRequest: Process refused the request.
-	ErrInvalidRequest = errors.New("bucketgrid: invalid request")
-	// ErrCorruptState: the stored bytes are not a bucket this version reads.
-	ErrCorruptState = errors.New("bucketgrid: corrupt stored state")
-)
+// ErrInvalidRequest: Process refused the request (Response.Err of
+// StatusInvalidRequest).
+var ErrInvalidRequest = errors.New("bucketgrid: invalid request")
 
 // Err returns the error a failed response stands for, or nil for the
 // statuses a caller handles itself (OK, not found, needs replacing).
@@ -335,7 +342,7 @@ func (r *Response) Err() error {
 	case StatusInvalidRequest:
 		return wrap(ErrInvalidRequest, ": "+r.Message)
 	case StatusCorruptState:
-		return wrap(ErrCorruptState, ": "+r.Message)
+		return wrap(core.ErrCorruptState, ": "+r.Message)
 	}
 	return nil
 }

@@ -1,4 +1,6 @@
-package core
+package wire
+
+import "github.com/bucketgrid/bucketgrid/core"
 
 // Process applies req to the bucket stored as stored (empty: absent) at now,
 // in nanoseconds of the executing side's clock, and returns the bytes to
@@ -15,11 +17,11 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 	if err := req.Validate(); err != nil {
 		return stored, false, Response{Status: StatusInvalidRequest, Message: err.Error()}
 	}
-	var b Bucket
+	var b core.State
 	exists := len(stored) > 0
 	if exists {
 		var err error
-		if b, err = DecodeBucket(stored); err != nil {
+		if b, err = DecodeState(stored); err != nil {
 			if req.Mode != ModeReconstruct || newerBucket(stored) {
 				return stored, false, Response{Status: StatusCorruptState, Message: err.Error()}
 			}
@@ -36,7 +38,7 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 		}
 	case ModeCreateIfAbsent, ModeCreateOrReplace, ModeReconstruct:
 		if !exists {
-			b = NewBucket(req.Config.Clone(), now)
+			b = core.NewState(req.Config.Clone(), now)
 			b.ConfigVersion = req.ConfigVersion
 			changed = true
 		} else if req.Mode != ModeCreateIfAbsent && b.ConfigVersion < req.ConfigVersion {
@@ -48,7 +50,7 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 	resp.Results = make([]Result, len(req.Ops))
 	for i := range req.Ops {
 		var mutated bool
-		resp.Results[i], mutated = b.Apply(&req.Ops[i], now)
+		resp.Results[i], mutated = Apply(&b, &req.Ops[i], now)
 		changed = changed || mutated
 		if req.Ops[i].Kind == OpGetConfiguration {
 			req.Verbose = true
@@ -62,7 +64,7 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 		return stored, false, resp
 	}
 	resp.TTL = req.Expiry.ttl(&b, now)
-	return AppendBucket(make([]byte, 0, bucketSizeHint(&b)), &b), true, resp
+	return AppendState(make([]byte, 0, bucketSizeHint(&b)), &b), true, resp
 }
 
 // Apply runs one operation at now, as Process does for each operation of a
@@ -71,7 +73,7 @@ func Process(stored []byte, req Request, now int64) (newStored []byte, changed b
 // be valid (see Request.Validate); OpGetConfiguration only refills. The local
 // bucket of the root package runs every operation but its hot path through
 // Apply, so local and distributed buckets cannot drift apart.
-func (b *Bucket) Apply(op *Op, now int64) (Result, bool) {
+func Apply(b *core.State, op *Op, now int64) (Result, bool) {
 	switch op.Kind {
 	case OpTryConsume:
 		ok := b.TryConsume(op.Tokens, now)
@@ -98,7 +100,7 @@ func (b *Bucket) Apply(op *Op, now int64) (Result, bool) {
 	case OpReserve:
 		w := b.Reserve(op.Tokens, op.MaxWait, now)
 		if w == maxWait {
-			return Result{Tokens: b.minCapacity(), Wait: w}, false
+			return Result{Tokens: minCapacity(&b.Config), Wait: w}, false
 		}
 		return Result{OK: true, Wait: w}, true
 	case OpReset:
@@ -107,7 +109,7 @@ func (b *Bucket) Apply(op *Op, now int64) (Result, bool) {
 	case OpAvailableTokens:
 		return Result{OK: true, Tokens: b.AvailableTokens(now)}, false
 	case OpReplaceConfiguration:
-		if op.Inheritance != InheritReset && b.Config.Equal(op.Config) && b.carriesOver() {
+		if op.Inheritance != core.InheritReset && b.Config.Equal(op.Config) && replacesItself(b) {
 			// the same configuration, nothing forced to cap: every strategy
 			// but reset leaves the refilled state as it is, so nothing to
 			// write (a front door that sends its limit with every batch pays

@@ -1,8 +1,9 @@
-package core
+package wire
 
 import (
 	"bytes"
 	"errors"
+	"github.com/bucketgrid/bucketgrid/core"
 	"math"
 	"reflect"
 	"slices"
@@ -10,22 +11,22 @@ import (
 	"time"
 )
 
-func procConfig(capacity int64) *Config {
-	return &Config{Bandwidths: []Bandwidth{Greedy(capacity, capacity, time.Minute).WithID("main")}}
+func procConfig(capacity int64) *core.Config {
+	return &core.Config{Bandwidths: []core.Bandwidth{core.Greedy(capacity, capacity, time.Minute).WithID("main")}}
 }
 
 // stored returns the bytes of a bucket of capacity, version and tokens at now.
 func storedBucket(t *testing.T, capacity, version, tokens, now int64) []byte {
 	t.Helper()
-	b := NewBucket(*procConfig(capacity), now)
+	b := core.NewState(*procConfig(capacity), now)
 	b.ConfigVersion = version
-	b.State[0].Size = tokens
-	return AppendBucket(nil, &b)
+	b.Bands[0].Size = tokens
+	return AppendState(nil, &b)
 }
 
-func decodeStored(t *testing.T, p []byte) Bucket {
+func decodeStored(t *testing.T, p []byte) core.State {
 	t.Helper()
-	b, err := DecodeBucket(p)
+	b, err := DecodeState(p)
 	if err != nil {
 		t.Fatalf("stored bytes: %v", err)
 	}
@@ -65,9 +66,9 @@ func TestProcessModes(t *testing.T) {
 		{"create-or-replace absent", nil, Request{Mode: ModeCreateOrReplace, Config: procConfig(10), ConfigVersion: 3, Ops: consume(1)},
 			StatusOK, true, true, 3, 10, 9},
 		{"create-or-replace upgrades", existing, Request{Mode: ModeCreateOrReplace, Config: procConfig(200), ConfigVersion: 6,
-			Inheritance: InheritProportionally, Ops: consume(1)}, StatusOK, true, true, 6, 200, 79},
+			Inheritance: core.InheritProportionally, Ops: consume(1)}, StatusOK, true, true, 6, 200, 79},
 		{"create-or-replace additive", existing, Request{Mode: ModeCreateOrReplace, Config: procConfig(200), ConfigVersion: 6,
-			Inheritance: InheritAdditive, Ops: consume(1)}, StatusOK, true, true, 6, 200, 139},
+			Inheritance: core.InheritAdditive, Ops: consume(1)}, StatusOK, true, true, 6, 200, 139},
 		{"create-or-replace never lowers the version", existing, Request{Mode: ModeCreateOrReplace, Config: procConfig(10),
 			ConfigVersion: 4, Ops: consume(1)}, StatusOK, true, true, 5, 100, 39},
 		{"create-or-replace same version keeps config", existing, Request{Mode: ModeCreateOrReplace, Config: procConfig(10),
@@ -110,31 +111,31 @@ func TestProcessModes(t *testing.T) {
 
 func TestProcessInvalidRequestWritesNothing(t *testing.T) {
 	existing := storedBucket(t, 100, 0, 40, 0)
-	bad := Config{Bandwidths: []Bandwidth{Greedy(0, 1, time.Second)}}
+	bad := core.Config{Bandwidths: []core.Bandwidth{core.Greedy(0, 1, time.Second)}}
 	tests := []struct {
 		name string
 		req  Request
 		want error
 	}{
-		{"no ops", Request{}, ErrNoOps},
-		{"too many ops", Request{Ops: make([]Op, MaxOps+1)}, ErrTooManyOps},
-		{"zero tokens", Request{Ops: consume(0)}, ErrTokens},
-		{"negative tokens", Request{Ops: []Op{{Kind: OpAddTokens, Tokens: -1}}}, ErrTokens},
-		{"unknown op", Request{Ops: []Op{{Kind: 200}}}, ErrUnknownOp},
-		{"zero op", Request{Ops: []Op{{}}}, ErrUnknownOp},
-		{"unknown mode", Request{Mode: 9, Ops: consume(1)}, ErrUnknownMode},
-		{"create without config", Request{Mode: ModeCreateIfAbsent, Ops: consume(1)}, ErrMissingConfig},
-		{"create with invalid config", Request{Mode: ModeCreateOrReplace, Config: &bad, Ops: consume(1)}, ErrCapacity},
-		{"negative version", Request{ConfigVersion: -1, Ops: consume(1)}, ErrNegativeVersion},
-		{"unknown inheritance", Request{Inheritance: 4, Ops: consume(1)}, ErrUnknownStrategy},
-		{"unknown expiry", Request{Expiry: Expiry{Kind: 3}, Ops: consume(1)}, ErrExpiry},
-		{"fixed expiry of zero", Request{Expiry: Expiry{Kind: ExpireFixed}, Ops: consume(1)}, ErrExpiry},
-		{"negative margin", Request{Expiry: Expiry{Kind: ExpireAfterRefill, Margin: -1}, Ops: consume(1)}, ErrExpiry},
-		{"negative max wait", Request{Ops: []Op{{Kind: OpReserve, Tokens: 1, MaxWait: -1}}}, ErrNegativeMaxWait},
-		{"replace without config", Request{Ops: []Op{{Kind: OpReplaceConfiguration}}}, ErrMissingConfig},
-		{"replace with invalid config", Request{Ops: []Op{{Kind: OpReplaceConfiguration, Config: &bad}}}, ErrCapacity},
-		{"replace unknown strategy", Request{Ops: []Op{{Kind: OpReplaceConfiguration, Config: procConfig(1), Inheritance: 7}}}, ErrUnknownStrategy},
-		{"a later op invalid", Request{Ops: []Op{{Kind: OpTryConsume, Tokens: 1}, {Kind: OpTryConsume}}}, ErrTokens},
+		{"no ops", Request{}, errNoOps},
+		{"too many ops", Request{Ops: make([]Op, MaxOps+1)}, errTooManyOps},
+		{"zero tokens", Request{Ops: consume(0)}, errTokens},
+		{"negative tokens", Request{Ops: []Op{{Kind: OpAddTokens, Tokens: -1}}}, errTokens},
+		{"unknown op", Request{Ops: []Op{{Kind: 200}}}, errUnknownOp},
+		{"zero op", Request{Ops: []Op{{}}}, errUnknownOp},
+		{"unknown mode", Request{Mode: 9, Ops: consume(1)}, errUnknownMode},
+		{"create without config", Request{Mode: ModeCreateIfAbsent, Ops: consume(1)}, errMissingConfig},
+		{"create with invalid config", Request{Mode: ModeCreateOrReplace, Config: &bad, Ops: consume(1)}, core.ErrCapacity},
+		{"negative version", Request{ConfigVersion: -1, Ops: consume(1)}, errNegativeVersion},
+		{"unknown inheritance", Request{Inheritance: 4, Ops: consume(1)}, core.ErrUnknownStrategy},
+		{"unknown expiry", Request{Expiry: Expiry{Kind: 3}, Ops: consume(1)}, errExpiry},
+		{"fixed expiry of zero", Request{Expiry: Expiry{Kind: ExpireFixed}, Ops: consume(1)}, errExpiry},
+		{"negative margin", Request{Expiry: Expiry{Kind: ExpireAfterRefill, Margin: -1}, Ops: consume(1)}, errExpiry},
+		{"negative max wait", Request{Ops: []Op{{Kind: OpReserve, Tokens: 1, MaxWait: -1}}}, errNegativeMaxWait},
+		{"replace without config", Request{Ops: []Op{{Kind: OpReplaceConfiguration}}}, errMissingConfig},
+		{"replace with invalid config", Request{Ops: []Op{{Kind: OpReplaceConfiguration, Config: &bad}}}, core.ErrCapacity},
+		{"replace unknown strategy", Request{Ops: []Op{{Kind: OpReplaceConfiguration, Config: procConfig(1), Inheritance: 7}}}, core.ErrUnknownStrategy},
+		{"a later op invalid", Request{Ops: []Op{{Kind: OpTryConsume, Tokens: 1}, {Kind: OpTryConsume}}}, errTokens},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,7 +168,7 @@ func TestProcessCorruptState(t *testing.T) {
 		"config record":     AppendConfig(nil, procConfig(1)),
 		"unknown version":   newer,
 		"version zero":      append([]byte{0}, good[1:]...),
-		"invalid bandwidth": AppendBucket(nil, &Bucket{Config: Config{Bandwidths: []Bandwidth{{Capacity: 1}}}, State: make([]BandState, 1)}),
+		"invalid bandwidth": AppendState(nil, &core.State{Config: core.Config{Bandwidths: []core.Bandwidth{{Capacity: 1}}}, Bands: make([]core.BandState, 1)}),
 	}
 	req := Request{Mode: ModeCreateOrReplace, Config: procConfig(10), ConfigVersion: 1, Ops: consume(1)}
 	for name, stored := range tests {
@@ -176,16 +177,16 @@ func TestProcessCorruptState(t *testing.T) {
 			if resp.Status != StatusCorruptState || changed || !bytes.Equal(out, stored) || resp.Results != nil {
 				t.Fatalf("status %v changed %v", resp.Status, changed)
 			}
-			if !errors.Is(resp.Err(), ErrCorruptState) {
+			if !errors.Is(resp.Err(), core.ErrCorruptState) {
 				t.Fatalf("Err() = %v", resp.Err())
 			}
 		})
 	}
 	// the unknown version is a typed error at the decoder
-	_, err := DecodeBucket(newer)
+	_, err := DecodeState(newer)
 	var de *DecodeError
 	if !errors.Is(err, ErrUnknownVersion) || !errors.As(err, &de) || de.Record != "bucket" {
-		t.Fatalf("DecodeBucket(version %d) = %v, want a *DecodeError wrapping ErrUnknownVersion", FormatVersion+1, err)
+		t.Fatalf("DecodeState(version %d) = %v, want a *DecodeError wrapping ErrUnknownVersion", FormatVersion+1, err)
 	}
 }
 
@@ -223,7 +224,7 @@ func TestProcessReconstruct(t *testing.T) {
 	})
 	t.Run("valid older version replaced as create-or-replace", func(t *testing.T) {
 		out, _, _ := Process(good, Request{Mode: ModeReconstruct, Config: procConfig(200), ConfigVersion: 6,
-			Inheritance: InheritProportionally, Ops: consume(1)}, now)
+			Inheritance: core.InheritProportionally, Ops: consume(1)}, now)
 		if b := decodeStored(t, out); b.ConfigVersion != 6 || b.Config.Bandwidths[0].Capacity != 200 {
 			t.Fatalf("version %d capacity %d, want 6 200", b.ConfigVersion, b.Config.Bandwidths[0].Capacity)
 		}
@@ -235,8 +236,8 @@ func TestProcessReconstruct(t *testing.T) {
 		}
 	})
 	t.Run("needs a configuration", func(t *testing.T) {
-		if err := (&Request{Mode: ModeReconstruct, Ops: consume(1)}).Validate(); !errors.Is(err, ErrMissingConfig) {
-			t.Fatalf("Validate() = %v, want ErrMissingConfig", err)
+		if err := (&Request{Mode: ModeReconstruct, Ops: consume(1)}).Validate(); !errors.Is(err, errMissingConfig) {
+			t.Fatalf("Validate() = %v, want errMissingConfig", err)
 		}
 	})
 }
@@ -244,13 +245,13 @@ func TestProcessReconstruct(t *testing.T) {
 // A bucket that starts above its capacity is never expired by
 // ExpireAfterRefill: re-created, it would hand out the surplus again.
 func TestProcessTTLInitialAboveCapacity(t *testing.T) {
-	cfg := &Config{Bandwidths: []Bandwidth{Greedy(10, 10, time.Minute).WithInitialTokens(50)}}
+	cfg := &core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 10, time.Minute).WithInitialTokens(50)}}
 	_, changed, resp := Process(nil, Request{Mode: ModeCreateIfAbsent, Config: cfg,
 		Expiry: Expiry{Kind: ExpireAfterRefill, Margin: int64(time.Second)}, Ops: consume(1)}, 0)
 	if !changed || resp.TTL != 0 {
 		t.Fatalf("changed %v TTL %v, want no TTL", changed, time.Duration(resp.TTL))
 	}
-	within := &Config{Bandwidths: []Bandwidth{Greedy(10, 10, time.Minute).WithInitialTokens(10)}}
+	within := &core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 10, time.Minute).WithInitialTokens(10)}}
 	if _, _, resp := Process(nil, Request{Mode: ModeCreateIfAbsent, Config: within,
 		Expiry: Expiry{Kind: ExpireAfterRefill, Margin: int64(time.Second)}, Ops: consume(1)}, 0); resp.TTL != int64(7*time.Second) {
 		t.Fatalf("initial tokens at capacity: TTL %v, want 7s", time.Duration(resp.TTL))
@@ -271,7 +272,7 @@ func TestProcessBatch(t *testing.T) {
 		{Kind: OpReserve, Tokens: 1, MaxWait: 0},           // refused
 		{Kind: OpAvailableTokens},
 		{Kind: OpReset},
-		{Kind: OpReplaceConfiguration, Config: procConfig(20), Inheritance: InheritAsIs},
+		{Kind: OpReplaceConfiguration, Config: procConfig(20), Inheritance: core.InheritAsIs},
 		{Kind: OpAvailableTokens},
 		{Kind: OpGetConfiguration},
 	}}
@@ -342,8 +343,8 @@ func TestProcessTTL(t *testing.T) {
 		})
 	}
 	// a bucket whose refill to full lies beyond int64 nanoseconds has no TTL
-	b := NewBucket(Config{Bandwidths: []Bandwidth{Greedy(2, 1, math.MaxInt64/2)}}, now)
-	stuck := AppendBucket(nil, &b)
+	b := core.NewState(core.Config{Bandwidths: []core.Bandwidth{core.Greedy(2, 1, math.MaxInt64/2)}}, now)
+	stuck := AppendState(nil, &b)
 	_, changed, resp := Process(stuck, Request{Expiry: Expiry{Kind: ExpireAfterRefill}, Ops: []Op{
 		{Kind: OpConsumeIgnoringRateLimits, Tokens: 2}, {Kind: OpConsumeIgnoringRateLimits, Tokens: 1}}}, now)
 	if !changed || !resp.Results[1].OK || resp.TTL != 0 {
@@ -366,16 +367,6 @@ func TestStatusStrings(t *testing.T) {
 			t.Errorf("status %d has no name", s)
 		}
 	}
-	for s := RefillGreedy; s <= numRefillStyles; s++ {
-		if s.String() == "" {
-			t.Errorf("style %d has no name", s)
-		}
-	}
-	for s := InheritProportionally; s <= numInheritances; s++ {
-		if s.String() == "" {
-			t.Errorf("inheritance %d has no name", s)
-		}
-	}
 }
 
 // TestReplaceBySameConfig: replacing a configuration by an equal one
@@ -384,24 +375,24 @@ func TestStatusStrings(t *testing.T) {
 // reset, or the bandwidths cannot take over from themselves (several
 // without an ID, which a replacement starts afresh).
 func TestReplaceBySameConfig(t *testing.T) {
-	named := Config{Bandwidths: []Bandwidth{Greedy(10, 10, time.Second).WithID("a"),
-		IntervallyAligned(100, 100, time.Minute, time.Unix(0, 0)).WithID("b")}}
-	anonymous := Config{Bandwidths: []Bandwidth{Greedy(10, 10, time.Second), Greedy(100, 100, time.Minute)}}
-	one := Config{Bandwidths: []Bandwidth{IntervallyAligned(100, 100, time.Minute, time.Unix(0, 0))}}
+	named := core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 10, time.Second).WithID("a"),
+		core.IntervallyAligned(100, 100, time.Minute, time.Unix(0, 0)).WithID("b")}}
+	anonymous := core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 10, time.Second), core.Greedy(100, 100, time.Minute)}}
+	one := core.Config{Bandwidths: []core.Bandwidth{core.IntervallyAligned(100, 100, time.Minute, time.Unix(0, 0))}}
 	for _, tc := range []struct {
 		name    string
-		cfg     Config
+		cfg     core.Config
 		force   bool
-		inherit TokensInheritance
+		inherit core.TokensInheritance
 		changed bool
 	}{
-		{"as-is", named, false, InheritAsIs, false},
-		{"additive", named, false, InheritAdditive, false},
-		{"proportionally", named, false, InheritProportionally, false},
-		{"one anonymous bandwidth", one, false, InheritAdditive, false},
-		{"reset", named, false, InheritReset, true},
-		{"forced tokens", named, true, InheritAdditive, true},
-		{"several anonymous bandwidths", anonymous, false, InheritAsIs, true},
+		{"as-is", named, false, core.InheritAsIs, false},
+		{"additive", named, false, core.InheritAdditive, false},
+		{"proportionally", named, false, core.InheritProportionally, false},
+		{"one anonymous bandwidth", one, false, core.InheritAdditive, false},
+		{"reset", named, false, core.InheritReset, true},
+		{"forced tokens", named, true, core.InheritAdditive, true},
+		{"several anonymous bandwidths", anonymous, false, core.InheritAsIs, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
@@ -421,18 +412,18 @@ func TestReplaceBySameConfig(t *testing.T) {
 			if tc.changed {
 				return
 			}
-			b, err := DecodeBucket(from)
+			b, err := DecodeState(from)
 			if err != nil {
 				t.Fatal(err)
 			}
 			b.Refill(now)
-			if !resp.Diagnostics.Bucket.Config.Equal(&b.Config) || !slices.Equal(resp.Diagnostics.Bucket.State, b.State) {
-				t.Fatalf("state %+v, want the refilled %+v", resp.Diagnostics.Bucket.State, b.State)
+			if !resp.Diagnostics.State.Config.Equal(&b.Config) || !slices.Equal(resp.Diagnostics.State.Bands, b.Bands) {
+				t.Fatalf("state %+v, want the refilled %+v", resp.Diagnostics.State.Bands, b.Bands)
 			}
 			// and exactly what a full replacement leaves
 			b.ReplaceConfiguration(cfg.Clone(), tc.inherit, now)
-			if !slices.Equal(resp.Diagnostics.Bucket.State, b.State) {
-				t.Fatalf("state %+v, want the replaced %+v", resp.Diagnostics.Bucket.State, b.State)
+			if !slices.Equal(resp.Diagnostics.State.Bands, b.Bands) {
+				t.Fatalf("state %+v, want the replaced %+v", resp.Diagnostics.State.Bands, b.Bands)
 			}
 		})
 	}

@@ -1,8 +1,9 @@
-package core
+package wire
 
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/bucketgrid/bucketgrid/core"
 	"strconv"
 	"time"
 )
@@ -61,7 +62,7 @@ const (
 	bandHasInitial = 1 << 1
 )
 
-func appendConfigBody(dst []byte, c *Config) []byte {
+func appendConfigBody(dst []byte, c *core.Config) []byte {
 	dst = putU(dst, uint64(len(c.Bandwidths)))
 	for i := range c.Bandwidths {
 		b := &c.Bandwidths[i]
@@ -76,7 +77,7 @@ func appendConfigBody(dst []byte, c *Config) []byte {
 		dst = putI(dst, b.Capacity)
 		dst = putI(dst, b.RefillTokens)
 		dst = putI(dst, int64(b.RefillPeriod))
-		if b.Style.aligned() {
+		if aligned(b.Style) {
 			dst = putI(dst, b.FirstRefill)
 		}
 		if b.HasInitialTokens {
@@ -89,11 +90,11 @@ func appendConfigBody(dst []byte, c *Config) []byte {
 	return dst
 }
 
-func appendBucketBody(dst []byte, b *Bucket) []byte {
+func appendBucketBody(dst []byte, b *core.State) []byte {
 	dst = appendConfigBody(dst, &b.Config)
 	dst = putI(dst, b.ConfigVersion)
-	for i := range b.State {
-		s := &b.State[i]
+	for i := range b.Bands {
+		s := &b.Bands[i]
 		dst = putI(dst, s.Size)
 		dst = putI(dst, s.LastRefill)
 		dst = putI(dst, s.RoundingError)
@@ -101,16 +102,16 @@ func appendBucketBody(dst []byte, b *Bucket) []byte {
 	return dst
 }
 
-func bucketSizeHint(b *Bucket) int { return 4 + len(b.State)*40 }
+func bucketSizeHint(b *core.State) int { return 4 + len(b.Bands)*40 }
 
 // AppendConfig appends the encoding of c to dst.
-func AppendConfig(dst []byte, c *Config) []byte {
+func AppendConfig(dst []byte, c *core.Config) []byte {
 	return appendConfigBody(append(dst, FormatVersion, tagConfig), c)
 }
 
-// AppendBucket appends the encoding of b (configuration, version and state)
+// AppendState appends the encoding of b (configuration, version and state)
 // to dst: the bytes executors store.
-func AppendBucket(dst []byte, b *Bucket) []byte {
+func AppendState(dst []byte, b *core.State) []byte {
 	return appendBucketBody(append(dst, FormatVersion, tagBucket), b)
 }
 
@@ -159,7 +160,7 @@ func AppendResponse(dst []byte, r *Response) []byte {
 	dst = putI(dst, r.TTL)
 	dst = putBool(dst, r.Diagnostics != nil)
 	if d := r.Diagnostics; d != nil {
-		dst = appendBucketBody(dst, &d.Bucket)
+		dst = appendBucketBody(dst, &d.State)
 		dst = putU(dst, uint64(len(d.Available)))
 		for _, a := range d.Available {
 			dst = putI(dst, a)
@@ -283,23 +284,23 @@ func (d *decoder) end() {
 	}
 }
 
-func (d *decoder) config() Config {
-	n := d.count(MaxBandwidths, 5)
+func (d *decoder) config() core.Config {
+	n := d.count(core.MaxBandwidths, 5)
 	if d.err != nil {
-		return Config{}
+		return core.Config{}
 	}
-	c := Config{Bandwidths: make([]Bandwidth, n)}
+	c := core.Config{Bandwidths: make([]core.Bandwidth, n)}
 	for i := range c.Bandwidths {
 		b := &c.Bandwidths[i]
-		b.Style = RefillStyle(d.byte())
+		b.Style = core.RefillStyle(d.byte())
 		flags := d.byte()
 		if flags&^(bandHasID|bandHasInitial) != 0 {
 			d.fail(ErrCorrupt, "unknown bandwidth flags")
 		}
 		b.Capacity = d.varint()
 		b.RefillTokens = d.varint()
-		b.RefillPeriod = durationOf(d.varint())
-		if b.Style.aligned() {
+		b.RefillPeriod = time.Duration(d.varint())
+		if aligned(b.Style) {
 			b.FirstRefill = d.varint()
 		}
 		if flags&bandHasInitial != 0 {
@@ -307,7 +308,7 @@ func (d *decoder) config() Config {
 			b.InitialTokens = d.varint()
 		}
 		if flags&bandHasID != 0 {
-			b.ID = d.str(MaxIDLen)
+			b.ID = d.str(core.MaxIDLen)
 			if b.ID == "" {
 				d.fail(ErrCorrupt, "empty id")
 			}
@@ -322,18 +323,18 @@ func (d *decoder) config() Config {
 	return c
 }
 
-func (d *decoder) bucket() Bucket {
-	b := Bucket{Config: d.config()}
+func (d *decoder) bucket() core.State {
+	b := core.State{Config: d.config()}
 	b.ConfigVersion = d.varint()
 	if d.err != nil {
-		return Bucket{}
+		return core.State{}
 	}
 	if b.ConfigVersion < 0 {
 		d.fail(ErrCorrupt, "negative configuration version")
 	}
-	b.State = make([]BandState, len(b.Config.Bandwidths))
-	for i := range b.State {
-		s := &b.State[i]
+	b.Bands = make([]core.BandState, len(b.Config.Bandwidths))
+	for i := range b.Bands {
+		s := &b.Bands[i]
 		s.Size = d.varint()
 		s.LastRefill = d.varint()
 		s.RoundingError = d.varint()
@@ -346,25 +347,25 @@ func (d *decoder) bucket() Bucket {
 
 // DecodeConfig decodes a record written by AppendConfig. Invalid
 // configurations are reported as corrupt.
-func DecodeConfig(p []byte) (Config, error) {
+func DecodeConfig(p []byte) (core.Config, error) {
 	d := decoder{b: p, record: "config"}
 	d.header(tagConfig)
 	c := d.config()
 	d.end()
 	if d.err != nil {
-		return Config{}, d.err
+		return core.Config{}, d.err
 	}
 	return c, nil
 }
 
-// DecodeBucket decodes a record written by AppendBucket.
-func DecodeBucket(p []byte) (Bucket, error) {
+// DecodeState decodes a record written by AppendState.
+func DecodeState(p []byte) (core.State, error) {
 	d := decoder{b: p, record: "bucket"}
 	d.header(tagBucket)
 	b := d.bucket()
 	d.end()
 	if d.err != nil {
-		return Bucket{}, d.err
+		return core.State{}, d.err
 	}
 	return b, nil
 }
@@ -382,7 +383,7 @@ func DecodeRequest(p []byte) (Request, error) {
 		r.Config = &c
 	}
 	r.ConfigVersion = d.varint()
-	r.Inheritance = TokensInheritance(d.byte())
+	r.Inheritance = core.TokensInheritance(d.byte())
 	r.Expiry.Kind = ExpiryKind(d.byte())
 	r.Expiry.Fixed = d.varint()
 	r.Expiry.Margin = d.varint()
@@ -395,7 +396,7 @@ func DecodeRequest(p []byte) (Request, error) {
 		o.Kind = OpKind(d.byte())
 		o.Tokens = d.varint()
 		o.MaxWait = d.varint()
-		o.Inheritance = TokensInheritance(d.byte())
+		o.Inheritance = core.TokensInheritance(d.byte())
 		if d.bool() {
 			c := d.config()
 			o.Config = &c
@@ -431,8 +432,8 @@ func DecodeResponse(p []byte) (Response, error) {
 	}
 	r.TTL = d.varint()
 	if d.bool() {
-		diag := Diagnostics{Bucket: d.bucket()}
-		m := d.count(MaxBandwidths, 1)
+		diag := core.Diagnostics{State: d.bucket()}
+		m := d.count(core.MaxBandwidths, 1)
 		if d.err == nil {
 			diag.Available = make([]int64, m)
 		}
