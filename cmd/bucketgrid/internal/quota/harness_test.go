@@ -86,6 +86,7 @@ func (f *fleet) step(d time.Duration) {
 	for _, e := range f.envoys {
 		e.report()
 	}
+	f.settle()
 	if p := f.srv.period; f.clk.Now()-f.start >= (f.ticks+1)*p {
 		f.ticks++
 		f.srv.tick(context.Background())

@@ -261,13 +261,25 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 		sb := st.subs[key]
 		if sb != nil {
 			sb.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), now, s.period)
+			if u.GetTimeElapsed().GetSeconds() > 0 {
+				continue
+			}
+			// under a second since the Envoy last reported it: the
+			// immediate report of a bucket it (re)created, perhaps after
+			// an abandon that crossed a report; answer it now, as new
+			sb.fresh = true
+			if sb.pool != nil {
+				byPool[sb.pool] = append(byPool[sb.pool], sb)
+			} else {
+				acts = append(acts, blanketAction(id, sb.b.kind == allowAll, s.opts.TTL))
+			}
 			continue
 		}
 		if len(st.subs) >= s.opts.MaxBuckets {
 			acts = append(acts, blanketAction(id, false, s.opts.TTL))
 			continue
 		}
-		sb = &sub{st: st, id: id, key: key, rate: -1, lastReport: now, lastActive: now}
+		sb = &sub{st: st, id: id, key: key, rate: -1, lastReport: now, lastSeen: now, lastActive: now}
 		st.subs[key] = sb
 		s.bindSub(sb, cfg)
 		if sb.pool != nil {
