@@ -379,6 +379,7 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.
 	}
 	epoch := r.epoch[p]
 	stored, ok := st.get(key, epoch, now)
+	var expiresAt int64 // of a state read from Olric: Unix ms, 0 for never
 	if !ok {
 		gr, err := m.dm.Get(ctx, key)
 		switch {
@@ -389,9 +390,15 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.
 			if stored, err = gr.Byte(); err != nil {
 				return outcome{kind: kindError, err: err}
 			}
+			expiresAt = gr.TTL()
 		}
 	}
 	newStored, changed, resp := wire.Process(stored, *req, m.cfg.Clock.Now())
+	if !ok && !changed && stored != nil {
+		if o, failed := m.replicate(ctx, st, key, stored, expiresAt, epoch); failed {
+			return o
+		}
+	}
 	if changed {
 		var err error
 		if resp.TTL > 0 {

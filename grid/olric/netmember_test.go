@@ -53,15 +53,27 @@ import (
 //	                  succeeds: "OUTAGE ms"
 //	LOAD p n s        4 goroutines check p0 … p(n-1) (TryConsume(1), each
 //	                  bounded by 2 s) for s seconds: "LOAD checks failed
-//	                  noquorum"
+//	                  noquorum admitted0 … admitted(n-1)"
+//	HAMMER key s      4 goroutines TryConsume(1) on key, a bucket of
+//	                  hammerCapacity refilling hammerRate a second, each
+//	                  check bounded by 2 s, for s seconds: "HAMMER admitted
+//	                  failed first-start-ns last-end-ns longest-gap-ms"
+//	                  (the gap between successive successful checks)
 //	SHRINKS           how many routing reads showed fewer members than the
 //	                  read before (hand-overs after a member was lost):
 //	                  "SHRINKS n"
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
-// netCapacity is the capacity of every bucket of the test-bed tests.
+// netCapacity is the capacity of every bucket of the test-bed tests, but
+// HAMMER's.
 const netCapacity = 1000
+
+// HAMMER's bucket: hammerCapacity tokens, hammerRate more a second.
+const (
+	hammerCapacity = 100
+	hammerRate     = 50
+)
 
 // netSpec is a test-bed member's configuration, passed in netMemberEnv.
 type netSpec struct {
@@ -162,6 +174,8 @@ func netMemberMain() int {
 			wg.Wait()
 			fmt.Println("GO", admitted.Load())
 		case "LOAD":
+			n := arg(2)
+			admitted := make([]atomic.Int64, n)
 			var checks, failed, noQuorum atomic.Int64
 			end := time.Now().Add(time.Duration(arg(3)) * time.Second)
 			var wg sync.WaitGroup
@@ -169,20 +183,68 @@ func netMemberMain() int {
 				wg.Go(func() {
 					for i := g; time.Now().Before(end); i++ {
 						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-						_, err := m.Execute(ctx, f[1]+strconv.Itoa(i%arg(2)), consumeReq(&cfg, 1))
+						resp, err := m.Execute(ctx, f[1]+strconv.Itoa(i%n), consumeReq(&cfg, 1))
 						cancel()
 						checks.Add(1)
-						if err != nil {
+						switch {
+						case err != nil:
 							failed.Add(1)
 							if errors.Is(err, ErrNoQuorum) {
 								noQuorum.Add(1)
 							}
+						case resp.Results[0].OK:
+							admitted[i%n].Add(1)
 						}
 					}
 				})
 			}
 			wg.Wait()
-			fmt.Println("LOAD", checks.Load(), failed.Load(), noQuorum.Load())
+			out := []string{"LOAD", strconv.FormatInt(checks.Load(), 10), strconv.FormatInt(failed.Load(), 10), strconv.FormatInt(noQuorum.Load(), 10)}
+			for i := range admitted {
+				out = append(out, strconv.FormatInt(admitted[i].Load(), 10))
+			}
+			fmt.Println(strings.Join(out, " "))
+		case "HAMMER":
+			// A bucket that refills: 100 tokens, 50 a second.
+			rcfg, _ := core.NewConfig(core.Greedy(hammerCapacity, hammerRate, time.Second))
+			var admitted, failed atomic.Int64
+			var mu sync.Mutex
+			var first, last time.Time
+			var lastOK time.Time
+			var gap time.Duration
+			end := time.Now().Add(time.Duration(arg(2)) * time.Second)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+						t0 := time.Now()
+						resp, err := m.Execute(ctx, f[1], consumeReq(&rcfg, 1))
+						t1 := time.Now()
+						cancel()
+						mu.Lock()
+						if first.IsZero() || t0.Before(first) {
+							first = t0
+						}
+						last = t1
+						if err == nil {
+							if !lastOK.IsZero() {
+								gap = max(gap, t1.Sub(lastOK))
+							}
+							lastOK = t1
+						}
+						mu.Unlock()
+						switch {
+						case err != nil:
+							failed.Add(1)
+						case resp.Results[0].OK:
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			fmt.Println("HAMMER", admitted.Load(), failed.Load(), first.UnixNano(), last.UnixNano(), gap.Milliseconds())
 		case "SHRINKS":
 			fmt.Println("SHRINKS", m.shrinks.Load())
 		case "CONSUME":
@@ -276,8 +338,8 @@ type netTimings struct {
 
 // startNetCluster starts one member on each of n hosts of a new test bed,
 // secured as in production (a CA, a certificate per host naming its
-// address, a gossip key, a password), all given host 0 as their peer, and
-// waits until each reads a routing table of n members.
+// address, a gossip key, a password), each given every host as its peers,
+// and waits until each reads a routing table of n members.
 func startNetCluster(t *testing.T, n int, tm netTimings) *netCluster {
 	t.Helper()
 	if testing.Short() {
@@ -294,21 +356,24 @@ func startNetCluster(t *testing.T, n int, tm netTimings) *netCluster {
 	if tm.Refresh == 0 {
 		tm.Refresh, tm.Lease, tm.Grace = d.RoutingRefresh, d.RoutingLease, d.HandoverGrace
 	}
-	seed := net.JoinHostPort(bed.Hosts[0].Addr, strconv.Itoa(netPort+2))
+	// Every member is given every host, as in production: members started
+	// together form one cluster, and a member restarted later joins the
+	// others whichever it is.
+	var peers []string
+	for _, h := range bed.Hosts {
+		peers = append(peers, net.JoinHostPort(h.Addr, strconv.Itoa(netPort+2)))
+	}
 	for _, h := range bed.Hosts {
 		cert, key, caFile := ca.hostFiles(t, h.Addr)
 		s := netSpec{
-			Addr: h.Addr, Peers: []string{seed}, Cert: cert, Key: key, CA: caFile,
+			Addr: h.Addr, Peers: peers, Cert: cert, Key: key, CA: caFile,
 			Gossip: gossip, Password: password, Replicas: tm.Replicas, Env: tm.Env,
 			Refresh: tm.Refresh, Lease: tm.Lease, Grace: tm.Grace, LeaveTimeout: time.Second, Quorum: tm.Quorum,
 		}
 		c.specs = append(c.specs, s)
 		c.start(t, h.Index)
-		if h.Index == 0 {
-			c.kids[0].expect(t, "UP")
-		}
 	}
-	for _, k := range c.kids[1:] {
+	for _, k := range c.kids {
 		k.expect(t, "UP")
 	}
 	c.wait(t, n, c.kids...)

@@ -2,6 +2,7 @@ package olric
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,7 +22,12 @@ type routes struct {
 	// it in the read before this member acquired it ("" when unknown):
 	// proof that it died ends the guard early (see skipGuards).
 	from []string
-	// epoch[p] changes whenever this member (re)acquires partition p; a
+	// backups[p] names partition p's backup owners, for a partition this
+	// member owns.
+	backups []string
+	// epoch[p] changes whenever this member (re)acquires partition p or p's
+	// backups change (so a read-only bucket is written again, see
+	// replicate); a
 	// cached bucket state is valid only under the epoch it was read in.
 	epoch []uint64
 	// members is the number of distinct owners.
@@ -70,6 +76,7 @@ func (m *Member) refresh(ctx context.Context) error {
 		start:      start,
 		guardUntil: make([]int64, n),
 		from:       make([]string, n),
+		backups:    make([]string, n),
 		epoch:      make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
@@ -82,6 +89,9 @@ func (m *Member) refresh(ctx context.Context) error {
 			o := r.PrimaryOwners[len(r.PrimaryOwners)-1]
 			nr.owners[p] = o
 			distinct[o] = struct{}{}
+			if o == m.name {
+				nr.backups[p] = strings.Join(r.ReplicaOwners, ",")
+			}
 		}
 	}
 	nr.members = len(distinct)
@@ -114,6 +124,9 @@ func (m *Member) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = prev.guardUntil[p]
 			nr.epoch[p] = prev.epoch[p]
 			nr.from[p] = prev.from[p]
+			if nr.backups[p] != prev.backups[p] {
+				nr.epoch[p] = m.epochs.Add(1)
+			}
 		}
 	}
 	m.skipGuards(nr, distinct, returned)
