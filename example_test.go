@@ -77,7 +77,7 @@ func ExampleLocal_ConsumeIgnoringRateLimits() {
 	// Output: 2h0m0s
 }
 
-// A per-client limiter, as the Spring Boot article builds with a Caffeine
+// A per-client limiter, as a Spring Boot service builds one with a Caffeine
 // cache: each client key gets its own bucket from its plan, at most 100 000
 // buckets are kept, and those idle for 10 minutes are dropped.
 func ExampleLocalMap() {

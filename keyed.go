@@ -16,7 +16,7 @@ import (
 )
 
 // LocalMap is a bounded, idle-expiring map of local buckets, one per client
-// key: the in-process per-client limiter (what the Spring Boot article does
+// key: the in-process per-client limiter (what a Spring Boot service does
 // with a Caffeine cache of Bucket4j buckets). It is safe for concurrent use;
 // looking up an existing bucket takes no lock and does not allocate.
 //
@@ -101,7 +101,7 @@ const inlineKey = 24
 const sharedConfigs = 8
 
 // DefaultMaxEntries is the bound of a LocalMap without WithMaxEntries, the
-// size of the Spring Boot article's cache.
+// size of a typical Spring Boot service's Caffeine cache.
 const DefaultMaxEntries = 100_000
 
 // evictionSample is how many entries an insertion into a full shard looks at.
@@ -111,9 +111,9 @@ const evictionSample = 16
 // key's first lookup, from configFor(key): per-client plans come from there.
 // It takes the options WithClock (the clock of the buckets and of idle
 // expiry), WithListener (of every bucket), WithMaxEntries and
-// WithIdleTimeout, and panics on any other.
-func NewLocalMap(configFor func(key string) (core.Config, error), opts ...Option) *LocalMap {
-	o := collect("NewLocalMap", localMapOptions, opts)
+// WithIdleTimeout.
+func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalMapOption) *LocalMap {
+	o := collect(opts, LocalMapOption.applyLocalMap)
 	// shards: a power of two, at most 256, each holding at least 16 entries
 	// when the bound allows it.
 	nshards := 256
@@ -328,10 +328,10 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 	} else {
 		e.key = strings.Clone(key) // never pin a caller's larger buffer
 	}
-	e.b = core.NewBucket(m.share(cfg), now)
-	if len(e.b.State) == 1 {
-		e.st[0] = e.b.State[0]
-		e.b.State = e.st[:]
+	e.b = core.NewState(m.share(cfg), now)
+	if len(e.b.Bands) == 1 {
+		e.st[0] = e.b.Bands[0]
+		e.b.Bands = e.st[:]
 	}
 
 	var got *mapEntry

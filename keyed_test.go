@@ -16,16 +16,16 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
-// perClient is the Spring Boot article's plan: 10 requests per minute,
+// perClient is a typical Spring Boot plan: 10 requests per minute,
 // refilled intervally.
 func perClient(string) (core.Config, error) {
 	return core.NewConfig(core.Intervally(10, 10, time.Minute))
 }
 
-func newTestMap(t *testing.T, opts ...Option) (*LocalMap, *clock.Fake) {
+func newTestMap(t *testing.T, opts ...LocalMapOption) (*LocalMap, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(t0)
-	return NewLocalMap(perClient, append([]Option{WithClock(clk)}, opts...)...), clk
+	return NewLocalMap(perClient, append([]LocalMapOption{WithClock(clk)}, opts...)...), clk
 }
 
 func TestLocalMapPerClient(t *testing.T) {
@@ -40,7 +40,7 @@ func TestLocalMapPerClient(t *testing.T) {
 	if err != nil || p.Consumed || p.WaitForRefill != time.Minute {
 		t.Fatalf("11th request of client A = %+v, %v; want a rejection with a 1m wait", p, err)
 	}
-	// every client has its own bucket (the article's shared-bucket bug)
+	// every client has its own bucket (a naive limiter's shared-bucket bug)
 	p, _ = m.TryConsumeAndReturnRemaining(ctx, "10.0.0.2", 1)
 	if !p.Consumed || p.Remaining != 9 {
 		t.Fatalf("client B = %+v, want consumed with 9 remaining", p)

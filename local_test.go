@@ -45,20 +45,20 @@ func TestNewLocalValidates(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  core.Config
-		opts []Option
+		opts []LocalOption
 		want error // nil: valid
 	}{
 		{"no bandwidths", core.Config{}, nil, core.ErrNoBandwidths},
 		{"zero capacity", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(0, 1, time.Second)}}, nil, core.ErrCapacity},
 		{"too fast", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 2, time.Nanosecond)}}, nil, core.ErrRefillTooFast},
 		{"aligned on monotonic clock", aligned, nil, core.ErrNeedsWallClock},
-		{"aligned on explicit monotonic clock", aligned, []Option{WithClock(clock.Monotonic())}, core.ErrNeedsWallClock},
-		{"aligned on wall clock", aligned, []Option{WithClock(clock.Wall())}, nil},
-		{"aligned on millis clock", aligned, []Option{WithClock(clock.WallMillis())}, nil},
-		{"aligned on fake clock", aligned, []Option{WithClock(clock.NewFake(t0))}, nil},
+		{"aligned on explicit monotonic clock", aligned, []LocalOption{WithClock(clock.Monotonic())}, core.ErrNeedsWallClock},
+		{"aligned on wall clock", aligned, []LocalOption{WithClock(clock.Wall())}, nil},
+		{"aligned on millis clock", aligned, []LocalOption{WithClock(clock.WallMillis())}, nil},
+		{"aligned on fake clock", aligned, []LocalOption{WithClock(clock.NewFake(t0))}, nil},
 		{"greedy on default clock", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}}, nil, nil},
 		{"nil clock and listener", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}},
-			[]Option{WithClock(nil), WithListener(nil)}, nil},
+			[]LocalOption{WithClock(nil), WithListener(nil)}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,7 +88,7 @@ func TestNewLocalCopiesConfig(t *testing.T) {
 	}
 	bws[0].Capacity = 1000
 	d, _ := l.Diagnose(context.Background())
-	if got := d.Bucket.Config.Bandwidths[0].Capacity; got != 10 {
+	if got := d.State.Config.Bandwidths[0].Capacity; got != 10 {
 		t.Fatalf("capacity after the caller changed its slice = %d, want 10", got)
 	}
 }
@@ -251,10 +251,10 @@ func TestLocalOperations(t *testing.T) {
 		}},
 		{"diagnose", func(t *testing.T) {
 			d, err := l.Diagnose(ctx)
-			if err != nil || len(d.Available) != 1 || d.Available[0] != 8 || d.Bucket.Config.Bandwidths[0].Style != core.RefillIntervallyAligned {
+			if err != nil || len(d.Available) != 1 || d.Available[0] != 8 || d.State.Config.Bandwidths[0].Style != core.RefillIntervallyAligned {
 				t.Fatalf("Diagnose = %+v, %v", d, err)
 			}
-			d.Bucket.State[0].Size = 1000 // a copy: must not reach the bucket
+			d.State.Bands[0].Size = 1000 // a copy: must not reach the bucket
 			if got := available(t, l); got != 8 {
 				t.Fatalf("Diagnose snapshot aliases the bucket: %d", got)
 			}

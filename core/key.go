@@ -1,7 +1,6 @@
 package core
 
 import (
-	"encoding/base64"
 	"errors"
 	"strconv"
 	"unicode/utf8"
@@ -80,7 +79,30 @@ func DigestKey(key string) string {
 	sum := sha256Sum(key)
 	b := make([]byte, 1, DigestKeyLen)
 	b[0] = DigestMarker
-	return string(base64.RawURLEncoding.AppendEncode(b, sum[:]))
+	return string(appendBase64URL(b, sum[:]))
+}
+
+// base64URL is the alphabet of RFC 4648 §5.
+const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// appendBase64URL appends the unpadded base64url encoding of p: what
+// encoding/base64's RawURLEncoding gives, without that package (5 KB of
+// the .wasm).
+func appendBase64URL(dst, p []byte) []byte {
+	for len(p) >= 3 {
+		v := uint(p[0])<<16 | uint(p[1])<<8 | uint(p[2])
+		dst = append(dst, base64URL[v>>18&63], base64URL[v>>12&63], base64URL[v>>6&63], base64URL[v&63])
+		p = p[3:]
+	}
+	switch len(p) {
+	case 2:
+		v := uint(p[0])<<16 | uint(p[1])<<8
+		dst = append(dst, base64URL[v>>18&63], base64URL[v>>12&63], base64URL[v>>6&63])
+	case 1:
+		v := uint(p[0]) << 16
+		dst = append(dst, base64URL[v>>18&63], base64URL[v>>12&63])
+	}
+	return dst
 }
 
 // FitKey maps a client's key to a key a backend with a length limit of

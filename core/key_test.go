@@ -2,6 +2,7 @@ package core
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -112,7 +113,7 @@ func TestFitKey(t *testing.T) {
 	}
 }
 
-// TestFitKeyDigestCannotPose is the attack of issue 11: a short header value
+// TestFitKeyDigestCannotPose is the attack of a key posing as a digest: a short header value
 // equal to a long key's digest must not land in that long key's bucket.
 func TestFitKeyDigestCannotPose(t *testing.T) {
 	const maxLen = 64
@@ -211,4 +212,16 @@ func ExampleFitKey() {
 	// client-42 true
 	// 44 # false
 	// bucketgrid: invalid key sha256:3654483f6838(9 bytes): longer than 8 bytes
+}
+
+func TestAppendBase64URL(t *testing.T) {
+	p := make([]byte, 70)
+	for i := range p {
+		p[i] = byte(i*37 + 11)
+	}
+	for n := range len(p) {
+		if got, want := string(appendBase64URL(nil, p[:n])), base64.RawURLEncoding.EncodeToString(p[:n]); got != want {
+			t.Fatalf("%d bytes: %q, want %q", n, got, want)
+		}
+	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/httplimit"
 )
 
-// The Spring Boot article's API in Go: 10 requests a minute per client IP,
+// A Spring Boot rate-limited API in Go: 10 requests a minute per client IP,
 // refilled at once each minute, health checks unlimited. A fake clock makes
 // the output exact.
 func ExampleNew() {

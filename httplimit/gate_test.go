@@ -21,7 +21,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/internal/storetest"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -234,7 +234,7 @@ func TestFailuresThatAreNotOutagesNeverFailOpen(t *testing.T) {
 // corrupt records the tests count instead.
 var quiet = bucketgrid.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
 
-// TestCorruptRecordReconstructedBehindMiddleware: the scenario, a
+// TestCorruptRecordReconstructedBehindMiddleware: a
 // corrupt record under a 2-per-hour limit, no longer serves 50 of 50: under
 // RecoveryReconstruct (the default) the record is replaced and 2 are served.
 func TestCorruptRecordReconstructedBehindMiddleware(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,7 +70,7 @@ func get(h http.Handler, remote, path string) *httptest.ResponseRecorder {
 	return w
 }
 
-// The Spring article's shared-bucket bug: every client must get its own
+// The shared-bucket bug of a naive Spring Boot limiter: every client must get its own
 // bucket, created fresh.
 func TestPerClientIsolation(t *testing.T) {
 	for _, src := range sources {
@@ -152,7 +153,7 @@ type expected struct {
 	xRemaining string
 }
 
-func expect(ref *core.Bucket, now int64) expected {
+func expect(ref *core.State, now int64) expected {
 	p := ref.TryConsumeAndReturnRemaining(1, now)
 	c := ref.Clone()
 	d := c.Diagnose(now)
@@ -171,8 +172,8 @@ func expect(ref *core.Bucket, now int64) expected {
 		}
 		secs := int64(0)
 		if want > 0 {
-			one := core.Bucket{Config: core.Config{Bandwidths: bws[i : i+1]},
-				State: []core.BandState{d.Bucket.State[i]}}
+			one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]},
+				Bands: []core.BandState{d.State.Bands[i]}}
 			for secs = 1; one.AvailableTokens(now+secs*int64(time.Second)) < want; secs++ {
 			}
 		}
@@ -201,7 +202,7 @@ func TestHeadersExact(t *testing.T) {
 		policy string
 	}{
 		{"greedy, no id", []core.Bandwidth{core.Greedy(10, 10, time.Minute)}, `"default";q=10;w=60`},
-		{"intervally (the Spring article)", []core.Bandwidth{core.Intervally(10, 10, time.Minute).WithID("minute")}, `"minute";q=10;w=60`},
+		{"intervally (a Spring Boot plan)", []core.Bandwidth{core.Intervally(10, 10, time.Minute).WithID("minute")}, `"minute";q=10;w=60`},
 		{"fractional window", []core.Bandwidth{core.Greedy(3, 2, 1500*time.Millisecond).WithID("odd")}, `"odd";q=3;w=3`},
 		{"burst and hourly", []core.Bandwidth{
 			core.Greedy(5, 1, 2*time.Second).WithID("burst"),
@@ -221,7 +222,7 @@ func TestHeadersExact(t *testing.T) {
 				cfg := config(t, tt.bws...)
 				clock := clock.NewFake(t0)
 				h := New(src.build(StaticPlan(cfg), clock), WithHeaders(IETFHeaders|XRateLimitHeaders)).Handler(ok)
-				ref := core.NewBucket(cfg.Clone(), clock.Now())
+				ref := core.NewState(cfg.Clone(), clock.Now())
 				var limited int
 				for i, d := range steps {
 					clock.Advance(d)
@@ -278,7 +279,7 @@ func TestRetryAfterNeverEarly(t *testing.T) {
 	cfg := config(t, core.Greedy(3, 1, 700*time.Millisecond).WithID("b"))
 	clock := clock.NewFake(t0)
 	h := New(NewLocal(StaticPlan(cfg), WithClock(clock))).Handler(ok)
-	ref := core.NewBucket(cfg.Clone(), clock.Now())
+	ref := core.NewState(cfg.Clone(), clock.Now())
 	checked := 0
 	for i := range 400 {
 		clock.Advance(time.Duration(i%7) * 37 * time.Millisecond)
@@ -359,7 +360,7 @@ func TestMinimumOnly(t *testing.T) {
 	cfg := config(t, core.Greedy(5, 1, time.Second).WithID("burst"), core.Intervally(20, 20, time.Hour).WithID("hourly"))
 	clock := clock.NewFake(t0)
 	h := New(sources[2].build(StaticPlan(cfg), clock)).Handler(ok)
-	ref := core.NewBucket(cfg.Clone(), clock.Now())
+	ref := core.NewState(cfg.Clone(), clock.Now())
 	for i := range 7 {
 		p := ref.TryConsumeAndReturnRemaining(1, clock.Now())
 		w := get(h, "198.51.100.1:1", "/")
@@ -538,30 +539,52 @@ func TestSpoofingThroughMiddleware(t *testing.T) {
 	}
 }
 
-// TestOptionsPanicWhereTheyDoNotApply: an option a constructor does not
-// take is never silently ignored.
-func TestOptionsPanicWhereTheyDoNotApply(t *testing.T) {
-	plan := StaticPlan(core.Config{})
-	cases := []struct {
-		name, want string
-		f          func()
+// TestOptionsTakenOnlyWhereTheyApply: each option is of a type that only
+// the constructors taking it accept, so that giving it to another one is a
+// compile error, and not even a type assertion turns it into an option of
+// another constructor.
+func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
+	kinds := []struct {
+		name string
+		typ  reflect.Type
 	}{
-		{"New", "New does not take WithMaxClients, WithBucketOptions",
-			func() { New(NewLocal(plan), WithMaxClients(3), WithBucketOptions()) }},
-		{"NewLocal", "NewLocal does not take WithTimeout",
-			func() { NewLocal(plan, WithClock(nil), WithTimeout(time.Second)) }},
-		{"NewManaged", "NewManaged does not take WithKey, WithIdleTimeout",
-			func() { NewManaged(nil, plan, WithKey(nil), WithIdleTimeout(time.Second)) }},
+		{"New", reflect.TypeFor[Option]()},
+		{"NewLocal", reflect.TypeFor[LocalOption]()},
+		{"NewManaged", reflect.TypeFor[ManagedOption]()},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				if s, _ := r.(string); !strings.Contains(s, c.want) {
-					t.Fatalf("panic %v, want one saying %q", r, c.want)
+	tests := []struct {
+		name  string
+		opt   any
+		takes []string
+	}{
+		{"WithKey", WithKey(nil), []string{"New"}},
+		{"WithCost", WithCost(nil), []string{"New"}},
+		{"WithSkip", WithSkip(nil), []string{"New"}},
+		{"WithExcept", WithExcept("/x"), []string{"New"}},
+		{"WithOnly", WithOnly("/x"), []string{"New"}},
+		{"WithHeaders", WithHeaders(IETFHeaders), []string{"New"}},
+		{"WithTimeout", WithTimeout(time.Second), []string{"New"}},
+		{"WithFailOpen", WithFailOpen(true), []string{"New"}},
+		{"WithErrorHook", WithErrorHook(nil), []string{"New"}},
+		{"WithProblemType", WithProblemType("about:blank"), []string{"New"}},
+		{"WithClock", WithClock(nil), []string{"NewLocal", "NewManaged"}},
+		{"WithMaxClients", WithMaxClients(3), []string{"NewLocal"}},
+		{"WithIdleTimeout", WithIdleTimeout(time.Second), []string{"NewLocal"}},
+		{"WithBucketOptions", WithBucketOptions(), []string{"NewManaged"}},
+		{"WithDegrade", WithDegrade(bucketgrid.Degrade{}), []string{"NewManaged"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, k := range kinds {
+				if k.typ.Kind() == reflect.Interface && reflect.TypeOf(tt.opt).Implements(k.typ) ||
+					reflect.TypeOf(tt.opt) == k.typ {
+					got = append(got, k.name)
 				}
-			}()
-			c.f()
+			}
+			if !reflect.DeepEqual(got, tt.takes) {
+				t.Fatalf("%s is an option of %v, want %v", tt.name, got, tt.takes)
+			}
 		})
 	}
 }
@@ -576,7 +599,7 @@ func TestManagedReportsConfigVersion(t *testing.T) {
 	for _, tc := range []struct {
 		asked, want int64
 	}{{0, 0}, {3, 3}, {2, 3}} { // a handle asking for 2 meets the stored 3
-		var opts []Option
+		var opts []ManagedOption
 		if tc.asked > 0 {
 			opts = append(opts, WithBucketOptions(bucketgrid.WithConfigVersion(tc.asked, core.InheritAsIs)))
 		}

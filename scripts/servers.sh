@@ -67,8 +67,8 @@ stop_one() { # PIDFILE BINARY
 # stamp of the sources a binary is built from; a change forces a rebuild.
 stamp() { cat "$tools/go.mod" "$tools/go.sum" "$@" 2>/dev/null | cksum | cut -d' ' -f1; }
 
-# The envoyproxy/ratelimit commit the peer is built from (see
-# /work/shared/facts/envoy-ratelimit.md): the newest the module proxy serves.
+# The envoyproxy/ratelimit commit the peer is built from: the newest the
+# module proxy served when it was pinned.
 ratelimit_version=v1.4.1-0.20260122083618-3fb702589d36
 
 build() {

@@ -25,7 +25,7 @@ type memoryPair struct {
 	config bucketgrid.ConfigFunc
 }
 
-func newMemoryPair(e *env, name string, opts ...bucketgrid.Option) *memoryPair {
+func newMemoryPair(e *env, name string, opts ...bucketgrid.ManagerOption) *memoryPair {
 	p := &memoryPair{e: e, config: staticConfig(core.Greedy(10, 10, time.Hour))}
 	p.ea = cas.New(e.store, cas.WithClock(e.now()), cas.WithRetry(kitRetry()))
 	p.bm = bucketgrid.NewManager(cas.New(e.store, cas.WithClock(e.now()), cas.WithRetry(kitRetry())), opts...)
@@ -91,7 +91,7 @@ func checkMemoryNeverDecides(e *env) {
 	p.must("B's ReplaceConfiguration", p.b.ReplaceConfiguration(ctx, cfg, core.InheritAsIs))
 	d, err := p.a.Diagnose(ctx)
 	p.must("A's Diagnose", err)
-	if c := d.Bucket.Config.Bandwidths[0].Capacity; c != 50 {
+	if c := d.State.Config.Bandwidths[0].Capacity; c != 50 {
 		e.Errorf("after B replaced the configuration (capacity 50), A's diagnostics show capacity %d: answered from memory", c)
 	}
 	if e.cfg.noDelete == "" {

@@ -26,12 +26,12 @@ var executorChecks = []check{
 
 // handles returns one handle per executor on key, each through its own
 // Manager, as separate nodes would hold them.
-func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.Option) []*bucketgrid.Handle {
+func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
 	return e.handlesOf(key, cfg, nil, opts...)
 }
 
 // handlesOf is handles with Managers made with managerOpts.
-func (e *env) handlesOf(key string, cfg bucketgrid.ConfigFunc, managerOpts []bucketgrid.Option, opts ...bucketgrid.Option) []*bucketgrid.Handle {
+func (e *env) handlesOf(key string, cfg bucketgrid.ConfigFunc, managerOpts []bucketgrid.ManagerOption, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
 	hs := make([]*bucketgrid.Handle, len(e.execs))
 	for i, x := range e.execs {
 		hs[i] = bucketgrid.NewManager(x, managerOpts...).Bucket(key, cfg, opts...)
@@ -66,7 +66,7 @@ func checkSameResults(e *env) {
 		}
 		hcl, lcl := new(bucketgrid.CountingListener), new(bucketgrid.CountingListener)
 		hs := e.handlesOf(e.key(fmt.Sprintf("model-%d", ci)), staticConfig(mc.bws...),
-			[]bucketgrid.Option{bucketgrid.WithClock(e.clock), bucketgrid.WithListener(hcl)})
+			[]bucketgrid.ManagerOption{bucketgrid.WithClock(e.clock), bucketgrid.WithListener(hcl)})
 		rng := rand.New(rand.NewPCG(uint64(ci), 42))
 		lclk := clock.NewFake(start)
 		var local *bucketgrid.Local
@@ -118,7 +118,7 @@ func checkSameResults(e *env) {
 			case 12, 13:
 				both(func(b bucketgrid.Bucket) string {
 					p, d, err := b.TryConsumeAndReturnRemainingVerbose(e.ctx, n)
-					return fmt.Sprint(p, d.Available, d.TimeToFull, d.Bucket.State, err)
+					return fmt.Sprint(p, d.Available, d.TimeToFull, d.State.Bands, err)
 				})
 			}
 			got += fmt.Sprintf("; events %d consumed, %d rejected, %v parked", hcl.Consumed(), hcl.Rejected(), hcl.Parked())
@@ -144,7 +144,7 @@ func checkSameResults(e *env) {
 	for _, s := range []core.TokensInheritance{core.InheritProportionally, core.InheritAsIs, core.InheritReset, core.InheritAdditive} {
 		h := e.handles(e.key("replace-"+s.String()), staticConfig(old.Bandwidths...))[0]
 		now := e.clock.Now()
-		model := core.NewBucket(old.Clone(), now)
+		model := core.NewState(old.Clone(), now)
 		if _, err := h.TryConsume(e.ctx, 60); err != nil {
 			e.Fatalf("%v: %v", s, err)
 		}

@@ -42,8 +42,10 @@ type Config struct {
 	FailureMode string `json:"failure_mode,omitempty"`
 	// TableFull decides what happens to a new client when every slot its
 	// probes reach holds a live bucket of another client: "evict_oldest"
-	// (the default) evicts the probed bucket closest to full, whose client
-	// starts again from a full bucket; "reject" answers 429 with Retry-After
+	// (the default) evicts the probed bucket closest to full (the largest
+	// share of capacity in its emptiest bandwidth; a spent bucket only when
+	// every probed one is spent), whose client starts again from a full
+	// bucket; "reject" answers 429 with Retry-After
 	// the time until a probed bucket frees its slot; "allow" lets the
 	// request through unlimited. Each case is counted (see Metrics).
 	TableFull string `json:"table_full,omitempty"`
@@ -109,8 +111,9 @@ type MatchConfig struct {
 // PathConfig says how the filter reads :path.
 type PathConfig struct {
 	// Normalize (default true) matches and keys on the normalised path:
-	// query cut off, escapes of unreserved characters decoded, "//" collapsed,
-	// "." and ".." resolved. false uses the raw :path, query included.
+	// query cut off, escapes of unreserved characters decoded, path
+	// parameters (";" to the end of a segment) cut off, "//" collapsed, "."
+	// and ".." resolved. false uses the raw :path, query included.
 	Normalize *bool `json:"normalize,omitempty"`
 	// IgnoreCase lower-cases the path (and the prefixes) before matching and
 	// keying, for upstreams that treat /API and /api alike.
@@ -318,8 +321,12 @@ func (c *Config) compile() (*settings, error) {
 			return nil, err
 		}
 		for j := range s.policies {
-			if s.policies[j].name == p.name {
-				return nil, configErr(at+".name", strconv.Quote(p.name)+": also the name of policies["+strconv.Itoa(j)+"]")
+			if s.policies[j].metrics.collides(&p.metrics) {
+				why := ": also the name of policies["
+				if s.policies[j].name != p.name {
+					why = ": '.' becomes '_' in metric names: the name of policies["
+				}
+				return nil, configErr(at+".name", strconv.Quote(p.name)+why+strconv.Itoa(j)+"]")
 			}
 		}
 		s.policies = append(s.policies, p)

@@ -209,6 +209,8 @@ func TestConfigErrors(t *testing.T) {
 		{`{"policies": []}`, `policies: none: want 1 to 16`},
 		{`{"policies": [{"name": "a b", ` + bw + `}]}`, `policies[0].name: "a b": want 1 to 64 characters of [A-Za-z0-9_.-]`},
 		{`{"policies": [{"name": "a", ` + bw + `}, {"name": "a", ` + bw + `}]}`, `policies[1].name: "a": also the name of policies[0]`},
+		{`{"policies": [{"name": "a.b", ` + bw + `}, {"name": "a_b", ` + bw + `}]}`, `policies[1].name: "a_b": '.' becomes '_' in metric names: the name of policies[0]`},
+		{`{"policies": [{"name": "x", ` + bw + `}, {"name": "a_b.c", ` + bw + `}, {"name": "a.b_c", ` + bw + `}]}`, `policies[2].name: "a.b_c": '.' becomes '_' in metric names: the name of policies[1]`},
 		{`{"failure_mode": "maybe", "policies": [{"name": "a", ` + bw + `}]}`, `failure_mode: "maybe": want "open" or "closed"`},
 		{`{"table_full": "drop", "policies": [{"name": "a", ` + bw + `}]}`, `table_full: "drop": want "evict_oldest", "reject" or "allow"`},
 		{`{"max_attempts": 1001, "policies": [{"name": "a", ` + bw + `}]}`, `max_attempts: 1001: want 1 to 1000`},

@@ -1,5 +1,5 @@
 // Package wasmfilter is the bucketgrid rate limiter as an Envoy HTTP filter
-// on proxy-wasm ABI 0.2.1: the same core.Process and cas.Executor as every
+// on proxy-wasm ABI 0.2.1: the same wire.Process and cas.Executor as every
 // other backend, with its state in proxy-wasm shared data.
 //
 // # Building and loading
@@ -10,7 +10,7 @@
 // later loads it with envoy.filters.http.wasm; examples/envoy has an
 // envoy.yaml. The module imports only what Envoy provides (a test asserts the
 // list). Each worker thread compiles its own VM of it, so it is kept under
-// 3 MB (2,988,593 bytes; tests hold the size and the package list): the
+// 3 MB (a test holds the size and the package list): the
 // plugin configuration is read by a small JSON reader of this package rather
 // than encoding/json, whose reflection would make up a fifth of the module,
 // and core, cas and this package use neither fmt (with reflect and os,
@@ -28,9 +28,9 @@
 // # Checking a request
 //
 // The filter reads :path as Config.Path says (by default normalised: query
-// cut off, "//" collapsed, "." and ".." resolved, escapes of unreserved
-// characters decoded), so that "//api/x" or "/%61pi/x" cannot escape a
-// policy for "/api/". For each policy whose path prefix matches (in order),
+// cut off, path parameters cut off each segment, "//" collapsed, "." and
+// ".." resolved, escapes of unreserved characters decoded), so that
+// "//api/x", "/%61pi/x" or "/api;a=b/x" cannot escape a policy for "/api/". For each policy whose path prefix matches (in order),
 // it builds the key from the configured parts and runs one
 // TryConsumeAndReturnRemaining of the policy's cost through a cas.Executor
 // with bounded immediate retries over a Store. A key longer than MaxKeyLen
@@ -59,7 +59,9 @@
 // refill_tokens equals capacity), t the seconds until r is at least 1 again
 // when it is 0 — for the bandwidth that refused a request, its Retry-After —
 // and otherwise until the bandwidth is full. The x-ratelimit headers describe
-// the binding bandwidth, the one with the fewest requests left. RFC 9651
+// the binding bandwidth, the one with the fewest requests left; on a 429 the
+// one of the refusing policy that Retry-After waits for, so that
+// x-ratelimit-reset and Retry-After always agree. RFC 9651
 // integers have at most 15 digits, so a configuration whose q would exceed
 // 999,999,999,999,999 is refused when the IETF headers are on.
 //
@@ -73,6 +75,11 @@
 // meanwhile), so retries are immediate; the contenders are only the other
 // worker threads. A new client that finds no free slot is not a failure:
 // table_full decides (evict the bucket closest to full, reject, or allow).
+// An eviction never takes a spent bucket (one with a bandwidth short of a
+// request's tokens) while a probed bucket with tokens left exists, so a
+// refused client stays refused until its bucket refills unless every
+// bucket a newcomer's probes reach is spent; an evicted client starts again
+// from a full bucket, gaining at most the tokens its bucket lacked.
 // A key the store cannot hold would be answered 400 — never the failure
 // mode — but every key is digested into one it holds. Each of these cases
 // is counted and logged (at most once a second), and no log line ever
@@ -82,7 +89,9 @@
 //
 // Each policy has counters, defined with proxy_define_metric and named
 // "<stat_prefix>.policy.<policy>.<event>" (stat_prefix defaults to
-// "bucketgrid"; a '.' in the policy name becomes '_'): ok, over_limit,
+// "bucketgrid"; a '.' in the policy name becomes '_', and a configuration
+// whose policies would share a name this way, "a.b" and "a_b", is
+// refused): ok, over_limit,
 // error, failure_mode_allowed, table_full, table_full_allowed, evicted,
 // cas_conflict, cas_gave_up and invalid_key. Envoy files them under
 // "wasmcustom." and shows them without it; every worker adds to the same

@@ -26,13 +26,13 @@ func bandStates(pol *policy, d *core.Diagnostics, now int64) []bandState {
 	if d == nil {
 		return nil
 	}
-	bws := d.Bucket.Config.Bandwidths
-	if len(bws) != len(pol.bands) || len(d.Bucket.State) != len(bws) {
+	bws := d.State.Config.Bandwidths
+	if len(bws) != len(pol.bands) || len(d.State.Bands) != len(bws) {
 		return nil
 	}
 	out := make([]bandState, len(bws))
 	for i := range bws {
-		one := core.Bucket{Config: core.Config{Bandwidths: bws[i : i+1]}, State: d.Bucket.State[i : i+1]}
+		one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]}, Bands: d.State.Bands[i : i+1]}
 		avail := one.AvailableTokens(now)
 		var ns int64
 		if avail < pol.cost {
@@ -66,8 +66,11 @@ func (o *outcome) band(i int) bandState {
 //	RateLimit-Policy: "per-client/burst";q=10;w=60, "per-client/hourly";q=200;w=3600
 //	RateLimit: "per-client/burst";r=9;t=6, "per-client/hourly";r=199;t=3600
 //
-// The x-ratelimit headers describe the binding bandwidth: the fewest
-// requests left (ties: the smallest quota).
+// The x-ratelimit headers describe the binding bandwidth: on an admitted
+// request the fewest requests left (ties: the smallest quota); on a refusal
+// the refusing policy's bandwidth with no request left that waits longest,
+// the one Retry-After counts down, so x-ratelimit-reset and Retry-After
+// always agree.
 func (p *Plugin) headers(outs []outcome, dst [][2]string) [][2]string {
 	if len(outs) == 0 {
 		return dst
@@ -96,11 +99,17 @@ func (p *Plugin) headers(outs []outcome, dst [][2]string) [][2]string {
 			best     bandState
 			bestInfo *bandInfo
 		)
-		for i := range outs {
-			o := &outs[i]
+		// On a refusal, the bandwidth that waits longest decides
+		// Retry-After, so it decides these too.
+		from, refused := outs, !outs[len(outs)-1].ok
+		if refused {
+			from = outs[len(outs)-1:]
+		}
+		for i := range from {
+			o := &from[i]
 			for j := range o.pol.bands {
 				s, info := o.band(j), &o.pol.bands[j]
-				if bestInfo == nil || s.r < best.r || s.r == best.r && info.q < bestInfo.q {
+				if bestInfo == nil || s.r < best.r || s.r == best.r && (refused && s.t > best.t || !refused && info.q < bestInfo.q) {
 					best, bestInfo = s, info
 				}
 			}

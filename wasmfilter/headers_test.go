@@ -86,3 +86,38 @@ func TestDefaultDenyBody(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// On every 429, x-ratelimit-reset and Retry-After are decided by one
+// bandwidth, whichever bandwidths the bucket has and however long each
+// waits: a client never reads "1 s" next to "retry after an hour".
+func TestRefusalHeadersAgree(t *testing.T) {
+	periods := []string{"1s", "10s", "1m", "1h"}
+	refusals := 0
+	for a := range periods {
+		for b := range periods {
+			for _, caps := range [][2]int{{1, 1}, {1, 3}, {3, 1}, {2, 5}} {
+				cfg := `{"headers": {"x_ratelimit": true}, "policies": [
+				  {"name": "first", "bandwidths": [{"capacity": 100, "period": "1s"}]},
+				  {"name": "p", "bandwidths": [
+				    {"id": "a", "capacity": ` + itoa(caps[0]) + `, "refill_tokens": 1, "period": "` + periods[a] + `"},
+				    {"id": "b", "capacity": ` + itoa(caps[1]) + `, "refill_tokens": 1, "period": "` + periods[b] + `"}]}]}`
+				clk := newClock()
+				vm := newFakeVM(t, shareddata.New(), clk, cfg)
+				for i := range 12 {
+					r := vm.do("", nil)
+					if r.status == 429 {
+						refusals++
+						if ra, reset := r.headers["retry-after"], r.headers["x-ratelimit-reset"]; ra != reset || r.headers["x-ratelimit-remaining"] != "0" {
+							t.Fatalf("%s/%d %s/%d, request %d: retry-after %s, x-ratelimit %v",
+								periods[a], caps[0], periods[b], caps[1], i, ra, r.headers)
+						}
+					}
+					clk.Add(int64(i%3) * 700e6)
+				}
+			}
+		}
+	}
+	if refusals == 0 {
+		t.Fatal("no request refused: the test tested nothing")
+	}
+}

@@ -55,6 +55,11 @@ func newMetrics(statPrefix, policy string) metrics {
 	return m
 }
 
+// collides reports whether m and o would count into the same counters:
+// policies named "a.b" and "a_b" get one metric name, and Envoy would add
+// both policies' events into one set. The configuration refuses the second.
+func (m *metrics) collides(o *metrics) bool { return m.names[0] == o.names[0] }
+
 // define defines every counter on host; it returns the first error, and
 // counters that could not be defined are skipped by add.
 func (m *metrics) define(host Host) error {

@@ -11,6 +11,11 @@ import "strings"
 //     "-", ".", "_", "~") are decoded ("/%61pi" → "/api"), and the hex
 //     digits of every other escape are upper-cased ("%2f" → "%2F"; an encoded
 //     slash stays encoded: it is not a separator);
+//   - path parameters are cut off every segment, from its first ";" on
+//     ("/api;a=b/x" and "/api;/x" → "/api/x", "/..;/" → "/../"), as Tomcat,
+//     Jetty and Spring do before they route: a parameter cannot make a path
+//     look like another prefix's to the filter while the upstream serves it
+//     under this one (an encoded "%3B" stays data, as it does upstream);
 //   - empty segments are removed ("//api///x" → "/api/x") and "." and ".."
 //     segments resolved (RFC 3986 §5.2.4; ".." never climbs above the root);
 //   - with foldCase, ASCII letters are lower-cased ("/API/x" → "/api/x").
@@ -35,6 +40,9 @@ func normalizePath(p string, foldCase bool) string {
 	var segs []string
 	trailing := false
 	for seg := range strings.SplitSeq(p[1:], "/") {
+		if i := strings.IndexByte(seg, ';'); i >= 0 {
+			seg = seg[:i]
+		}
 		trailing = false
 		switch seg {
 		case "", ".":
@@ -65,12 +73,12 @@ func normalizePath(p string, foldCase bool) string {
 }
 
 // isNormal reports whether normalizePath would return p unchanged: no
-// escapes, no empty, "." or ".." segments, and (with foldCase) no upper-case
-// letters. p starts with "/" and has no query.
+// escapes, no path parameters, no empty, "." or ".." segments, and (with
+// foldCase) no upper-case letters. p starts with "/" and has no query.
 func isNormal(p string, foldCase bool) bool {
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
-		case c == '%':
+		case c == '%', c == ';':
 			return false
 		case c == '/':
 			if i+1 < len(p) && p[i+1] == '/' {

@@ -41,6 +41,12 @@ func TestNormalizePath(t *testing.T) {
 		{"*", "*", false},
 		{"HTTP://X/Y", "http://x/y", true},
 		{"/api/..x/.y", "/api/..x/.y", false}, // dots inside a segment are names
+		{"/api;/x", "/api/x", false},          // path parameters are cut off
+		{"/api;a=b/x", "/api/x", false},
+		{"/api/x;jsessionid=1?q", "/api/x", false},
+		{"/static/..;/api/x", "/api/x", false}, // "..;" is ".." upstream
+		{"/;x/api", "/api", false},
+		{"/api%3Bx/y", "/api%3Bx/y", false}, // an encoded ";" is data
 	} {
 		if got := normalizePath(c.in, c.fold); got != c.want {
 			t.Errorf("normalizePath(%q, fold %v) = %q, want %q", c.in, c.fold, got, c.want)
@@ -73,8 +79,8 @@ func FuzzNormalizePath(f *testing.F) {
 				t.Fatalf("normalizePath(%q) = %q has segment %q", p, n, seg)
 			}
 		}
-		if strings.ContainsAny(n, "?#") {
-			t.Fatalf("normalizePath(%q) = %q kept a query", p, n)
+		if strings.ContainsAny(n, "?#;") {
+			t.Fatalf("normalizePath(%q) = %q kept a query or a path parameter", p, n)
 		}
 	})
 }
@@ -89,7 +95,8 @@ func TestPathsCannotEscapeAPolicy(t *testing.T) {
 		if r := vm.do("", map[string]string{":path": "/api/x"}); r.status != 200 {
 			t.Fatal(r.status)
 		}
-		for _, p := range []string{"/api/x", "//api/x", "/api//x", "/./api/x", "/static/../api/x", "/%61pi/x", "/api/x?cache=bust", "/api/y/../x"} {
+		for _, p := range []string{"/api/x", "//api/x", "/api//x", "/./api/x", "/static/../api/x", "/%61pi/x", "/api/x?cache=bust", "/api/y/../x",
+			"/api;/x", "/api;a=b/x", "/api/x;v=1", "/static/..;/api/x"} {
 			if r := vm.do("", map[string]string{":path": p}); r.status != 429 {
 				t.Errorf("%s: status %d, want 429 (the same path as /api/x)", p, r.status)
 			}

@@ -3,7 +3,12 @@ package wasmfilter
 // How an insert finds room: a free or expired slot among its probes, a
 // directory entry to spare, or a bucket to evict.
 
-import "time"
+import (
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+)
 
 // makeRoom returns the directory entries without dead ones, with room for
 // one more. When the directory is full it drops every entry whose slot no
@@ -11,8 +16,9 @@ import "time"
 // the slots of expired buckets before dropping their entries: a writer
 // reusing an expired record in place compares that same token, so no record
 // can come back to life behind the directory's back. If the directory is
-// still full, it evicts the bucket closest to full (EvictOldest) or reports
-// the table full. ok is false when an eviction lost a race.
+// still full, it evicts the bucket closest to full of those it lists (see
+// candidate; EvictOldest) or reports the table full. ok is false when an
+// eviction lost a race.
 func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, ok bool, err error) {
 	out = make([]dirEntry, 0, len(es)+1)
 	for i, e := range es {
@@ -26,13 +32,7 @@ func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, 
 		return out, true, nil
 	}
 	kept := out[:0]
-	var (
-		victim     dirEntry
-		victimTok  uint32
-		victimGen  uint32
-		haveVictim bool
-		soonest    int64
-	)
+	var victim candidate
 	for _, e := range out {
 		rec, token, err := s.readSlot(e.slot)
 		if err != nil {
@@ -52,23 +52,21 @@ func (s *Store) makeRoom(es []dirEntry, dead []int, now int64) (out []dirEntry, 
 			continue
 		}
 		kept = append(kept, e)
-		if rec.expires > 0 && (!haveVictim || rec.expires < soonest) {
-			victim, victimTok, victimGen, haveVictim, soonest = e, token, rec.gen, true, rec.expires
-		}
+		victim.consider(s, e.slot, token, rec, now)
 	}
 	if len(kept) < directoryCap {
 		return kept, true, nil
 	}
-	if !s.evict || !haveVictim {
-		return nil, false, fullError(haveVictim, soonest, now)
+	if !s.evict || !victim.ok {
+		return nil, false, fullError(victim.ok, victim.soonest, now)
 	}
-	ok, err = s.write(s.slotName(victim.slot), appendSlot(nil, victimGen, 0, "", nil), victimTok)
+	ok, err = s.write(s.slotName(victim.slot), appendSlot(nil, victim.rec.gen, 0, "", nil), victim.token)
 	if !ok || err != nil {
 		return nil, false, err
 	}
 	s.evicted.Add(1)
 	for i, e := range kept {
-		if e == victim {
+		if e.slot == victim.slot && e.gen == victim.rec.gen {
 			return append(kept[:i], kept[i+1:]...), true, nil
 		}
 	}
@@ -83,17 +81,37 @@ func fullError(known bool, soonest, now int64) error {
 	return e
 }
 
+// evictSample is the number of probes an insert examines while the table
+// is known to be full (see claimable).
+const evictSample = 2
+
 // claimable returns the slot an insert of h takes: the first free or
-// expired one of its probes, or with EvictOldest the probed live bucket that
-// expires first; prev is its current record.
+// expired one of its probes, or with EvictOldest the probed live bucket
+// closest to full; prev is its current record.
+//
+// An insert that examined every probe and found none free remembers that
+// the table is full until the first of those buckets expires; until then
+// inserts examine only evictSample probes, so that a new client at a full
+// table costs a few reads rather than Probes of them. Their fullest bucket
+// is evicted unless it is spent (see candidate): then every probe is
+// examined after all, so a spent bucket is never given away while a probed
+// bucket with tokens left exists.
 func (s *Store) claimable(h keyHash, now int64) (slot, token uint32, prev slotRecord, err error) {
-	var (
-		best     uint32
-		bestTok  uint32
-		bestRec  slotRecord
-		haveBest bool
-	)
-	for i := range s.probes {
+	s.mu.Lock()
+	sampled := now < s.fullUntil
+	s.mu.Unlock()
+	n := s.probes
+	if sampled {
+		n = min(n, evictSample)
+	}
+	var best candidate
+	for i := uint32(0); i < s.probes; i++ {
+		if i == n {
+			if !s.evict || !best.ok || !best.spent {
+				break
+			}
+			n = s.probes // all sampled buckets are spent: look further
+		}
 		sl := h.probe(i, s.slots)
 		rec, tok, err := s.readSlot(sl)
 		if err != nil {
@@ -102,14 +120,67 @@ func (s *Store) claimable(h keyHash, now int64) (slot, token uint32, prev slotRe
 		if !rec.live(now) {
 			return sl, tok, rec, nil
 		}
-		if !rec.foreign && rec.expires > 0 && (!haveBest || rec.expires < bestRec.expires) {
-			best, bestTok, bestRec, haveBest = sl, tok, rec, true
-		}
+		best.consider(s, sl, tok, rec, now)
 	}
-	if !s.evict || !haveBest {
-		return 0, 0, prev, fullError(haveBest, bestRec.expires, now)
+	if n == s.probes && best.ok {
+		s.mu.Lock()
+		s.fullUntil = best.soonest
+		s.mu.Unlock()
 	}
-	return best, bestTok, bestRec, nil
+	if !s.evict || !best.ok {
+		return 0, 0, prev, fullError(best.ok, best.soonest, now)
+	}
+	return best.slot, best.token, best.rec, nil
+}
+
+// candidate is the bucket an eviction would take among those examined:
+// the fullest (the largest share of its capacity in its emptiest
+// bandwidth), preferring any bucket that is not spent — one whose every
+// bandwidth still holds the tokens a request takes — to a spent one, and
+// of equals the one that expires first. soonest is the first expiry seen.
+type candidate struct {
+	ok          bool
+	slot, token uint32
+	rec         slotRecord
+	share       float64
+	spent       bool
+	soonest     int64
+}
+
+// consider examines a live record of slot sl read with token tok.
+func (c *candidate) consider(s *Store, sl, tok uint32, rec slotRecord, now int64) {
+	if rec.foreign || rec.expires <= 0 {
+		return
+	}
+	if !c.ok || rec.expires < c.soonest {
+		c.soonest = rec.expires
+	}
+	share, spent := s.fullness(rec.data, now)
+	if c.ok && (spent != c.spent && spent || spent == c.spent &&
+		(share < c.share || share == c.share && rec.expires >= c.rec.expires)) {
+		return
+	}
+	soonest := c.soonest
+	*c = candidate{ok: true, slot: sl, token: tok, rec: rec, share: share, spent: spent, soonest: soonest}
+}
+
+// fullness returns the share of its capacity the emptiest bandwidth of the
+// stored bucket holds at now (1: full), and whether some bandwidth holds
+// fewer tokens than one request of the policy takes. A value this build
+// cannot decode counts as empty but not spent.
+func (s *Store) fullness(data []byte, now int64) (share float64, spent bool) {
+	b, err := wire.DecodeState(data)
+	if err != nil || len(b.Bands) != len(b.Config.Bandwidths) {
+		return 0, false
+	}
+	share = 1
+	for i, bw := range b.Config.Bandwidths {
+		one := core.State{Config: core.Config{Bandwidths: b.Config.Bandwidths[i : i+1]}, Bands: b.Bands[i : i+1]}
+		avail := one.AvailableTokens(now)
+		spent = spent || avail < s.cost
+		share = min(share, float64(avail)/float64(bw.Capacity))
+	}
+	return share, spent
 }
 
 // release frees slot if it still holds key at gen: an unpublished claim.

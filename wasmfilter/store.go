@@ -60,8 +60,10 @@ var (
 // turn-away comes at 92 % to 100 % of the slots (measured in the README).
 // With EvictOldest a full table evicts instead: the bucket closest to full
 // among the probed ones, whose client then starts again from a full bucket
-// — the loss is the tokens that bucket still lacked. Without it Insert
-// returns a *TableFullError.
+// — the loss is the tokens that bucket still lacked. A spent bucket is
+// evicted only when every probed bucket is spent (see claimable), so a
+// client that spent its bucket cannot get a fresh one by waiting for
+// newcomers. Without EvictOldest Insert returns a *TableFullError.
 //
 // # The one unconditional write
 //
@@ -88,18 +90,32 @@ type Store struct {
 	dirs    uint32
 	probes  uint32
 	evict   bool
+	cost    int64
 	clock   clock.Clock
 	evicted atomic.Uint64
 
-	mu     sync.Mutex
-	memo   memo    // the record the last Get found
-	places []place // where keys were found, by hash; see Get
+	mu        sync.Mutex
+	memo      memo    // the record the last Get found
+	places    []place // where keys were found, by hash; see Get
+	fullUntil int64   // the table was full until then; see claimable
+	absent    absence // the directory of the last key Get did not find
 }
 
 // place remembers the slot and generation a key was published at.
 type place struct {
 	key       string
 	slot, gen uint32
+}
+
+// absence is what Get read of the directory of a key it did not find, for
+// the Insert that usually follows: Insert publishes by compare-and-swap on
+// token, so a directory that changed since makes it lose the race, never
+// write over another writer's entry.
+type absence struct {
+	key   string
+	es    []dirEntry
+	token uint32
+	dead  []int
 }
 
 // placeCache bounds the places a Store remembers.
@@ -113,6 +129,10 @@ type StoreConfig struct {
 	// EvictOldest makes Insert evict the probed bucket closest to full when
 	// no probed slot is free, instead of returning a *TableFullError.
 	EvictOldest bool
+	// Cost is the tokens one request takes (0 means 1): a bucket with fewer
+	// in some bandwidth is spent, and is evicted only when every probed
+	// bucket is.
+	Cost int64
 	// Clock measures the expiry times and must read Unix time (every worker
 	// VM compares them); nil means the host's clock (Host.Now).
 	Clock clock.Clock
@@ -172,7 +192,7 @@ func NewStore(host Host, prefix string, cfg StoreConfig) *Store {
 	}
 	return &Store{
 		host: host, prefix: prefix, slots: n, dirs: (n + SlotsPerDirectory - 1) / SlotsPerDirectory,
-		probes: min(Probes, n), evict: cfg.EvictOldest, clock: c, places: make([]place, min(n, placeCache)),
+		probes: min(Probes, n), evict: cfg.EvictOldest, cost: max(cfg.Cost, 1), clock: c, places: make([]place, min(n, placeCache)),
 	}
 }
 
@@ -236,9 +256,20 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, cas.Version, bool,
 		f, ok = found{slot: pl.slot, token: token, rec: rec}, !rec.foreign && rec.key == key && rec.gen == pl.gen
 	}
 	if !ok {
-		var err error
-		if f, ok, _, _, _, err = s.lookup(key, h); err != nil || !ok {
+		var (
+			es    []dirEntry
+			token uint32
+			dead  []int
+			err   error
+		)
+		if f, ok, es, token, dead, err = s.lookup(key, h); err != nil {
 			return nil, 0, false, err
+		}
+		if !ok {
+			s.mu.Lock()
+			s.absent = absence{key: key, es: es, token: token, dead: dead}
+			s.mu.Unlock()
+			return nil, 0, false, nil
 		}
 	}
 	s.mu.Lock()
@@ -293,8 +324,21 @@ func (s *Store) Insert(ctx context.Context, key string, data []byte, ttl time.Du
 	}
 	now := s.clock.Now()
 	h := s.hash(key)
-	f, ok, es, dtoken, dead, err := s.lookup(key, h)
-	if err != nil {
+	s.mu.Lock()
+	a := s.absent
+	s.absent = absence{}
+	s.mu.Unlock()
+	var (
+		f      found
+		ok     bool
+		es     []dirEntry
+		dtoken uint32
+		dead   []int
+		err    error
+	)
+	if a.key == key {
+		es, dtoken, dead = a.es, a.token, a.dead
+	} else if f, ok, es, dtoken, dead, err = s.lookup(key, h); err != nil {
 		return false, err
 	}
 	exp := s.expiry(now, ttl)

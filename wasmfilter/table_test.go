@@ -27,7 +27,7 @@ func clientAddr(i int) string {
 	return fmt.Sprintf("10.%d.%d.%d:4000", i>>16&255, i>>8&255, i&255)
 }
 
-// TestFourThousandClientsInOneHour is the sizing case of issue 15: 4096
+// TestFourThousandClientsInOneHour is the sizing case: 4096
 // slots, 4096 distinct clients arriving over one hour, each sending 11
 // requests at once. Every client is limited (10 admitted, the 11th
 // refused) under the default table_full, evict_oldest; under reject and
@@ -97,7 +97,7 @@ func TestFourThousandClientsInOneHour(t *testing.T) {
 	}
 }
 
-// TestTinyTableLimitsEveryClient is the issue's 4-slot case: a fifth
+// TestTinyTableLimitsEveryClient is the 4-slot case: a fifth
 // client used to send 7,000 requests, all admitted, under the default
 // configuration. Now the default evicts, and the client is limited.
 func TestTinyTableLimitsEveryClient(t *testing.T) {
@@ -246,6 +246,60 @@ func BenchmarkFirstTurnAway(b *testing.B) {
 			}
 			b.ReportMetric(float64(got), "clients")
 			b.ReportMetric(100*float64(got)/float64(n), "%slots")
+		})
+	}
+}
+
+// TestSpentBucketsAreNotEvicted: clients that spent their bucket share a
+// full table with a stream of new clients. Each new client takes the slot
+// of a bucket that still has tokens, never a spent one, so a spent client
+// stays refused until its bucket refills (here: the clock barely moves),
+// however many new clients arrive and in whatever order. The hourly
+// bandwidth fills only once an hour, so every bucket expires an hour after
+// its first request: under the old rule (evict the bucket that expires
+// first) the oldest bucket went, and a spent client came back with a fresh
+// one.
+func TestSpentBucketsAreNotEvicted(t *testing.T) {
+	for _, slots := range []int{8, 64, 512} {
+		t.Run(strconv.Itoa(slots), func(t *testing.T) {
+			cfg := `{"policies": [{"name": "p", "key": ["source.address"], "slots": ` + strconv.Itoa(slots) + `,
+			  "bandwidths": [{"id": "burst", "capacity": 10, "refill_tokens": 10, "period": "1m"},
+			                 {"id": "hourly", "capacity": 200, "period": "1h", "style": "intervally"}]}], "table_full": "evict_oldest"}`
+			env := newFakeEnvoy()
+			vm := env.vm(t, cfg)
+			rng := rand.New(rand.NewPCG(uint64(slots), 7))
+			spenders := slots / 2
+			refused := make([]bool, spenders)
+			next := spenders // new clients' addresses
+			for step := range 40 * slots {
+				env.clock.Add(int64(time.Millisecond) / 16)
+				if rng.IntN(3) > 0 {
+					c := rng.IntN(spenders)
+					switch r := vm.do(clientAddr(c), nil); {
+					case r.status == 429:
+						refused[c] = true
+					case refused[c]:
+						t.Fatalf("step %d: spender %d admitted after it was refused: its spent bucket was evicted", step, c)
+					}
+					continue
+				}
+				if r := vm.do(clientAddr(next), nil); r.status != 200 {
+					t.Fatalf("step %d: new client refused: %d %s", step, r.status, r.details)
+				}
+				next++
+			}
+			if env.metric(t, "p", "evicted") == 0 {
+				t.Fatal("nothing evicted: the test did not test eviction")
+			}
+			spent := 0
+			for _, r := range refused {
+				if r {
+					spent++
+				}
+			}
+			if spent < spenders/2 {
+				t.Fatalf("only %d of %d spenders spent their bucket: the test did not test spent buckets", spent, spenders)
+			}
 		})
 	}
 }

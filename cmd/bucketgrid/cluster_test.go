@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,16 @@ func hammerDomain(t *testing.T, clients []rlspb.RateLimitServiceClient, n int, d
 func TestClusterServesOneLimit(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
 	procs := startCluster(t, 3, "-config", dir)
+	// The ready line counts the members this instance's gossip knew: the
+	// first is alone, a joiner knows at least the one it joined.
+	if procs[0].members != "1" {
+		t.Errorf("first instance's ready line: members=%s, want 1", procs[0].members)
+	}
+	for _, p := range procs[1:] {
+		if n, err := strconv.Atoi(p.members); err != nil || n < 2 || n > 3 {
+			t.Errorf("joining instance's ready line: members=%q, want 2 or 3", p.members)
+		}
+	}
 	var clients []rlspb.RateLimitServiceClient
 	for _, p := range procs {
 		clients = append(clients, client(t, p.grpcAddr))

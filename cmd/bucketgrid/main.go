@@ -17,8 +17,10 @@
 //	                   grpc.health.v1.Health, server reflection
 //	HTTP  -http-addr   POST /json, GET /healthcheck, GET /metrics
 //
-// SIGTERM or SIGINT shuts it down gracefully: health checks fail first,
-// requests in flight are answered, then the instance leaves the grid.
+// SIGTERM or SIGINT shuts it down gracefully: health checks fail first, for
+// -drain-grace, while requests are still answered; then the listeners close,
+// requests in flight are answered, and the instance leaves the grid.
+// -version prints the version.
 package main
 
 import (
@@ -35,6 +37,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bucketgrid:", err)
 		os.Exit(2)
+	}
+	if cfg.Version {
+		fmt.Println(version())
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

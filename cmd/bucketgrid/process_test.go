@@ -55,6 +55,7 @@ func binary(t testing.TB) string {
 // proc is a bucketgrid instance in a process of its own.
 type proc struct {
 	grpcAddr, httpAddr, member string
+	members                    string // members= of the ready line
 	debugAddr                  string // with -debug-addr
 	gossip                     string // the member's gossip address, for -grid-peers
 	cmd                        *exec.Cmd
@@ -67,7 +68,7 @@ type proc struct {
 func startProc(t testing.TB, port int, peers []string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0",
-		"-grid-bind", fmt.Sprintf("127.0.0.1:%d", port), "-shutdown-grace", "2s"}, extra...)
+		"-grid-bind", fmt.Sprintf("127.0.0.1:%d", port), "-shutdown-grace", "2s", "-drain-grace", "0"}, extra...)
 	for _, p := range peers {
 		args = append(args, "-grid-peers", p)
 	}
@@ -97,7 +98,7 @@ func startProc(t testing.TB, port int, peers []string, extra ...string) *proc {
 	select {
 	case line := <-ready:
 		p.grpcAddr, p.httpAddr, p.member = field(line, "grpc="), field(line, "http="), field(line, "member=")
-		p.debugAddr = field(line, "debug=")
+		p.debugAddr, p.members = field(line, "debug="), field(line, "members=")
 	case <-p.exited:
 		t.Fatalf("bucketgrid exited at start:\n%s", p.logs.String())
 	case <-time.After(90 * time.Second):

@@ -20,16 +20,20 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/bucketgrid/bucketgrid"
-	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // streamWorkers is the number of gRPC stream workers: requests in flight
 // up to which no request starts a goroutine. An idle worker costs its
 // stack (a few KiB).
 const streamWorkers = 256
+
+// backendCloseTimeout bounds closing the backend at shutdown: for the grid,
+// handing this member's buckets over and leaving the cluster.
+const backendCloseTimeout = 15 * time.Second
 
 // expiryMargin is how long a bucket outlives the moment it is full again:
 // from then on a missing bucket and a full one answer alike.
@@ -39,12 +43,19 @@ const expiryMargin = 10 * time.Second
 // gracefully. It writes one line to stdout when it is ready (debug= only
 // with -debug-addr):
 //
-//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320 debug=127.0.0.1:6060
+//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320 members=3 debug=127.0.0.1:6060
+//
+// members= is the number of grid members this instance's gossip knew of
+// when it was ready.
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	m := metrics.New(c.MaxValued)
-	ld := &loader.Loader{Paths: c.ConfigPaths, Options: c.Rules}
-	rules, err := ld.Load()
+	src, err := openRules(c, log)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	rules, err := src.first(ctx)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -72,18 +83,24 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("backend %s: %w", c.Backend, err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendCloseTimeout)
 		defer cancel()
 		if cerr := be.close(cctx); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("backend %s: close: %w", c.Backend, cerr))
 		}
 	}()
 
+	// Every request's rule, and so its bucket's configuration, is at hand:
+	// sending it along makes a new bucket one request, not two.
+	mopts := []bucketgrid.ManagerOption{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+		bucketgrid.WithEagerConfig()}
+	if c.Degrade.On {
+		mopts = append(mopts, bucketgrid.WithDegrade(degrade(c.Degrade)))
+	}
+	mgr := bucketgrid.NewManager(be.exec, mopts...)
+	m.Manager(mgr.Stats)
 	svc := service.New(service.Options{
-		// Every request's rule, and so its bucket's configuration, is at
-		// hand: sending it along makes a new bucket one request, not two.
-		Manager: bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
-			bucketgrid.WithEagerConfig()),
+		Manager:          mgr,
 		Headers:          c.Headers,
 		GlobalShadowMode: c.ShadowMode,
 		GlobalQuotaMode:  c.QuotaMode,
@@ -92,7 +109,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		Logger:           log,
 	})
 	svc.SetConfig(rules)
-	log.Info("configuration loaded", "domains", rules.Domains(), "paths", c.ConfigPaths)
+	log.Info("configuration loaded", append([]any{"domains", rules.Domains()}, src.from...)...)
 
 	// Stream workers keep goroutines whose stacks have grown, instead of a
 	// new goroutine (and its stack growth, a tenth of a request's CPU) per
@@ -109,6 +126,12 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
+	var rlqs *quota.Server // renews assignments while it runs, below
+	if c.RLQS {
+		if rlqs, err = quota.Register(gs, quota.Options{Manager: mgr, Config: svc.Config, Logger: log}); err != nil {
+			return err
+		}
+	}
 	reflection.Register(gs)
 
 	var healthy atomic.Bool
@@ -158,8 +181,11 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		})
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
+	if rlqs != nil {
+		wg.Go(func() { rlqs.Run(watchCtx) }) // its streams end before GracefulStop waits for them
+	}
 	wg.Go(func() {
-		ld.Watch(watchCtx, c.ReloadInterval, func(cfg *rlsconfig.Config) {
+		src.watch(watchCtx, func(cfg *policy.Rules) {
 			svc.SetConfig(cfg)
 			m.ConfigLoad(true)
 			log.Info("configuration reloaded", "domains", cfg.Domains())
@@ -179,10 +205,16 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	case <-ctx.Done():
 	case err = <-serveErr:
 	}
-	log.Info("shutting down")
 	healthy.Store(false)
-	hs.Shutdown()
+	hs.Shutdown() // every service NOT_SERVING
 	stopWatch()
+	if err == nil && c.DrainGrace > 0 {
+		// Load balancers stop sending once they see the health checks
+		// fail; until then requests keep coming and are answered.
+		log.Info("shutting down: health checks fail, requests are still answered", "drain-grace", c.DrainGrace)
+		time.Sleep(c.DrainGrace)
+	}
+	log.Info("shutting down: listeners close")
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownGrace)
 	defer cancel()
 	stopped := make(chan struct{})
@@ -200,4 +232,13 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	}
 	wg.Wait()
 	return err
+}
+
+// degrade returns the degraded mode the flags describe.
+func degrade(f degradeFlags) bucketgrid.Degrade {
+	d := bucketgrid.Degrade{Timeout: f.Timeout}
+	if n := f.Instances; n > 0 {
+		d.Instances = func() int { return n }
+	}
+	return d
 }

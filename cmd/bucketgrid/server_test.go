@@ -159,6 +159,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"-config", "x", "extra"}, "unexpected arguments"},
 		{[]string{"-config", "x", "-grid-tls-cert", "c.pem"}, "-grid-tls-cert, -grid-tls-key and -grid-tls-ca go together"},
 		{[]string{"-config", "x", "-grid-tls-cert", "c", "-grid-tls-key", "k", "-grid-tls-ca", "a", "-grid-secret-file", "s"}, "alternatives"},
+		{[]string{"-config", "x", "-degrade-timeout", "1s"}, "-degrade-timeout positive and below -timeout"},
+		{[]string{"-config", "x", "-degrade-instances", "-1"}, "-degrade-instances must not be negative"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -179,7 +181,7 @@ func TestFlags(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"srv.yaml": serverConfig})
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	cfg, err := parseFlags(fs, []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-backend", "memory"})
+	cfg, err := parseFlags(fs, []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-backend", "memory", "-drain-grace", "0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -16,62 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/examples/internal/ports"
 	"github.com/bucketgrid/bucketgrid/grid/olric"
 )
-
-// olricPorts returns n base ports, each free a moment ago together with the
-// two ports after it (the member's owner channel and gossip, TCP and UDP):
-// Olric cannot pick its own.
-func olricPorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	taken := func(p int) bool {
-		for _, q := range ports {
-			if p <= q+2 && q <= p+2 {
-				return true
-			}
-		}
-		return false
-	}
-	for try := 0; len(ports) < n; try++ {
-		if try > 1000 {
-			t.Fatal("no free port triples")
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if p+2 > 65535 || taken(p) || !free(p+1) || !free(p+2) {
-			continue
-		}
-		ports = append(ports, p)
-	}
-	return ports
-}
-
-func free(p int) bool {
-	addr := "127.0.0.1:" + strconv.Itoa(p)
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return false
-	}
-	l.Close()
-	u, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return false
-	}
-	u.Close()
-	return true
-}
 
 // startDemo starts a three-member demo on free ports with short grid
 // timings and registers its shutdown.
 func startDemo(t testing.TB, l Limit) *Demo {
 	t.Helper()
 	cfg := Config{
-		OlricPorts: olricPorts(t, 3),
+		OlricPorts: ports.Triples(t, 3),
 		HTTPAddrs:  []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"},
 		Limit:      l,
 		Member: func(c *olric.Config) {
@@ -87,10 +40,10 @@ func startDemo(t testing.TB, l Limit) *Demo {
 	t0 := time.Now()
 	d, err := Start(context.Background(), cfg)
 	for try := 1; err != nil && try < 3; try++ {
-		// Another test process may have taken a port since olricPorts
+		// Another test process may have taken a port since ports.Triples
 		// looked: pick new ones.
 		t.Logf("start: %v; retrying on other ports", err)
-		cfg.OlricPorts = olricPorts(t, 3)
+		cfg.OlricPorts = ports.Triples(t, 3)
 		d, err = Start(context.Background(), cfg)
 	}
 	if err != nil {

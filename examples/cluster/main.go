@@ -46,8 +46,8 @@ import (
 
 func main() {
 	var (
-		olricPorts = flag.String("olric", "3320,3330,3340", "Olric `ports` of the members, comma-separated; each member also uses the next two ports")
-		httpAddrs  = flag.String("http", "127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083", "HTTP `addresses` of the members, comma-separated")
+		olricPorts = flag.String("olric", "3520,3530,3540", "Olric `ports` of the members, comma-separated; each member also uses the next two ports")
+		httpAddrs  = flag.String("http", "127.0.0.1:8281,127.0.0.1:8282,127.0.0.1:8283", "HTTP `addresses` of the members, comma-separated")
 		capacity   = flag.Int64("capacity", 10, "initial bucket capacity")
 		refill     = flag.Int64("refill", 10, "initial refill, tokens per minute")
 		verbose    = flag.Bool("v", false, "log Olric's messages and the demo's errors to stderr")

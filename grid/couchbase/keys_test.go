@@ -12,11 +12,11 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
 	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/internal/keyrule"
+	"github.com/bucketgrid/bucketgrid/internal/harness/keyrule"
 )
 
-// prefix45 returns a key prefix of 45 bytes unique to this call, the
-// issue's "API key behind a 45-byte prefix".
+// prefix45 returns a key prefix of 45 bytes unique to this call: an API
+// key behind a 45-byte prefix.
 func prefix45() string {
 	p := prefix()
 	return p + strings.Repeat("_", 45-len(p))

@@ -1,6 +1,7 @@
 package olric
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -47,6 +48,14 @@ type Config struct {
 	// equal to this member's own gossip address is ignored, so every member
 	// may be given the same list.
 	Peers []string
+
+	// Discover, when not nil, finds more peers: it returns gossip
+	// addresses as Peers holds them, from DNS or an orchestrator's API.
+	// Start joins Peers and what Discover returned, under the same rules
+	// (this member's own address ignored; with no other member in either,
+	// Start forms a new cluster), and a member that joins again, as when a
+	// split heals, asks it anew. An error from it fails Start.
+	Discover func(ctx context.Context) ([]string, error)
 
 	// ReplicaCount is Olric's replica count: 1 keeps one copy of each
 	// bucket (a member that leaves or crashes takes its buckets with it:
@@ -178,7 +187,8 @@ type Config struct {
 	// serves: established ones (one from each other member, plus
 	// reconnections) and, separately, a quarter as many (at least 16) that
 	// have not finished their handshake; when those are full, the oldest is
-	// dropped for the newest. Default 256.
+	// dropped for the newest. As many again may carry Olric's own traffic
+	// from other members (with TLS on, see TLS). Default 256.
 	ChannelMaxConns int
 
 	// ChannelIdleTimeout closes an owner-channel connection that brought

@@ -13,7 +13,7 @@
 // their requests to the same write; an owner answers everything it read in
 // one write). When the calling member
 // owns the key the request runs in place, without any network. The owner
-// runs core.Process under a per-key lock with its own wall clock, against
+// runs wire.Process under a per-key lock with its own wall clock, against
 // the bucket stored in Olric (it keeps a copy of what it last wrote, since
 // it is the only writer, and reads Olric only on a miss), writes the new
 // state to Olric only when it changed, with the TTL the request's
@@ -84,6 +84,11 @@
 // each other find each other and form one cluster (TestStartTogether). A
 // member started alone, with no other member up, forms a cluster only with
 // empty Peers (or itself as the only peer).
+//
+// Config.Discover finds peers where they are published rather than listed:
+// cmd/bucketgrid's -grid-peers dns:NAME resolves NAME (a Kubernetes
+// headless service) every time it is asked. Start joins what it returns
+// together with Peers, and a member that joins again asks it anew.
 //
 // # Keys
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,11 +24,31 @@ var (
 	ErrNotGossipPort = errors.New("bucketgrid/olric: a peer address is an Olric port, not a gossip port")
 )
 
-// otherPeers returns Peers without this member's own gossip address.
-func (c *Config) otherPeers() []string {
+// joinPeers returns the peers to join now: Peers and what Discover finds,
+// without this member's own gossip address and without repeats. Start
+// calls it, and so does whatever joins the cluster again.
+func (c *Config) joinPeers(ctx context.Context) ([]string, error) {
+	peers := c.otherPeers(c.Peers)
+	if c.Discover == nil {
+		return peers, nil
+	}
+	found, err := c.Discover(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bucketgrid/olric: discovering peers: %w", err)
+	}
+	for _, p := range c.otherPeers(found) {
+		if !slices.Contains(peers, p) {
+			peers = append(peers, p)
+		}
+	}
+	return peers, nil
+}
+
+// otherPeers returns peers without this member's own gossip address.
+func (c *Config) otherPeers(peers []string) []string {
 	self := net.JoinHostPort(c.MemberlistBindAddr, strconv.Itoa(c.MemberlistBindPort))
 	var out []string
-	for _, p := range c.Peers {
+	for _, p := range peers {
 		if h, port, err := net.SplitHostPort(p); err == nil && net.JoinHostPort(h, port) == self {
 			continue
 		}

@@ -322,7 +322,7 @@ func startChildren(t *testing.T, n, replicas int, profile string) []*child {
 		kids = append(kids, k)
 		if i == 0 {
 			// The others join it: it must be up first, or they may form
-			// clusters of their own (Olric issue #258).
+			// clusters of their own (github.com/olric-data/olric/issues/258).
 			k.expect(t, "UP")
 		}
 	}

@@ -14,11 +14,10 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	redis "github.com/bucketgrid/bucketgrid/grid/redis"
-	"github.com/bucketgrid/bucketgrid/internal/loadbench"
+	"github.com/bucketgrid/bucketgrid/internal/harness/loadbench"
 )
 
-// luaBucket is the peer: the token bucket of the Redis guide
-// (../shared/seeds/redis-lua-token-bucket.md), verbatim — HMGET, refill,
+// luaBucket is the peer: the usual Redis token bucket in Lua — HMGET, refill,
 // HMSET in one script, called with EVALSHA, one round trip per check.
 const luaBucket = `
 local key = KEYS[1]
@@ -66,12 +65,12 @@ var luaSHA = func() string {
 	return hex.EncodeToString(h[:])
 }()
 
-// benchCallers is the number of concurrent callers, as in the issue.
+// benchCallers is the number of concurrent callers.
 const benchCallers = 16
 
 // BenchmarkVersusLua runs bucket checks side by side on one Redis: the
-// guide's Lua token bucket (one EVALSHA per check; through go-redis's pool,
-// and pipelined as the guide's Lettuce client would) against bucketgrid's
+// Lua token bucket (one EVALSHA per check; through go-redis's pool,
+// and pipelined as a Lettuce client would) against bucketgrid's
 // cas executor over this store — with its defaults (memory and
 // pipelining), with each of the two alone, and with both off (the executor
 // before them: a GET and a script per check). 16 callers, 1 key and 10,000
@@ -131,9 +130,9 @@ func serverCPU(b *testing.B) func() time.Duration {
 	return loadbench.ServerCPU(b, pid)
 }
 
-// benchLua runs the guide's script, each check an EVALSHA of its own —
+// benchLua runs the Lua script, each check an EVALSHA of its own —
 // through go-redis's pool, or, pipelined, in shared pipelines as the
-// guide's Lettuce client sends the commands of concurrent callers on one
+// Lettuce client sends the commands of concurrent callers on one
 // multiplexed connection.
 func benchLua(pipelined bool) func(b *testing.B, c *goredis.Client, trips *tripCounter, keys int) {
 	return func(b *testing.B, c *goredis.Client, trips *tripCounter, keys int) {

@@ -1,14 +1,20 @@
 // Command cluster is the README's second quick start: a distributed bucket
 // per client in an Olric grid embedded in every instance of the service.
 // Start the first instance as it is; start others with -port and -join.
+// SIGTERM or Ctrl-C stops it gracefully: it leaves the grid, handing its
+// buckets over, instead of looking crashed to the other members.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
@@ -18,11 +24,12 @@ import (
 )
 
 func main() {
-	port := flag.Int("port", 3320, "Olric port; the owner channel listens on port+1, gossip on port+2")
-	join := flag.String("join", "", "gossip address (host:port) of a running instance, e.g. 127.0.0.1:3322")
-	listen := flag.String("http", "127.0.0.1:8080", "HTTP address of the API")
+	port := flag.Int("port", 3420, "Olric port; the owner channel listens on port+1, gossip on port+2")
+	join := flag.String("join", "", "gossip address (host:port) of a running instance, e.g. 127.0.0.1:3422")
+	listen := flag.String("http", "127.0.0.1:8180", "HTTP address of the API")
 	flag.Parse()
-	ctx := context.Background()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 
 	cfg := olric.DefaultLocalConfig() // loopback; DefaultLANConfig and BindAddr for a real network
 	cfg.BindPort = *port
@@ -33,7 +40,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer member.Shutdown(ctx)
 
 	m := bucketgrid.NewManager(member) // buckets expire a minute after they are full again
 	limit, err := core.NewConfig(core.Greedy(100, 100, time.Minute).WithID("minute"))
@@ -42,6 +48,25 @@ func main() {
 	}
 	plan := httplimit.StaticPlan(limit) // or a func(key) (core.Config, error): free vs paid plans
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
-	http.Handle("/api/", httplimit.New(httplimit.NewManaged(m, plan)).Handler(api))
-	log.Fatal(http.ListenAndServe(*listen, nil))
+	mux := http.NewServeMux()
+	mux.Handle("/api/", httplimit.New(httplimit.NewManaged(m, plan)).Handler(api))
+	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe() }()
+	log.Printf("member %s serving http://%s/api/", member.Name(), *listen)
+
+	select {
+	case <-ctx.Done(): // SIGTERM or Ctrl-C
+	case err = <-served: // the address is taken, for one
+	}
+	done, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv.Shutdown(done) // let requests in flight finish
+	if lerr := member.Shutdown(done); lerr != nil {
+		err = errors.Join(err, lerr)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
+	log.Print("left the grid")
 }

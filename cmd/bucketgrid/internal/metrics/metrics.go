@@ -12,6 +12,7 @@
 package metrics
 
 import (
+	"github.com/bucketgrid/bucketgrid"
 	"net/http"
 	"sync"
 	"time"
@@ -21,7 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // UnknownDomain is the domain label of requests whose domain is not
@@ -104,7 +105,7 @@ func (m *Metrics) Handler() http.Handler {
 // RuleLabel returns the rule label of r: its stats key, or for a key that
 // carries client values and arrives after the bound, its configuration path
 // + ".__other".
-func (m *Metrics) RuleLabel(r *rlsconfig.Rule) string {
+func (m *Metrics) RuleLabel(r *policy.Rule) string {
 	key := r.StatsKey
 	if len(key) > maxLabelBytes {
 		// cut at a rune boundary: Prometheus refuses invalid UTF-8
@@ -130,7 +131,7 @@ func (m *Metrics) RuleLabel(r *rlsconfig.Rule) string {
 }
 
 // Descriptor records one counted descriptor's status under its rule.
-func (m *Metrics) Descriptor(r *rlsconfig.Rule, st *rlsconfig.Status, hits uint64) {
+func (m *Metrics) Descriptor(r *policy.Rule, st *policy.Status, hits uint64) {
 	if m == nil {
 		return
 	}
@@ -171,6 +172,33 @@ func (m *Metrics) Request(domain, api, code, errKind string, d time.Duration) {
 		o, _ = m.endpoints.LoadOrStore(k, m.latency.WithLabelValues(domain, api))
 	}
 	o.(prometheus.Observer).Observe(d.Seconds())
+}
+
+// Manager exports what stats reports (a Manager's Stats): the requests
+// decided from a local share while the backend was out, apart from the
+// backend's decisions counted above, the breakers opened and open, and the
+// tokens charged back.
+func (m *Metrics) Manager(stats func() bucketgrid.ManagerStats) {
+	if m == nil {
+		return
+	}
+	counter := func(name, help string, v func(s bucketgrid.ManagerStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: name, Help: help},
+			func() float64 { return float64(v(stats())) })
+	}
+	m.reg.MustRegister(
+		counter("degraded_total", "Bucket operations decided from a local share of the limit while the backend was out (-degrade).",
+			func(s bucketgrid.ManagerStats) int64 { return s.Degraded }),
+		counter("breaker_opens_total", "Circuit breakers opened on a backend outage (-degrade).",
+			func(s bucketgrid.ManagerStats) int64 { return s.BreakerOpens }),
+		counter("degrade_charged_tokens_total", "Tokens consumed locally during an outage and charged to the real buckets after it.",
+			func(s bucketgrid.ManagerStats) int64 { return s.Charged }),
+		counter("corrupt_replaced_total", "Corrupt stored buckets replaced by new ones.",
+			func(s bucketgrid.ManagerStats) int64 { return s.CorruptReplaced }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "bucketgrid_rls", Name: "breakers_open",
+			Help: "Circuit breakers open now: backends (grid members, or the store) decided around (-degrade)."},
+			func() float64 { return float64(stats().OpenBreakers) }),
+	)
 }
 
 // GlobalShadow records a request the service-wide shadow mode let through.

@@ -1,0 +1,127 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
+)
+
+// fleet is a quota server on a loopback gRPC server, a memory grid and
+// simulated Envoys, all on one fake clock. Envoys, reports and periods
+// are stepped by the test; settle waits until every message sent has been
+// handled, so the fake network has no delay.
+type fleet struct {
+	t      testing.TB
+	clk    *clock.Fake
+	srv    *Server
+	conn   *grpc.ClientConn
+	envoys []*envoy
+	cfg    *policy.Rules
+	start  int64
+	ticks  int64 // periods run
+	mgr    *bucketgrid.Manager
+}
+
+func newFleet(t testing.TB, rules string, opts Options) *fleet {
+	t.Helper()
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	cfg, err := rulefile.Load([]rulefile.File{{Name: "rules.yaml", Data: []byte(rules)}}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet{t: t, clk: clk, cfg: cfg, start: clk.Now()}
+	f.mgr = bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(clk)), cas.WithClock(clk)),
+		bucketgrid.WithEagerConfig())
+	opts.Manager, opts.Clock = f.mgr, clk
+	opts.Config = func() *policy.Rules { return f.cfg }
+	if f.srv, err = New(opts); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	rlqspb.RegisterRateLimitQuotaServiceServer(gs, f.srv)
+	go gs.Serve(ln)
+	if f.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, e := range f.envoys {
+			e.close()
+		}
+		f.srv.shutdown()
+		f.conn.Close()
+		gs.Stop()
+	})
+	return f
+}
+
+// envoy adds a simulated Envoy of domain.
+func (f *fleet) envoy(domain string) *envoy {
+	e := newEnvoy(f.clk, f.conn, domain)
+	f.envoys = append(f.envoys, e)
+	return e
+}
+
+// step advances the clock by d and runs the report timers and the
+// server's period that fell due, then settles.
+func (f *fleet) step(d time.Duration) {
+	f.t.Helper()
+	f.clk.Advance(d)
+	for _, e := range f.envoys {
+		e.report()
+	}
+	f.settle()
+	if p := f.srv.period; f.clk.Now()-f.start >= (f.ticks+1)*p {
+		f.ticks++
+		f.srv.tick(context.Background())
+	}
+	f.srv.drain(context.Background())
+	f.settle()
+}
+
+// settle waits until the server handled every report sent and every Envoy
+// applied every response sent.
+func (f *fleet) settle() {
+	f.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var sent, received int64
+		for _, e := range f.envoys {
+			sent += e.reportsSent.Load()
+			received += e.received.Load()
+		}
+		st := f.srv.Stats()
+		if st.Dropped > 0 {
+			f.t.Fatalf("server dropped %d responses", st.Dropped)
+		}
+		if st.Reports == sent && st.Sent == st.Queued && received == st.Sent {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("not settled: %d reports sent, %d handled; responses %d queued, %d sent, %d received",
+				sent, st.Reports, st.Queued, st.Sent, received)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// elapsed is the fake time since the fleet started.
+func (f *fleet) elapsed() time.Duration { return time.Duration(f.clk.Now() - f.start) }
+
+func (f *fleet) String() string { return fmt.Sprintf("fleet at %v", f.elapsed()) }

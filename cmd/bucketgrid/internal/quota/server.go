@@ -1,0 +1,339 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/policy"
+)
+
+// Options configure a Server. Manager and Config are required.
+type Options struct {
+	// Manager holds the grid buckets: the same as the RLS's, so both
+	// services share every limit.
+	Manager *bucketgrid.Manager
+	// Config returns the rules in force (the RLS's), read at every
+	// subscription and every period; nil answers every bucket DENY_ALL.
+	Config func() *policy.Rules
+	// Clock is the server's time; default clock.Wall().
+	Clock clock.Clock
+	// Period is how often assignments are recomputed and renewed, in whole
+	// seconds; default 5s, Envoy's report interval (the filter reports
+	// every 5 s whatever its reporting_interval says).
+	Period time.Duration
+	// TTL is the assignments' time to live, whole seconds, at least
+	// Period + 1s; default 2×Period, so one late renewal never expires one.
+	TTL time.Duration
+	// Delivery bounds how long a response takes to reach an Envoy and be
+	// applied; default 250ms. The bound of the package doc assumes it.
+	Delivery time.Duration
+	// Burst is how much of its rate an Envoy's token bucket holds: its
+	// max_tokens is Burst of its rate (at least 1); default 500ms.
+	Burst time.Duration
+	// IdleAfter abandons a bucket an Envoy reported no request for during
+	// this long; default 1m.
+	IdleAfter time.Duration
+	// Timeout bounds one grid operation; default 1s.
+	Timeout time.Duration
+	// MaxBuckets bounds the buckets one stream may subscribe (bucket ids
+	// come from request values); beyond it new ones are answered DENY_ALL
+	// and not tracked. Default 10,000.
+	MaxBuckets int
+	// Logger receives errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is Envoy's Rate Limit Quota Service over the grid. Create it with
+// New, register it on a gRPC server and call Run.
+type Server struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+
+	opts                  Options
+	period, ttl, delivery int64 // nanoseconds
+
+	mu      sync.Mutex // guards everything below and every stream's and sub's state
+	streams map[*stream]struct{}
+	pools   map[string]*pool
+	next    int64 // when the next period starts
+
+	stop     chan struct{}
+	stopOnce sync.Once
+
+	reports, queued, sent, dropped atomic.Int64
+}
+
+// ErrOptions reports unusable Options.
+var ErrOptions = errors.New("quota: invalid options")
+
+// New returns a server; it answers streams at once, and renews and
+// rebalances assignments while Run runs.
+func New(o Options) (*Server, error) {
+	if o.Manager == nil || o.Config == nil {
+		return nil, fmt.Errorf("%w: Manager and Config are required", ErrOptions)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Wall()
+	}
+	if o.Period == 0 {
+		o.Period = 5 * time.Second
+	}
+	if o.TTL == 0 {
+		o.TTL = 2 * o.Period
+	}
+	if o.Delivery == 0 {
+		o.Delivery = 250 * time.Millisecond
+	}
+	if o.Burst == 0 {
+		o.Burst = 500 * time.Millisecond
+	}
+	if o.IdleAfter == 0 {
+		o.IdleAfter = time.Minute
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Second
+	}
+	if o.MaxBuckets == 0 {
+		o.MaxBuckets = 10_000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case o.Period < time.Second || o.Period%time.Second != 0:
+		return nil, fmt.Errorf("%w: Period %v: want whole seconds (Envoy reads only those)", ErrOptions, o.Period)
+	case o.TTL%time.Second != 0 || o.TTL < o.Period+time.Second:
+		return nil, fmt.Errorf("%w: TTL %v: want whole seconds, at least Period + 1s", ErrOptions, o.TTL)
+	case o.Delivery < 0 || o.Delivery >= o.Period || o.Burst <= 0 || o.IdleAfter <= 0 || o.Timeout <= 0 || o.MaxBuckets < 0:
+		return nil, fmt.Errorf("%w: Delivery below Period, Burst, IdleAfter, Timeout and MaxBuckets positive", ErrOptions)
+	}
+	return &Server{opts: o, period: int64(o.Period), ttl: int64(o.TTL), delivery: int64(o.Delivery),
+		streams: map[*stream]struct{}{}, pools: map[string]*pool{}, stop: make(chan struct{}),
+		next: o.Clock.Now() + int64(o.Period)}, nil
+}
+
+// Run renews and rebalances every assignment each Period until ctx ends,
+// then ends every stream (Unavailable): Envoy opens a new one, to another
+// instance, at its next report.
+func (s *Server) Run(ctx context.Context) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	defer s.shutdown()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.mu.Lock()
+			due := s.opts.Clock.Now() >= s.next
+			s.mu.Unlock()
+			if due {
+				s.tick(ctx)
+			}
+			s.drain(ctx)
+		}
+	}
+}
+
+func (s *Server) shutdown() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// stream is one Envoy's stream.
+type stream struct {
+	out    chan *rlqspb.RateLimitQuotaResponse
+	domain string
+	subs   map[string]*sub // by canonical bucket id
+	closed bool
+}
+
+// StreamRateLimitQuotas implements the RLQS API: every report's new bucket
+// ids are answered at once, the rest at each period.
+func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]) error {
+	st := &stream{out: make(chan *rlqspb.RateLimitQuotaResponse, 64), subs: map[string]*sub{}}
+	s.mu.Lock()
+	select {
+	case <-s.stop:
+		s.mu.Unlock()
+		return status.Error(codes.Unavailable, "rate limit quota service shutting down")
+	default:
+	}
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	defer s.close(st)
+
+	ctx := gs.Context()
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			r, err := gs.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			s.report(ctx, st, r)
+		}
+	}()
+	for {
+		select {
+		case resp := <-st.out:
+			if err := gs.Send(resp); err != nil {
+				return err
+			}
+			s.sent.Add(1)
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-s.stop:
+			return status.Error(codes.Unavailable, "rate limit quota service shutting down")
+		}
+	}
+}
+
+// push queues resp for st without blocking: a stream too slow to take its
+// answers loses them (its assignments then expire into Envoy's fallback).
+func (s *Server) push(st *stream, acts []*rlqspb.RateLimitQuotaResponse_BucketAction) {
+	if len(acts) == 0 {
+		return
+	}
+	select {
+	case st.out <- &rlqspb.RateLimitQuotaResponse{BucketAction: acts}:
+		s.queued.Add(1)
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+// close forgets st: its buckets holding a token bucket stay charged until
+// their assignments expire on the Envoy (ghosts), the others go at once.
+func (s *Server) close(st *stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.closed = true
+	delete(s.streams, st)
+	for _, sb := range st.subs {
+		if sb.pool == nil {
+			continue
+		}
+		if sb.kind == bucketAssigned && sb.g > 0 {
+			sb.ghost = true
+			continue
+		}
+		delete(sb.pool.members, sb)
+	}
+}
+
+// report handles one usage report: new bucket ids subscribe and are
+// answered now; known ones update their Envoy's demand.
+func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuotaUsageReports) {
+	defer s.reports.Add(1)
+	now := s.opts.Clock.Now()
+	cfg := s.opts.Config()
+	var acts []*rlqspb.RateLimitQuotaResponse_BucketAction
+	byPool := map[*pool][]*sub{}
+	s.mu.Lock()
+	if st.closed {
+		s.mu.Unlock()
+		return
+	}
+	if st.domain == "" {
+		st.domain = r.GetDomain()
+	}
+	next := s.next
+	for _, u := range r.GetBucketQuotaUsages() {
+		id := u.GetBucketId()
+		if len(id.GetBucket()) == 0 {
+			continue // Envoy ignores an action without a bucket id
+		}
+		key := canonical(id)
+		sb := st.subs[key]
+		if sb != nil {
+			sb.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), now, s.period)
+			if u.GetTimeElapsed().GetSeconds() > 0 {
+				continue
+			}
+			// under a second since the Envoy last reported it: the
+			// immediate report of a bucket it (re)created, perhaps after
+			// an abandon that crossed a report; answer it now, as new
+			sb.fresh = true
+			if sb.pool != nil {
+				byPool[sb.pool] = append(byPool[sb.pool], sb)
+			} else {
+				acts = append(acts, blanketAction(id, sb.b.kind == allowAll, s.opts.TTL))
+			}
+			continue
+		}
+		if len(st.subs) >= s.opts.MaxBuckets {
+			acts = append(acts, blanketAction(id, false, s.opts.TTL))
+			continue
+		}
+		sb = &sub{st: st, id: id, key: key, rate: -1, lastReport: now, lastSeen: now, lastActive: now}
+		st.subs[key] = sb
+		s.bindSub(sb, cfg)
+		if sb.pool != nil {
+			byPool[sb.pool] = append(byPool[sb.pool], sb)
+		} else {
+			acts = append(acts, blanketAction(id, sb.b.kind == allowAll, s.opts.TTL))
+		}
+	}
+	s.mu.Unlock()
+	for p, subs := range byPool {
+		for _, a := range s.settle(ctx, p, subs, now, next) {
+			acts = append(acts, a.act)
+		}
+	}
+	s.push(st, acts)
+}
+
+// bindSub binds sb under cfg and joins it to its pool; s.mu must be held.
+func (s *Server) bindSub(sb *sub, cfg *policy.Rules) {
+	sb.cfg = cfg
+	sb.b = bind(cfg, sb.st.domain, sb.id.GetBucket(), s.opts.Period)
+	if sb.b.kind != limited {
+		return
+	}
+	p := s.pools[sb.b.key]
+	if p == nil {
+		p = &pool{members: map[*sub]struct{}{}}
+		s.pools[sb.b.key] = p
+	}
+	p.b = sb.b
+	p.members[sb] = struct{}{}
+	sb.pool = p
+}
+
+// Stats are the server's counters.
+type Stats struct {
+	// Reports is the usage reports handled (their immediate answers queued).
+	Reports int64
+	// Queued, Sent and Dropped count responses: queued for a stream, sent
+	// on it, and lost because the stream's queue was full.
+	Queued, Sent, Dropped int64
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{Reports: s.reports.Load(), Queued: s.queued.Load(), Sent: s.sent.Load(), Dropped: s.dropped.Load()}
+}
+
+// Register creates a server and registers it on gs; call its Run.
+func Register(gs grpc.ServiceRegistrar, o Options) (*Server, error) {
+	s, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	rlqspb.RegisterRateLimitQuotaServiceServer(gs, s)
+	return s, nil
+}

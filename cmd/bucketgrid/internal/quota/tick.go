@@ -1,0 +1,94 @@
+package quota
+
+import (
+	"context"
+	"sync"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
+	"github.com/bucketgrid/bucketgrid/policy"
+)
+
+// tickWorkers bounds the pools settled at once in a period.
+const tickWorkers = 8
+
+// tick starts a period: buckets rebound when the configuration changed,
+// blanket assignments renewed (or abandoned when idle), every pool
+// rebalanced and its assignments renewed, one response per stream.
+func (s *Server) tick(ctx context.Context) {
+	now := s.opts.Clock.Now()
+	next := now + s.period
+	cfg := s.opts.Config()
+	acts := map[*stream][]*rlqspb.RateLimitQuotaResponse_BucketAction{}
+
+	s.mu.Lock()
+	s.next = next
+	for st := range s.streams {
+		for _, sb := range st.subs {
+			if sb.cfg != cfg {
+				s.rebind(sb, cfg, now)
+			}
+			if sb.pool != nil {
+				continue
+			}
+			if now-sb.lastActive >= int64(s.opts.IdleAfter) {
+				delete(st.subs, sb.key)
+				acts[st] = append(acts[st], abandonAction(sb.id))
+				continue
+			}
+			acts[st] = append(acts[st], blanketAction(sb.id, sb.b.kind == allowAll, s.opts.TTL))
+		}
+	}
+	pools := make([]*pool, 0, len(s.pools))
+	for key, p := range s.pools {
+		if len(p.members) == 0 && p.debt <= 0 {
+			delete(s.pools, key)
+			continue
+		}
+		pools = append(pools, p)
+	}
+	s.mu.Unlock()
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, tickWorkers)
+	for _, p := range pools {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out := s.settle(ctx, p, nil, now, next)
+			mu.Lock()
+			for _, a := range out {
+				acts[a.st] = append(acts[a.st], a.act)
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for st, a := range acts {
+		s.push(st, a)
+	}
+}
+
+// rebind moves sb to its binding under cfg; s.mu must be held. Leaving a
+// pool credits it with what sb's token bucket was paid for beyond the
+// replacement's arrival (its pool gives it back at its next settle).
+func (s *Server) rebind(sb *sub, cfg *policy.Rules, now int64) {
+	old := sb.b
+	nb := bind(cfg, sb.st.domain, sb.id.GetBucket(), s.opts.Period)
+	sb.cfg = cfg
+	if nb.kind == old.kind && nb.key == old.key {
+		sb.b = nb
+		if sb.pool != nil {
+			sb.pool.b = nb
+		}
+		return
+	}
+	if sb.pool != nil {
+		sb.pool.debt -= s.credit(sb, now)
+		delete(sb.pool.members, sb)
+		sb.pool = nil
+		sb.kind, sb.g, sb.max, sb.paid = unassigned, 0, 0, 0
+	}
+	s.bindSub(sb, cfg)
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/examples/internal/ports"
+	"github.com/bucketgrid/bucketgrid/grid/olric"
+)
+
+// TestSIGTERMLeavesTheGrid builds the quick start, starts it, joins it
+// with a member in this process, sends the built binary SIGTERM and checks
+// that it answered requests until then, left the grid gracefully (exit
+// status 0 after Shutdown returned) and that the other member saw it go.
+func TestSIGTERMLeavesTheGrid(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cluster")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	base := ports.Triples(t, 2)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := l.Addr().String()
+	l.Close()
+
+	var logs syncBuffer
+	cmd := exec.Command(bin, "-port", fmt.Sprint(base[0]), "-http", httpAddr)
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-exited
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	poll(ctx, t, &logs, "the API answers", func() bool {
+		r, err := http.Get("http://" + httpAddr + "/api/x")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	})
+
+	cfg := olric.DefaultLocalConfig()
+	cfg.BindPort = base[1]
+	cfg.Peers = []string{fmt.Sprintf("127.0.0.1:%d", base[0]+2)}
+	cfg.LeaveTimeout = 300 * time.Millisecond
+	other, err := olric.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Shutdown(context.Background())
+	members := func() int {
+		ms, err := other.Client().Members(ctx)
+		if err != nil {
+			return -1
+		}
+		return len(ms)
+	}
+	poll(ctx, t, &logs, "two members", func() bool { return members() == 2 })
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err // for the deferred Kill
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("still running 90s after SIGTERM:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "left the grid") {
+		t.Fatalf("no graceful leave in its log:\n%s", logs.String())
+	}
+	poll(ctx, t, &logs, "the other member sees it gone", func() bool { return members() == 1 })
+}
+
+// poll waits until cond holds or ctx ends.
+func poll(ctx context.Context, t *testing.T, logs *syncBuffer, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v\n%s", what, ctx.Err(), logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's writes and the test's
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,396 @@
+//go:build linux && !race
+
+package olric
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"hash/fnv"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/internal/netbed"
+)
+
+// netMemberEnv makes the test binary a member on a host of the test bed
+// (internal/netbed). Its value is a netSpec in JSON. The member is secured
+// as in production: mutual TLS with a certificate of the cluster CA naming
+// the host's address, gossip key, Olric password. It prints "UP" once
+// started and obeys lines on stdin (every answer starts with the command's
+// name, or "ERROR"):
+//
+//	WAIT n            waits for a routing table with n members and no
+//	                  pending hand-over: "WAIT ms routing-fingerprint"
+//	GO key n g        g goroutines × n TryConsume(1) on key: "GO admitted"
+//	CONSUME p n k     TryConsume(k) on buckets p0 … p(n-1), each bounded by
+//	                  2 s: "CONSUME admitted failed"
+//	TOKENS p n        the available tokens of p0 … p(n-1), -1 where the check
+//	                  failed: "TOKENS t0 t1 …"
+//	OWNKEY p n        one of p0 … p(n-1) this member owns: "OWNKEY key"
+//	OUTAGE key        checks key, each attempt bounded by 100 ms, until one
+//	                  succeeds: "OUTAGE ms"
+//	STOP              shuts the member down and exits
+const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
+
+// netCapacity is the capacity of every bucket of the test-bed tests.
+const netCapacity = 1000
+
+// netSpec is a test-bed member's configuration, passed in netMemberEnv.
+type netSpec struct {
+	Addr                  string
+	Peers                 []string
+	Cert, Key, CA         string
+	Gossip                []byte
+	Password              string
+	Replicas              int
+	Env                   string
+	Refresh, Lease, Grace time.Duration
+	LeaveTimeout          time.Duration
+}
+
+// netPort is the Olric port of every test-bed member: each host has its own
+// address, so all use the same ports (gossip on netPort+2).
+const netPort = 7320
+
+func netMemberMain() int {
+	var s netSpec
+	if err := json.Unmarshal([]byte(os.Getenv(netMemberEnv)), &s); err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	c := DefaultLANConfig()
+	if s.Env != "" {
+		c.Env = s.Env
+	}
+	c.BindAddr = s.Addr
+	c.BindPort = netPort
+	c.Peers = s.Peers
+	c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = s.Cert, s.Key, s.CA
+	c.GossipKeys = [][]byte{s.Gossip}
+	c.Password = s.Password
+	c.ReplicaCount = s.Replicas
+	c.RoutingRefresh, c.RoutingLease, c.HandoverGrace = s.Refresh, s.Lease, s.Grace
+	c.LeaveTimeout = s.LeaveTimeout
+	c.JoinTimeout = 60 * time.Second
+	m, err := Start(context.Background(), c)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	fmt.Println("UP")
+	cfg, _ := core.NewConfig(core.Intervally(netCapacity, netCapacity, time.Hour))
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) == 0 {
+			continue
+		}
+		arg := func(i int) int { n, _ := strconv.Atoi(f[i]); return n }
+		switch f[0] {
+		case "WAIT":
+			start := time.Now()
+			for {
+				r := m.routes.Load()
+				if r.members == arg(1) && !guarded(m, r) {
+					h := fnv.New64a()
+					for _, o := range r.owners {
+						h.Write([]byte(o + ","))
+					}
+					fmt.Println("WAIT", time.Since(start).Milliseconds(), h.Sum64())
+					break
+				}
+				if time.Since(start) > 90*time.Second {
+					fmt.Println("ERROR: no stable routing table with", f[1], "members after 90 s; last had", r.members)
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		case "GO":
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range arg(3) {
+				wg.Go(func() {
+					for range arg(2) {
+						resp, err := m.Execute(context.Background(), f[1], consumeReq(&cfg, 1))
+						if err != nil {
+							fmt.Println("ERROR", err)
+							return
+						}
+						if resp.Results[0].OK {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			fmt.Println("GO", admitted.Load())
+		case "CONSUME":
+			admitted, failed := 0, 0
+			for i := range arg(2) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				resp, err := m.Execute(ctx, f[1]+strconv.Itoa(i), consumeReq(&cfg, int64(arg(3))))
+				cancel()
+				switch {
+				case err != nil:
+					failed++
+				case resp.Results[0].OK:
+					admitted++
+				}
+			}
+			fmt.Println("CONSUME", admitted, failed)
+		case "TOKENS":
+			out := []string{"TOKENS"}
+			for i := range arg(2) {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := m.Execute(ctx, f[1]+strconv.Itoa(i), availableReq(&cfg))
+				cancel()
+				if err != nil {
+					out = append(out, "-1")
+				} else {
+					out = append(out, strconv.FormatInt(resp.Results[0].Tokens, 10))
+				}
+			}
+			fmt.Println(strings.Join(out, " "))
+		case "OWNKEY":
+			key := "-"
+			for i := range arg(2) {
+				if k := f[1] + strconv.Itoa(i); m.Owner(k) == m.Name() {
+					key = k
+					break
+				}
+			}
+			fmt.Println("OWNKEY", key)
+		case "OUTAGE":
+			start := time.Now()
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				_, err := m.Execute(ctx, f[1], availableReq(&cfg))
+				cancel()
+				if err == nil {
+					break
+				}
+			}
+			fmt.Println("OUTAGE", time.Since(start).Milliseconds())
+		case "STOP":
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			err := m.Shutdown(ctx)
+			cancel()
+			if err != nil {
+				fmt.Println("ERROR", err)
+				return 1
+			}
+			return 0
+		default:
+			fmt.Println("ERROR unknown command", f[0])
+		}
+	}
+	return 0
+}
+
+func init() { children[netMemberEnv] = netMemberMain }
+
+// netCluster is a cluster of members, one per host of a test bed.
+type netCluster struct {
+	bed   *netbed.Bed
+	kids  []*child
+	procs []*netbed.Proc
+	specs []netSpec
+}
+
+// netTimings are a test-bed cluster's settings; zero fields keep
+// DefaultLANConfig's.
+type netTimings struct {
+	Replicas              int
+	Env                   string
+	Refresh, Lease, Grace time.Duration
+}
+
+// startNetCluster starts one member on each of n hosts of a new test bed,
+// secured as in production (a CA, a certificate per host naming its
+// address, a gossip key, a password), all given host 0 as their peer, and
+// waits until each reads a routing table of n members.
+func startNetCluster(t *testing.T, n int, tm netTimings) *netCluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("creates network namespaces and starts processes")
+	}
+	bed := netbed.New(t, n)
+	ca := newTestCA(t, "test-bed CA")
+	gossip, password := randomKey(t, 32), rand.Text()
+	c := &netCluster{bed: bed}
+	d := DefaultLANConfig()
+	if tm.Replicas == 0 {
+		tm.Replicas = 1
+	}
+	if tm.Refresh == 0 {
+		tm.Refresh, tm.Lease, tm.Grace = d.RoutingRefresh, d.RoutingLease, d.HandoverGrace
+	}
+	seed := net.JoinHostPort(bed.Hosts[0].Addr, strconv.Itoa(netPort+2))
+	for _, h := range bed.Hosts {
+		cert, key, caFile := ca.hostFiles(t, h.Addr)
+		s := netSpec{
+			Addr: h.Addr, Peers: []string{seed}, Cert: cert, Key: key, CA: caFile,
+			Gossip: gossip, Password: password, Replicas: tm.Replicas, Env: tm.Env,
+			Refresh: tm.Refresh, Lease: tm.Lease, Grace: tm.Grace, LeaveTimeout: time.Second,
+		}
+		c.specs = append(c.specs, s)
+		c.start(t, h.Index)
+		if h.Index == 0 {
+			c.kids[0].expect(t, "UP")
+		}
+	}
+	for _, k := range c.kids[1:] {
+		k.expect(t, "UP")
+	}
+	c.wait(t, n, c.kids...)
+	return c
+}
+
+// start starts (or restarts) the member of host i.
+func (c *netCluster) start(t *testing.T, i int) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(c.specs[i])
+	cmd := c.bed.Hosts[i].Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), netMemberEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.bed.Start(cmd)
+	k := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	if i < len(c.kids) {
+		c.kids[i], c.procs[i] = k, p
+	} else {
+		c.kids, c.procs = append(c.kids, k), append(c.procs, p)
+	}
+}
+
+// wait has each of kids wait for a stable routing table of n members and
+// checks that they all read the same one.
+func (c *netCluster) wait(t *testing.T, n int, kids ...*child) time.Duration {
+	t.Helper()
+	var worst time.Duration
+	prints := map[string]bool{}
+	for _, k := range kids {
+		k.send(t, fmt.Sprint("WAIT ", n))
+	}
+	for _, k := range kids {
+		f := strings.Fields(k.expect(t, "WAIT"))
+		ms, _ := strconv.Atoi(f[0])
+		worst = max(worst, time.Duration(ms)*time.Millisecond)
+		prints[f[1]] = true
+	}
+	if len(prints) > 1 {
+		// Tables may differ for a moment after a change: ask again.
+		for _, k := range kids {
+			k.send(t, fmt.Sprint("WAIT ", n))
+		}
+		prints = map[string]bool{}
+		for _, k := range kids {
+			prints[strings.Fields(k.expect(t, "WAIT"))[1]] = true
+		}
+		if len(prints) > 1 {
+			t.Errorf("members read %d different routing tables", len(prints))
+		}
+	}
+	return worst
+}
+
+// stop shuts every member that still runs down.
+func (c *netCluster) stop(t *testing.T) {
+	t.Helper()
+	for i, k := range c.kids {
+		select {
+		case <-c.procs[i].Done():
+			continue
+		default:
+		}
+		k.send(t, "STOP")
+	}
+	for _, p := range c.procs {
+		p.Wait()
+	}
+}
+
+// hostFiles writes a member certificate for the host at addr (its IP in
+// the subject alternative names, and as common name), its key and the CA
+// as PEM files, and returns their paths.
+func (ca *testCA) hostFiles(t testing.TB, addr string) (cert, key, caFile string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: addr},
+		IPAddresses:  []net.IP{net.ParseIP(addr)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}, ca.cert, &k.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("member.pem", "CERTIFICATE", der), write("member.key", "EC PRIVATE KEY", kb), write("ca.pem", "CERTIFICATE", ca.cert.Raw)
+}
+
+// TestNetCluster runs three secured members on three hosts of the test bed
+// and has each consume from one bucket concurrently: exactly the capacity
+// is admitted across hosts.
+func TestNetCluster(t *testing.T) {
+	c := startNetCluster(t, 3, netTimings{})
+	// 3 hosts × 4 goroutines × 500 = 6000 attempts on capacity 1000.
+	for _, k := range c.kids {
+		k.send(t, "GO shared 500 4")
+	}
+	total := 0
+	for _, k := range c.kids {
+		n, _ := strconv.Atoi(k.expect(t, "GO"))
+		total += n
+	}
+	if total != netCapacity {
+		t.Errorf("admitted %d across hosts, want exactly %d", total, netCapacity)
+	}
+	c.stop(t)
+}
