@@ -22,7 +22,7 @@ var floors = [][]string{
 	{"core/wire"},
 	{"cas"},
 	{""}, // the root package, bucketgrid
-	{"grid/olric", "grid/redis", "grid/mongo", "grid/couchbase", "tck", "rlsconfig"},
+	{"grid/olric", "grid/redis", "grid/mongo", "grid/couchbase", "tck", "policy"},
 	{"httplimit", "wasmfilter"},
 	{"cmd/bucketgrid"},
 	{"examples", "internal/layers"},
