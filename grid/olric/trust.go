@@ -153,15 +153,14 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 		defer t.mu.Unlock()
 		if t.self == nil { // memberlist's own, at its start
 			t.self = &record{meta: string(n.Meta), addr: n.Address()}
-			return nil
-		}
-		if t.self.meta != string(n.Meta) || t.self.addr != n.Address() {
+		} else if t.self.meta != string(n.Meta) || t.self.addr != n.Address() {
 			return errors.New("bucketgrid/olric: a record under this member's own name")
 		}
+		g.m.members.note(n)
 		return nil
 	}
 	if t.proven(n) {
-		g.m.joined.Store(true)
+		g.admit(n)
 		return nil
 	}
 	if t.spend() {
@@ -169,7 +168,7 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 		err := t.verify(ctx, n)
 		cancel()
 		if err == nil {
-			g.m.joined.Store(true)
+			g.admit(n)
 			return nil
 		}
 		t.charge()
@@ -177,6 +176,13 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 	}
 	t.background(n)
 	return errUnproven
+}
+
+// admit notes a proven node: the join succeeded, and the membership
+// record (heal.go) knows it.
+func (g gossipGate) admit(n *memberlist.Node) {
+	g.m.joined.Store(true)
+	g.m.members.note(n)
 }
 
 // Verification on the spot, under memberlist's lock: each attempt may
