@@ -53,9 +53,14 @@
 //
 //   - Limits above 999,999,999 requests per second are rejected at load (a
 //     bucket refills at most one token per nanosecond).
-//   - A request with more than MaxDescriptors descriptors, MaxEntries
-//     entries in a descriptor, MaxDescriptorBytes of keys and values in a
-//     descriptor, or invalid UTF-8 is refused as a whole (InvalidArgument).
+//   - A request with more than MaxDescriptors descriptors or MaxEntries
+//     entries in a descriptor, or a domain that is not valid UTF-8, is
+//     refused as a whole (InvalidArgument: the route configuration's
+//     doing). One with more than MaxDescriptorBytes of keys and values in a
+//     descriptor is answered OVER_LIMIT by the service, as its values are a
+//     client's. Keys and values are bytes: one that is not valid UTF-8 (a
+//     header Envoy copied) is matched and counted like any other, as
+//     envoyproxy/ratelimit does; the service reads it off gRPC as bytes.
 //   - A rule whose numbers change starts fresh buckets: the key holds the
 //     limit (envoyproxy/ratelimit keeps counting the current window).
 //   - Per-descriptor limit overrides with an unknown unit are refused

@@ -44,7 +44,7 @@ var (
 	ErrTooManyDescriptors = fmt.Errorf("more than %d descriptors", MaxDescriptors)
 	ErrTooManyEntries     = fmt.Errorf("descriptor has more than %d entries", MaxEntries)
 	ErrDescriptorTooLarge = fmt.Errorf("descriptor keys and values exceed %d bytes", MaxDescriptorBytes)
-	ErrInvalidUTF8        = errors.New("descriptor key or value is not valid UTF-8")
+	ErrInvalidUTF8        = errors.New("domain is not valid UTF-8")
 	ErrOverrideUnit       = errors.New("limit override has an unknown unit")
 	ErrOverrideTooFast    = fmt.Errorf("limit override above %d per second", maxPerSecond)
 )
@@ -145,10 +145,7 @@ func checkRequest(req *Request) error {
 		}
 		n := 0
 		for _, e := range d.Entries {
-			n += len(e.Key) + len(e.Value)
-			if !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
-				return fmt.Errorf("descriptor %d: %w", i, ErrInvalidUTF8)
-			}
+			n += len(e.Key) + len(e.Value) // any bytes: Envoy copies a client's header into a value
 		}
 		if n > MaxDescriptorBytes {
 			return fmt.Errorf("descriptor %d: %w", i, ErrDescriptorTooLarge)
