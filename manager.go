@@ -9,6 +9,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // ErrBucketNotFound is returned under RecoveryFail when a bucket that a
@@ -22,9 +23,9 @@ type RecoveryStrategy uint8
 const (
 	// RecoveryReconstruct re-creates the bucket from the configuration
 	// function, full (Bucket4j's RECONSTRUCT). The default. A stored record
-	// that does not decode (core.StatusCorruptState) is replaced by a new
+	// that does not decode (wire.StatusCorruptState) is replaced by a new
 	// bucket too, with a compare-and-swap against the corrupt record (a valid
-	// bucket written meanwhile is kept: see core.ModeReconstruct); each
+	// bucket written meanwhile is kept: see wire.ModeReconstruct); each
 	// replacement is counted in ManagerStats.CorruptReplaced and logged once
 	// per key, redacted (see WithLogger). A bucket record of a newer format
 	// is never replaced: it stays an error wrapping core.ErrCorruptState.
@@ -49,12 +50,13 @@ type ConfigFunc func(ctx context.Context) (core.Config, error)
 type Manager struct {
 	exec     Executor
 	recovery RecoveryStrategy
-	expiry   core.Expiry
+	expiry   wire.Expiry
 	listener Listener
 	clock    clock.Clock
 	fitKeys  int  // WithFitKeys's maxLen; 0: keys go to the executor as they are
 	eager    bool // WithEagerConfig: every request carries the configuration
 	corrupt  corruptLog
+	degrade  *degrader // WithDegrade; nil: executor errors are returned
 }
 
 // DefaultExpiryMargin is the margin of a Manager's default expiration,
@@ -66,11 +68,11 @@ type Manager struct {
 const DefaultExpiryMargin = time.Minute
 
 // ExpireNever keeps buckets until removed.
-func ExpireNever() core.Expiry { return core.Expiry{} }
+func ExpireNever() wire.Expiry { return wire.Expiry{} }
 
 // ExpireFixed expires a bucket ttl after its last write.
-func ExpireFixed(ttl time.Duration) core.Expiry {
-	return core.Expiry{Kind: core.ExpireFixed, Fixed: int64(ttl)}
+func ExpireFixed(ttl time.Duration) wire.Expiry {
+	return wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}
 }
 
 // ExpireAfterRefill expires a bucket margin after the moment it would be full
@@ -79,14 +81,15 @@ func ExpireFixed(ttl time.Duration) core.Expiry {
 // starts a bandwidth above its capacity (core.Bandwidth.WithInitialTokens)
 // is written without expiry, since a new one would hold more than a full
 // one.
-func ExpireAfterRefill(margin time.Duration) core.Expiry {
-	return core.Expiry{Kind: core.ExpireAfterRefill, Margin: int64(margin)}
+func ExpireAfterRefill(margin time.Duration) wire.Expiry {
+	return wire.Expiry{Kind: wire.ExpireAfterRefill, Margin: int64(margin)}
 }
 
 // NewManager returns a Manager over exec. It takes the options WithClock
-// (the clock blocking calls wait on), WithListener (the default listener of
-// handles), WithRecovery, WithExpiration, WithFitKeys, WithLogger and
-// WithEagerConfig, and panics on any other.
+// (the clock blocking calls wait on, and the local buckets of WithDegrade
+// run on), WithListener (the default listener of handles), WithRecovery,
+// WithExpiration, WithFitKeys, WithLogger, WithEagerConfig and WithDegrade,
+// and panics on any other.
 func NewManager(exec Executor, opts ...Option) *Manager {
 	o := collect("NewManager", managerOptions, opts)
 	m := &Manager{exec: exec, recovery: o.recovery, expiry: o.expiry, listener: o.listener, clock: o.clock,
@@ -104,7 +107,22 @@ func NewManager(exec Executor, opts ...Option) *Manager {
 	if m.corrupt.logger == nil {
 		m.corrupt.logger = slog.Default()
 	}
+	if o.set&optDegrade != 0 {
+		m.degrade = newDegrader(m, o.degrade)
+	}
 	return m
+}
+
+// Degraded returns a Manager over the same executor, with the same options,
+// whose degraded mode is d (see WithDegrade): for a front door handed a
+// Manager, such as an HTTP middleware's option. Its breakers and local
+// buckets are its own.
+func (m *Manager) Degraded(d Degrade) *Manager {
+	n := &Manager{exec: m.exec, recovery: m.recovery, expiry: m.expiry, listener: m.listener, clock: m.clock,
+		fitKeys: m.fitKeys, eager: m.eager}
+	n.corrupt.logger = m.corrupt.logger
+	n.degrade = newDegrader(n, d)
+	return n
 }
 
 // storeKey returns the key the executor stores key's bucket under.
@@ -144,18 +162,18 @@ func (m *Manager) RemoveBucket(ctx context.Context, key string) error {
 // Configuration returns the stored configuration and its version, with
 // found=false when the bucket does not exist. It never creates a bucket.
 func (m *Manager) Configuration(ctx context.Context, key string) (cfg core.Config, version int64, found bool, err error) {
-	resp, err := m.exec.Execute(ctx, m.storeKey(key), core.Request{Ops: []core.Op{{Kind: core.OpGetConfiguration}}})
+	resp, err := m.exec.Execute(ctx, m.storeKey(key), wire.Request{Ops: []wire.Op{{Kind: wire.OpGetConfiguration}}})
 	if err != nil {
 		return core.Config{}, 0, false, err
 	}
 	switch {
-	case resp.Status == core.StatusNotFound:
+	case resp.Status == wire.StatusNotFound:
 		return core.Config{}, 0, false, nil
 	case resp.Err() != nil:
 		return core.Config{}, 0, false, resp.Err()
 	case resp.Diagnostics == nil:
 		return core.Config{}, 0, false, fmt.Errorf("bucketgrid: executor answered without diagnostics")
 	}
-	b := resp.Diagnostics.Bucket
+	b := resp.Diagnostics.State
 	return b.Config, b.ConfigVersion, true, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/internal/option"
 )
 
@@ -26,11 +27,12 @@ type options struct {
 	maxEntries int
 	idle       time.Duration
 	recovery   RecoveryStrategy
-	expiry     core.Expiry
+	expiry     wire.Expiry
 	version    int64
 	inherit    core.TokensInheritance
 	fitKeys    int
 	logger     *slog.Logger
+	degrade    Degrade
 }
 
 // optionSet is a set of options, one bit each.
@@ -47,17 +49,18 @@ const (
 	optFitKeys
 	optLogger
 	optEagerConfig
+	optDegrade
 )
 
 // optionNames names the options of an optionSet, bit by bit.
 var optionNames = [...]string{"WithClock", "WithListener", "WithMaxEntries", "WithIdleTimeout",
-	"WithRecovery", "WithExpiration", "WithConfigVersion", "WithFitKeys", "WithLogger", "WithEagerConfig"}
+	"WithRecovery", "WithExpiration", "WithConfigVersion", "WithFitKeys", "WithLogger", "WithEagerConfig", "WithDegrade"}
 
 // The options each constructor takes.
 const (
 	localOptions    = optClock | optListener
 	localMapOptions = optClock | optListener | optMaxEntries | optIdleTimeout
-	managerOptions  = optClock | optListener | optRecovery | optExpiration | optFitKeys | optLogger | optEagerConfig
+	managerOptions  = optClock | optListener | optRecovery | optExpiration | optFitKeys | optLogger | optEagerConfig | optDegrade
 	handleOptions   = optListener | optConfigVersion
 )
 
@@ -122,7 +125,7 @@ func WithRecovery(r RecoveryStrategy) Option {
 // the same tokens (an intervally refill restarts its interval, so it refills
 // later, never sooner). Pass ExpireNever() to keep buckets until removed, or
 // see ExpireFixed.
-func WithExpiration(e core.Expiry) Option {
+func WithExpiration(e wire.Expiry) Option {
 	return func(o *options) { o.set |= optExpiration; o.expiry = e }
 }
 

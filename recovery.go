@@ -15,11 +15,34 @@ type ManagerStats struct {
 	// processes meeting one record may both count it; the compare-and-swap
 	// lets only one of them write.
 	CorruptReplaced int64
+	// The counters of WithDegrade, zero without it. Degraded counts
+	// requests decided from a local share instead of by the executor (every
+	// other request was decided by the executor or failed).
+	Degraded int64
+	// BreakerOpens counts breakers opened; OpenBreakers is the number open
+	// now.
+	BreakerOpens int64
+	OpenBreakers int
+	// LocalBuckets is the number of local shares held now; Dropped counts
+	// those dropped past Degrade.MaxKeys, uncharged.
+	LocalBuckets int
+	Dropped      int64
+	// Charged counts the tokens consumed locally that were charged to the
+	// real buckets once their backend answered again; ChargeFailed counts
+	// keys whose charge failed and was given up.
+	Charged      int64
+	ChargeFailed int64
 }
 
 // Stats returns the counters so far.
 func (m *Manager) Stats() ManagerStats {
-	return ManagerStats{CorruptReplaced: m.corrupt.replaced.Load()}
+	s := ManagerStats{CorruptReplaced: m.corrupt.replaced.Load()}
+	if g := m.degrade; g != nil {
+		s.Degraded, s.BreakerOpens, s.OpenBreakers = g.degraded.Load(), g.opened.Load(), g.breakers.openCount()
+		s.LocalBuckets, s.Dropped = int(g.n.Load()), g.dropped.Load()
+		s.Charged, s.ChargeFailed = g.charged.Load(), g.chargeFailed.Load()
+	}
+	return s
 }
 
 // maxLoggedKeys bounds the keys whose corrupt records a Manager remembers

@@ -51,6 +51,9 @@ type Usage struct {
 	// When nil, only the minimum over bandwidths is known (Probe.Remaining),
 	// and the headers say so (see the package documentation).
 	Bands []Band
+	// Degraded reports a decision from a local share of the limit while the
+	// backend was out (see WithDegrade); Config is then the share's.
+	Degraded bool
 }
 
 // Band is the state of one bandwidth after a Take, as the RateLimit field
@@ -105,7 +108,7 @@ func (l *Local) Take(ctx context.Context, key string, cost int64) (Usage, error)
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{Probe: p, Config: d.Bucket.Config, Bands: bands(&d, cost, l.clock.Now())}, nil
+	return Usage{Probe: p, Config: d.State.Config, Bands: bands(&d, cost, l.clock.Now())}, nil
 }
 
 // Managed is Buckets over a bucketgrid.Manager: the client's bucket is the
@@ -121,13 +124,16 @@ type Managed struct {
 // NewManaged returns distributed per-client buckets held by m, created from
 // plan. Every Take is one request that brings back the decision and the
 // bucket's per-bandwidth state together. It takes the options WithClock (the
-// clock of the executing side, default clock.Wall()) and WithBucketOptions,
-// and panics on any other.
+// clock of the executing side, default clock.Wall()), WithBucketOptions and
+// WithDegrade, and panics on any other.
 func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...Option) *Managed {
 	o := collect("NewManaged", managedOptions, opts)
 	c := o.clock
 	if c == nil {
 		c = clock.Wall()
+	}
+	if o.degrade != nil {
+		m = m.Degraded(*o.degrade)
 	}
 	return &Managed{m: m, plan: plan, clock: c, bopts: o.bucketOpts}
 }
@@ -144,12 +150,17 @@ func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, erro
 	}
 	plan := s.plan
 	h := s.m.Bucket(key, func(context.Context) (core.Config, error) { return plan(key) }, s.bopts...)
-	p, d, err := h.TryConsumeAndReturnRemainingVerbose(ctx, cost)
+	var dec bucketgrid.Decision
+	p, d, err := h.TryConsumeAndReturnRemainingVerbose(bucketgrid.WithDecision(ctx, &dec), cost)
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{Probe: p, Config: d.Bucket.Config, ConfigVersion: d.Bucket.ConfigVersion,
-		Bands: bands(&d, cost, s.clock.Now())}, nil
+	u := Usage{Probe: p, Config: d.State.Config, ConfigVersion: d.State.ConfigVersion,
+		Bands: bands(&d, cost, s.clock.Now()), Degraded: dec.Degraded()}
+	if u.Degraded {
+		u.ConfigVersion = 0 // the local share's own version, not the plan's
+	}
+	return u, nil
 }
 
 var errNoPlan = errors.New("httplimit: no plan")
@@ -159,13 +170,13 @@ var errNoPlan = errors.New("httplimit: no plan")
 // core's own arithmetic on single-bandwidth copies of the snapshot; refilling
 // them to now is exact because refill is path-independent. d is consumed.
 func bands(d *core.Diagnostics, cost, now int64) []Band {
-	bws := d.Bucket.Config.Bandwidths
-	if len(bws) == 0 || len(d.Bucket.State) != len(bws) {
+	bws := d.State.Config.Bandwidths
+	if len(bws) == 0 || len(d.State.Bands) != len(bws) {
 		return nil
 	}
 	out := make([]Band, len(bws))
 	for i := range bws {
-		one := core.Bucket{Config: core.Config{Bandwidths: bws[i : i+1]}, State: d.Bucket.State[i : i+1]}
+		one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]}, Bands: d.State.Bands[i : i+1]}
 		avail := one.AvailableTokens(now)
 		out[i].Available = avail
 		var want int64

@@ -38,6 +38,7 @@ type options struct {
 	maxClients int
 	idle       time.Duration
 	bucketOpts []bucketgrid.Option
+	degrade    *bucketgrid.Degrade
 }
 
 // DefaultTimeout is how long the middleware waits for a bucket by default
@@ -62,19 +63,20 @@ const (
 	optMaxClients
 	optIdleTimeout
 	optBucketOptions
+	optDegrade
 )
 
 // optionNames names the options of an optionSet, bit by bit.
 var optionNames = [...]string{"WithKey", "WithCost", "WithSkip", "WithExcept", "WithOnly", "WithHeaders",
 	"WithTimeout", "WithFailOpen", "WithErrorHook", "WithProblemType", "WithClock", "WithMaxClients",
-	"WithIdleTimeout", "WithBucketOptions"}
+	"WithIdleTimeout", "WithBucketOptions", "WithDegrade"}
 
 // The options each constructor takes.
 const (
 	middlewareOptions = optKey | optCost | optSkip | optExcept | optOnly | optHeaders | optTimeout |
 		optFailOpen | optErrorHook | optProblemType
 	localOptions   = optClock | optMaxClients | optIdleTimeout
-	managedOptions = optClock | optBucketOptions
+	managedOptions = optClock | optBucketOptions | optDegrade
 )
 
 // collect applies opts for the constructor named who, which takes the
@@ -173,7 +175,7 @@ func WithTimeout(d time.Duration) Option {
 // Plan) is answered 400; a corrupt stored record (core.ErrCorruptState, under
 // bucketgrid.RecoveryFail), an invalid configuration from the Plan
 // (*core.ConfigError), a request the executor refuses
-// (core.ErrInvalidRequest) and a key so contended that the executor gave up
+// (wire.ErrInvalidRequest) and a key so contended that the executor gave up
 // (cas.ErrConflict) are answered 503 whatever the mode; and a panic is
 // re-raised (see Stats.Panicked).
 func WithFailOpen(open bool) Option {
@@ -223,6 +225,20 @@ func WithBucketOptions(opts ...bucketgrid.Option) Option {
 	return func(o *options) { o.set |= optBucketOptions; o.bucketOpts = append(o.bucketOpts, opts...) }
 }
 
+// WithDegrade makes NewManaged's buckets decide from a local share of each
+// client's limit while the backend is out, instead of failing open or
+// closed: the Manager's degraded mode (see bucketgrid.Degrade), on a Manager
+// derived from the one given (bucketgrid.Manager.Degraded). The headers then
+// describe the local share, the decisions are counted apart
+// (Stats.DegradedAllowed, Stats.DegradedLimited), and the failure mode
+// (WithFailOpen) still answers the failures that are no outage and the
+// outages degrade cannot decide (the plan failing). Keep d.Timeout below
+// the middleware's WithTimeout (the defaults, 100 ms and 250 ms, are), or
+// the middleware stops waiting before the local decision arrives.
+func WithDegrade(d bucketgrid.Degrade) Option {
+	return func(o *options) { o.set |= optDegrade; o.degrade = &d }
+}
+
 // ErrTimeout is returned (wrapped, with context.DeadlineExceeded) to the
 // error hook when a bucket did not answer within the WithTimeout deadline,
 // or answered with the deadline's error.
@@ -235,6 +251,12 @@ type Stats struct {
 	Allowed uint64
 	// Limited requests were refused with 429.
 	Limited uint64
+	// DegradedAllowed and DegradedLimited requests were decided, served or
+	// refused with 429, from a local share of the limit while the backend
+	// was out (see WithDegrade), not by the backend: Allowed and Limited
+	// count only the backend's decisions.
+	DegradedAllowed uint64
+	DegradedLimited uint64
 	// Skipped requests were not limited (WithSkip, WithExcept, WithOnly).
 	Skipped uint64
 	// FailedOpen requests were served unlimited because of an outage: the
@@ -273,6 +295,7 @@ type Middleware struct {
 	policy policyCache
 
 	allowed, limited, skipped, failedOpen, failedClosed, badKey, canceled, panicked atomic.Uint64
+	degradedAllowed, degradedLimited                                                atomic.Uint64
 }
 
 // New returns middleware taking tokens from b: one bucket per client key. It
@@ -314,6 +337,7 @@ func (m *Middleware) Stats() Stats {
 		Allowed: m.allowed.Load(), Limited: m.limited.Load(), Skipped: m.skipped.Load(),
 		FailedOpen: m.failedOpen.Load(), FailedClosed: m.failedClosed.Load(),
 		BadKey: m.badKey.Load(), Canceled: m.canceled.Load(), Panicked: m.panicked.Load(),
+		DegradedAllowed: m.degradedAllowed.Load(), DegradedLimited: m.degradedLimited.Load(),
 	}
 }
 
@@ -381,11 +405,18 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request) (serve bool) 
 		}
 		writeHeaders(h, &u, cost, m.o.headers, policy)
 	}
-	if u.Probe.Consumed {
+	switch {
+	case u.Probe.Consumed && u.Degraded:
+		m.degradedAllowed.Add(1)
+		return true
+	case u.Probe.Consumed:
 		m.allowed.Add(1)
 		return true
+	case u.Degraded:
+		m.degradedLimited.Add(1)
+	default:
+		m.limited.Add(1)
 	}
-	m.limited.Add(1)
 	p := Problem{Type: m.o.problem, Title: http.StatusText(http.StatusTooManyRequests),
 		Status: http.StatusTooManyRequests, Policies: fired(&u, cost)}
 	if secs, ok := RetryAfterSeconds(u.Probe); ok {

@@ -45,7 +45,11 @@ func gridConfig(g gridFlags) (olric.Config, error) {
 		cfg = olric.DefaultLANConfig()
 	}
 	cfg.BindAddr, cfg.BindPort = host, port // the owner channel takes port+1, gossip port+2
-	cfg.Peers = g.Peers
+	var names []string
+	cfg.Peers, names = splitPeers(g.Peers)
+	if len(names) > 0 {
+		cfg.Discover = dnsDiscovery(names, port+2) // every instance's gossip port is its -grid-bind port + 2
+	}
 	cfg.ReplicaCount = g.Replicas
 	if g.JoinTimeout > 0 {
 		cfg.JoinTimeout = g.JoinTimeout

@@ -4,26 +4,27 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bucketgrid/bucketgrid"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // config is everything the flags set.
 type config struct {
 	ConfigPaths    []string
+	XDS            xdsFlags
 	GRPCAddr       string
 	HTTPAddr       string
 	DebugAddr      string
-	Rules          rlsconfig.Options
+	Rules          policy.Options
 	ShadowMode     bool
 	QuotaMode      bool
-	Headers        httplimit.Headers
+	Headers        policy.Headers
 	Timeout        time.Duration
 	ReloadInterval time.Duration
 	Backend        string
@@ -35,6 +36,7 @@ type config struct {
 	LogLevel       slog.Level
 	Version        bool // print the version and exit
 	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
+	Degrade        degradeFlags
 	Limits         limitFlags
 }
 
@@ -53,6 +55,13 @@ type limitFlags struct {
 	HTTPMaxHeaderBytes int           // bytes of a request's header
 	HTTPReadTimeout    time.Duration // time to read a request, header and body
 	HTTPIdleTimeout    time.Duration // a keep-alive connection idle for this long is closed
+}
+
+// degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
+type degradeFlags struct {
+	On        bool
+	Instances int // 0: the grid's live members (1 for a store)
+	Timeout   time.Duration
 }
 
 // gridFlags configure the embedded grid member (-backend grid). Secrets are
@@ -103,6 +112,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	var algorithm, headers, level string
 	var ratio float64
 	fs.Var(listFlag{&c.ConfigPaths}, "config", "configuration `path`: a YAML file, or a directory of *.yaml files (repeatable, or comma-separated)")
+	fs.StringVar(&c.XDS.Addr, "config-xds", "", "`host:port` of an xDS management server to take the configuration from (state of the world, RateLimitConfig resources, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW), instead of -config")
+	fs.StringVar(&c.XDS.Node, "config-xds-node", "", "node `ID` sent to the xDS server; empty is the host name")
+	fs.StringVar(&c.XDS.API, "config-xds-api", "ads", "xDS service to stream from: ads (the aggregated discovery service, as envoyproxy/ratelimit) or rls (RateLimitConfigDiscoveryService)")
+	fs.StringVar(&c.XDS.CA, "config-xds-ca", "", "PEM `file` of the CA of the xDS server's certificate (TLS); empty connects in plaintext")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (the RLS API, health, reflection)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/json, /healthcheck, /metrics); empty disables it")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "listen `address` of /debug/pprof (Go's profiler); empty disables it. Never expose it")
@@ -111,12 +124,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.Float64Var(&ratio, "near-limit-ratio", 0.8, "fraction of a limit above which hits count as near the limit")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "answer OK to everything, counting what would be refused")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", false, "treat every rule as quota_mode")
-	fs.StringVar(&headers, "headers", "ietf", "response headers for Envoy to add: none, ietf (RateLimit-Policy, RateLimit), x-ratelimit, or ietf,x-ratelimit")
+	fs.StringVar(&headers, "headers", "ietf", "response headers for Envoy to add, comma-separated: ietf (RateLimit-Policy, RateLimit), x-ratelimit (X-RateLimit-Limit, -Remaining, -Reset), draft (RateLimit-Limit, -Remaining, -Reset, envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED names), or none")
 	fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound on answering one request")
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", time.Second, "how often the configuration files are checked for changes")
 	fs.StringVar(&c.Backend, "backend", "grid", "where the buckets live: grid (an Olric grid of the instances), memory (this process only), or a store URI: redis://, mongodb://, couchbase://")
 	fs.StringVar(&c.Grid.Bind, "grid-bind", "127.0.0.1:3320", "grid member's Olric `host:port`; the owner channel uses port+1 and gossip port+2")
-	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join; empty starts a new grid")
+	fs.Var(listFlag{&c.Grid.Peers}, "grid-peers", "gossip `addresses` (host:port+2 of -grid-bind) of instances to join, or dns:NAME for every address NAME resolves to (at this instance's gossip port), resolved anew at each join; empty, or only this instance, starts a new grid")
 	fs.StringVar(&c.Grid.Env, "grid-env", "local", "grid timings: local (one host) or lan")
 	fs.IntVar(&c.Grid.Replicas, "grid-replicas", 1, "copies of each bucket: 1, or 2 to lose nothing when an instance leaves")
 	fs.DurationVar(&c.Grid.JoinTimeout, "grid-join-timeout", 30*time.Second, "how long to try joining -grid-peers before giving up")
@@ -149,6 +162,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.IntVar(&c.Limits.HTTPMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest HTTP request header in `bytes` (431 beyond)")
 	fs.DurationVar(&c.Limits.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "how long reading an HTTP request, header and body, may take")
 	fs.DurationVar(&c.Limits.HTTPIdleTimeout, "http-idle-timeout", time.Minute, "an idle keep-alive HTTP connection is closed after this long")
+	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable")
+	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or each admits the whole limit)")
+	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long to wait for the backend before deciding locally (below -timeout)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -159,10 +175,13 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		return c, nil
 	}
 	var errs []error
-	if len(c.ConfigPaths) == 0 {
-		errs = append(errs, errors.New("-config is required"))
+	switch {
+	case len(c.ConfigPaths) == 0 && c.XDS.Addr == "":
+		errs = append(errs, errors.New("-config is required (or -config-xds)"))
+	case len(c.ConfigPaths) > 0 && c.XDS.Addr != "":
+		errs = append(errs, errors.New("-config and -config-xds are alternatives: give one"))
 	}
-	a, ok := rlsconfig.ParseAlgorithm(algorithm)
+	a, ok := policy.ParseAlgorithm(algorithm)
 	if !ok {
 		errs = append(errs, fmt.Errorf("-algorithm %q: want fixed_window or token_bucket", algorithm))
 	}
@@ -171,19 +190,16 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want a fraction in (0, 1]", ratio))
 	}
 	c.Rules.NearLimitRatio = float32(ratio)
-	switch strings.ReplaceAll(headers, " ", "") {
-	case "none", "":
-	case "ietf":
-		c.Headers = httplimit.IETFHeaders
-	case "x-ratelimit":
-		c.Headers = httplimit.XRateLimitHeaders
-	case "ietf,x-ratelimit", "x-ratelimit,ietf":
-		c.Headers = httplimit.IETFHeaders | httplimit.XRateLimitHeaders
-	default:
-		errs = append(errs, fmt.Errorf("-headers %q: want none, ietf, x-ratelimit or ietf,x-ratelimit", headers))
+	if h, err := parseHeaders(headers); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.Headers = h
 	}
 	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 || c.DrainGrace < 0 {
 		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace and -drain-grace not negative"))
+	}
+	if c.Degrade.Instances < 0 || c.Degrade.Timeout <= 0 || c.Degrade.Timeout >= c.Timeout {
+		errs = append(errs, errors.New("-degrade-instances must not be negative, -degrade-timeout positive and below -timeout"))
 	}
 	if c.Backend == "grid" {
 		if _, port, err := splitHostPort(c.Grid.Bind); err != nil || port < 1 || port > 65533 {
@@ -191,6 +207,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		}
 		if c.Grid.Env != "local" && c.Grid.Env != "lan" {
 			errs = append(errs, fmt.Errorf("-grid-env %q: want local or lan", c.Grid.Env))
+		}
+		for _, p := range c.Grid.Peers {
+			if name, ok := strings.CutPrefix(p, dnsPrefix); ok && name == "" {
+				errs = append(errs, errors.New("-grid-peers dns: needs a name, as in dns:bucketgrid-grid.default.svc.cluster.local"))
+			}
 		}
 		if c.Grid.Replicas < 1 {
 			errs = append(errs, errors.New("-grid-replicas must be at least 1"))
@@ -241,4 +262,23 @@ func splitHostPort(s string) (string, int, error) {
 	}
 	port, err := strconv.Atoi(p)
 	return host, port, err
+}
+
+// parseHeaders reads the -headers list.
+func parseHeaders(list string) (policy.Headers, error) {
+	var h policy.Headers
+	for _, name := range strings.Split(strings.ReplaceAll(list, " ", ""), ",") {
+		switch name {
+		case "none", "":
+		case "ietf":
+			h |= policy.IETFHeaders
+		case "x-ratelimit":
+			h |= policy.XRateLimitHeaders
+		case "draft":
+			h |= policy.DraftHeaders
+		default:
+			return 0, fmt.Errorf("-headers %q: want a list of ietf, x-ratelimit and draft, or none", list)
+		}
+	}
+	return h, nil
 }

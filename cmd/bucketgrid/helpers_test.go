@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -62,17 +63,26 @@ func freePorts(t testing.TB, n int) []int {
 // Olric, owner-channel and gossip ports (Olric cannot bind port 0).
 func gridPort(t testing.TB) int {
 	t.Helper()
+	return commonGridPort(t, "127.0.0.1")
+}
+
+// commonGridPort returns a port p such that p, p+1 and p+2 were free a
+// moment ago on every one of hosts.
+func commonGridPort(t testing.TB, hosts ...string) int {
+	t.Helper()
 	for range 200 {
 		p := 20000 + int(randUint16()%40000)
 		ok := true
 		var lns []net.Listener
-		for i := range 3 {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
-			if err != nil {
-				ok = false
-				break
+		for _, h := range hosts {
+			for i := range 3 {
+				ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(p+i)))
+				if err != nil {
+					ok = false
+					break
+				}
+				lns = append(lns, ln)
 			}
-			lns = append(lns, ln)
 		}
 		for _, ln := range lns {
 			ln.Close()
@@ -115,6 +125,7 @@ func writeConfig(t testing.TB, dir string, files map[string]string) string {
 // runs it.
 type instance struct {
 	grpcAddr, httpAddr string
+	ready              string // the ready line
 	cancel             context.CancelFunc
 	done               chan error
 }
@@ -143,7 +154,7 @@ func startInstance(t testing.TB, args ...string) *instance {
 		t.Fatalf("bucketgrid did not start: %v", err)
 	}
 	go io.Copy(io.Discard, pr)
-	in.grpcAddr, in.httpAddr = field(line, "grpc="), field(line, "http=")
+	in.grpcAddr, in.httpAddr, in.ready = field(line, "grpc="), field(line, "http="), line
 	t.Cleanup(func() {
 		cancel()
 		if err := <-in.done; err != nil {

@@ -21,18 +21,21 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/bucketgrid/bucketgrid"
-	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/wire"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // streamWorkers is the number of gRPC stream workers: requests in flight
 // up to which no request starts a goroutine. An idle worker costs its
 // stack (a few KiB).
 const streamWorkers = 256
+
+// backendCloseTimeout bounds closing the backend at shutdown: for the grid,
+// handing this member's buckets over and leaving the cluster.
+const backendCloseTimeout = 15 * time.Second
 
 // expiryMargin is how long a bucket outlives the moment it is full again:
 // from then on a missing bucket and a full one answer alike.
@@ -49,8 +52,12 @@ const expiryMargin = 10 * time.Second
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	m := metrics.New(c.MaxValued)
-	ld := &loader.Loader{Paths: c.ConfigPaths, Options: c.Rules}
-	rules, err := ld.Load()
+	src, err := openRules(c, log)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	rules, err := src.first(ctx)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -78,7 +85,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("backend %s: %w", c.Backend, err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backendCloseTimeout)
 		defer cancel()
 		if cerr := be.close(cctx); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("backend %s: close: %w", c.Backend, cerr))
@@ -87,8 +94,13 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 
 	// Every request's rule, and so its bucket's configuration, is at hand:
 	// sending it along makes a new bucket one request, not two.
-	mgr := bucketgrid.NewManager(be.exec, bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
-		bucketgrid.WithEagerConfig())
+	mopts := []bucketgrid.Option{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+		bucketgrid.WithEagerConfig()}
+	if c.Degrade.On {
+		mopts = append(mopts, bucketgrid.WithDegrade(degrade(c.Degrade)))
+	}
+	mgr := bucketgrid.NewManager(be.exec, mopts...)
+	m.Manager(mgr.Stats)
 	svc := service.New(service.Options{
 		Manager:          mgr,
 		Headers:          c.Headers,
@@ -99,7 +111,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		Logger:           log,
 	})
 	svc.SetConfig(rules)
-	log.Info("configuration loaded", "domains", rules.Domains(), "paths", c.ConfigPaths)
+	log.Info("configuration loaded", append([]any{"domains", rules.Domains()}, src.from...)...)
 
 	// Stream workers keep goroutines whose stacks have grown, instead of a
 	// new goroutine (and its stack growth, a tenth of a request's CPU) per
@@ -175,7 +187,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		wg.Go(func() { rlqs.Run(watchCtx) }) // its streams end before GracefulStop waits for them
 	}
 	wg.Go(func() {
-		ld.Watch(watchCtx, c.ReloadInterval, func(cfg *rlsconfig.Config) {
+		src.watch(watchCtx, func(cfg *policy.Rules) {
 			svc.SetConfig(cfg)
 			m.ConfigLoad(true)
 			log.Info("configuration reloaded", "domains", cfg.Domains())
@@ -222,4 +234,13 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	}
 	wg.Wait()
 	return err
+}
+
+// degrade returns the degraded mode the flags describe.
+func degrade(f degradeFlags) bucketgrid.Degrade {
+	d := bucketgrid.Degrade{Timeout: f.Timeout}
+	if n := f.Instances; n > 0 {
+		d.Instances = func() int { return n }
+	}
+	return d
 }

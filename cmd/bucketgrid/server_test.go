@@ -159,6 +159,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"-config", "x", "extra"}, "unexpected arguments"},
 		{[]string{"-config", "x", "-grid-tls-cert", "c.pem"}, "-grid-tls-cert, -grid-tls-key and -grid-tls-ca go together"},
 		{[]string{"-config", "x", "-grid-tls-cert", "c", "-grid-tls-key", "k", "-grid-tls-ca", "a", "-grid-secret-file", "s"}, "alternatives"},
+		{[]string{"-config", "x", "-degrade-timeout", "1s"}, "-degrade-timeout positive and below -timeout"},
+		{[]string{"-config", "x", "-degrade-instances", "-1"}, "-degrade-instances must not be negative"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 var (
@@ -64,6 +64,11 @@ type newConn struct {
 // maxHandshaking is how many connections may be handshaking at once.
 func (m *Member) maxHandshaking() int { return max(m.cfg.ChannelMaxConns/4, 16) }
 
+// maxConnGoroutines is how many connections, handshaking, established or
+// dropped but not yet ended, may hold a goroutine (and its memory) at once:
+// the size of Member.connSlots.
+func (m *Member) maxConnGoroutines() int { return m.maxHandshaking() + m.cfg.ChannelMaxConns }
+
 // serve accepts owner-channel connections until the member shuts down.
 // Like net/http.Server.Serve, it backs off after a failed Accept (too many
 // open files, ...) and continues: a member that stopped accepting would
@@ -72,8 +77,19 @@ func (m *Member) serve() {
 	defer m.wg.Done()
 	var delay time.Duration
 	for {
+		// A slot for the connection's goroutine first: a connection holds
+		// its memory until its goroutine has ended, also after it was
+		// dropped, so under CPU starvation dropped connections could pile
+		// up faster than they end. The slots bound them, whatever the
+		// scheduler does.
+		select {
+		case m.connSlots <- struct{}{}:
+		case <-m.ctx.Done():
+			return
+		}
 		c, err := m.ln.Accept()
 		if err != nil {
+			<-m.connSlots
 			if m.ctx.Err() != nil {
 				return
 			}
@@ -95,6 +111,7 @@ func (m *Member) serve() {
 		if m.conns.closed {
 			m.connMu.Unlock()
 			c.Close()
+			<-m.connSlots
 			return
 		}
 		if hs := m.conns.handshaking; len(hs) >= m.maxHandshaking() {
@@ -174,6 +191,7 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 // buffered).
 func (m *Member) serveConn(nc *newConn) {
 	defer m.wg.Done()
+	defer func() { <-m.connSlots }()
 	defer func() {
 		nc.c.Close()
 		m.connMu.Lock()
@@ -214,9 +232,9 @@ func (m *Member) serveConn(nc *newConn) {
 		if err != nil {
 			return
 		}
-		var req core.Request
+		var req wire.Request
 		if err = checkKey(key); err == nil && kind == kindExecute {
-			req, err = core.DecodeRequest(rest)
+			req, err = wire.DecodeRequest(rest)
 		}
 		switch {
 		case err != nil:
@@ -269,7 +287,7 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 	case kindOK:
 		dst = appendFrameHeader(dst, id, kindOK)
 		if !o.removed {
-			dst = core.AppendResponse(dst, &o.resp)
+			dst = wire.AppendResponse(dst, &o.resp)
 		}
 	case kindHold:
 		dst = appendFrameHeader(dst, id, kindHold)
@@ -291,7 +309,7 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 // connection's reader.
 type reply struct {
 	kind byte
-	resp core.Response // kindOK with a payload (an execute's answer)
+	resp wire.Response // kindOK with a payload (an execute's answer)
 	body bool          // kindOK: the answer had a payload
 	hold int64         // kindHold: nanoseconds to wait
 	msg  string        // kindError: the owner's message
@@ -305,7 +323,7 @@ func decodeReply(kind byte, payload []byte) reply {
 		if len(payload) == 0 {
 			return reply{kind: kindOK}
 		}
-		resp, err := core.DecodeResponse(payload)
+		resp, err := wire.DecodeResponse(payload)
 		if err != nil {
 			return reply{err: err}
 		}
@@ -495,7 +513,7 @@ func cmpErr(err, def error) error {
 // call sends one request (req nil for kindRemove) and waits for its
 // answer. budget is how long the caller still waits; it travels in the
 // frame.
-func (p *peer) call(ctx context.Context, kind byte, key string, req *core.Request, budget time.Duration) reply {
+func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Request, budget time.Duration) reply {
 	if budget <= 0 {
 		return reply{err: context.DeadlineExceeded}
 	}
@@ -517,7 +535,7 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *core.Reques
 	p.wbuf = binary.AppendUvarint(p.wbuf, uint64(budget))
 	p.wbuf = appendKey(p.wbuf, key)
 	if req != nil {
-		p.wbuf = core.AppendRequest(p.wbuf, req)
+		p.wbuf = wire.AppendRequest(p.wbuf, req)
 	}
 	if len(p.wbuf)-start-4 > maxFrame {
 		p.wbuf = p.wbuf[:start]
@@ -569,7 +587,7 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *core.Reques
 }
 
 // remote runs a request on the owner called name (req nil for kindRemove).
-func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req *core.Request, budget time.Duration) outcome {
+func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req *wire.Request, budget time.Duration) outcome {
 	p, err := m.peerFor(ctx, name)
 	if err != nil {
 		return outcome{kind: kindError, err: err, retry: errors.Is(err, errPeerGone)}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // ErrClosed is returned by a Member that is shutting down or shut down.
@@ -69,6 +70,7 @@ type Member struct {
 	acceptErrors atomic.Int64 // failed Accepts, for tests
 	connMu       sync.Mutex
 	conns        conns
+	connSlots    chan struct{} // one per connection goroutine; see maxConnGoroutines
 
 	peerMu      sync.Mutex
 	peers       map[string]*peer
@@ -113,6 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		conns:    conns{established: map[net.Conn]struct{}{}},
 		peers:    map[string]*peer{},
 	}
+	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.chanAddr, err = channelAddr(m.name); err != nil {
 		m.cancel()
@@ -281,10 +284,23 @@ func (m *Member) Owner(key string) string {
 	return m.routes.Load().owners[m.Partition(key)]
 }
 
+// Route implements bucketgrid.Router: key's owner, as Owner, so that a
+// Manager's degraded mode (bucketgrid.WithDegrade) keeps a circuit breaker
+// per member and a crashed member degrades only the keys it owned.
+func (m *Member) Route(key string) string { return m.Owner(key) }
+
+// LiveInstances implements bucketgrid.LiveCounter: the members owning
+// partitions in this member's newest routing read, at least 1, which a
+// Manager's degraded mode divides the limit by. A crashed member counts
+// until the cluster has declared it dead and handed its partitions over (see
+// "Crash fail-over window" in the package documentation): meanwhile each
+// member's share is a little smaller than it could be, never larger.
+func (m *Member) LiveInstances() int { return max(m.routes.Load().members, 1) }
+
 // outcome is the result of one attempt at a request.
 type outcome struct {
 	kind    byte // kindOK, kindNotOwner, kindHold or kindError
-	resp    core.Response
+	resp    wire.Response
 	removed bool
 	hold    int64 // nanoseconds, for kindHold
 	err     error
@@ -296,7 +312,7 @@ type outcome struct {
 // (kindNotOwner) when this member's routing read says another member owns
 // the key and holds (kindHold) during a hand-over, on a stale routing read
 // or while shutting down.
-func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.Request, remove bool) outcome {
+func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool) outcome {
 	m.gate.RLock()
 	defer m.gate.RUnlock()
 	if m.leaving.Load() {
@@ -348,7 +364,7 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.
 			}
 		}
 	}
-	newStored, changed, resp := core.Process(stored, *req, m.cfg.Clock.Now())
+	newStored, changed, resp := wire.Process(stored, *req, m.cfg.Clock.Now())
 	if changed {
 		var err error
 		if resp.TTL > 0 {
@@ -433,9 +449,9 @@ func checkKey(key string) error {
 // deadline is bounded by Config.RequestTimeout. A key longer than MaxKeyLen
 // fails at once, before any I/O, with a *core.KeyError (errors.Is
 // core.ErrInvalidKey).
-func (m *Member) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+func (m *Member) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	if err := checkKey(key); err != nil {
-		return core.Response{}, err
+		return wire.Response{}, err
 	}
 	o, err := m.do(ctx, key, &req, false)
 	return o.resp, err
@@ -451,7 +467,7 @@ func (m *Member) Remove(ctx context.Context, key string) error {
 	return err
 }
 
-func (m *Member) do(ctx context.Context, key string, req *core.Request, remove bool) (outcome, error) {
+func (m *Member) do(ctx context.Context, key string, req *wire.Request, remove bool) (outcome, error) {
 	// Without a deadline, RequestTimeout bounds the waits (a timer per
 	// request would cost more than the request).
 	budget := time.Time{}

@@ -86,9 +86,9 @@ func TestConnectionFlood(t *testing.T) {
 	if peakHS > target.maxHandshaking() || peakEst > target.cfg.ChannelMaxConns {
 		t.Errorf("connections beyond their limits: %d handshaking, %d established", peakHS, peakEst)
 	}
-	// Connections in both states plus as many on their way out: bounded,
-	// where one goroutine per attacking connection would be 2,700.
-	if limit := baseG + 2*(target.maxHandshaking()+target.cfg.ChannelMaxConns); peakG > limit {
+	// Connections in both states and those on their way out share one
+	// bound, where one goroutine per attacking connection would be 2,700.
+	if limit := baseG + target.maxConnGoroutines(); peakG > limit {
 		t.Errorf("%d goroutines, limit %d", peakG, limit)
 	}
 }

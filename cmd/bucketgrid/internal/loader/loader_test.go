@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 const good = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
@@ -58,7 +58,7 @@ func TestLoadPaths(t *testing.T) {
 	}
 	write(t, filepath.Join(dir, "a.yaml"), "domain: d\ndescriptors:\n  - value: v\n")
 	_, err = l.Load()
-	var ce *rlsconfig.Error
+	var ce *policy.Error
 	if !errors.As(err, &ce) || err.Error() != filepath.Join(dir, "a.yaml")+": descriptor has empty key" {
 		t.Errorf("bad file: %v", err)
 	}
@@ -74,12 +74,12 @@ func TestWatch(t *testing.T) {
 	if _, err := l.Load(); err != nil {
 		t.Fatal(err)
 	}
-	loaded := make(chan *rlsconfig.Config, 10)
+	loaded := make(chan *policy.Rules, 10)
 	failed := make(chan error, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		l.Watch(ctx, 5*time.Millisecond, func(c *rlsconfig.Config) { loaded <- c }, func(err error) { failed <- err })
+		l.Watch(ctx, 5*time.Millisecond, func(c *policy.Rules) { loaded <- c }, func(err error) { failed <- err })
 		close(done)
 	}()
 	defer func() { cancel(); <-done }()
@@ -97,7 +97,7 @@ func TestWatch(t *testing.T) {
 	}
 
 	write(t, file, strings.ReplaceAll(good, "domain: d", "domain: d2"))
-	if v, what := wait(); what != "loaded" || !v.(*rlsconfig.Config).HasDomain("d2") {
+	if v, what := wait(); what != "loaded" || !v.(*policy.Rules).HasDomain("d2") {
 		t.Fatalf("change: %s %v", what, v)
 	}
 	write(t, file, "domain: d3\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
@@ -106,17 +106,55 @@ func TestWatch(t *testing.T) {
 	}
 	// a fix loads; the bad content was reported once
 	write(t, file, strings.ReplaceAll(good, "domain: d", "domain: d4"))
-	if v, what := wait(); what != "loaded" || !v.(*rlsconfig.Config).HasDomain("d4") {
+	if v, what := wait(); what != "loaded" || !v.(*policy.Rules).HasDomain("d4") {
 		t.Fatalf("fix: %s %v", what, v)
 	}
 	// a new file in the directory is a change too
 	write(t, filepath.Join(dir, "b.yaml"), strings.ReplaceAll(good, "domain: d", "domain: other"))
-	if v, what := wait(); what != "loaded" || !v.(*rlsconfig.Config).HasDomain("other") {
+	if v, what := wait(); what != "loaded" || !v.(*policy.Rules).HasDomain("other") {
 		t.Fatalf("new file: %s %v", what, v)
 	}
 	select {
 	case err := <-failed:
 		t.Fatalf("reported again: %v", err)
 	default:
+	}
+}
+
+// TestConfigMapVolume: a Kubernetes ConfigMap volume holds each key as a
+// symlink (shop.yaml → ..data/shop.yaml, ..data → a hidden folder of this
+// version); an update swaps ..data. Both versions load.
+func TestConfigMapVolume(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, domain string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, name, "shop.yaml"), strings.ReplaceAll(good, "domain: d", "domain: "+domain))
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_12_03_v1", "one")
+	if err := os.Symlink(filepath.Join("..data", "shop.yaml"), filepath.Join(dir, "shop.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	l := &Loader{Paths: []string{dir}}
+	for _, want := range []string{"one", "two"} {
+		if want == "two" {
+			version("..2026_12_03_v2", "two")
+		}
+		cfg, err := l.Load()
+		if err != nil {
+			t.Fatalf("version %s: %v", want, err)
+		}
+		if !cfg.HasDomain(want) || cfg.Domains() != 1 {
+			t.Fatalf("version %s: %d domains, has %s: %v", want, cfg.Domains(), want, cfg.HasDomain(want))
+		}
 	}
 }

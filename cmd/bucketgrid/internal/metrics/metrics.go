@@ -16,6 +16,7 @@ package metrics
 
 import (
 	"container/list"
+	"github.com/bucketgrid/bucketgrid"
 	"net/http"
 	"strings"
 	"sync"
@@ -27,7 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // UnknownDomain is the domain label of requests whose domain is not
@@ -118,7 +119,7 @@ func (m *Metrics) Handler() http.Handler {
 // maxLabelBytes, invalid UTF-8 replaced), or for a key that carries client
 // values when none of the bound's series is to spare, its configuration path
 // + ".__other". It does not admit a key: Descriptor does.
-func (m *Metrics) RuleLabel(r *rlsconfig.Rule) string {
+func (m *Metrics) RuleLabel(r *policy.Rule) string {
 	key := label(r.StatsKey)
 	if !r.ValuesInStatsKey {
 		return key
@@ -149,7 +150,7 @@ func label(key string) string {
 }
 
 // Descriptor records one counted descriptor's status under its rule.
-func (m *Metrics) Descriptor(r *rlsconfig.Rule, st *rlsconfig.Status, hits uint64) {
+func (m *Metrics) Descriptor(r *policy.Rule, st *policy.Status, hits uint64) {
 	if m == nil {
 		return
 	}
@@ -178,7 +179,7 @@ func (m *Metrics) counters(l string) *ruleCounters {
 // recently used one when the bound is reached, whose counts move to its
 // rule's .__other series. With a bound of 0 every such key counts under
 // .__other. m.mu is held.
-func (m *Metrics) valuedCounters(r *rlsconfig.Rule) *ruleCounters {
+func (m *Metrics) valuedCounters(r *policy.Rule) *ruleCounters {
 	key := label(r.StatsKey)
 	if e := m.valued[key]; e != nil {
 		m.lru.MoveToFront(e)
@@ -218,7 +219,7 @@ func (m *Metrics) retire(vk *valuedKey) {
 }
 
 // count adds a descriptor's hits and status to c.
-func (m *Metrics) count(c *ruleCounters, st *rlsconfig.Status, hits uint64) {
+func (m *Metrics) count(c *ruleCounters, st *policy.Status, hits uint64) {
 	add := func(v prometheus.Counter, n uint64) {
 		if n > 0 {
 			v.Add(float64(n))
@@ -248,6 +249,33 @@ func (m *Metrics) Request(domain, api, code, errKind string, d time.Duration) {
 		o, _ = m.endpoints.LoadOrStore(k, m.latency.WithLabelValues(domain, api))
 	}
 	o.(prometheus.Observer).Observe(d.Seconds())
+}
+
+// Manager exports what stats reports (a Manager's Stats): the requests
+// decided from a local share while the backend was out, apart from the
+// backend's decisions counted above, the breakers opened and open, and the
+// tokens charged back.
+func (m *Metrics) Manager(stats func() bucketgrid.ManagerStats) {
+	if m == nil {
+		return
+	}
+	counter := func(name, help string, v func(s bucketgrid.ManagerStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: name, Help: help},
+			func() float64 { return float64(v(stats())) })
+	}
+	m.reg.MustRegister(
+		counter("degraded_total", "Bucket operations decided from a local share of the limit while the backend was out (-degrade).",
+			func(s bucketgrid.ManagerStats) int64 { return s.Degraded }),
+		counter("breaker_opens_total", "Circuit breakers opened on a backend outage (-degrade).",
+			func(s bucketgrid.ManagerStats) int64 { return s.BreakerOpens }),
+		counter("degrade_charged_tokens_total", "Tokens consumed locally during an outage and charged to the real buckets after it.",
+			func(s bucketgrid.ManagerStats) int64 { return s.Charged }),
+		counter("corrupt_replaced_total", "Corrupt stored buckets replaced by new ones.",
+			func(s bucketgrid.ManagerStats) int64 { return s.CorruptReplaced }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "bucketgrid_rls", Name: "breakers_open",
+			Help: "Circuit breakers open now: backends (grid members, or the store) decided around (-degrade)."},
+			func() float64 { return float64(stats().OpenBreakers) }),
+	)
 }
 
 // GlobalShadow records a request the service-wide shadow mode let through.

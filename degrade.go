@@ -1,0 +1,146 @@
+package bucketgrid
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+)
+
+// Degrade configures a Manager's degraded mode (WithDegrade): when the
+// executor fails with an outage or does not answer within Timeout, the
+// operation is decided from a bucket in this process holding this
+// instance's share of the limit (core.Config.Share with the number of
+// instances), so that the instances together admit about the limit while
+// the backend is out: nobody unlimited, nobody refused who would have been
+// admitted. The zero value selects the defaults.
+//
+// A circuit breaker per route (the key's owner on a grid, see Router; the
+// whole store otherwise) stops waiting for a backend that failed Failures
+// times in a row: from then on operations on that route are decided locally
+// at once, and one probe at a time (a read of a key's configuration) is sent
+// in the background, at most every Probe, while operations keep coming. The
+// breaker closes when a probe is answered. What the local buckets consumed
+// is then charged to the real ones, best effort and never minting: each key
+// once, with wire.OpTryConsumeAsMuchAsPossible of the tokens consumed
+// locally (a bucket is charged at most what it holds, and never gains a
+// token).
+//
+// Only outages degrade, as only outages fail open in an HTTP middleware:
+// an executor error other than an invalid key (ErrInvalidKey), a corrupt
+// record (core.ErrCorruptState), an invalid configuration
+// (*core.ConfigError), a request refused (wire.ErrInvalidRequest) or one the
+// executor itself says is no outage (see OutageClassifier). Those errors,
+// the configuration function's errors and the caller's own context ending
+// are returned as they are; a panic is not recovered.
+type Degrade struct {
+	// Instances returns the number of instances sharing the limit, read
+	// whenever a local bucket is made or used (a change re-cuts the local
+	// buckets' shares, tokens carried over proportionally). Nil asks the
+	// executor (see LiveCounter: a grid knows its members); an executor
+	// that cannot tell counts as one instance, which admits the whole limit
+	// on every instance: a CAS deployment of several instances must say how
+	// many it runs. Values below 1 count as 1.
+	Instances func() int
+	// Timeout bounds the wait for the executor before an operation is
+	// decided locally (DefaultDegradeTimeout when 0). It applies only when
+	// the caller's context leaves more time than that.
+	Timeout time.Duration
+	// Failures is the number of outages in a row on one route that opens its
+	// breaker (DefaultDegradeFailures when 0).
+	Failures int
+	// Probe is the least time between probes of an open breaker, on the
+	// Manager's clock (DefaultDegradeProbe when 0).
+	Probe time.Duration
+	// MaxKeys bounds the local buckets (DefaultMaxEntries when 0). Past it,
+	// an arbitrary local bucket is dropped, and with it the consumption it
+	// would have charged.
+	MaxKeys int
+}
+
+// The defaults of Degrade.
+const (
+	// DefaultDegradeTimeout is below httplimit's default timeout (250 ms),
+	// so that a middleware gets the local decision rather than failing open.
+	DefaultDegradeTimeout = 100 * time.Millisecond
+	// DefaultDegradeFailures opens a breaker on the third outage in a row:
+	// one lost packet does not, a dead backend costs three timeouts.
+	DefaultDegradeFailures = 3
+	// DefaultDegradeProbe probes an open breaker four times a second, so
+	// answers resume within about a quarter of a second of the backend's
+	// return.
+	DefaultDegradeProbe = 250 * time.Millisecond
+)
+
+// LiveCounter is implemented by executors that know how many instances
+// share their buckets, such as a grid member (its live members): Degrade
+// divides the limit by LiveInstances when Degrade.Instances is nil.
+type LiveCounter interface {
+	// LiveInstances returns the number of live instances, at least 1.
+	LiveInstances() int
+}
+
+// Router is implemented by executors whose keys live on different servers,
+// such as a grid member: Degrade keeps one circuit breaker per route, so an
+// owner that crashed degrades only its own keys.
+type Router interface {
+	// Route names where key's bucket is executed now ("" when unknown).
+	Route(key string) string
+}
+
+// OutageClassifier is implemented by executors that return errors which
+// are not outages, although they are none of those Degrade knows (a CAS
+// executor that gave up on a key too contended to update): Degrade decides
+// locally only when Outage(err) reports true.
+type OutageClassifier interface {
+	// Outage reports whether err, returned by Execute, may be an outage.
+	Outage(err error) bool
+}
+
+// WithDegrade turns on a Manager's degraded mode (NewManager); see Degrade.
+// Without it, every executor error is returned to the caller.
+func WithDegrade(d Degrade) Option {
+	return func(o *options) { o.set |= optDegrade; o.degrade = d }
+}
+
+// Decision reports how the operations run under a context were decided:
+// pass one with WithDecision and read it after the call. The zero value is
+// ready to use; it is safe for concurrent use.
+type Decision struct{ degraded atomic.Bool }
+
+// Degraded reports whether an operation under the context was decided from
+// a local share (see Degrade) rather than by the executor.
+func (d *Decision) Degraded() bool { return d.degraded.Load() }
+
+type decisionKey struct{}
+
+// WithDecision returns a context under which a Manager's handles record in
+// d how they decided: what an HTTP middleware needs to count degraded
+// decisions apart from real ones.
+func WithDecision(ctx context.Context, d *Decision) context.Context {
+	return context.WithValue(ctx, decisionKey{}, d)
+}
+
+// markDegraded records a local decision in ctx's Decision, if any.
+func markDegraded(ctx context.Context) {
+	if d, ok := ctx.Value(decisionKey{}).(*Decision); ok {
+		d.degraded.Store(true)
+	}
+}
+
+// outage reports whether an executor error may be an outage.
+func (d *degrader) outage(err error) bool {
+	var cfgErr *core.ConfigError
+	switch {
+	case errors.Is(err, ErrInvalidKey), errors.Is(err, core.ErrCorruptState), errors.As(err, &cfgErr),
+		errors.Is(err, wire.ErrInvalidRequest):
+		return false
+	}
+	if c, ok := d.exec.(OutageClassifier); ok {
+		return c.Outage(err)
+	}
+	return true
+}

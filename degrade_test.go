@@ -1,0 +1,422 @@
+package bucketgrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/cas/memstore"
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+)
+
+// Outage modes of an outageStore.
+const (
+	storeUp int32 = iota
+	storeDown
+	storeHangs
+)
+
+var errStoreDown = errors.New("connection refused")
+
+// outageStore is a memstore that can be taken down (every call fails at
+// once) or made to hang (every call waits for its context), counting calls.
+type outageStore struct {
+	cas.Store
+	mode  atomic.Int32
+	calls atomic.Int64
+}
+
+func (s *outageStore) fault(ctx context.Context) error {
+	s.calls.Add(1)
+	switch s.mode.Load() {
+	case storeDown:
+		return errStoreDown
+	case storeHangs:
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *outageStore) Get(ctx context.Context, key string) ([]byte, cas.Version, bool, error) {
+	if err := s.fault(ctx); err != nil {
+		return nil, 0, false, err
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func (s *outageStore) Insert(ctx context.Context, key string, data []byte, ttl time.Duration) (bool, error) {
+	if err := s.fault(ctx); err != nil {
+		return false, err
+	}
+	return s.Store.Insert(ctx, key, data, ttl)
+}
+
+func (s *outageStore) Replace(ctx context.Context, key string, data []byte, ver cas.Version, ttl time.Duration) (bool, error) {
+	if err := s.fault(ctx); err != nil {
+		return false, err
+	}
+	return s.Store.Replace(ctx, key, data, ver, ttl)
+}
+
+type degradeFixture struct {
+	clock     *clock.Fake
+	store     *outageStore
+	m         *bucketgrid.Manager
+	instances atomic.Int32
+}
+
+// probe is the fixture's Degrade.Probe.
+const probe = time.Second
+
+func newDegradeFixture(t *testing.T, opts ...bucketgrid.Option) *degradeFixture {
+	t.Helper()
+	f := &degradeFixture{clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
+	f.instances.Store(3)
+	f.store = &outageStore{Store: memstore.New(memstore.WithClock(f.clock))}
+	d := bucketgrid.Degrade{Instances: func() int { return int(f.instances.Load()) }, Failures: 2, Probe: probe,
+		Timeout: 50 * time.Millisecond}
+	opts = append([]bucketgrid.Option{bucketgrid.WithClock(f.clock), bucketgrid.WithDegrade(d)}, opts...)
+	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), opts...)
+	return f
+}
+
+// nine is 9 tokens an hour: refill is negligible over the seconds a test
+// advances its clock.
+func nine(context.Context) (core.Config, error) { return core.NewConfig(core.Greedy(9, 9, time.Hour)) }
+
+// waitFor polls cond with a generous deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// consumeAll takes one token at a time until refused and returns how many
+// it took, checking that every decision was degraded (or none).
+func consumeAll(t *testing.T, h *bucketgrid.Handle, wantDegraded bool) int {
+	t.Helper()
+	for n := 0; n < 100; n++ {
+		var d bucketgrid.Decision
+		ok, err := h.TryConsume(bucketgrid.WithDecision(context.Background(), &d), 1)
+		if err != nil {
+			t.Fatalf("consume %d: %v", n, err)
+		}
+		if d.Degraded() != wantDegraded {
+			t.Fatalf("consume %d: degraded %v, want %v", n, d.Degraded(), wantDegraded)
+		}
+		if !ok {
+			return n
+		}
+	}
+	t.Fatalf("bucket never refused")
+	return 0
+}
+
+func TestDegradeDecidesFromShare(t *testing.T) {
+	f := newDegradeFixture(t)
+	f.store.mode.Store(storeDown)
+	h := f.m.Bucket("k", nine)
+	if got := consumeAll(t, h, true); got != 3 {
+		t.Fatalf("admitted %d from the share of 9 over 3 instances, want 3", got)
+	}
+	st := f.m.Stats()
+	if st.Degraded != 4 || st.BreakerOpens != 1 || st.OpenBreakers != 1 || st.LocalBuckets != 1 {
+		t.Fatalf("stats %+v, want 4 degraded, one breaker opened and open, one local bucket", st)
+	}
+	// the breaker is open: no more waiting on the store until a probe is due
+	calls := f.store.calls.Load()
+	p, d, err := h.TryConsumeAndReturnRemainingVerbose(context.Background(), 1)
+	if err != nil || p.Consumed {
+		t.Fatalf("verbose consume: %+v %v, want refused", p, err)
+	}
+	if got := d.State.Config.Bandwidths[0].Capacity; got != 3 {
+		t.Fatalf("diagnostics describe capacity %d, want the share's 3", got)
+	}
+	if f.store.calls.Load() != calls {
+		t.Fatalf("an open breaker still called the store")
+	}
+}
+
+func TestDegradeBreakerProbesAndCharges(t *testing.T) {
+	f := newDegradeFixture(t)
+	ctx := context.Background()
+	h := f.m.Bucket("k", nine)
+	if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
+		t.Fatalf("first consume with the store up: %v %v", ok, err)
+	}
+	f.store.mode.Store(storeDown)
+	if got := consumeAll(t, h, true); got != 3 {
+		t.Fatalf("admitted %d while down, want the share's 3", got)
+	}
+	calls := f.store.calls.Load()
+	f.clock.Advance(probe - time.Nanosecond)
+	consumeAll(t, h, true)
+	if f.store.calls.Load() != calls {
+		t.Fatalf("probed before Probe elapsed")
+	}
+	f.clock.Advance(time.Nanosecond)
+	h.AvailableTokens(ctx) // starts a probe, which fails
+	waitFor(t, "the failed probe", func() bool { return f.store.calls.Load() > calls })
+	if f.m.Stats().OpenBreakers != 1 {
+		t.Fatalf("a failed probe closed the breaker")
+	}
+	f.store.mode.Store(storeUp)
+	f.clock.Advance(probe)
+	h.AvailableTokens(ctx) // starts a probe, which is answered
+	waitFor(t, "the breaker to close and the charge", func() bool {
+		st := f.m.Stats()
+		return st.OpenBreakers == 0 && st.Charged+st.ChargeFailed > 0
+	})
+	if st := f.m.Stats(); st.Charged != 3 || st.ChargeFailed != 0 {
+		t.Fatalf("stats %+v, want the 3 local tokens charged", st)
+	}
+	// the real bucket: 9 - 1 before the outage - 3 charged
+	if got, err := h.AvailableTokens(ctx); got != 5 || err != nil {
+		t.Fatalf("real bucket holds %d (%v), want 5", got, err)
+	}
+}
+
+func TestDegradeChargeNeverMints(t *testing.T) {
+	f := newDegradeFixture(t)
+	ctx := context.Background()
+	h := f.m.Bucket("k", nine)
+	for i := 0; i < 7; i++ {
+		if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
+			t.Fatalf("consume %d: %v %v", i, ok, err)
+		}
+	}
+	f.store.mode.Store(storeDown)
+	if got := consumeAll(t, h, true); got != 3 {
+		t.Fatalf("admitted %d while down, want 3", got)
+	}
+	f.store.mode.Store(storeUp)
+	f.clock.Advance(probe)
+	h.AvailableTokens(ctx)
+	waitFor(t, "the charge", func() bool { st := f.m.Stats(); return st.Charged+st.ChargeFailed > 0 })
+	if st := f.m.Stats(); st.Charged != 2 {
+		t.Fatalf("charged %d, want the 2 the bucket held", st.Charged)
+	}
+	if got, err := h.AvailableTokens(ctx); got != 0 || err != nil {
+		t.Fatalf("real bucket holds %d (%v), want 0: charged, never below, never above", got, err)
+	}
+}
+
+func TestDegradeChargesOnTheKeysNextAnswer(t *testing.T) {
+	// an outage too short to open the breaker: the key's next answer from
+	// the store charges what it consumed locally
+	f := newDegradeFixture(t)
+	ctx := context.Background()
+	h := f.m.Bucket("k", nine)
+	f.store.mode.Store(storeDown)
+	var d bucketgrid.Decision
+	if ok, err := h.TryConsume(bucketgrid.WithDecision(ctx, &d), 1); !ok || err != nil || !d.Degraded() {
+		t.Fatalf("consume while down: %v %v degraded %v", ok, err, d.Degraded())
+	}
+	f.store.mode.Store(storeUp)
+	if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
+		t.Fatalf("consume after: %v %v", ok, err)
+	}
+	waitFor(t, "the charge", func() bool { return f.m.Stats().Charged == 1 })
+	if got, err := h.AvailableTokens(ctx); got != 7 || err != nil {
+		t.Fatalf("real bucket holds %d (%v), want 7", got, err)
+	}
+	if st := f.m.Stats(); st.BreakerOpens != 0 {
+		t.Fatalf("one outage opened the breaker: %+v", st)
+	}
+}
+
+func TestDegradeHangingStore(t *testing.T) {
+	f := newDegradeFixture(t)
+	f.store.mode.Store(storeHangs)
+	h := f.m.Bucket("k", nine)
+	// the caller's context has no deadline: Degrade.Timeout bounds the wait
+	if got := consumeAll(t, h, true); got != 3 {
+		t.Fatalf("admitted %d while the store hangs, want 3", got)
+	}
+	// a caller whose own context ends gets its error, not a local decision
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f2 := newDegradeFixture(t)
+	f2.store.mode.Store(storeHangs)
+	if _, err := f2.m.Bucket("k", nine).TryConsume(ctx, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled caller: %v, want context.Canceled", err)
+	}
+	if st := f2.m.Stats(); st.Degraded != 0 {
+		t.Fatalf("a canceled caller was decided locally")
+	}
+}
+
+func TestDegradeRecutsOnInstanceChange(t *testing.T) {
+	f := newDegradeFixture(t)
+	f.store.mode.Store(storeDown)
+	h := f.m.Bucket("k", nine)
+	ctx := context.Background()
+	if ok, _ := h.TryConsume(ctx, 2); !ok {
+		t.Fatalf("2 of the share of 3 refused")
+	}
+	f.instances.Store(1) // the share becomes the whole limit, tokens carried over proportionally
+	if got, err := h.AvailableTokens(ctx); got != 3 || err != nil {
+		t.Fatalf("after the re-cut: %d (%v), want 1 of 3 → 3 of 9", got, err)
+	}
+	f.instances.Store(0) // below 1 counts as 1
+	if got, _ := h.AvailableTokens(ctx); got != 3 {
+		t.Fatalf("0 instances: %d, want 3", got)
+	}
+}
+
+// errExecutor fails every request with err, or panics with it.
+type errExecutor struct {
+	err   error
+	panic bool
+	calls atomic.Int64
+}
+
+func (e *errExecutor) Execute(context.Context, string, wire.Request) (wire.Response, error) {
+	e.calls.Add(1)
+	if e.panic {
+		panic(e.err)
+	}
+	return wire.Response{}, e.err
+}
+
+func (e *errExecutor) Remove(context.Context, string) error { return e.err }
+
+func (e *errExecutor) Outage(err error) bool { return !errors.Is(err, cas.ErrConflict) }
+
+func TestDegradeKeepsOtherErrors(t *testing.T) {
+	bad := func(context.Context) (core.Config, error) { return core.Config{}, nil }
+	tests := []struct {
+		name     string
+		err      error
+		configFn bucketgrid.ConfigFunc
+		want     error
+	}{
+		{"invalid key", core.InvalidKey("k", "too long"), nine, bucketgrid.ErrInvalidKey},
+		{"corrupt record", fmt.Errorf("store: %w", core.ErrCorruptState), nine, core.ErrCorruptState},
+		{"invalid request", fmt.Errorf("x: %w", wire.ErrInvalidRequest), nine, wire.ErrInvalidRequest},
+		{"configuration error", &core.ConfigError{Bandwidth: -1, Err: core.ErrNoBandwidths}, nine, core.ErrNoBandwidths},
+		{"contended key", fmt.Errorf("x: %w", cas.ErrConflict), nine, cas.ErrConflict},
+		{"outage, invalid configuration function", errStoreDown, bad, core.ErrNoBandwidths},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &errExecutor{err: tt.err}
+			m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 2 }}))
+			h := m.Bucket("k", tt.configFn)
+			for range 5 { // past Failures: no breaker opens either
+				if _, err := h.TryConsume(context.Background(), 1); !errors.Is(err, tt.want) {
+					t.Fatalf("error %v, want %v", err, tt.want)
+				}
+			}
+			st := m.Stats()
+			if st.Degraded != 0 || (st.BreakerOpens != 0) != errors.Is(tt.err, errStoreDown) {
+				t.Fatalf("stats %+v: degraded on a failure that is no outage, or a breaker misjudged", st)
+			}
+		})
+	}
+	t.Run("panic", func(t *testing.T) {
+		e := &errExecutor{err: errStoreDown, panic: true}
+		m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{}))
+		defer func() {
+			if v := recover(); v != errStoreDown {
+				t.Fatalf("recovered %v, want the executor's panic", v)
+			}
+		}()
+		m.Bucket("k", nine).TryConsume(context.Background(), 1)
+	})
+	t.Run("configuration replacement", func(t *testing.T) {
+		e := &errExecutor{err: errStoreDown}
+		m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{}))
+		cfg, _ := nine(context.Background())
+		err := m.Bucket("k", nine).ReplaceConfiguration(context.Background(), cfg, core.InheritAsIs)
+		if !errors.Is(err, errStoreDown) {
+			t.Fatalf("replacement during an outage: %v, want the outage", err)
+		}
+	})
+}
+
+// routedExecutor routes keys by their first byte; the routes in down fail.
+type routedExecutor struct {
+	bucketgrid.Executor
+	down map[string]bool
+}
+
+func (r *routedExecutor) Route(key string) string { return key[:1] }
+
+func (r *routedExecutor) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
+	if r.down[r.Route(key)] {
+		return wire.Response{}, errStoreDown
+	}
+	return r.Executor.Execute(ctx, key, req)
+}
+
+func TestDegradeBreakerPerRoute(t *testing.T) {
+	c := clock.NewFake(time.Unix(1_800_000_000, 0))
+	exec := &routedExecutor{Executor: cas.New(memstore.New(memstore.WithClock(c)), cas.WithClock(c)),
+		down: map[string]bool{"a": true}}
+	m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c),
+		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 1}))
+	if got := consumeAll(t, m.Bucket("a1", nine), true); got != 3 {
+		t.Fatalf("down route admitted %d, want 3", got)
+	}
+	if got := consumeAll(t, m.Bucket("b1", nine), false); got != 9 {
+		t.Fatalf("up route admitted %d, want the real 9", got)
+	}
+	if st := m.Stats(); st.OpenBreakers != 1 {
+		t.Fatalf("%d breakers open, want only route a's", st.OpenBreakers)
+	}
+}
+
+func TestDegradeUsesLiveCounter(t *testing.T) {
+	c := clock.NewFake(time.Unix(1_800_000_000, 0))
+	m := bucketgrid.NewManager(liveExecutor{&errExecutor{err: errStoreDown}}, bucketgrid.WithClock(c),
+		bucketgrid.WithDegrade(bucketgrid.Degrade{}))
+	if got := consumeAll(t, m.Bucket("k", nine), true); got != 2 {
+		t.Fatalf("admitted %d with 5 live instances, want ⌈9/5⌉ = 2", got)
+	}
+}
+
+type liveExecutor struct{ *errExecutor }
+
+func (liveExecutor) LiveInstances() int { return 5 }
+
+func TestDegradeBoundsLocalBuckets(t *testing.T) {
+	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, MaxKeys: 4}))
+	f.store.mode.Store(storeDown)
+	for i := range 10 {
+		if ok, err := f.m.Bucket(fmt.Sprint("k", i), nine).TryConsume(context.Background(), 1); !ok || err != nil {
+			t.Fatalf("key %d: %v %v", i, ok, err)
+		}
+	}
+	if st := f.m.Stats(); st.LocalBuckets != 4 || st.Dropped != 6 {
+		t.Fatalf("stats %+v, want 4 local buckets kept and 6 dropped", st)
+	}
+}
+
+func TestManagerDegraded(t *testing.T) {
+	e := &errExecutor{err: errStoreDown}
+	m := bucketgrid.NewManager(e)
+	if _, err := m.Bucket("k", nine).TryConsume(context.Background(), 1); !errors.Is(err, errStoreDown) {
+		t.Fatalf("without degrade: %v, want the outage", err)
+	}
+	d := m.Degraded(bucketgrid.Degrade{Instances: func() int { return 3 }})
+	if got := consumeAll(t, d.Bucket("k", nine), true); got != 3 {
+		t.Fatalf("derived Manager admitted %d, want 3", got)
+	}
+	if m.Stats().Degraded != 0 {
+		t.Fatalf("the derived Manager's decisions counted on the original")
+	}
+}

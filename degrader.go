@@ -1,0 +1,322 @@
+package bucketgrid
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+)
+
+// degrader is a Manager's degraded mode: the breakers, the local share
+// buckets and their reconciliation.
+type degrader struct {
+	m         *Manager
+	exec      Executor
+	router    Router // nil: one breaker for the executor
+	instances func() int
+	timeout   time.Duration
+	failures  int
+	probe     int64 // nanoseconds of the Manager's clock
+	maxKeys   int
+
+	breakers breakers
+
+	mu      sync.Mutex
+	shares  map[string]*share // by store key; guarded by mu
+	pending []charge          // consumption waiting to be charged; guarded by mu
+	n       atomic.Int32      // len(shares), read without mu on the hot path
+
+	charging atomic.Bool // a goroutine is charging pending
+
+	degraded, opened, charged, chargeFailed, dropped atomic.Int64
+}
+
+// share is the local bucket of one key while its backend is out.
+type share struct {
+	key      string // store key
+	stored   []byte // the local bucket, core's encoding
+	cfg      core.Config
+	version  int64       // of cfg, for the charge
+	cut      int         // instances the local bucket's configuration was cut for
+	cutCfg   core.Config // cfg.Share(cut)
+	local    int64       // configuration version of the local bucket, bumped on every re-cut
+	consumed int64       // tokens consumed locally, not yet charged
+	settled  bool        // taken out of the shares, its consumption to be charged
+}
+
+// charge is consumption to take from a real bucket.
+type charge struct {
+	key      string
+	cfg      core.Config
+	version  int64
+	consumed int64
+}
+
+func newDegrader(m *Manager, d Degrade) *degrader {
+	g := &degrader{m: m, exec: m.exec, instances: d.Instances, timeout: d.Timeout, failures: d.Failures,
+		probe: int64(d.Probe), maxKeys: d.MaxKeys}
+	if g.timeout <= 0 {
+		g.timeout = DefaultDegradeTimeout
+	}
+	if g.failures <= 0 {
+		g.failures = DefaultDegradeFailures
+	}
+	if g.probe <= 0 {
+		g.probe = int64(DefaultDegradeProbe)
+	}
+	if g.maxKeys <= 0 {
+		g.maxKeys = DefaultMaxEntries
+	}
+	if g.instances == nil {
+		if lc, ok := m.exec.(LiveCounter); ok {
+			g.instances = lc.LiveInstances
+		} else {
+			g.instances = func() int { return 1 }
+		}
+	}
+	g.router, _ = m.exec.(Router)
+	return g
+}
+
+// breakerOf returns the breaker of key's route.
+func (g *degrader) breakerOf(key string) *breaker {
+	if g.router == nil {
+		return g.breakers.of("", false)
+	}
+	return g.breakers.of(g.router.Route(key), true)
+}
+
+// do runs h's operations through the executor, or decides them locally when
+// the route's breaker is open or the executor fails with an outage.
+func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
+	b := g.breakerOf(h.storeKey)
+	if b.open.Load() && degradable(ops) {
+		if now := g.m.clock.Now(); b.startProbe(now) {
+			go g.probeRoute(b, h.storeKey)
+		}
+		return g.local(ctx, h, ops, verbose)
+	}
+	rctx, cancel := ctx, context.CancelFunc(nil)
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > g.timeout {
+		rctx, cancel = context.WithTimeout(ctx, g.timeout)
+	}
+	var fromExec bool
+	resp, err := h.remote(rctx, ops, verbose, &fromExec)
+	if cancel != nil {
+		cancel()
+	}
+	if err == nil {
+		b.succeeded()
+		if g.n.Load() > 0 {
+			g.settle(h.storeKey)
+		}
+		return resp, nil
+	}
+	if !fromExec || ctx.Err() != nil || !g.outage(err) || !degradable(ops) {
+		return resp, err
+	}
+	if b.failed(g.failures, g.m.clock.Now(), g.probe) {
+		g.opened.Add(1)
+	}
+	return g.local(ctx, h, ops, verbose)
+}
+
+// degradable reports whether ops may be decided locally: all but an
+// explicit configuration replacement, which would hand the local share the
+// whole limit.
+func degradable(ops []wire.Op) bool {
+	for i := range ops {
+		if ops[i].Kind == wire.OpReplaceConfiguration {
+			return false
+		}
+	}
+	return true
+}
+
+// instanceCount returns the number of instances sharing the limit, ≥ 1.
+func (g *degrader) instanceCount() int { return max(g.instances(), 1) }
+
+// local decides h's operations from the key's local share with wire.Process,
+// creating the share from the configuration function on first use.
+func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
+	n := g.instanceCount()
+	g.mu.Lock()
+	s := g.shares[h.storeKey]
+	g.mu.Unlock()
+	if s == nil {
+		cfg, err := h.config(ctx)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		s = &share{key: h.storeKey, cfg: cfg, version: h.version}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cur := g.shares[h.storeKey]; cur != nil {
+		s = cur // another request made it meanwhile
+	} else {
+		if s.settled { // the executor answered meanwhile: start afresh
+			s = &share{key: s.key, cfg: s.cfg, version: s.version}
+		}
+		g.insert(s)
+	}
+	req := wire.Request{Mode: wire.ModeCreateOrReplace, Ops: ops, Verbose: verbose, Inheritance: core.InheritProportionally}
+	if s.stored == nil || s.cut != n {
+		s.cut, s.cutCfg = n, s.cfg.Share(n)
+		s.local++ // a new version: Process replaces the configuration, tokens carried over
+	}
+	req.Config, req.ConfigVersion = &s.cutCfg, s.local
+	stored, changed, resp := wire.Process(s.stored, req, g.m.clock.Now())
+	if err := resp.Err(); err != nil {
+		return wire.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
+	}
+	if changed {
+		s.stored = stored
+	}
+	s.consumed = max(s.consumed+consumedBy(ops, resp.Results), 0)
+	g.degraded.Add(1)
+	markDegraded(ctx)
+	return resp, nil
+}
+
+// insert adds s to the shares, dropping an arbitrary one past maxKeys.
+// Called with g.mu held.
+func (g *degrader) insert(s *share) {
+	if g.shares == nil {
+		g.shares = make(map[string]*share)
+	}
+	if len(g.shares) >= g.maxKeys {
+		for k := range g.shares {
+			delete(g.shares, k)
+			g.dropped.Add(1)
+			break
+		}
+	}
+	g.shares[s.key] = s
+	g.n.Store(int32(len(g.shares)))
+}
+
+// consumedBy returns the tokens that ops took (positive) or gave back
+// (negative) according to their results.
+func consumedBy(ops []wire.Op, results []wire.Result) int64 {
+	var n int64
+	for i := range ops {
+		op, r := &ops[i], &results[i]
+		switch op.Kind {
+		case wire.OpTryConsume, wire.OpTryConsumeAndReturnRemaining, wire.OpConsumeIgnoringRateLimits, wire.OpReserve:
+			if r.OK {
+				n += op.Tokens
+			}
+		case wire.OpTryConsumeAsMuchAsPossible:
+			n += r.Tokens
+		case wire.OpAddTokens, wire.OpForceAddTokens:
+			n -= op.Tokens
+		}
+	}
+	return n
+}
+
+// settle moves key's local share, if any, to the consumption to charge: the
+// executor answered for key again.
+func (g *degrader) settle(key string) {
+	g.mu.Lock()
+	s := g.shares[key]
+	if s != nil {
+		delete(g.shares, key)
+		g.n.Store(int32(len(g.shares)))
+		g.settle1(s)
+	}
+	g.mu.Unlock()
+	if s != nil {
+		g.startCharging()
+	}
+}
+
+// settleAll moves every local share to the consumption to charge: a probe
+// was answered.
+func (g *degrader) settleAll() {
+	g.mu.Lock()
+	for k, s := range g.shares {
+		g.settle1(s)
+		delete(g.shares, k)
+	}
+	g.n.Store(0)
+	g.mu.Unlock()
+	g.startCharging()
+}
+
+// settle1 marks s settled and queues its consumption. Called with g.mu held.
+func (g *degrader) settle1(s *share) {
+	s.settled = true
+	if s.consumed > 0 {
+		g.pending = append(g.pending, charge{key: s.key, cfg: s.cfg, version: s.version, consumed: s.consumed})
+	}
+}
+
+// startCharging starts the goroutine that charges pending consumption,
+// unless it runs already.
+func (g *degrader) startCharging() {
+	if g.charging.CompareAndSwap(false, true) {
+		go g.chargePending()
+	}
+}
+
+// chargePending charges pending consumption, one key at a time, until none
+// is left.
+func (g *degrader) chargePending() {
+	for {
+		g.mu.Lock()
+		if len(g.pending) == 0 {
+			g.charging.Store(false)
+			g.mu.Unlock()
+			return
+		}
+		c := g.pending[len(g.pending)-1]
+		g.pending = g.pending[:len(g.pending)-1]
+		g.mu.Unlock()
+		g.charge(c)
+	}
+}
+
+// charge takes what was consumed locally from the real bucket, at most
+// what it holds, creating it from the configuration when it is gone (a
+// crashed owner's keys): best effort, never minting.
+func (g *degrader) charge(s charge) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	cfg := s.cfg
+	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: s.version, Expiry: g.m.expiry,
+		Ops: []wire.Op{{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: s.consumed}}}
+	resp, err := g.exec.Execute(ctx, s.key, req)
+	if err != nil || resp.Status != wire.StatusOK {
+		g.chargeFailed.Add(1)
+		return
+	}
+	g.charged.Add(resp.Results[0].Tokens)
+}
+
+// probeRoute asks the executor for key's configuration, a read that changes
+// nothing, and closes b when it answers. A panic in the executor is
+// recovered here, on a goroutine no caller waits on, and counts as no
+// answer: it will meet a caller, who sees it raised, once the breaker
+// closes for another reason.
+func (g *degrader) probeRoute(b *breaker, key string) {
+	answered := false
+	defer func() {
+		if recover() != nil {
+			answered = false
+		}
+		b.probed(answered, g.m.clock.Now(), g.probe)
+		if answered {
+			g.settleAll()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	_, err := g.exec.Execute(ctx, key, wire.Request{Ops: []wire.Op{{Kind: wire.OpGetConfiguration}}})
+	answered = err == nil || !g.outage(err)
+}
