@@ -92,7 +92,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 
 	// Every request's rule, and so its bucket's configuration, is at hand:
 	// sending it along makes a new bucket one request, not two.
-	mopts := []bucketgrid.Option{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+	mopts := []bucketgrid.ManagerOption{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
 		bucketgrid.WithEagerConfig()}
 	if c.Degrade.On {
 		mopts = append(mopts, bucketgrid.WithDegrade(degrade(c.Degrade)))
