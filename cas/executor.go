@@ -213,7 +213,7 @@ func (e *Executor) Execute(ctx context.Context, key string, req wire.Request) (w
 		_, _, resp := wire.Process(nil, req, 0) // the invalid-request answer, alone
 		return resp, nil
 	}
-	if e.maxBatch <= 1 {
+	if e.maxBatch <= 1 || !coalescing {
 		e.rounds.Add(1)
 		return e.execute(ctx, key, req)
 	}
@@ -340,7 +340,7 @@ func (e *Executor) run(ctx context.Context, key string, reqs []wire.Request, res
 				// The deadline wins: the retry would start past it.
 				return conflict(key, attempt, context.DeadlineExceeded)
 			}
-			if err := clock.Sleep(ctx, e.clock, d.Delay); err != nil {
+			if err := sleep(ctx, e.clock, d.Delay); err != nil {
 				return conflict(key, attempt, err)
 			}
 			if d.Delay > took {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/xds"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // xdsFlags configure -config-xds, the rules from an xDS management server.
@@ -25,14 +25,14 @@ type xdsFlags struct {
 }
 
 // rules is where the rules come from: files or an xDS management server.
-// Either way a configuration is loaded by rlsconfig.Load, and one that does
+// Either way a configuration is loaded by rulefile.Load, and one that does
 // not load is refused and the last good one stays.
 type rules struct {
 	// first returns the first configuration: the files as they are, or
 	// the first one the server sends that loads.
-	first func(ctx context.Context) (*rlsconfig.Config, error)
+	first func(ctx context.Context) (*policy.Rules, error)
 	// watch reports every later configuration until ctx ends.
-	watch func(ctx context.Context, loaded func(*rlsconfig.Config), failed func(error))
+	watch func(ctx context.Context, loaded func(*policy.Rules), failed func(error))
 	close func()
 	from  []any // for the log
 }
@@ -41,8 +41,8 @@ func openRules(c config, log *slog.Logger) (*rules, error) {
 	if c.XDS.Addr == "" {
 		ld := &loader.Loader{Paths: c.ConfigPaths, Options: c.Rules}
 		return &rules{
-			first: func(context.Context) (*rlsconfig.Config, error) { return ld.Load() },
-			watch: func(ctx context.Context, loaded func(*rlsconfig.Config), failed func(error)) {
+			first: func(context.Context) (*policy.Rules, error) { return ld.Load() },
+			watch: func(ctx context.Context, loaded func(*policy.Rules), failed func(error)) {
 				ld.Watch(ctx, c.ReloadInterval, loaded, failed)
 			},
 			close: func() {},
@@ -68,7 +68,7 @@ func openRules(c config, log *slog.Logger) (*rules, error) {
 		node, _ = os.Hostname()
 	}
 	type event struct {
-		cfg *rlsconfig.Config
+		cfg *policy.Rules
 		err error
 	}
 	events := make(chan event)
@@ -80,7 +80,7 @@ func openRules(c config, log *slog.Logger) (*rules, error) {
 		}
 	}
 	src := &xds.Source{Conn: conn, API: api, Node: &corepb.Node{Id: node}, Options: c.Rules,
-		Loaded: func(cfg *rlsconfig.Config, version string) {
+		Loaded: func(cfg *policy.Rules, version string) {
 			log.Info("xDS configuration accepted", "version", version)
 			send(event{cfg: cfg})
 		},
@@ -89,7 +89,7 @@ func openRules(c config, log *slog.Logger) (*rules, error) {
 	done := make(chan struct{})
 	go func() { src.Run(runCtx); close(done) }()
 	return &rules{
-		first: func(ctx context.Context) (*rlsconfig.Config, error) {
+		first: func(ctx context.Context) (*policy.Rules, error) {
 			log.Info("waiting for the first configuration from the xDS server", "server", c.XDS.Addr, "node", node, "api", api)
 			for {
 				select {
@@ -103,7 +103,7 @@ func openRules(c config, log *slog.Logger) (*rules, error) {
 				}
 			}
 		},
-		watch: func(ctx context.Context, loaded func(*rlsconfig.Config), failed func(error)) {
+		watch: func(ctx context.Context, loaded func(*policy.Rules), failed func(error)) {
 			for {
 				select {
 				case e := <-events:

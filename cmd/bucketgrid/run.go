@@ -23,7 +23,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // streamWorkers is the number of gRPC stream workers: requests in flight
@@ -92,7 +92,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 
 	// Every request's rule, and so its bucket's configuration, is at hand:
 	// sending it along makes a new bucket one request, not two.
-	mopts := []bucketgrid.Option{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+	mopts := []bucketgrid.ManagerOption{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
 		bucketgrid.WithEagerConfig()}
 	if c.Degrade.On {
 		mopts = append(mopts, bucketgrid.WithDegrade(degrade(c.Degrade)))
@@ -185,7 +185,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		wg.Go(func() { rlqs.Run(watchCtx) }) // its streams end before GracefulStop waits for them
 	}
 	wg.Go(func() {
-		src.watch(watchCtx, func(cfg *rlsconfig.Config) {
+		src.watch(watchCtx, func(cfg *policy.Rules) {
 			svc.SetConfig(cfg)
 			m.ConfigLoad(true)
 			log.Info("configuration reloaded", "domains", cfg.Domains())

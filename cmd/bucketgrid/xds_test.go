@@ -14,7 +14,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	rlsconfigsvc "github.com/envoyproxy/go-control-plane/ratelimit/service/ratelimit/v3"
+	policysvc "github.com/envoyproxy/go-control-plane/ratelimit/service/ratelimit/v3"
 	"google.golang.org/grpc"
 )
 
@@ -43,7 +43,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 	})
 	gs := grpc.NewServer()
 	discoverypb.RegisterAggregatedDiscoveryServiceServer(gs, srv)
-	rlsconfigsvc.RegisterRateLimitConfigDiscoveryServiceServer(gs, srv)
+	policysvc.RegisterRateLimitConfigDiscoveryServiceServer(gs, srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -30,3 +30,22 @@ func startsAboveCapacity(c *core.Config) bool {
 	}
 	return false
 }
+
+// replacesItself reports whether replacing b's configuration by itself
+// would leave its state as it is: every bandwidth takes over from itself
+// (IDs are unique, so only several bandwidths without one fail to; see
+// core.TokensInheritance) and none holds more than its capacity (after
+// ForceAddTokens), which a replacement caps.
+func replacesItself(b *core.State) bool {
+	anonymous := 0
+	for i := range b.Bands {
+		bw := &b.Config.Bandwidths[i]
+		if bw.ID == "" {
+			anonymous++
+		}
+		if b.Bands[i].Size > bw.Capacity || anonymous > 1 {
+			return false
+		}
+	}
+	return true
+}

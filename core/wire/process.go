@@ -109,6 +109,14 @@ func Apply(b *core.State, op *Op, now int64) (Result, bool) {
 	case OpAvailableTokens:
 		return Result{OK: true, Tokens: b.AvailableTokens(now)}, false
 	case OpReplaceConfiguration:
+		if op.Inheritance != core.InheritReset && b.Config.Equal(op.Config) && replacesItself(b) {
+			// the same configuration, nothing forced to cap: every strategy
+			// but reset leaves the refilled state as it is, so nothing to
+			// write (a front door that sends its limit with every batch pays
+			// no write for it)
+			b.Refill(now)
+			return Result{OK: true}, false
+		}
 		b.ReplaceConfiguration(op.Config.Clone(), op.Inheritance, now)
 		return Result{OK: true}, true
 	case OpGetConfiguration:

@@ -6,6 +6,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -365,5 +366,65 @@ func TestStatusStrings(t *testing.T) {
 		if s.String() == "" {
 			t.Errorf("status %d has no name", s)
 		}
+	}
+}
+
+// TestReplaceBySameConfig: replacing a configuration by an equal one
+// writes nothing and changes nothing, unless a bandwidth holds forced
+// tokens above its capacity (which a replacement caps) or the strategy is
+// reset, or the bandwidths cannot take over from themselves (several
+// without an ID, which a replacement starts afresh).
+func TestReplaceBySameConfig(t *testing.T) {
+	named := core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 10, time.Second).WithID("a"),
+		core.IntervallyAligned(100, 100, time.Minute, time.Unix(0, 0)).WithID("b")}}
+	anonymous := core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 10, time.Second), core.Greedy(100, 100, time.Minute)}}
+	one := core.Config{Bandwidths: []core.Bandwidth{core.IntervallyAligned(100, 100, time.Minute, time.Unix(0, 0))}}
+	for _, tc := range []struct {
+		name    string
+		cfg     core.Config
+		force   bool
+		inherit core.TokensInheritance
+		changed bool
+	}{
+		{"as-is", named, false, core.InheritAsIs, false},
+		{"additive", named, false, core.InheritAdditive, false},
+		{"proportionally", named, false, core.InheritProportionally, false},
+		{"one anonymous bandwidth", one, false, core.InheritAdditive, false},
+		{"reset", named, false, core.InheritReset, true},
+		{"forced tokens", named, true, core.InheritAdditive, true},
+		{"several anonymous bandwidths", anonymous, false, core.InheritAsIs, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			create := Request{Mode: ModeCreateIfAbsent, Config: &cfg, Ops: []Op{{Kind: OpTryConsume, Tokens: 3}}}
+			stored, _, _ := Process(nil, create, 1e9)
+			from := stored
+			if tc.force {
+				from, _, _ = Process(stored, Request{Ops: []Op{{Kind: OpForceAddTokens, Tokens: 50}}}, 1e9)
+			}
+			now := int64(1e9 + 12345)
+			req := Request{Ops: []Op{{Kind: OpReplaceConfiguration, Config: &cfg, Inheritance: tc.inherit},
+				{Kind: OpGetConfiguration}}}
+			_, changed, resp := Process(from, req, now)
+			if changed != tc.changed {
+				t.Fatalf("changed %v, want %v", changed, tc.changed)
+			}
+			if tc.changed {
+				return
+			}
+			b, err := DecodeState(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Refill(now)
+			if !resp.Diagnostics.State.Config.Equal(&b.Config) || !slices.Equal(resp.Diagnostics.State.Bands, b.Bands) {
+				t.Fatalf("state %+v, want the refilled %+v", resp.Diagnostics.State.Bands, b.Bands)
+			}
+			// and exactly what a full replacement leaves
+			b.ReplaceConfiguration(cfg.Clone(), tc.inherit, now)
+			if !slices.Equal(resp.Diagnostics.State.Bands, b.Bands) {
+				t.Fatalf("state %+v, want the replaced %+v", resp.Diagnostics.State.Bands, b.Bands)
+			}
+		})
 	}
 }

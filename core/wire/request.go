@@ -41,6 +41,10 @@ const (
 	OpAvailableTokens
 	// OpReplaceConfiguration replaces the configuration with Op.Config by
 	// Op.Inheritance. It does not change the stored configuration version.
+	// Replacing a configuration by an equal one, with any strategy but
+	// InheritReset, where every bandwidth takes over from itself (see
+	// TokensInheritance) and none holds more than its capacity, leaves the
+	// bucket as it is and reports no change.
 	OpReplaceConfiguration
 	// OpGetConfiguration changes nothing; the response carries Diagnostics.
 	OpGetConfiguration

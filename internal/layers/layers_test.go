@@ -17,12 +17,12 @@ const module = "github.com/bucketgrid/bucketgrid"
 // other parts (sideways) or above. Harness packages are test scaffolding:
 // only _test.go files may import them, from any floor.
 var floors = [][]string{
-	{"internal/errwrap", "internal/option", "clock", "retry"},
+	{"internal/errwrap", "clock", "retry"},
 	{"core"},
 	{"core/wire"},
 	{"cas"},
 	{""}, // the root package, bucketgrid
-	{"grid/olric", "grid/redis", "grid/mongo", "grid/couchbase", "tck", "rlsconfig"},
+	{"grid/olric", "grid/redis", "grid/mongo", "grid/couchbase", "tck", "policy"},
 	{"httplimit", "wasmfilter"},
 	{"cmd/bucketgrid"},
 	{"examples", "internal/layers"},

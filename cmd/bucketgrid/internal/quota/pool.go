@@ -11,7 +11,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // assigned is what an Envoy holds for a limited bucket.
@@ -28,7 +28,7 @@ type sub struct {
 	st  *stream
 	id  *rlqspb.BucketId
 	key string
-	cfg *rlsconfig.Config // the configuration b was bound under
+	cfg *policy.Rules // the configuration b was bound under
 	b   binding
 	// pool is the grid bucket's pool (limited)
 	pool *pool
@@ -422,8 +422,8 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 }
 
 // take consumes up to n tokens from b's grid bucket and returns how many it
-// got. A fixed window's last token means "over the limit" to the RLS, so a
-// take that empties the window gives that token back.
+// got. A fixed window's reserved tokens mean "over the limit" to the RLS
+// (policy.Item.Reserved), so a take that reaches into them gives them back.
 func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
@@ -437,10 +437,10 @@ func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 		return 0, err
 	}
 	got := res[0].Tokens
-	if b.window && got > 0 && res[1].Tokens == 0 {
-		got--
-		if _, err := h.Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: 1}); err != nil {
-			s.opts.Logger.Warn("rate limit quota: giving a window's last token back failed", "rule", b.path, "err", err)
+	if back := min(b.reserved-res[len(res)-1].Tokens, got); b.window && back > 0 {
+		got -= back
+		if _, err := h.Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: back}); err != nil {
+			s.opts.Logger.Warn("rate limit quota: giving a window's reserved tokens back failed", "rule", b.path, "err", err)
 		}
 	}
 	return got, nil

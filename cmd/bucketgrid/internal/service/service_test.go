@@ -26,8 +26,8 @@ import (
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
-	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 const shopYAML = `
@@ -52,7 +52,7 @@ var fixedNow = time.Date(2026, 12, 1, 12, 0, 45, 0, time.UTC)
 
 func newService(t *testing.T, opts Options) *Service {
 	t.Helper()
-	cfg, err := rlsconfig.Load([]rlsconfig.File{{Name: "shop.yaml", Data: []byte(shopYAML)}}, rlsconfig.Options{})
+	cfg, err := rulefile.Load([]rulefile.File{{Name: "shop.yaml", Data: []byte(shopYAML)}}, policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func headerMap(hs []*corev3.HeaderValue) map[string]string {
 }
 
 func TestShouldRateLimit(t *testing.T) {
-	s := newService(t, Options{Headers: httplimit.IETFHeaders | httplimit.XRateLimitHeaders})
+	s := newService(t, Options{Headers: policy.IETFHeaders | policy.XRateLimitHeaders})
 	ctx := context.Background()
 	var last *rlspb.RateLimitResponse
 	for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
@@ -122,7 +122,7 @@ func TestShouldRateLimit(t *testing.T) {
 }
 
 func TestHeadersSeveralDescriptors(t *testing.T) {
-	s := newService(t, Options{Headers: httplimit.IETFHeaders | httplimit.XRateLimitHeaders})
+	s := newService(t, Options{Headers: policy.IETFHeaders | policy.XRateLimitHeaders})
 	r, err := s.ShouldRateLimit(context.Background(), req("shop", "client", "b", "api", "k"))
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func TestModes(t *testing.T) {
 func TestErrors(t *testing.T) {
 	ctx := context.Background()
 	s := newService(t, Options{})
-	many := &rlspb.RateLimitRequest{Domain: "shop", Descriptors: make([]*rlcommon.RateLimitDescriptor, rlsconfig.MaxDescriptors+1)}
+	many := &rlspb.RateLimitRequest{Domain: "shop", Descriptors: make([]*rlcommon.RateLimitDescriptor, policy.MaxDescriptors+1)}
 	for _, tc := range []struct {
 		name string
 		s    *Service
@@ -219,7 +219,7 @@ func TestErrors(t *testing.T) {
 func TestClientValuesNeverOpenTheGate(t *testing.T) {
 	ctx := context.Background()
 	s := newService(t, Options{})
-	big := req("shop", "client", strings.Repeat("x", rlsconfig.MaxDescriptorBytes))
+	big := req("shop", "client", strings.Repeat("x", policy.MaxDescriptorBytes))
 	for _, tc := range []struct {
 		name string
 		s    *Service

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v2"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 // TypeURL is the xDS type of a rate-limit configuration resource.
@@ -20,8 +20,8 @@ const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConf
 // loaded, and refused, exactly as files are (as envoyproxy/ratelimit
 // converts them). A resource of another type, or bytes that do not decode,
 // is an error.
-func Files(resources []*anypb.Any) ([]rlsconfig.File, error) {
-	files := make([]rlsconfig.File, 0, len(resources))
+func Files(resources []*anypb.Any) ([]rulefile.File, error) {
+	files := make([]rulefile.File, 0, len(resources))
 	for i, r := range resources {
 		if r.GetTypeUrl() != TypeURL {
 			return nil, fmt.Errorf("resource %d: type %q, want %s", i, r.GetTypeUrl(), TypeURL)
@@ -38,7 +38,7 @@ func Files(resources []*anypb.Any) ([]rlsconfig.File, error) {
 		if name == "" {
 			name = fmt.Sprintf("resource %d", i)
 		}
-		files = append(files, rlsconfig.File{Name: "xds:" + name, Data: data})
+		files = append(files, rulefile.File{Name: "xds:" + name, Data: data})
 	}
 	return files, nil
 }
@@ -74,13 +74,13 @@ type replace struct {
 func descriptors(pb []*rlsconfpb.RateLimitDescriptor) []descriptor {
 	var out []descriptor
 	for _, d := range pb {
-		out = append(out, descriptor{Key: d.Key, Value: d.Value, RateLimit: policy(d.RateLimit),
+		out = append(out, descriptor{Key: d.Key, Value: d.Value, RateLimit: rateLimitOf(d.RateLimit),
 			Descriptors: descriptors(d.Descriptors), ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric})
 	}
 	return out
 }
 
-func policy(p *rlsconfpb.RateLimitPolicy) *rateLimit {
+func rateLimitOf(p *rlsconfpb.RateLimitPolicy) *rateLimit {
 	if p == nil {
 		return nil
 	}

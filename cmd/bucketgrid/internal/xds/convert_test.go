@@ -8,7 +8,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 // TestFiles: a resource becomes the YAML file with the same rules, which
@@ -66,7 +67,7 @@ descriptors:
 	if len(files) != 1 || files[0].Name != "xds:shop" || string(files[0].Data) != want {
 		t.Fatalf("files %v:\n%s\nwant xds:shop:\n%s", len(files), files[0].Data, want)
 	}
-	if _, err := rlsconfig.Load(files, rlsconfig.Options{}); err != nil {
+	if _, err := rulefile.Load(files, policy.Options{}); err != nil {
 		t.Fatalf("the converted resource: %v", err)
 	}
 
@@ -75,7 +76,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rlsconfig.Load(noUnit, rlsconfig.Options{}); err == nil || err.Error() != "xds:x: invalid rate limit unit 'UNKNOWN'" {
+	if _, err := rulefile.Load(noUnit, policy.Options{}); err == nil || err.Error() != "xds:x: invalid rate limit unit 'UNKNOWN'" {
 		t.Fatalf("a policy without a unit: %v", err)
 	}
 	other, _ := anypb.New(durationpb.New(1))

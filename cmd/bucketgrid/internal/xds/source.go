@@ -6,7 +6,7 @@
 // RateLimitConfigDiscoveryService itself.
 //
 // Every response is the whole configuration. It is turned into the YAML
-// files it stands for and loaded by rlsconfig.Load, as files are: one that
+// files it stands for and loaded by rulefile.Load, as files are: one that
 // loads is acknowledged (ACK) and replaces the configuration in force, one
 // that does not is refused (NACK, with the reason) and the last good
 // configuration stays.
@@ -21,12 +21,13 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	rlsconfigsvc "github.com/envoyproxy/go-control-plane/ratelimit/service/ratelimit/v3"
+	policysvc "github.com/envoyproxy/go-control-plane/ratelimit/service/ratelimit/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 // API is the discovery service a Source streams from.
@@ -60,9 +61,9 @@ type Source struct {
 	// snapshot in go-control-plane's cache).
 	Node *corepb.Node
 	// Options load every configuration.
-	Options rlsconfig.Options
+	Options policy.Options
 	// Loaded receives every configuration accepted, with its version.
-	Loaded func(cfg *rlsconfig.Config, version string)
+	Loaded func(cfg *policy.Rules, version string)
 	// Failed receives every configuration refused, and every stream that
 	// broke; the configuration in force stays.
 	Failed func(err error)
@@ -128,7 +129,7 @@ func (s *Source) follow(ctx context.Context) (answered bool, err error) {
 	var st stream
 	switch s.API {
 	case RLS:
-		st, err = rlsconfigsvc.NewRateLimitConfigDiscoveryServiceClient(s.Conn).StreamRlsConfigs(ctx)
+		st, err = policysvc.NewRateLimitConfigDiscoveryServiceClient(s.Conn).StreamRlsConfigs(ctx)
 	default:
 		st, err = discoverypb.NewAggregatedDiscoveryServiceClient(s.Conn).StreamAggregatedResources(ctx)
 	}
@@ -175,7 +176,7 @@ func (s *Source) follow(ctx context.Context) (answered bool, err error) {
 // errType is a response of another resource type.
 var errType = errors.New("not rate-limit configurations")
 
-func (s *Source) load(resp *discoverypb.DiscoveryResponse) (*rlsconfig.Config, error) {
+func (s *Source) load(resp *discoverypb.DiscoveryResponse) (*policy.Rules, error) {
 	if resp.TypeUrl != TypeURL {
 		return nil, fmt.Errorf("response of type %q: %w", resp.TypeUrl, errType)
 	}
@@ -183,5 +184,5 @@ func (s *Source) load(resp *discoverypb.DiscoveryResponse) (*rlsconfig.Config, e
 	if err != nil {
 		return nil, err
 	}
-	return rlsconfig.Load(files, s.Options)
+	return rulefile.Load(files, s.Options)
 }

@@ -1,4 +1,4 @@
-package rlsconfig
+package policy
 
 import (
 	"testing"
@@ -127,24 +127,6 @@ func TestOverall(t *testing.T) {
 		code, sh := Overall(tc.st, tc.global)
 		if code != tc.code || sh != tc.shadowed {
 			t.Errorf("%s: %v %v, want %v %v", tc.name, code, sh, tc.code, tc.shadowed)
-		}
-	}
-}
-
-func TestPolicy(t *testing.T) {
-	for _, tc := range []struct {
-		r    Rule
-		cap  int64
-		fill time.Duration
-		id   string
-	}{
-		{Rule{Limit: Limit{RequestsPerUnit: 10, Unit: Minute}, Path: "d.k"}, 10, time.Minute, "d.k"},
-		{Rule{Limit: Limit{RequestsPerUnit: 10, Unit: Minute, Algorithm: TokenBucket, Burst: 30, Name: "n"}, Path: "d.k"}, 30, 3 * time.Minute, "n"},
-		{Rule{Limit: Limit{RequestsPerUnit: 0, Unit: Second, Algorithm: TokenBucket}, Path: "d.z"}, 0, time.Second, "d.z"},
-	} {
-		bw := tc.r.Policy()
-		if bw.Capacity != tc.cap || bw.ID != tc.id || time.Duration(bw.FillTime()) != tc.fill {
-			t.Errorf("%+v: capacity %d fill %v id %q", tc.r.Limit, bw.Capacity, time.Duration(bw.FillTime()), bw.ID)
 		}
 	}
 }

@@ -1,7 +1,7 @@
-package rlsconfig
+package policy
 
 import (
-	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -105,5 +105,5 @@ func (a Algorithm) String() string {
 	case TokenBucket:
 		return "token_bucket"
 	}
-	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
 }

@@ -1,4 +1,4 @@
-package rlsconfig
+package policy
 
 import (
 	"math"

@@ -1,17 +1,18 @@
-package rlsconfig_test
+package policy_test
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 // The whole protocol against buckets held in a map through wire.Process, as
 // an executor runs it: plan, run each item's operations as one batch, decide.
 func Example() {
-	cfg, err := rlsconfig.Load([]rlsconfig.File{{Name: "shop.yaml", Data: []byte(`
+	cfg, err := rulefile.Load([]rulefile.File{{Name: "shop.yaml", Data: []byte(`
 domain: shop
 descriptors:
   - key: client
@@ -19,7 +20,7 @@ descriptors:
   - key: client
     value: partner
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket, burst: 10}
-`)}}, rlsconfig.Options{})
+`)}}, policy.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -27,8 +28,8 @@ descriptors:
 	buckets := map[string][]byte{}
 	now := time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)
 	for _, client := range []string{"alice", "alice", "alice", "partner"} {
-		items, err := cfg.Plan(&rlsconfig.Request{Domain: "shop", Descriptors: []rlsconfig.Descriptor{
-			{Entries: []rlsconfig.Entry{{Key: "client", Value: client}}},
+		items, err := cfg.Plan(&policy.Request{Domain: "shop", Descriptors: []policy.Descriptor{
+			{Entries: []policy.Entry{{Key: "client", Value: client}}},
 		}})
 		if err != nil {
 			fmt.Println(err)

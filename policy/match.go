@@ -1,4 +1,4 @@
-package rlsconfig
+package policy
 
 import "strings"
 
@@ -54,7 +54,7 @@ type Rule struct {
 // value first, then the level's wildcard values (a trailing '*', in file
 // order, the first prefix match wins), then the key alone; a limit applies
 // only at the node of the descriptor's last entry.
-func (c *Config) Match(domain string, entries []Entry, override *Override) (Rule, bool) {
+func (c *Rules) Match(domain string, entries []Entry, override *Override) (Rule, bool) {
 	dom := c.domains[domain]
 	if dom == nil {
 		return Rule{}, false
@@ -172,7 +172,7 @@ func sharedStatsKey(domain string, entries []Entry, share []string) string {
 
 // overrideRule is the rule of Envoy's limit override: the service's default
 // algorithm, no shadow mode, counted under the descriptor's own key.
-func (c *Config) overrideRule(domain string, entries []Entry, o *Override) Rule {
+func (c *Rules) overrideRule(domain string, entries []Entry, o *Override) Rule {
 	var stats, path strings.Builder
 	stats.WriteString(domain)
 	path.WriteString("override:")

@@ -1,12 +1,14 @@
-package rlsconfig
+package rulefile
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	. "github.com/bucketgrid/bucketgrid/policy"
 )
 
-func load(t *testing.T, opts Options, docs ...string) *Config {
+func load(t *testing.T, opts Options, docs ...string) *Rules {
 	t.Helper()
 	files := make([]File, len(docs))
 	for i, d := range docs {
@@ -226,7 +228,7 @@ func TestLoadLimits(t *testing.T) {
 		{"tb", Limit{RequestsPerUnit: 3, Unit: Minute, Algorithm: TokenBucket, Burst: 9}},
 		{"un", Limit{Unlimited: true, Algorithm: TokenBucket}},
 	} {
-		r, ok := c.Match("d", []Entry{{tc.key, "x"}}, nil)
+		r, ok := c.Match("d", []Entry{{Key: tc.key, Value: "x"}}, nil)
 		if !ok {
 			t.Fatalf("%s: no match", tc.key)
 		}
@@ -236,7 +238,7 @@ func TestLoadLimits(t *testing.T) {
 			t.Fatalf("%s: %+v, want %+v", tc.key, r.Limit, tc.want)
 		}
 	}
-	if r, _ := c.Match("d", []Entry{{"tb", "x"}}, nil); r.Capacity() != 9 {
+	if r, _ := c.Match("d", []Entry{{Key: "tb", Value: "x"}}, nil); r.Capacity() != 9 {
 		t.Fatalf("capacity %d, want the burst 9", r.Capacity())
 	}
 }
@@ -250,37 +252,12 @@ func TestMergeDomains(t *testing.T) {
 		domain, key, value string
 		want               uint32
 	}{{"d", "a", "", 1}, {"d", "b", "", 2}, {"d", "w", "xy", 3}, {"e", "a", "", 4}} {
-		r, ok := c.Match(tc.domain, []Entry{{tc.key, tc.value}}, nil)
+		r, ok := c.Match(tc.domain, []Entry{{Key: tc.key, Value: tc.value}}, nil)
 		if !ok || r.RequestsPerUnit != tc.want {
 			t.Fatalf("%s.%s: %v %d, want %d", tc.domain, tc.key, ok, r.RequestsPerUnit, tc.want)
 		}
 	}
 	if c.Domains() != 2 {
 		t.Fatalf("%d domains, want 2", c.Domains())
-	}
-}
-
-func TestUnits(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		unit Unit
-		secs int64
-	}{{"second", Second, 1}, {"MINUTE", Minute, 60}, {"Hour", Hour, 3600}, {"day", Day, 86400},
-		{"week", Week, 604800}, {"month", Month, 2592000}, {"year", Year, 31536000}} {
-		u, ok := ParseUnit(tc.name)
-		if !ok || u != tc.unit || u.Seconds() != tc.secs || !strings.EqualFold(u.String(), tc.name) {
-			t.Errorf("%s: %v %v %d %q", tc.name, u, ok, u.Seconds(), u.String())
-		}
-	}
-	if _, ok := ParseUnit("unknown"); ok {
-		t.Error("unknown parsed")
-	}
-	if UnitUnknown.Seconds() != 0 || UnitUnknown.String() != "UNKNOWN" {
-		t.Error("UnitUnknown")
-	}
-	for _, a := range []Algorithm{FixedWindow, TokenBucket} {
-		if b, ok := ParseAlgorithm(a.String()); !ok || b != a {
-			t.Errorf("%v does not round-trip", a)
-		}
 	}
 }

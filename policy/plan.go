@@ -1,9 +1,11 @@
-package rlsconfig
+package policy
 
 import (
 	"errors"
-	"fmt"
+	"strconv"
 	"unicode/utf8"
+
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // Request is one ShouldRateLimit call, as Envoy sends it.
@@ -40,14 +42,31 @@ const (
 var (
 	ErrEmptyDomain        = errors.New("rate limit domain must not be empty")
 	ErrNoDescriptors      = errors.New("rate limit descriptor list must not be empty")
-	ErrDomainTooLong      = fmt.Errorf("rate limit domain longer than %d bytes", MaxDomainBytes)
-	ErrTooManyDescriptors = fmt.Errorf("more than %d descriptors", MaxDescriptors)
-	ErrTooManyEntries     = fmt.Errorf("descriptor has more than %d entries", MaxEntries)
-	ErrDescriptorTooLarge = fmt.Errorf("descriptor keys and values exceed %d bytes", MaxDescriptorBytes)
+	ErrDomainTooLong      = errors.New("rate limit domain longer than " + strconv.Itoa(MaxDomainBytes) + " bytes")
+	ErrTooManyDescriptors = errors.New("more than " + strconv.Itoa(MaxDescriptors) + " descriptors")
+	ErrTooManyEntries     = errors.New("descriptor has more than " + strconv.Itoa(MaxEntries) + " entries")
+	ErrDescriptorTooLarge = errors.New("descriptor keys and values exceed " + strconv.Itoa(MaxDescriptorBytes) + " bytes")
 	ErrInvalidUTF8        = errors.New("descriptor key or value is not valid UTF-8")
 	ErrOverrideUnit       = errors.New("limit override has an unknown unit")
-	ErrOverrideTooFast    = fmt.Errorf("limit override above %d per second", maxPerSecond)
+	ErrOverrideTooFast    = errors.New("limit override above " + strconv.Itoa(maxPerSecond) + " per second")
 )
+
+// RequestError is a request error of one descriptor (Descriptor ≥ 0) or of
+// the domain (Descriptor < 0). Err is one of the request errors above.
+type RequestError struct {
+	Descriptor int
+	Err        error
+}
+
+func (e *RequestError) Error() string {
+	if e.Descriptor < 0 {
+		return "domain: " + e.Err.Error()
+	}
+	return "descriptor " + strconv.Itoa(e.Descriptor) + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *RequestError) Unwrap() error { return e.Err }
 
 // ItemKind says how a descriptor is answered.
 type ItemKind uint8
@@ -70,12 +89,14 @@ type Item struct {
 	Rule Rule
 	// Hits is the number of hits to charge; 0 checks without charging.
 	Hits uint64
-	// Key is the bucket's key (Limited): the rule's limit and algorithm,
-	// the domain and the descriptor's entries, share_threshold patterns in
-	// place of shared values. Keys longer than MaxKeyBytes are hashed.
+	// Key is the bucket's key (Limited): the domain and the descriptor's
+	// entries, share_threshold patterns in place of shared values (see
+	// Key). Keys longer than MaxKeyBytes are hashed.
 	Key string
 
 	nearRatio float32
+	config    core.Config       // BucketConfig, once built
+	band      [1]core.Bandwidth // config's bandwidth, without an allocation
 }
 
 // Plan matches every descriptor of req and applies envoyproxy/ratelimit's
@@ -83,7 +104,7 @@ type Item struct {
 // request's, else 1), unlimited rules, and replaces (a rule named in the
 // replaces of any matched rule is dropped). It returns one Item per
 // descriptor, in order, or an error wrapping one of the request errors.
-func (c *Config) Plan(req *Request) ([]Item, error) {
+func (c *Rules) Plan(req *Request) ([]Item, error) {
 	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
@@ -119,7 +140,7 @@ func (c *Config) Plan(req *Request) ([]Item, error) {
 			it.Kind, it.Rule = NoLimit, Rule{}
 		}
 		if it.Kind == Limited {
-			it.Key = bucketKey(req.Domain, req.Descriptors[i].Entries, &it.Rule)
+			it.Key = Key(req.Domain, req.Descriptors[i].Entries, &it.Rule)
 		}
 	}
 	return items, nil
@@ -132,7 +153,7 @@ func checkRequest(req *Request) error {
 	case len(req.Domain) > MaxDomainBytes:
 		return ErrDomainTooLong
 	case !utf8.ValidString(req.Domain):
-		return fmt.Errorf("domain: %w", ErrInvalidUTF8)
+		return &RequestError{Descriptor: -1, Err: ErrInvalidUTF8}
 	case len(req.Descriptors) == 0:
 		return ErrNoDescriptors
 	case len(req.Descriptors) > MaxDescriptors:
@@ -141,24 +162,24 @@ func checkRequest(req *Request) error {
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		if len(d.Entries) > MaxEntries {
-			return fmt.Errorf("descriptor %d: %w", i, ErrTooManyEntries)
+			return &RequestError{Descriptor: i, Err: ErrTooManyEntries}
 		}
 		n := 0
 		for _, e := range d.Entries {
 			n += len(e.Key) + len(e.Value)
 			if !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
-				return fmt.Errorf("descriptor %d: %w", i, ErrInvalidUTF8)
+				return &RequestError{Descriptor: i, Err: ErrInvalidUTF8}
 			}
 		}
 		if n > MaxDescriptorBytes {
-			return fmt.Errorf("descriptor %d: %w", i, ErrDescriptorTooLarge)
+			return &RequestError{Descriptor: i, Err: ErrDescriptorTooLarge}
 		}
 		if d.Limit != nil {
 			if d.Limit.Unit.Seconds() == 0 {
-				return fmt.Errorf("descriptor %d: %w", i, ErrOverrideUnit)
+				return &RequestError{Descriptor: i, Err: ErrOverrideUnit}
 			}
-			if checkRefill(&Limit{RequestsPerUnit: d.Limit.RequestsPerUnit, Unit: d.Limit.Unit}) != nil {
-				return fmt.Errorf("descriptor %d: %w", i, ErrOverrideTooFast)
+			if !refillable(d.Limit.RequestsPerUnit, d.Limit.Unit) {
+				return &RequestError{Descriptor: i, Err: ErrOverrideTooFast}
 			}
 		}
 	}

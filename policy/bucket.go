@@ -1,7 +1,7 @@
-package rlsconfig
+package policy
 
 import (
-	"fmt"
+	"errors"
 	"math"
 	"strconv"
 	"time"
@@ -10,22 +10,21 @@ import (
 	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-// MaxKeyBytes bounds bucket keys: a longer key keeps its limit tag and has
-// the rest replaced by core.DigestKey of it, so every store (Couchbase allows
-// 250 bytes) can hold every key.
+// MaxKeyBytes bounds bucket keys: a longer key keeps its "rls/" prefix and
+// has the rest replaced by core.DigestKey of it, so every store (Couchbase
+// allows 250 bytes) can hold every key.
 const MaxKeyBytes = 200
 
-// bucketKey builds the key of rule r's bucket for a descriptor of domain:
-// "rls/" + the limit's tag + "/" + the quoted domain + "/key=value"… (quoted,
-// ASCII only, so no two descriptors share a key by accident of their
-// characters). The tag holds the algorithm and numbers, so a rule whose
-// numbers change starts new buckets, and two rules never share one.
-func bucketKey(domain string, entries []Entry, r *Rule) string {
+// Key returns the key of the bucket counting entries of domain under r:
+// "rls/" + the quoted domain + "/key=value"… (quoted, ASCII only, so no two
+// descriptors share a key by accident of their characters), share_threshold
+// patterns in place of the values they share. The limit is not part of it:
+// an override, a reload that changes requests_per_unit, and the configured
+// rule all count in one bucket, whose configuration the operations replace
+// in place (see Ops), as envoyproxy/ratelimit counts them in one counter.
+func Key(domain string, entries []Entry, r *Rule) string {
 	b := make([]byte, 0, 64)
 	b = append(b, "rls/"...)
-	b = appendTag(b, &r.Limit)
-	b = append(b, '/')
-	tagged := len(b)
 	b = strconv.AppendQuoteToASCII(b, domain)
 	for i, e := range entries {
 		v := e.Value
@@ -38,42 +37,39 @@ func bucketKey(domain string, entries []Entry, r *Rule) string {
 		b = strconv.AppendQuoteToASCII(b, v)
 	}
 	if len(b) > MaxKeyBytes {
-		b = append(b[:tagged], core.DigestKey(string(b[tagged:]))...)
+		b = append(b[:len("rls/")], core.DigestKey(string(b[len("rls/"):]))...)
 	}
 	return string(b)
 }
 
-// appendTag appends "fw10/60s" (fixed window, 10 per 60 s) or "tb10/60s+20"
-// (token bucket, burst 20).
-func appendTag(b []byte, l *Limit) []byte {
-	if l.Algorithm == TokenBucket {
-		b = append(b, "tb"...)
-	} else {
-		b = append(b, "fw"...)
+// A fixed window is stored as an intervally-aligned bucket of W tokens
+// refilled to W at every unit boundary since the epoch, where W does not
+// depend on the limit: holding t tokens means count = W-t hits so far in
+// the window, and a request of h hits is over the limit n when the count
+// after it exceeds n. Every hit takes a token (refused hits are counted, as
+// in envoyproxy/ratelimit) until the bucket is empty, which W > n makes
+// "over" for every limit of the unit. Because W is the unit's, not the
+// limit's, a change of the limit (an override, a reload) changes nothing
+// stored: the count goes on.
+var epoch = time.Unix(0, 0)
+
+// windowTokens returns W for unit u: above every limit the unit allows
+// (requests_per_unit is a uint32, and at most maxPerSecond a second) and
+// within core's refill ceiling of one token per nanosecond. Every unit
+// above a second shares W, so a change between them keeps the count as is.
+func windowTokens(u Unit) int64 {
+	if u == Second {
+		return maxPerSecond + 1
 	}
-	b = strconv.AppendUint(b, uint64(l.RequestsPerUnit), 10)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, l.Unit.Seconds(), 10)
-	b = append(b, 's')
-	if l.Algorithm == TokenBucket && l.Burst > 0 {
-		b = append(b, '+')
-		b = strconv.AppendUint(b, uint64(l.Burst), 10)
-	}
-	return b
+	return 1 << 32
 }
 
-// A fixed window of n hits is stored as an intervally-aligned bucket of n+1
-// tokens refilled to n+1 at every unit boundary since the epoch. Holding t
-// tokens means count = n+1-t hits so far in the window while t ≥ 1, and
-// "over the limit" (count > n) at t = 0. A request of h hits takes as many
-// tokens as it can, up to h: with t ≥ h+1 that leaves t-h ≥ 1 (admitted,
-// n+1-(t-h) counted), otherwise it leaves 0 (over the limit, where a window
-// stays until it ends, since every hit adds to the count). That is
-// envoyproxy/ratelimit's counter, which is charged even by refused hits, in
-// one atomic batch of existing operations: a refused hit is counted, a
-// check of 0 hits tells "exactly at the limit" (OK) from "over" (refused),
-// and the boundary refill resets any state to a fresh window.
-var epoch = time.Unix(0, 0)
+// Bandwidth IDs of the two algorithms: a change of algorithm replaces an
+// unmatched bandwidth, which starts fresh (see core.TokensInheritance).
+const (
+	windowID = "window"
+	bucketID = "bucket"
+)
 
 // BucketConfig returns the configuration of it's bucket: for FixedWindow
 // the bucket described above, for TokenBucket a greedy bandwidth of
@@ -81,30 +77,37 @@ var epoch = time.Unix(0, 0)
 // every Limited item except a token bucket of 0 requests, which needs no
 // bucket (see Ops).
 func (it *Item) BucketConfig() core.Config {
-	l := &it.Rule.Limit
-	n := int64(l.RequestsPerUnit)
-	if l.Algorithm == TokenBucket {
-		return core.Config{Bandwidths: []core.Bandwidth{core.Greedy(int64(l.Capacity()), n, l.Unit.Duration())}}
+	if it.config.Bandwidths == nil {
+		it.setConfig()
 	}
-	return core.Config{Bandwidths: []core.Bandwidth{core.IntervallyAligned(n+1, n+1, l.Unit.Duration(), epoch)}}
+	return it.config
 }
 
-// Policy returns the limit as clients should see it in rate-limit headers:
-// a bandwidth of Capacity requests refilled RequestsPerUnit per Unit, at
-// once (fixed window) or greedily (token bucket), named by the rule's name
-// or else its configuration path.
-func (r *Rule) Policy() core.Bandwidth {
-	l := &r.Limit
-	n := int64(l.RequestsPerUnit)
-	bw := core.Intervally(n, n, l.Unit.Duration())
-	if l.Algorithm == TokenBucket && n > 0 {
-		bw = core.Greedy(int64(l.Capacity()), n, l.Unit.Duration())
+// setConfig fills it.config, whose bandwidth lives in the item itself.
+func (it *Item) setConfig() {
+	l := &it.Rule.Limit
+	var bw core.Bandwidth
+	if l.Algorithm == TokenBucket {
+		bw = core.Greedy(int64(l.Capacity()), int64(l.RequestsPerUnit), l.Unit.Duration())
+		bw.ID = bucketID
+	} else {
+		w := windowTokens(l.Unit)
+		bw = core.IntervallyAligned(w, w, l.Unit.Duration(), epoch)
+		bw.ID = windowID
 	}
-	bw.ID = r.Name
-	if bw.ID == "" {
-		bw.ID = r.Path
+	it.band[0] = bw
+	it.config = core.Config{Bandwidths: it.band[:]}
+}
+
+// Reserved returns the tokens of it's bucket that no hit may take without
+// going over the limit: W−n for a fixed window of n, whose bucket holds W
+// and counts W−tokens hits; 0 for a token bucket. Whoever takes tokens from
+// the bucket for later hits (a quota lease) takes only what lies above it.
+func (it *Item) Reserved() int64 {
+	if it.Rule.Algorithm == TokenBucket {
+		return 0
 	}
-	return bw
+	return windowTokens(it.Rule.Unit) - int64(it.Rule.RequestsPerUnit)
 }
 
 // NeedsBucket reports whether it is counted in a bucket, that is, whether
@@ -118,42 +121,51 @@ func (it *Item) opCount() int {
 	switch {
 	case !it.NeedsBucket():
 		return 0
-	case it.Hits == 0 && it.Rule.Algorithm == FixedWindow:
-		return 1
-	case it.Hits > 0 && it.Rule.Algorithm == TokenBucket:
-		return 1
+	case it.Hits == 0 && it.Rule.Algorithm == TokenBucket:
+		return 3
+	case it.Hits == 0 || it.Rule.Algorithm == TokenBucket:
+		return 2
 	}
-	return 2
+	return 3
 }
 
 // Ops returns the operations to run atomically, as one batch, on it's
 // bucket; nil when the item needs no bucket (NoLimit, Unlimited, and a
 // token bucket of 0 requests, which refuses everything).
 //
+// The first operation replaces the bucket's configuration by BucketConfig
+// with core.InheritAdditive: a bucket stored by
+// another limit for the same entries keeps what was consumed from it. A
+// replacement by the configuration already stored changes nothing.
+//
 // A check of 0 hits charges nothing. On a fixed window it is over the limit
 // only once the window's count exceeds the limit, as in envoyproxy/ratelimit;
 // on a token bucket, which never goes over, it is over when not one token is
-// left.
+// left. The last operation's results carry the executing side's time until
+// the window ends or the bucket is full, so no other clock is read.
 func (it *Item) Ops() []wire.Op {
 	if !it.NeedsBucket() {
 		return nil
 	}
+	if it.config.Bandwidths == nil {
+		it.setConfig()
+	}
+	replace := wire.Op{Kind: wire.OpReplaceConfiguration, Config: &it.config, Inheritance: core.InheritAdditive}
 	l := &it.Rule.Limit
-	n := int64(l.RequestsPerUnit)
 	if l.Algorithm == TokenBucket {
 		c := int64(l.Capacity())
 		if it.Hits == 0 {
-			return []wire.Op{{Kind: wire.OpEstimate, Tokens: 1}, {Kind: wire.OpEstimate, Tokens: c}}
+			return []wire.Op{replace, {Kind: wire.OpEstimate, Tokens: 1}, {Kind: wire.OpEstimate, Tokens: c}}
 		}
 		// more than the capacity is refused whatever the state
-		return []wire.Op{{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)}}
+		return []wire.Op{replace, {Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)}}
 	}
+	w := windowTokens(l.Unit)
 	if it.Hits == 0 {
-		return []wire.Op{{Kind: wire.OpAvailableTokens}}
+		return []wire.Op{replace, {Kind: wire.OpEstimate, Tokens: w}}
 	}
-	// more than n+1 hits leave 0 tokens whatever the state, like n+1
-	return []wire.Op{{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: clampHits(it.Hits, n+1)},
-		{Kind: wire.OpAvailableTokens}}
+	return []wire.Op{replace, {Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: clampHits(it.Hits, w)},
+		{Kind: wire.OpEstimate, Tokens: w}}
 }
 
 func clampHits(h uint64, most int64) int64 {
@@ -162,6 +174,10 @@ func clampHits(h uint64, most int64) int64 {
 	}
 	return int64(h)
 }
+
+// errResults is Decide's error for results that do not answer Ops (a
+// misbehaving executor).
+var errResults = errors.New("policy: results do not answer the operations")
 
 // Code is a descriptor's or a request's answer; its values are the Envoy
 // API's RateLimitResponse.Code.
@@ -212,8 +228,11 @@ type Status struct {
 	WithinHits, NearHits, OverHits, ShadowHits uint64
 }
 
-// Decide turns the results of Ops, run at now, into the descriptor's
-// status. It returns an error only when results do not answer Ops (a
+// Decide turns the results of Ops into the descriptor's status. Every wait
+// and reset comes from the results, that is from the clock of the side that
+// ran the operations; now (that side's time, when the caller knows it, or
+// the caller's own) is read only for the end of a fixed window nothing has
+// been counted in yet. It returns an error only when results do not answer Ops (a
 // misbehaving executor). NoLimit and Unlimited items take nil results.
 func (it *Item) Decide(results []wire.Result, now time.Time) (Status, error) {
 	switch it.Kind {
@@ -223,7 +242,7 @@ func (it *Item) Decide(results []wire.Result, now time.Time) (Status, error) {
 		return Status{Code: OK, Remaining: math.MaxUint32}, nil
 	}
 	if want := it.opCount(); len(results) != want {
-		return Status{}, fmt.Errorf("rlsconfig: %d results for %d operations", len(results), want)
+		return Status{}, errResults
 	}
 	var s Status
 	if it.Rule.Algorithm == TokenBucket {
@@ -248,25 +267,26 @@ func (it *Item) Decide(results []wire.Result, now time.Time) (Status, error) {
 func (it *Item) decideWindow(res []wire.Result, now time.Time) Status {
 	n := uint64(it.Rule.RequestsPerUnit)
 	h := it.Hits
-	unit := it.Rule.Unit.Seconds()
-	reset := time.Duration(unit-now.Unix()%unit) * time.Second
-	var before, after uint64
-	var over bool
-	if h == 0 {
-		t := res[0].Tokens
-		over = t < 1
-		after = n + 1 - uint64(max(t, 0))
-		before = after
-	} else {
-		took, t := res[0].Tokens, res[1].Tokens
-		over = t < 1 || took < clampHits(h, int64(n)+1)
-		if over {
-			before = n + 1 - uint64(max(took, 0)) // took 0: over before
-			after = before + h
-		} else {
-			after = n + 1 - uint64(t)
-			before = after - h
-		}
+	w := windowTokens(it.Rule.Unit)
+	est := res[len(res)-1]
+	t := min(max(est.Tokens, 0), w)
+	var took int64
+	if h > 0 {
+		took = min(max(res[1].Tokens, 0), w-t)
+	}
+	before := uint64(w - t - took)
+	after := before + h
+	if after < before {
+		after = math.MaxUint64
+	}
+	over := after > n
+	// the executing side's time until the window ends, in whole seconds
+	// as envoyproxy/ratelimit counts it; a window nothing was counted in
+	// (a check of 0 hits) has no end to report, and takes now's
+	reset := time.Duration(ceilSeconds(time.Duration(est.Wait))) * time.Second
+	if est.Wait <= 0 {
+		unit := it.Rule.Unit.Seconds()
+		reset = time.Duration(unit-now.Unix()%unit) * time.Second
 	}
 	s := Status{Code: OK, Over: over, ResetAfter: reset}
 	if over {
@@ -282,6 +302,18 @@ func (it *Item) decideWindow(res []wire.Result, now time.Time) Status {
 	return s
 }
 
+// ceilSeconds returns d in whole seconds, rounded up; 0 for d ≤ 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
 func (it *Item) decideBucket(res []wire.Result) Status {
 	c := uint64(it.Rule.Capacity())
 	h := it.Hits
@@ -293,13 +325,13 @@ func (it *Item) decideBucket(res []wire.Result) Status {
 	var s Status
 	var avail uint64
 	if h == 0 {
-		avail = uint64(max(res[0].Tokens, 0))
-		s = Status{Over: !res[0].OK, ResetAfter: time.Duration(res[1].Wait), RetryAfter: time.Duration(res[0].Wait)}
+		avail = uint64(max(res[1].Tokens, 0))
+		s = Status{Over: !res[1].OK, ResetAfter: time.Duration(res[2].Wait), RetryAfter: time.Duration(res[1].Wait)}
 		if !s.Over {
 			s.Remaining = uint32(min(avail, math.MaxUint32))
 		}
 	} else {
-		r := res[0]
+		r := res[1]
 		avail = uint64(max(r.Tokens, 0))
 		s = Status{Over: !r.OK, ResetAfter: time.Duration(r.Reset)}
 		if r.OK {

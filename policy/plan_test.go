@@ -1,4 +1,4 @@
-package rlsconfig
+package policy_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	. "github.com/bucketgrid/bucketgrid/policy"
 )
 
 func u64(v uint64) *uint64 { return &v }
@@ -157,7 +159,7 @@ func TestBucketKeys(t *testing.T) {
 	if a == b {
 		t.Fatalf("two clients share %q", a)
 	}
-	if want := `rls/fw10/60s/"shop"/"client"="a"`; a != want {
+	if want := `rls/"shop"/"client"="a"`; a != want {
 		t.Fatalf("key %q, want %q", a, want)
 	}
 	// characters that would join fields in a naive key do not
@@ -168,17 +170,22 @@ func TestBucketKeys(t *testing.T) {
 		t.Fatalf("share_threshold keys %q and %q, want one shared key with the pattern", k1, k2)
 	}
 	long1, long2 := key(desc("client", strings.Repeat("é", 500))), key(desc("client", strings.Repeat("é", 499)+"e"))
-	if len(long1) > MaxKeyBytes || long1 == long2 || !strings.HasPrefix(long1, "rls/fw10/60s/#") {
+	if len(long1) > MaxKeyBytes || long1 == long2 || !strings.HasPrefix(long1, "rls/#") {
 		t.Fatalf("long keys %q and %q", long1, long2)
 	}
 	if k := key(desc("client", "ünï")); strings.ContainsFunc(k, func(r rune) bool { return r > 127 }) {
 		t.Fatalf("key %q is not ASCII", k)
 	}
-	tb := load(t, Options{Algorithm: TokenBucket}, shop+"\n"+yml(`
-		|  - key: burst
-		|    rate_limit: {unit: second, requests_per_unit: 2, burst: 8}`))
-	items, _ := tb.Plan(&Request{Domain: "shop", Descriptors: []Descriptor{desc("client", "a"), desc("burst", "x")}})
-	if items[0].Key == a || !strings.HasPrefix(items[0].Key, "rls/tb10/60s/") || !strings.HasPrefix(items[1].Key, "rls/tb2/1s+8/") {
-		t.Fatalf("token bucket keys %q, %q", items[0].Key, items[1].Key)
+	// the limit is not in the key: an override, another algorithm and
+	// another limit for the same entries count in one bucket
+	over := desc("client", "a")
+	over.Limit = &Override{RequestsPerUnit: 99, Unit: Hour}
+	if k := key(over); k != a {
+		t.Fatalf("override key %q, want the rule's %q", k, a)
+	}
+	tb := load(t, Options{Algorithm: TokenBucket}, shop)
+	items, _ := tb.Plan(&Request{Domain: "shop", Descriptors: []Descriptor{desc("client", "a")}})
+	if items[0].Key != a {
+		t.Fatalf("token bucket key %q, want %q", items[0].Key, a)
 	}
 }

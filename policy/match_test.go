@@ -1,6 +1,10 @@
-package rlsconfig
+package policy_test
 
-import "testing"
+import (
+	"testing"
+
+	. "github.com/bucketgrid/bucketgrid/policy"
+)
 
 // shop is a configuration with every matching feature.
 var shop = yml(`
