@@ -44,10 +44,10 @@ import (
 //	                  no more): "WAIT ms routing-fingerprint", or "WAIT
 //	                  timeout" and what it saw
 //	GO key n g        g goroutines × n TryConsume(1) on key: "GO admitted"
-//	CONSUME p n k     TryConsume(k) on buckets p0 … p(n-1), each bounded by
-//	                  2 s: "CONSUME admitted failed noquorum"
-//	TOKENS p n        the available tokens of p0 … p(n-1), -1 where the check
-//	                  failed: "TOKENS t0 t1 …"
+//	CONSUME p n k [ms] TryConsume(k) on buckets p0 … p(n-1), each bounded by
+//	                  ms (2000): "CONSUME admitted failed noquorum"
+//	TOKENS p n [ms]   the available tokens of p0 … p(n-1), each check bounded
+//	                  by ms (5000), -1 where it failed: "TOKENS t0 t1 …"
 //	OWNKEY p n        one of p0 … p(n-1) this member owns: "OWNKEY key"
 //	OUTAGE key        checks key, each attempt bounded by 100 ms, until one
 //	                  succeeds: "OUTAGE ms"
@@ -249,8 +249,12 @@ func netMemberMain() int {
 			fmt.Println("SHRINKS", m.shrinks.Load())
 		case "CONSUME":
 			admitted, failed, noQuorum := 0, 0, 0
+			timeout := 2 * time.Second
+			if len(f) > 4 {
+				timeout = time.Duration(arg(4)) * time.Millisecond
+			}
 			for i := range arg(2) {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
 				resp, err := m.Execute(ctx, f[1]+strconv.Itoa(i), consumeReq(&cfg, int64(arg(3))))
 				cancel()
 				switch {
@@ -266,8 +270,12 @@ func netMemberMain() int {
 			fmt.Println("CONSUME", admitted, failed, noQuorum)
 		case "TOKENS":
 			out := []string{"TOKENS"}
+			timeout := 5 * time.Second
+			if len(f) > 3 {
+				timeout = time.Duration(arg(3)) * time.Millisecond
+			}
 			for i := range arg(2) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
 				resp, err := m.Execute(ctx, f[1]+strconv.Itoa(i), availableReq(&cfg))
 				cancel()
 				switch {
