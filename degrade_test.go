@@ -419,3 +419,77 @@ func TestManagerDegraded(t *testing.T) {
 		t.Fatalf("the derived Manager's decisions counted on the original")
 	}
 }
+
+func TestDegradeShareOutlivesAShortReturn(t *testing.T) {
+	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 1000}))
+	ctx := context.Background()
+	h := f.m.Bucket("k", nine)
+	f.store.mode.Store(storeDown)
+	if got := consumeAll(t, h, true); got != 3 {
+		t.Fatalf("admitted %d while down, want 3", got)
+	}
+	f.store.mode.Store(storeUp)
+	if ok, err := h.TryConsume(ctx, 1); !ok || err != nil { // the store answers: 3 charged
+		t.Fatalf("consume with the store back: %v %v", ok, err)
+	}
+	waitFor(t, "the charge", func() bool { return f.m.Stats().Charged == 3 })
+	// down again at once: the spent share goes on, no fresh one
+	f.store.mode.Store(storeDown)
+	if got := consumeAll(t, h, true); got != 0 {
+		t.Fatalf("admitted %d from a share spent a moment ago, want 0", got)
+	}
+	// a new outage after a long healthy spell starts from a full share
+	f.store.mode.Store(storeUp)
+	if _, err := h.TryConsume(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(2 * time.Minute)
+	if _, err := h.TryConsume(ctx, 1); err != nil { // answered: the old share is forgotten
+		t.Fatal(err)
+	}
+	f.store.mode.Store(storeDown)
+	if got := consumeAll(t, h, true); got != 3 {
+		t.Fatalf("admitted %d in a new outage, want a full share of 3", got)
+	}
+}
+
+// BenchmarkDegrade measures what degrade costs a Manager whose backend
+// answers (a memstore: the cost of the executor itself is as small as it
+// gets, so the overhead shows), and what a decision from a local share
+// costs once the breaker is open.
+//
+//	go test -run '^$' -bench Degrade -benchmem .
+func BenchmarkDegrade(b *testing.B) {
+	cfg := func(context.Context) (core.Config, error) { return core.NewConfig(core.Greedy(1<<40, 1<<29, time.Second)) }
+	d := bucketgrid.Degrade{Instances: func() int { return 3 }}
+	for _, bc := range []struct {
+		name string
+		down bool
+		opts []bucketgrid.Option
+	}{
+		{"backend-up/without", false, nil},
+		{"backend-up/degrade", false, []bucketgrid.Option{bucketgrid.WithDegrade(d)}},
+		{"breaker-open/degrade", true, []bucketgrid.Option{bucketgrid.WithDegrade(d)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := &outageStore{Store: memstore.New()}
+			m := bucketgrid.NewManager(cas.New(s), bc.opts...)
+			h := m.Bucket("k", cfg)
+			ctx := context.Background()
+			h.TryConsume(ctx, 1)
+			if bc.down {
+				s.mode.Store(storeDown)
+				for m.Stats().OpenBreakers == 0 {
+					h.TryConsume(ctx, 1)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}

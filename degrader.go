@@ -36,15 +36,16 @@ type degrader struct {
 
 // share is the local bucket of one key while its backend is out.
 type share struct {
-	key      string // store key
-	stored   []byte // the local bucket, core's encoding
-	cfg      core.Config
-	version  int64       // of cfg, for the charge
-	cut      int         // instances the local bucket's configuration was cut for
-	cutCfg   core.Config // cfg.Share(cut)
-	local    int64       // configuration version of the local bucket, bumped on every re-cut
-	consumed int64       // tokens consumed locally, not yet charged
-	settled  bool        // taken out of the shares, its consumption to be charged
+	key       string // store key
+	stored    []byte // the local bucket, core's encoding
+	cfg       core.Config
+	version   int64       // of cfg, for the charge
+	cut       int         // instances the local bucket's configuration was cut for
+	cutCfg    core.Config // cfg.Share(cut)
+	local     int64       // configuration version of the local bucket, bumped on every re-cut
+	consumed  int64       // tokens consumed locally, not yet charged
+	settled   bool        // the executor answered since: consumed was queued to be charged
+	settledAt int64       // clock time of settling
 }
 
 // charge is consumption to take from a real bucket.
@@ -155,13 +156,17 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []core.Op, verbose 
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	now := g.m.clock.Now()
 	if cur := g.shares[h.storeKey]; cur != nil {
 		s = cur // another request made it meanwhile
 	} else {
-		if s.settled { // the executor answered meanwhile: start afresh
-			s = &share{key: s.key, cfg: s.cfg, version: s.version}
-		}
 		g.insert(s)
+	}
+	if s.settled {
+		if now-s.settledAt > int64(shareMemory) { // a new outage: start afresh
+			*s = share{key: s.key, cfg: s.cfg, version: s.version}
+		}
+		s.settled = false
 	}
 	req := core.Request{Mode: core.ModeCreateOrReplace, Ops: ops, Verbose: verbose, Inheritance: core.InheritProportionally}
 	if s.stored == nil || s.cut != n {
@@ -169,7 +174,7 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []core.Op, verbose 
 		s.local++ // a new version: Process replaces the configuration, tokens carried over
 	}
 	req.Config, req.ConfigVersion = &s.cutCfg, s.local
-	stored, changed, resp := core.Process(s.stored, req, g.m.clock.Now())
+	stored, changed, resp := core.Process(s.stored, req, now)
 	if err := resp.Err(); err != nil {
 		return core.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
 	}
@@ -219,41 +224,59 @@ func consumedBy(ops []core.Op, results []core.Result) int64 {
 	return n
 }
 
-// settle moves key's local share, if any, to the consumption to charge: the
-// executor answered for key again.
+// shareMemory is how long a local share outlives the executor's answer: a
+// key that must be decided locally again within it goes on from the share's
+// state (its consumption so far charged already), so that a backend coming
+// and going, as a grid's keys do while a crashed member's are handed over,
+// never hands out a full share at each return. Past it, a new outage starts
+// from a full share.
+const shareMemory = time.Minute
+
+// settle queues the consumption of key's local share, if any, to be
+// charged: the executor answered for key again.
 func (g *degrader) settle(key string) {
+	now := g.m.clock.Now()
 	g.mu.Lock()
-	s := g.shares[key]
-	if s != nil {
-		delete(g.shares, key)
-		g.n.Store(int32(len(g.shares)))
-		g.settle1(s)
+	queued := false
+	if s := g.shares[key]; s != nil {
+		queued = g.settle1(s, now)
 	}
 	g.mu.Unlock()
-	if s != nil {
+	if queued {
 		g.startCharging()
 	}
 }
 
-// settleAll moves every local share to the consumption to charge: a probe
-// was answered.
+// settleAll queues the consumption of every local share to be charged: a
+// probe was answered.
 func (g *degrader) settleAll() {
+	now := g.m.clock.Now()
 	g.mu.Lock()
-	for k, s := range g.shares {
-		g.settle1(s)
-		delete(g.shares, k)
+	for _, s := range g.shares {
+		g.settle1(s, now)
 	}
-	g.n.Store(0)
 	g.mu.Unlock()
 	g.startCharging()
 }
 
-// settle1 marks s settled and queues its consumption. Called with g.mu held.
-func (g *degrader) settle1(s *share) {
-	s.settled = true
-	if s.consumed > 0 {
-		g.pending = append(g.pending, charge{key: s.key, cfg: s.cfg, version: s.version, consumed: s.consumed})
+// settle1 marks s settled at now and queues its consumption, reporting
+// whether there was any; a share settled longer than shareMemory ago is
+// forgotten. Called with g.mu held.
+func (g *degrader) settle1(s *share, now int64) bool {
+	if s.settled {
+		if now-s.settledAt > int64(shareMemory) {
+			delete(g.shares, s.key)
+			g.n.Store(int32(len(g.shares)))
+		}
+		return false
 	}
+	s.settled, s.settledAt = true, now
+	if s.consumed <= 0 {
+		return false
+	}
+	g.pending = append(g.pending, charge{key: s.key, cfg: s.cfg, version: s.version, consumed: s.consumed})
+	s.consumed = 0
+	return true
 }
 
 // startCharging starts the goroutine that charges pending consumption,

@@ -304,3 +304,222 @@ func BenchmarkRedisOutage(b *testing.B) {
 		})
 	}
 }
+
+// crashTally counts one descriptor's answers in one phase of a crash; by
+// holds the same per client.
+type crashTally struct {
+	ok, over, failed int64
+	by               [3][3]int64 // [client][ok, over, failed]
+}
+
+// crashLoad sends requests for every value, round robin, from 16
+// goroutines, to the clients in turn: n requests per value, or until
+// stop is closed when n is 0.
+func crashLoad(clients []rlspb.RateLimitServiceClient, values []string, n int, stop <-chan struct{}) []crashTally {
+	tallies := make([]crashTally, len(values))
+	var mu sync.Mutex
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if n > 0 && i >= int64(n*len(values)) {
+					return
+				}
+				if n == 0 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+				}
+				v := int(i % int64(len(values)))
+				c := int(i/int64(len(values))) % len(clients)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				r, err := clients[c].ShouldRateLimit(ctx, req("cluster", "bucket", values[v]))
+				cancel()
+				mu.Lock()
+				switch {
+				case err != nil:
+					tallies[v].failed++
+					tallies[v].by[c][2]++
+				case r.OverallCode == rlspb.RateLimitResponse_OK:
+					tallies[v].ok++
+					tallies[v].by[c][0]++
+				default:
+					tallies[v].over++
+					tallies[v].by[c][1]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return tallies
+}
+
+// gridCrashResult is one run of gridCrash, per descriptor and phase.
+type gridCrashResult struct {
+	before, during, after []crashTally
+	window                time.Duration // from the kill until every descriptor answered from the grid again
+}
+
+// gridCrash runs three instances, spends 60 of each descriptor's 200
+// tokens over all three, kills one, loads the survivors for 3 s (the
+// crash fail-over window lasts longer), waits until every descriptor is
+// answered by the grid again, and spends 250 requests per descriptor more.
+func gridCrash(t testing.TB, degrade bool) gridCrashResult {
+	t.Helper()
+	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
+	extra := []string{"-config", dir, "-timeout", "1s"}
+	if degrade {
+		extra = append(extra, "-degrade")
+	}
+	procs := startCluster(t, 3, extra...)
+	var all []rlspb.RateLimitServiceClient
+	for _, p := range procs {
+		all = append(all, client(t, p.grpcAddr))
+	}
+	survivors := all[1:]
+	values := make([]string, 30)
+	for i := range values {
+		values[i] = fmt.Sprintf("k%d-%s", i, randHex(3))
+	}
+	var res gridCrashResult
+	// a grid just formed holds its keys while partitions are handed over:
+	// wait (on keys of their own) until the members answer from it
+	warm := make([]string, len(values))
+	for i := range warm {
+		warm[i] = "warm-" + values[i]
+	}
+	waitGrid(t, procs, all, warm, time.Now().Add(90*time.Second))
+	res.before = crashLoad(all, values, 60, nil)
+	procs[0].kill()
+	killed := time.Now()
+	stop := make(chan struct{})
+	time.AfterFunc(3*time.Second, func() { close(stop) }) // a load window, not a synchronisation
+	res.during = crashLoad(survivors, values, 0, stop)
+	// fail-over: every descriptor answered by the grid, none decided locally
+	probes := waitGrid(t, procs[1:], survivors, values, killed.Add(90*time.Second))
+	res.window = time.Since(killed)
+	for _, p := range procs[1:] {
+		t.Logf("survivor %s: degraded %v, breakers opened %v, open %v, charged %v", p.member,
+			metricValue(t, p.httpAddr, "bucketgrid_rls_degraded_total"), metricValue(t, p.httpAddr, "bucketgrid_rls_breaker_opens_total"),
+			metricValue(t, p.httpAddr, "bucketgrid_rls_breakers_open"), metricValue(t, p.httpAddr, "bucketgrid_rls_degrade_charged_tokens_total"))
+	}
+	res.after = crashLoad(survivors, values, 250, nil)
+	for len(probes) > 0 { // fold the probes of the fail-over wait into the after phase
+		for i := range values {
+			res.after[i].ok += probes[i].ok
+			res.after[i].over += probes[i].over
+			res.after[i].failed += probes[i].failed
+		}
+		probes = probes[len(values):]
+	}
+	return res
+}
+
+// waitGrid sends a request per value to every client until one round is
+// answered without an error and without a decision from a local share
+// (the instances' degraded_total unchanged), and returns the tallies of
+// the requests it sent.
+func waitGrid(t testing.TB, procs []*proc, clients []rlspb.RateLimitServiceClient, values []string, deadline time.Time) []crashTally {
+	t.Helper()
+	degraded := func() (sum float64) {
+		for _, p := range procs {
+			sum += metricValue(t, p.httpAddr, "bucketgrid_rls_degraded_total")
+		}
+		return sum
+	}
+	var sent []crashTally
+	for {
+		before := degraded()
+		ok := true
+		for _, tl := range crashLoad(clients, values, len(clients), nil) {
+			ok = ok && tl.failed == 0
+			sent = append(sent, tl)
+		}
+		if ok && degraded() == before {
+			return sent
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the grid still does not answer every key")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestGridCrashDegrades kills one of three instances under load with
+// -degrade: the requests for its keys, which failed (and went to Envoy's
+// failure mode) until the survivors took its keys over, are decided from
+// the survivors' local shares; no descriptor admits more than its limit
+// plus one capacity (a crashed owner's buckets restart full: that bound
+// holds without degrade too), and no client is refused below its share
+// while the crash lasts.
+func TestGridCrashDegrades(t *testing.T) {
+	const limit = 200
+	res := gridCrash(t, true)
+	// the share of a descriptor on each of the two survivors, cut for the
+	// three members the grid still counts: ⌈200/3⌉
+	const share = 2 * (limit + 2) / 3
+	restarted := 0
+	for i := range res.during {
+		b, d, a := res.before[i], res.during[i], res.after[i]
+		if b.failed+d.failed+a.failed > 0 {
+			t.Errorf("descriptor %d: %d, %d and %d requests failed before, during and after, want none", i, b.failed, d.failed, a.failed)
+		}
+		total := b.ok + d.ok + a.ok
+		if total > 2*limit {
+			t.Errorf("descriptor %d: %d admitted, above its limit plus one capacity (%d)", i, total, 2*limit)
+		}
+		if total < limit {
+			t.Errorf("descriptor %d: %d admitted, below its limit %d", i, total, limit)
+		}
+		if left := limit - b.ok; d.ok < min(left, share) && d.ok+d.over > d.ok {
+			t.Errorf("descriptor %d: %d admitted while the crash lasted (and %d refused), below its share %d; during %v after %+v", i, d.ok, d.over, min(left, share), d.by, a)
+		}
+		if total > limit {
+			restarted++
+		}
+	}
+	var during crashTally
+	for _, d := range res.during {
+		during.ok, during.over, during.failed = during.ok+d.ok, during.over+d.over, during.failed+d.failed
+	}
+	t.Logf("crash: the grid answered every descriptor again %v after it; in the 3 s after it %d admitted, %d refused, %d failed; %d of %d descriptors restarted full",
+		res.window.Round(time.Millisecond), during.ok, during.over, during.failed, restarted, len(res.during))
+}
+
+// BenchmarkGridCrash measures what the two survivors of a crash answer in
+// the 3 s after it, without and with -degrade: run with -benchtime=1x.
+// Without degrade the failed requests go to Envoy's failure_mode_deny:
+// admitted under fail-open (Envoy's default), refused under fail-closed.
+//
+//	go test -run '^$' -bench GridCrash -benchtime=1x ./cmd/bucketgrid
+func BenchmarkGridCrash(b *testing.B) {
+	for _, degrade := range []bool{false, true} {
+		name := "without-degrade"
+		if degrade {
+			name = "degrade"
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				res := gridCrash(b, degrade)
+				var during, total crashTally
+				for i, d := range res.during {
+					during.ok, during.over, during.failed = during.ok+d.ok, during.over+d.over, during.failed+d.failed
+					total.ok += res.before[i].ok + d.ok + res.after[i].ok
+					total.failed += res.before[i].failed + d.failed + res.after[i].failed
+				}
+				n := float64(len(res.during))
+				b.ReportMetric(float64(during.ok)/n, "admitted/descriptor")
+				b.ReportMetric(float64(during.over)/n, "refused/descriptor")
+				b.ReportMetric(float64(during.failed)/n, "failed/descriptor")
+				b.ReportMetric(float64(total.ok)/n, "total-admitted/descriptor")
+				b.ReportMetric(float64(total.failed)/n, "total-failed/descriptor")
+				b.ReportMetric(res.window.Seconds(), "failover-s")
+			}
+		})
+	}
+}
