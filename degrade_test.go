@@ -460,7 +460,9 @@ func TestDegradeShareOutlivesAShortReturn(t *testing.T) {
 //
 //	go test -run '^$' -bench Degrade -benchmem .
 func BenchmarkDegrade(b *testing.B) {
-	cfg := func(context.Context) (core.Config, error) { return core.NewConfig(core.Greedy(1<<40, 1<<29, time.Second)) }
+	cfg := func(context.Context) (core.Config, error) {
+		return core.NewConfig(core.Greedy(1<<40, 1<<29, time.Second))
+	}
 	d := bucketgrid.Degrade{Instances: func() int { return 3 }}
 	for _, bc := range []struct {
 		name string
