@@ -192,9 +192,7 @@ func redisOutage(t testing.TB, degrade bool) redisOutageResult {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"outage.yaml": outageConfig})
 	args := []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0",
 		"-backend", "redis://" + rs.addr() + "?prefix=outage:", "-timeout", "1s"}
-	if degrade {
-		args = append(args, "-degrade", "-degrade-instances", "1")
-	}
+	args = append(args, "-degrade="+strconv.FormatBool(degrade), "-degrade-instances", "1")
 	in := startInstance(t, args...)
 	l := startLoad([]rlspb.RateLimitServiceClient{client(t, in.grpcAddr)}, "c"+randHex(4), numPhases, 4)
 	defer l.finish()
@@ -372,10 +370,7 @@ type gridCrashResult struct {
 func gridCrash(t testing.TB, degrade bool) gridCrashResult {
 	t.Helper()
 	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
-	extra := []string{"-config", dir, "-timeout", "1s"}
-	if degrade {
-		extra = append(extra, "-degrade")
-	}
+	extra := []string{"-config", dir, "-timeout", "1s", "-degrade=" + strconv.FormatBool(degrade)}
 	procs := startCluster(t, 3, extra...)
 	var all []rlspb.RateLimitServiceClient
 	for _, p := range procs {

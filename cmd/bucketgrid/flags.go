@@ -128,7 +128,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
-	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable")
+	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable, which Envoy's failure_mode_deny turns into unlimited by default. Off by default: a grid holds a key up to its hand-over grace (over a second) when members join, longer than -degrade-timeout, so keys moving are decided from shares then")
 	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or each admits the whole limit)")
 	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long to wait for the backend before deciding locally (below -timeout)")
 	if err := fs.Parse(args); err != nil {
