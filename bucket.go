@@ -95,7 +95,7 @@ type Bucket interface {
 // Errors returned by buckets.
 var (
 	// ErrTokens: a token count was not positive.
-	ErrTokens = core.ErrTokens
+	ErrTokens = errors.New("token count must be positive")
 	// ErrInvalidKey: a key the backend cannot hold (see core.KeyError): the
 	// client's error, returned before any I/O and never retried.
 	ErrInvalidKey = core.ErrInvalidKey

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // Degrade configures a Manager's degraded mode (WithDegrade): when the
@@ -24,7 +25,7 @@ import (
 // in the background, at most every Probe, while operations keep coming. The
 // breaker closes when a probe is answered. What the local buckets consumed
 // is then charged to the real ones, best effort and never minting: each key
-// once, with core.OpTryConsumeAsMuchAsPossible of the tokens consumed
+// once, with wire.OpTryConsumeAsMuchAsPossible of the tokens consumed
 // locally (a bucket is charged at most what it holds, and never gains a
 // token). A key's next answer from the executor charges it too, and a key
 // decided locally again within a minute goes on from its share's state
@@ -33,7 +34,7 @@ import (
 // Only outages degrade, as only outages fail open in an HTTP middleware:
 // an executor error other than an invalid key (ErrInvalidKey), a corrupt
 // record (core.ErrCorruptState), an invalid configuration
-// (*core.ConfigError), a request refused (core.ErrInvalidRequest) or one the
+// (*core.ConfigError), a request refused (wire.ErrInvalidRequest) or one the
 // executor itself says is no outage (see OutageClassifier). Those errors,
 // the configuration function's errors and the caller's own context ending
 // are returned as they are; a panic is not recovered.
@@ -137,7 +138,7 @@ func (d *degrader) outage(err error) bool {
 	var cfgErr *core.ConfigError
 	switch {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, core.ErrCorruptState), errors.As(err, &cfgErr),
-		errors.Is(err, core.ErrInvalidRequest):
+		errors.Is(err, wire.ErrInvalidRequest):
 		return false
 	}
 	if c, ok := d.exec.(OutageClassifier); ok {

@@ -13,6 +13,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // Outage modes of an outageStore.
@@ -141,7 +142,7 @@ func TestDegradeDecidesFromShare(t *testing.T) {
 	if err != nil || p.Consumed {
 		t.Fatalf("verbose consume: %+v %v, want refused", p, err)
 	}
-	if got := d.Bucket.Config.Bandwidths[0].Capacity; got != 3 {
+	if got := d.State.Config.Bandwidths[0].Capacity; got != 3 {
 		t.Fatalf("diagnostics describe capacity %d, want the share's 3", got)
 	}
 	if f.store.calls.Load() != calls {
@@ -283,12 +284,12 @@ type errExecutor struct {
 	calls atomic.Int64
 }
 
-func (e *errExecutor) Execute(context.Context, string, core.Request) (core.Response, error) {
+func (e *errExecutor) Execute(context.Context, string, wire.Request) (wire.Response, error) {
 	e.calls.Add(1)
 	if e.panic {
 		panic(e.err)
 	}
-	return core.Response{}, e.err
+	return wire.Response{}, e.err
 }
 
 func (e *errExecutor) Remove(context.Context, string) error { return e.err }
@@ -305,7 +306,7 @@ func TestDegradeKeepsOtherErrors(t *testing.T) {
 	}{
 		{"invalid key", core.InvalidKey("k", "too long"), nine, bucketgrid.ErrInvalidKey},
 		{"corrupt record", fmt.Errorf("store: %w", core.ErrCorruptState), nine, core.ErrCorruptState},
-		{"invalid request", fmt.Errorf("x: %w", core.ErrInvalidRequest), nine, core.ErrInvalidRequest},
+		{"invalid request", fmt.Errorf("x: %w", wire.ErrInvalidRequest), nine, wire.ErrInvalidRequest},
 		{"configuration error", &core.ConfigError{Bandwidth: -1, Err: core.ErrNoBandwidths}, nine, core.ErrNoBandwidths},
 		{"contended key", fmt.Errorf("x: %w", cas.ErrConflict), nine, cas.ErrConflict},
 		{"outage, invalid configuration function", errStoreDown, bad, core.ErrNoBandwidths},
@@ -355,9 +356,9 @@ type routedExecutor struct {
 
 func (r *routedExecutor) Route(key string) string { return key[:1] }
 
-func (r *routedExecutor) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+func (r *routedExecutor) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	if r.down[r.Route(key)] {
-		return core.Response{}, errStoreDown
+		return wire.Response{}, errStoreDown
 	}
 	return r.Executor.Execute(ctx, key, req)
 }

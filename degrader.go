@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // degrader is a Manager's degraded mode: the breakers, the local share
@@ -92,7 +93,7 @@ func (g *degrader) breakerOf(key string) *breaker {
 
 // do runs h's operations through the executor, or decides them locally when
 // the route's breaker is open or the executor fails with an outage.
-func (g *degrader) do(ctx context.Context, h *Handle, ops []core.Op, verbose bool) (core.Response, error) {
+func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
 	b := g.breakerOf(h.storeKey)
 	if b.open.Load() && degradable(ops) {
 		if now := g.m.clock.Now(); b.startProbe(now) {
@@ -128,9 +129,9 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []core.Op, verbose boo
 // degradable reports whether ops may be decided locally: all but an
 // explicit configuration replacement, which would hand the local share the
 // whole limit.
-func degradable(ops []core.Op) bool {
+func degradable(ops []wire.Op) bool {
 	for i := range ops {
-		if ops[i].Kind == core.OpReplaceConfiguration {
+		if ops[i].Kind == wire.OpReplaceConfiguration {
 			return false
 		}
 	}
@@ -140,9 +141,9 @@ func degradable(ops []core.Op) bool {
 // instanceCount returns the number of instances sharing the limit, ≥ 1.
 func (g *degrader) instanceCount() int { return max(g.instances(), 1) }
 
-// local decides h's operations from the key's local share with core.Process,
+// local decides h's operations from the key's local share with wire.Process,
 // creating the share from the configuration function on first use.
-func (g *degrader) local(ctx context.Context, h *Handle, ops []core.Op, verbose bool) (core.Response, error) {
+func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
 	n := g.instanceCount()
 	g.mu.Lock()
 	s := g.shares[h.storeKey]
@@ -150,7 +151,7 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []core.Op, verbose 
 	if s == nil {
 		cfg, err := h.config(ctx)
 		if err != nil {
-			return core.Response{}, err
+			return wire.Response{}, err
 		}
 		s = &share{key: h.storeKey, cfg: cfg, version: h.version}
 	}
@@ -168,15 +169,15 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []core.Op, verbose 
 		}
 		s.settled = false
 	}
-	req := core.Request{Mode: core.ModeCreateOrReplace, Ops: ops, Verbose: verbose, Inheritance: core.InheritProportionally}
+	req := wire.Request{Mode: wire.ModeCreateOrReplace, Ops: ops, Verbose: verbose, Inheritance: core.InheritProportionally}
 	if s.stored == nil || s.cut != n {
 		s.cut, s.cutCfg = n, s.cfg.Share(n)
 		s.local++ // a new version: Process replaces the configuration, tokens carried over
 	}
 	req.Config, req.ConfigVersion = &s.cutCfg, s.local
-	stored, changed, resp := core.Process(s.stored, req, now)
+	stored, changed, resp := wire.Process(s.stored, req, now)
 	if err := resp.Err(); err != nil {
-		return core.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
+		return wire.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
 	}
 	if changed {
 		s.stored = stored
@@ -206,18 +207,18 @@ func (g *degrader) insert(s *share) {
 
 // consumedBy returns the tokens that ops took (positive) or gave back
 // (negative) according to their results.
-func consumedBy(ops []core.Op, results []core.Result) int64 {
+func consumedBy(ops []wire.Op, results []wire.Result) int64 {
 	var n int64
 	for i := range ops {
 		op, r := &ops[i], &results[i]
 		switch op.Kind {
-		case core.OpTryConsume, core.OpTryConsumeAndReturnRemaining, core.OpConsumeIgnoringRateLimits, core.OpReserve:
+		case wire.OpTryConsume, wire.OpTryConsumeAndReturnRemaining, wire.OpConsumeIgnoringRateLimits, wire.OpReserve:
 			if r.OK {
 				n += op.Tokens
 			}
-		case core.OpTryConsumeAsMuchAsPossible:
+		case wire.OpTryConsumeAsMuchAsPossible:
 			n += r.Tokens
-		case core.OpAddTokens, core.OpForceAddTokens:
+		case wire.OpAddTokens, wire.OpForceAddTokens:
 			n -= op.Tokens
 		}
 	}
@@ -311,10 +312,10 @@ func (g *degrader) charge(s charge) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
 	cfg := s.cfg
-	req := core.Request{Mode: core.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: s.version, Expiry: g.m.expiry,
-		Ops: []core.Op{{Kind: core.OpTryConsumeAsMuchAsPossible, Tokens: s.consumed}}}
+	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: s.version, Expiry: g.m.expiry,
+		Ops: []wire.Op{{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: s.consumed}}}
 	resp, err := g.exec.Execute(ctx, s.key, req)
-	if err != nil || resp.Status != core.StatusOK {
+	if err != nil || resp.Status != wire.StatusOK {
 		g.chargeFailed.Add(1)
 		return
 	}
@@ -339,6 +340,6 @@ func (g *degrader) probeRoute(b *breaker, key string) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
-	_, err := g.exec.Execute(ctx, key, core.Request{Ops: []core.Op{{Kind: core.OpGetConfiguration}}})
+	_, err := g.exec.Execute(ctx, key, wire.Request{Ops: []wire.Op{{Kind: wire.OpGetConfiguration}}})
 	answered = err == nil || !g.outage(err)
 }

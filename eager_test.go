@@ -12,6 +12,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // countingExec counts the requests that reach an executor.
@@ -20,7 +21,7 @@ type countingExec struct {
 	n atomic.Int64
 }
 
-func (c *countingExec) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+func (c *countingExec) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	c.n.Add(1)
 	return c.Executor.Execute(ctx, key, req)
 }

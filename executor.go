@@ -3,25 +3,25 @@ package bucketgrid
 import (
 	"context"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // Executor runs core requests against the stored bucket of a key: where the
-// pure function core.Process runs and how its result is stored atomically.
+// pure function wire.Process runs and how its result is stored atomically.
 // The cas package, the Olric grid and user backends implement it; the Manager
 // adds everything else (configuration on demand, recovery, replacement,
 // listeners).
 //
 // Execute must apply the whole request atomically with respect to every other
-// request on the same key, and return the response that core.Process
+// request on the same key, and return the response that wire.Process
 // produced. It returns an error only when the request could not be carried
 // out (an outage, a timeout, a lost race it gave up on), or when the key is
 // one its storage cannot hold: then, before any I/O, an error wrapping
 // ErrInvalidKey (see core.InvalidKey), which callers treat as the client's
-// error, never as an outage. Statuses such as core.StatusNotFound are
+// error, never as an outage. Statuses such as wire.StatusNotFound are
 // answers, not errors.
 type Executor interface {
-	Execute(ctx context.Context, key string, req core.Request) (core.Response, error)
+	Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error)
 	// Remove deletes the stored bucket of key; removing an absent key is not
 	// an error.
 	Remove(ctx context.Context, key string) error

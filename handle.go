@@ -10,6 +10,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // Handle is a distributed bucket: a key, a configuration function and the
@@ -35,7 +36,7 @@ func (h *Handle) Key() string { return h.key }
 
 // Execute sends ops as one atomic batch and returns their results: the
 // escape hatch for combinations the Bucket methods do not cover.
-func (h *Handle) Execute(ctx context.Context, ops ...core.Op) ([]core.Result, error) {
+func (h *Handle) Execute(ctx context.Context, ops ...wire.Op) ([]wire.Result, error) {
 	resp, err := h.do(ctx, ops, false)
 	return resp.Results, err
 }
@@ -43,13 +44,13 @@ func (h *Handle) Execute(ctx context.Context, ops ...core.Op) ([]core.Result, er
 // do runs the request protocol: bare (or version-checked) first; on "not
 // found" or "needs replacing" fetch the configuration and resend with it;
 // on a corrupt record, under RecoveryReconstruct, resend in
-// core.ModeReconstruct with it. Under WithEagerConfig the first request
+// wire.ModeReconstruct with it. Under WithEagerConfig the first request
 // carries the configuration already (create if absent, or replace when
 // versioned), unless RecoveryFail must notice a vanished bucket.
-func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Response, error) {
+func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Response, error) {
 	for i := range ops {
 		if err := validOp(&ops[i]); err != nil {
-			return core.Response{}, err
+			return wire.Response{}, err
 		}
 	}
 	if h.m.degrade != nil {
@@ -61,69 +62,69 @@ func (h *Handle) do(ctx context.Context, ops []core.Op, verbose bool) (core.Resp
 // remote runs the request protocol of do against the executor; when
 // fromExec is not nil, it reports whether an error came from the executor
 // (rather than from the configuration function or a status).
-func (h *Handle) remote(ctx context.Context, ops []core.Op, verbose bool, fromExec *bool) (core.Response, error) {
-	req := core.Request{Ops: ops, Expiry: h.m.expiry, Verbose: verbose,
+func (h *Handle) remote(ctx context.Context, ops []wire.Op, verbose bool, fromExec *bool) (wire.Response, error) {
+	req := wire.Request{Ops: ops, Expiry: h.m.expiry, Verbose: verbose,
 		ConfigVersion: h.version, Inheritance: h.inherit}
 	switch {
 	case h.m.eager && !(h.m.recovery == RecoveryFail && h.seen.Load()):
 		cfg, err := h.config(ctx)
 		if err != nil {
-			return core.Response{}, err
+			return wire.Response{}, err
 		}
 		req.Config = &cfg
-		req.Mode = core.ModeCreateIfAbsent
+		req.Mode = wire.ModeCreateIfAbsent
 		if h.version > 0 {
-			req.Mode = core.ModeCreateOrReplace
+			req.Mode = wire.ModeCreateOrReplace
 		}
 	case h.version > 0:
-		req.Mode = core.ModeCheckVersion
+		req.Mode = wire.ModeCheckVersion
 	}
 	resp, err := h.m.exec.Execute(ctx, h.storeKey, req)
 	if err != nil {
 		setTrue(fromExec)
-		return core.Response{}, err
+		return wire.Response{}, err
 	}
 	corrupt, why := false, ""
 	switch resp.Status {
-	case core.StatusOK:
+	case wire.StatusOK:
 		h.seen.Store(true)
 		return resp, nil
-	case core.StatusNotFound:
+	case wire.StatusNotFound:
 		if h.m.recovery == RecoveryFail && h.seen.Load() {
-			return core.Response{}, fmt.Errorf("%w: %s", ErrBucketNotFound, core.RedactKey(h.key))
+			return wire.Response{}, fmt.Errorf("%w: %s", ErrBucketNotFound, core.RedactKey(h.key))
 		}
-		req.Mode = core.ModeCreateIfAbsent
-	case core.StatusConfigNeedsReplacing:
-	case core.StatusCorruptState:
+		req.Mode = wire.ModeCreateIfAbsent
+	case wire.StatusConfigNeedsReplacing:
+	case wire.StatusCorruptState:
 		if h.m.recovery == RecoveryFail {
-			return core.Response{}, resp.Err()
+			return wire.Response{}, resp.Err()
 		}
 		corrupt, why = true, resp.Message
 	default:
-		return core.Response{}, resp.Err()
+		return wire.Response{}, resp.Err()
 	}
 	switch {
 	case corrupt:
-		req.Mode = core.ModeReconstruct
+		req.Mode = wire.ModeReconstruct
 	case h.version > 0:
-		req.Mode = core.ModeCreateOrReplace
+		req.Mode = wire.ModeCreateOrReplace
 	}
 	if req.Config == nil {
 		cfg, err := h.config(ctx)
 		if err != nil {
-			return core.Response{}, err
+			return wire.Response{}, err
 		}
 		req.Config = &cfg
 	}
 	if resp, err = h.m.exec.Execute(ctx, h.storeKey, req); err != nil {
 		setTrue(fromExec)
-		return core.Response{}, err
+		return wire.Response{}, err
 	}
-	if resp.Status != core.StatusOK {
+	if resp.Status != wire.StatusOK {
 		if e := resp.Err(); e != nil {
-			return core.Response{}, e
+			return wire.Response{}, e
 		}
-		return core.Response{}, fmt.Errorf("bucketgrid: executor answered %v to a request carrying the configuration", resp.Status)
+		return wire.Response{}, fmt.Errorf("bucketgrid: executor answered %v to a request carrying the configuration", resp.Status)
 	}
 	if corrupt {
 		h.m.corrupt.replacedRecord(h.key, why)
@@ -153,23 +154,23 @@ func (h *Handle) config(ctx context.Context) (core.Config, error) {
 
 // validOp checks arguments before any I/O, so the error is the caller's, not
 // the store's.
-func validOp(op *core.Op) error {
-	r := core.Request{Ops: []core.Op{*op}}
+func validOp(op *wire.Op) error {
+	r := wire.Request{Ops: []wire.Op{*op}}
 	return r.Validate()
 }
 
 // run sends op as a request of its own; the runner of the shared
 // behaviour.
-func (h *Handle) run(ctx context.Context, op core.Op, verbose bool) (core.Result, core.Diagnostics, error) {
-	resp, err := h.do(ctx, []core.Op{op}, verbose)
+func (h *Handle) run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error) {
+	resp, err := h.do(ctx, []wire.Op{op}, verbose)
 	if err != nil {
-		return core.Result{}, core.Diagnostics{}, err
+		return wire.Result{}, core.Diagnostics{}, err
 	}
 	if !verbose {
 		return resp.Results[0], core.Diagnostics{}, nil
 	}
 	if resp.Diagnostics == nil {
-		return core.Result{}, core.Diagnostics{}, errors.New("bucketgrid: executor answered a verbose request without diagnostics")
+		return wire.Result{}, core.Diagnostics{}, errors.New("bucketgrid: executor answered a verbose request without diagnostics")
 	}
 	return resp.Results[0], *resp.Diagnostics, nil
 }
@@ -208,12 +209,12 @@ func (h *Handle) TryConsumeAsMuchAsPossible(ctx context.Context, limit int64) (i
 
 // AddTokens implements Bucket.AddTokens.
 func (h *Handle) AddTokens(ctx context.Context, n int64) error {
-	return addTokens(ctx, h, core.OpAddTokens, n)
+	return addTokens(ctx, h, wire.OpAddTokens, n)
 }
 
 // ForceAddTokens implements Bucket.ForceAddTokens.
 func (h *Handle) ForceAddTokens(ctx context.Context, n int64) error {
-	return addTokens(ctx, h, core.OpForceAddTokens, n)
+	return addTokens(ctx, h, wire.OpForceAddTokens, n)
 }
 
 // ConsumeIgnoringRateLimits implements Bucket.ConsumeIgnoringRateLimits.

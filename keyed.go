@@ -328,10 +328,10 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 	} else {
 		e.key = strings.Clone(key) // never pin a caller's larger buffer
 	}
-	e.b = core.NewBucket(m.share(cfg), now)
-	if len(e.b.State) == 1 {
-		e.st[0] = e.b.State[0]
-		e.b.State = e.st[:]
+	e.b = core.NewState(m.share(cfg), now)
+	if len(e.b.Bands) == 1 {
+		e.st[0] = e.b.Bands[0]
+		e.b.Bands = e.st[:]
 	}
 
 	var got *mapEntry

@@ -8,9 +8,10 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-// Local is a token bucket whose state lives in this process: a core.Bucket
+// Local is a token bucket whose state lives in this process: a core.State
 // under a mutex. It implements Bucket with the same behaviour as a Handle
 // (see Bucket for each method); every method is safe for concurrent use,
 // and TryConsume does not allocate. Listener events are reported after the
@@ -21,7 +22,7 @@ import (
 // bandwidth and panics on use.
 type Local struct {
 	mu sync.Mutex
-	b  core.Bucket // guarded by mu
+	b  core.State // guarded by mu
 	// env is nil for the defaults: the monotonic clock, read without an
 	// interface call, and no listener. A LocalMap's buckets share theirs.
 	env *localEnv
@@ -63,7 +64,7 @@ func NewLocal(cfg core.Config, opts ...Option) (*Local, error) {
 	if err := l.init(&cfg, newEnv(o.clock, o.listener)); err != nil {
 		return nil, err
 	}
-	l.b = core.NewBucket(cfg.Clone(), l.now())
+	l.b = core.NewState(cfg.Clone(), l.now())
 	return l, nil
 }
 
@@ -94,11 +95,11 @@ func (l *Local) now() int64 {
 func (l *Local) wall() bool { return l.env != nil && l.env.clock != nil && l.env.clock.Wall() }
 
 // run applies op under the lock; the runner of the shared behaviour.
-func (l *Local) run(_ context.Context, op core.Op, verbose bool) (core.Result, core.Diagnostics, error) {
+func (l *Local) run(_ context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error) {
 	var d core.Diagnostics
 	now := l.now()
 	l.mu.Lock()
-	r, _ := l.b.Apply(&op, now)
+	r, _ := wire.Apply(&l.b, &op, now)
 	if verbose {
 		d = l.b.Diagnose(now)
 	}
@@ -172,12 +173,12 @@ func (l *Local) TryConsumeAsMuchAsPossible(ctx context.Context, limit int64) (in
 
 // AddTokens implements Bucket.AddTokens.
 func (l *Local) AddTokens(ctx context.Context, n int64) error {
-	return addTokens(ctx, l, core.OpAddTokens, n)
+	return addTokens(ctx, l, wire.OpAddTokens, n)
 }
 
 // ForceAddTokens implements Bucket.ForceAddTokens.
 func (l *Local) ForceAddTokens(ctx context.Context, n int64) error {
-	return addTokens(ctx, l, core.OpForceAddTokens, n)
+	return addTokens(ctx, l, wire.OpForceAddTokens, n)
 }
 
 // ConsumeIgnoringRateLimits implements Bucket.ConsumeIgnoringRateLimits.

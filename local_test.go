@@ -88,7 +88,7 @@ func TestNewLocalCopiesConfig(t *testing.T) {
 	}
 	bws[0].Capacity = 1000
 	d, _ := l.Diagnose(context.Background())
-	if got := d.Bucket.Config.Bandwidths[0].Capacity; got != 10 {
+	if got := d.State.Config.Bandwidths[0].Capacity; got != 10 {
 		t.Fatalf("capacity after the caller changed its slice = %d, want 10", got)
 	}
 }
@@ -251,10 +251,10 @@ func TestLocalOperations(t *testing.T) {
 		}},
 		{"diagnose", func(t *testing.T) {
 			d, err := l.Diagnose(ctx)
-			if err != nil || len(d.Available) != 1 || d.Available[0] != 8 || d.Bucket.Config.Bandwidths[0].Style != core.RefillIntervallyAligned {
+			if err != nil || len(d.Available) != 1 || d.Available[0] != 8 || d.State.Config.Bandwidths[0].Style != core.RefillIntervallyAligned {
 				t.Fatalf("Diagnose = %+v, %v", d, err)
 			}
-			d.Bucket.State[0].Size = 1000 // a copy: must not reach the bucket
+			d.State.Bands[0].Size = 1000 // a copy: must not reach the bucket
 			if got := available(t, l); got != 8 {
 				t.Fatalf("Diagnose snapshot aliases the bucket: %d", got)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // ErrBucketNotFound is returned under RecoveryFail when a bucket that a
@@ -22,9 +23,9 @@ type RecoveryStrategy uint8
 const (
 	// RecoveryReconstruct re-creates the bucket from the configuration
 	// function, full (Bucket4j's RECONSTRUCT). The default. A stored record
-	// that does not decode (core.StatusCorruptState) is replaced by a new
+	// that does not decode (wire.StatusCorruptState) is replaced by a new
 	// bucket too, with a compare-and-swap against the corrupt record (a valid
-	// bucket written meanwhile is kept: see core.ModeReconstruct); each
+	// bucket written meanwhile is kept: see wire.ModeReconstruct); each
 	// replacement is counted in ManagerStats.CorruptReplaced and logged once
 	// per key, redacted (see WithLogger). A bucket record of a newer format
 	// is never replaced: it stays an error wrapping core.ErrCorruptState.
@@ -49,7 +50,7 @@ type ConfigFunc func(ctx context.Context) (core.Config, error)
 type Manager struct {
 	exec     Executor
 	recovery RecoveryStrategy
-	expiry   core.Expiry
+	expiry   wire.Expiry
 	listener Listener
 	clock    clock.Clock
 	fitKeys  int  // WithFitKeys's maxLen; 0: keys go to the executor as they are
@@ -67,11 +68,11 @@ type Manager struct {
 const DefaultExpiryMargin = time.Minute
 
 // ExpireNever keeps buckets until removed.
-func ExpireNever() core.Expiry { return core.Expiry{} }
+func ExpireNever() wire.Expiry { return wire.Expiry{} }
 
 // ExpireFixed expires a bucket ttl after its last write.
-func ExpireFixed(ttl time.Duration) core.Expiry {
-	return core.Expiry{Kind: core.ExpireFixed, Fixed: int64(ttl)}
+func ExpireFixed(ttl time.Duration) wire.Expiry {
+	return wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}
 }
 
 // ExpireAfterRefill expires a bucket margin after the moment it would be full
@@ -80,8 +81,8 @@ func ExpireFixed(ttl time.Duration) core.Expiry {
 // starts a bandwidth above its capacity (core.Bandwidth.WithInitialTokens)
 // is written without expiry, since a new one would hold more than a full
 // one.
-func ExpireAfterRefill(margin time.Duration) core.Expiry {
-	return core.Expiry{Kind: core.ExpireAfterRefill, Margin: int64(margin)}
+func ExpireAfterRefill(margin time.Duration) wire.Expiry {
+	return wire.Expiry{Kind: wire.ExpireAfterRefill, Margin: int64(margin)}
 }
 
 // NewManager returns a Manager over exec. It takes the options WithClock
@@ -161,18 +162,18 @@ func (m *Manager) RemoveBucket(ctx context.Context, key string) error {
 // Configuration returns the stored configuration and its version, with
 // found=false when the bucket does not exist. It never creates a bucket.
 func (m *Manager) Configuration(ctx context.Context, key string) (cfg core.Config, version int64, found bool, err error) {
-	resp, err := m.exec.Execute(ctx, m.storeKey(key), core.Request{Ops: []core.Op{{Kind: core.OpGetConfiguration}}})
+	resp, err := m.exec.Execute(ctx, m.storeKey(key), wire.Request{Ops: []wire.Op{{Kind: wire.OpGetConfiguration}}})
 	if err != nil {
 		return core.Config{}, 0, false, err
 	}
 	switch {
-	case resp.Status == core.StatusNotFound:
+	case resp.Status == wire.StatusNotFound:
 		return core.Config{}, 0, false, nil
 	case resp.Err() != nil:
 		return core.Config{}, 0, false, resp.Err()
 	case resp.Diagnostics == nil:
 		return core.Config{}, 0, false, fmt.Errorf("bucketgrid: executor answered without diagnostics")
 	}
-	b := resp.Diagnostics.Bucket
+	b := resp.Diagnostics.State
 	return b.Config, b.ConfigVersion, true, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 type managerFixture struct {
@@ -156,7 +157,7 @@ func TestHandleArgumentErrors(t *testing.T) {
 	f := newManagerFixture(t)
 	ctx := context.Background()
 	h := f.m.Bucket("k", f.config(core.Greedy(10, 1, time.Hour)))
-	if _, err := h.TryConsume(ctx, -1); !errors.Is(err, core.ErrTokens) {
+	if _, err := h.TryConsume(ctx, -1); !errors.Is(err, bucketgrid.ErrTokens) {
 		t.Fatalf("TryConsume(-1): %v", err)
 	}
 	if _, err := h.ConsumeIgnoringRateLimits(ctx, math.MaxInt64); !errors.Is(err, bucketgrid.ErrOverdraftTooLarge) {
@@ -170,7 +171,7 @@ func TestHandleArgumentErrors(t *testing.T) {
 func TestExpirationTTLs(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		expiry core.Expiry
+		expiry wire.Expiry
 		want   time.Duration
 	}{
 		{"never", bucketgrid.ExpireNever(), 0},
@@ -232,10 +233,10 @@ func TestVerboseProbeMatchesStateAfterConsumption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !p.Consumed || p.Remaining != 6 || d.Available[0] != 6 || d.Available[1] != 96 || len(d.Bucket.Config.Bandwidths) != 2 {
+		if !p.Consumed || p.Remaining != 6 || d.Available[0] != 6 || d.Available[1] != 96 || len(d.State.Config.Bandwidths) != 2 {
 			t.Fatalf("%T: probe %+v, available %v", b, p, d.Available)
 		}
-		if _, _, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 0); !errors.Is(err, core.ErrTokens) {
+		if _, _, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 0); !errors.Is(err, bucketgrid.ErrTokens) {
 			t.Fatalf("%T: n=0: %v", b, err)
 		}
 	}

@@ -8,12 +8,13 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // runner is the one primitive the behaviour of a Bucket is written over:
 // apply one operation atomically. Local runs it under its mutex with
-// core.Bucket.Apply, Handle sends it to the Manager's executor, which runs
-// core.Process. Everything else a Bucket does (argument checks, listener
+// core.State.Apply, Handle sends it to the Manager's executor, which runs
+// wire.Process. Everything else a Bucket does (argument checks, listener
 // events, blocking and giving tokens back, the verbose probe) lives once, in
 // the functions of this file, so local and distributed buckets behave alike
 // by construction. Local keeps its own TryConsume and
@@ -22,7 +23,7 @@ type runner interface {
 	// run applies op, valid but for its configuration, and returns its
 	// result and, with verbose, the diagnostics after it, taken in the same
 	// atomic step.
-	run(ctx context.Context, op core.Op, verbose bool) (core.Result, core.Diagnostics, error)
+	run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error)
 	// events returns the listener, never nil.
 	events() Listener
 	// sleeper returns the clock that blocking calls wait on.
@@ -49,21 +50,21 @@ func report(l Listener, ok bool, n int64) {
 }
 
 // probeOf is the Probe of an OpTryConsumeAndReturnRemaining result.
-func probeOf(r core.Result) core.Probe {
+func probeOf(r wire.Result) core.Probe {
 	return core.Probe{Consumed: r.OK, Remaining: r.Tokens, WaitForRefill: time.Duration(r.Wait),
 		WaitForReset: time.Duration(r.Reset)}
 }
 
 // runTokens runs an operation of n tokens after checking n.
-func runTokens(ctx context.Context, b runner, kind core.OpKind, n int64, verbose bool) (core.Result, core.Diagnostics, error) {
+func runTokens(ctx context.Context, b runner, kind wire.OpKind, n int64, verbose bool) (wire.Result, core.Diagnostics, error) {
 	if n <= 0 {
-		return core.Result{}, core.Diagnostics{}, tokensError(n)
+		return wire.Result{}, core.Diagnostics{}, tokensError(n)
 	}
-	return b.run(ctx, core.Op{Kind: kind, Tokens: n}, verbose)
+	return b.run(ctx, wire.Op{Kind: kind, Tokens: n}, verbose)
 }
 
 func tryConsume(ctx context.Context, b runner, n int64) (bool, error) {
-	r, _, err := runTokens(ctx, b, core.OpTryConsume, n, false)
+	r, _, err := runTokens(ctx, b, wire.OpTryConsume, n, false)
 	if err != nil {
 		return false, err
 	}
@@ -72,7 +73,7 @@ func tryConsume(ctx context.Context, b runner, n int64) (bool, error) {
 }
 
 func tryConsumeAndReturnRemaining(ctx context.Context, b runner, n int64) (core.Probe, error) {
-	r, _, err := runTokens(ctx, b, core.OpTryConsumeAndReturnRemaining, n, false)
+	r, _, err := runTokens(ctx, b, wire.OpTryConsumeAndReturnRemaining, n, false)
 	if err != nil {
 		return core.Probe{}, err
 	}
@@ -81,7 +82,7 @@ func tryConsumeAndReturnRemaining(ctx context.Context, b runner, n int64) (core.
 }
 
 func tryConsumeVerbose(ctx context.Context, b runner, n int64) (core.Probe, core.Diagnostics, error) {
-	r, d, err := runTokens(ctx, b, core.OpTryConsumeAndReturnRemaining, n, true)
+	r, d, err := runTokens(ctx, b, wire.OpTryConsumeAndReturnRemaining, n, true)
 	if err != nil {
 		return core.Probe{}, core.Diagnostics{}, err
 	}
@@ -90,7 +91,7 @@ func tryConsumeVerbose(ctx context.Context, b runner, n int64) (core.Probe, core
 }
 
 func estimate(ctx context.Context, b runner, n int64) (core.Estimate, error) {
-	r, _, err := runTokens(ctx, b, core.OpEstimate, n, false)
+	r, _, err := runTokens(ctx, b, wire.OpEstimate, n, false)
 	if err != nil {
 		return core.Estimate{}, err
 	}
@@ -98,7 +99,7 @@ func estimate(ctx context.Context, b runner, n int64) (core.Estimate, error) {
 }
 
 func tryConsumeAsMuchAsPossible(ctx context.Context, b runner, limit int64) (int64, error) {
-	r, _, err := runTokens(ctx, b, core.OpTryConsumeAsMuchAsPossible, limit, false)
+	r, _, err := runTokens(ctx, b, wire.OpTryConsumeAsMuchAsPossible, limit, false)
 	if err != nil {
 		return 0, err
 	}
@@ -108,13 +109,13 @@ func tryConsumeAsMuchAsPossible(ctx context.Context, b runner, limit int64) (int
 	return r.Tokens, nil
 }
 
-func addTokens(ctx context.Context, b runner, kind core.OpKind, n int64) error {
+func addTokens(ctx context.Context, b runner, kind wire.OpKind, n int64) error {
 	_, _, err := runTokens(ctx, b, kind, n, false)
 	return err
 }
 
 func consumeIgnoringRateLimits(ctx context.Context, b runner, n int64) (time.Duration, error) {
-	r, _, err := runTokens(ctx, b, core.OpConsumeIgnoringRateLimits, n, false)
+	r, _, err := runTokens(ctx, b, wire.OpConsumeIgnoringRateLimits, n, false)
 	if err != nil {
 		return 0, err
 	}
@@ -126,12 +127,12 @@ func consumeIgnoringRateLimits(ctx context.Context, b runner, n int64) (time.Dur
 }
 
 func reset(ctx context.Context, b runner) error {
-	_, _, err := b.run(ctx, core.Op{Kind: core.OpReset}, false)
+	_, _, err := b.run(ctx, wire.Op{Kind: wire.OpReset}, false)
 	return err
 }
 
 func availableTokens(ctx context.Context, b runner) (int64, error) {
-	r, _, err := b.run(ctx, core.Op{Kind: core.OpAvailableTokens}, false)
+	r, _, err := b.run(ctx, wire.Op{Kind: wire.OpAvailableTokens}, false)
 	return r.Tokens, err
 }
 
@@ -142,12 +143,12 @@ func replaceConfiguration(ctx context.Context, b runner, cfg core.Config, strate
 	if !strategy.Valid() {
 		return fmt.Errorf("bucketgrid: %w: %v", core.ErrUnknownStrategy, strategy)
 	}
-	_, _, err := b.run(ctx, core.Op{Kind: core.OpReplaceConfiguration, Config: &cfg, Inheritance: strategy}, false)
+	_, _, err := b.run(ctx, wire.Op{Kind: wire.OpReplaceConfiguration, Config: &cfg, Inheritance: strategy}, false)
 	return err
 }
 
 func diagnose(ctx context.Context, b runner) (core.Diagnostics, error) {
-	_, d, err := b.run(ctx, core.Op{Kind: core.OpGetConfiguration}, true)
+	_, d, err := b.run(ctx, wire.Op{Kind: wire.OpGetConfiguration}, true)
 	return d, err
 }
 
@@ -161,7 +162,7 @@ func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	r, _, err := b.run(ctx, core.Op{Kind: core.OpReserve, Tokens: n, MaxWait: max(maxWait, 0)}, false)
+	r, _, err := b.run(ctx, wire.Op{Kind: wire.OpReserve, Tokens: n, MaxWait: max(maxWait, 0)}, false)
 	if err != nil {
 		return false, err
 	}
@@ -183,7 +184,7 @@ func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool
 			l.OnInterrupted(err)
 			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 			defer cancel()
-			if _, _, aerr := b.run(back, core.Op{Kind: core.OpAddTokens, Tokens: n}, false); aerr != nil {
+			if _, _, aerr := b.run(back, wire.Op{Kind: wire.OpAddTokens, Tokens: n}, false); aerr != nil {
 				return false, fmt.Errorf("%w (giving the %d reserved tokens back failed: %v)", err, n, aerr)
 			}
 			return false, err

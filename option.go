@@ -7,6 +7,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/internal/option"
 )
 
@@ -26,7 +27,7 @@ type options struct {
 	maxEntries int
 	idle       time.Duration
 	recovery   RecoveryStrategy
-	expiry     core.Expiry
+	expiry     wire.Expiry
 	version    int64
 	inherit    core.TokensInheritance
 	fitKeys    int
@@ -124,7 +125,7 @@ func WithRecovery(r RecoveryStrategy) Option {
 // the same tokens (an intervally refill restarts its interval, so it refills
 // later, never sooner). Pass ExpireNever() to keep buckets until removed, or
 // see ExpireFixed.
-func WithExpiration(e core.Expiry) Option {
+func WithExpiration(e wire.Expiry) Option {
 	return func(o *options) { o.set |= optExpiration; o.expiry = e }
 }
 

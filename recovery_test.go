@@ -14,6 +14,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // logBuffer returns a logger writing text lines to the returned buffer.
@@ -30,7 +31,7 @@ func plantCorrupt(t *testing.T, f *managerFixture, key string) {
 	if err := f.store.Delete(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := f.store.Insert(context.Background(), key, []byte{core.FormatVersion, 'B', 0xff, 0xff}, 0); !ok || err != nil {
+	if ok, err := f.store.Insert(context.Background(), key, []byte{wire.FormatVersion, 'B', 0xff, 0xff}, 0); !ok || err != nil {
 		t.Fatalf("plant: %v %v", ok, err)
 	}
 }
@@ -84,7 +85,7 @@ func TestCorruptRecordRecoveryFail(t *testing.T) {
 		t.Fatalf("err = %v, want ErrCorruptState", err)
 	}
 	data, _, _, _ := f.store.Get(context.Background(), "k")
-	if !bytes.Equal(data, []byte{core.FormatVersion, 'B', 0xff, 0xff}) || f.m.Stats().CorruptReplaced != 0 {
+	if !bytes.Equal(data, []byte{wire.FormatVersion, 'B', 0xff, 0xff}) || f.m.Stats().CorruptReplaced != 0 {
 		t.Fatal("RecoveryFail replaced the corrupt record")
 	}
 }
@@ -115,9 +116,9 @@ func TestCorruptReplacementNeverClobbers(t *testing.T) {
 	f := newManagerFixture(t)
 	plantCorrupt(t, f, "k")
 	cfg, _ := core.NewConfig(core.Greedy(10, 1, time.Hour))
-	other := core.NewBucket(cfg, f.clock.Now())
+	other := core.NewState(cfg, f.clock.Now())
 	other.TryConsume(7, f.clock.Now()) // another process already took 7
-	rs := &racingStore{Store: f.store, valid: core.AppendBucket(nil, &other)}
+	rs := &racingStore{Store: f.store, valid: wire.AppendState(nil, &other)}
 	m := bucketgrid.NewManager(cas.New(rs, cas.WithClock(f.clock)))
 	h := m.Bucket("k", func(context.Context) (core.Config, error) { return cfg, nil })
 	if ok, err := h.TryConsume(context.Background(), 1); !ok || err != nil {

@@ -96,7 +96,7 @@ func TestLocalAndHandleAgree(t *testing.T) {
 		{"verbose probe", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
 				p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
-				return fmt.Sprint(p, d.Available, d.TimeToFull, d.Bucket.State), err
+				return fmt.Sprint(p, d.Available, d.TimeToFull, d.State.Bands), err
 			}},
 		{"verbose probe refused", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // A queue holds the requests for one key that wait while a round for the
@@ -34,8 +34,8 @@ const queueShards = 16
 
 type call struct {
 	ctx      context.Context
-	req      core.Request
-	resp     core.Response
+	req      wire.Request
+	resp     wire.Response
 	err      error
 	panicked *PanicError   // the round panicked on another goroutine
 	done     chan struct{} // closed when resp, err or panicked is set
@@ -68,7 +68,7 @@ func (p *PanicError) Unwrap() error {
 
 // coalesce enqueues req and either leads a round for key or waits for one
 // to answer it.
-func (e *Executor) coalesce(ctx context.Context, key string, req core.Request) (core.Response, error) {
+func (e *Executor) coalesce(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	sh := &e.queues[shardOf(key)]
 	c := &call{ctx: ctx, req: req}
 	sh.mu.Lock()
@@ -111,12 +111,12 @@ func (e *Executor) coalesce(ctx context.Context, key string, req core.Request) (
 		default:
 		}
 	}
-	return core.Response{}, ctx.Err()
+	return wire.Response{}, ctx.Err()
 }
 
 // result returns c's answer once done is closed, panicking on the caller's
 // goroutine if the round panicked on its own.
-func (c *call) result() (core.Response, error) {
+func (c *call) result() (wire.Response, error) {
 	if c.panicked != nil {
 		panic(c.panicked)
 	}
@@ -124,7 +124,7 @@ func (c *call) result() (core.Response, error) {
 }
 
 // wait waits for c's answer or c's context, whichever comes first.
-func (c *call) wait() (core.Response, error) {
+func (c *call) wait() (wire.Response, error) {
 	select {
 	case <-c.done:
 		return c.result()
@@ -133,21 +133,21 @@ func (c *call) wait() (core.Response, error) {
 		case <-c.done: // answered meanwhile: a decision beats an error
 			return c.result()
 		default:
-			return core.Response{}, c.ctx.Err()
+			return wire.Response{}, c.ctx.Err()
 		}
 	}
 }
 
 // lead is called by c, which holds the lead of q: it takes the next batch
 // and starts its round, then answers c.
-func (e *Executor) lead(key string, q *queue, c *call) (core.Response, error) {
+func (e *Executor) lead(key string, q *queue, c *call) (wire.Response, error) {
 	q.sh.mu.Lock()
 	q.leader = nil
 	batch := e.take(q)
 	if len(batch) == 0 {
 		e.handOff(key, q)
 		q.sh.mu.Unlock()
-		return core.Response{}, c.ctx.Err()
+		return wire.Response{}, c.ctx.Err()
 	}
 	q.sh.mu.Unlock()
 	e.rounds.Add(1)
@@ -161,7 +161,7 @@ func (e *Executor) lead(key string, q *queue, c *call) (core.Response, error) {
 	}
 	go e.roundAsync(key, q, batch)
 	if batch[0] != c { // c's context has ended: it was dropped from the batch
-		return core.Response{}, c.ctx.Err()
+		return wire.Response{}, c.ctx.Err()
 	}
 	return c.wait()
 }
@@ -246,8 +246,8 @@ func (e *Executor) roundAsync(key string, q *queue, batch []*call) {
 // impatient caller does not fail the others.
 func (e *Executor) round(key string, batch []*call) {
 	ctxs := make([]context.Context, len(batch))
-	reqs := make([]core.Request, len(batch))
-	resps := make([]core.Response, len(batch))
+	reqs := make([]wire.Request, len(batch))
+	resps := make([]wire.Response, len(batch))
 	for i, c := range batch {
 		ctxs[i], reqs[i] = c.ctx, c.req
 	}

@@ -43,7 +43,7 @@ func BenchmarkHotKey(b *testing.B) {
 
 // BenchmarkExecute measures the executor's own cost per check: TryConsume
 // of 1 token on 1,000 keys in turn, over memstore without latency, so that
-// nothing but the executor, core.Process and the Manager's handle is
+// nothing but the executor, wire.Process and the Manager's handle is
 // measured, with memory and pipelining on and off.
 //
 //	go test -run '^$' -bench Execute -benchmem ./cas

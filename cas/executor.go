@@ -9,6 +9,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -18,7 +19,7 @@ import (
 // should not treat it as an outage (httplimit refuses the request).
 var ErrConflict = errors.New("cas: gave up after lost races")
 
-// Executor runs core requests against a Store: read, core.Process with the
+// Executor runs core requests against a Store: read, wire.Process with the
 // executor's clock, conditional write, and on a lost race whatever the retry
 // strategy decides. It implements bucketgrid.Executor and is safe for
 // concurrent use.
@@ -54,7 +55,7 @@ type Option func(*Executor)
 // retry.Default().
 func WithRetry(s retry.Strategy) Option { return func(e *Executor) { e.strategy = s } }
 
-// WithClock sets the clock whose readings are passed to core.Process and to
+// WithClock sets the clock whose readings are passed to wire.Process and to
 // the strategy, and on whose terms the executor waits between retries
 // (clock.Sleep: a *clock.Fake advances instead of waiting). It must read Unix
 // time; the default is clock.Wall(). Clients of one store should agree on
@@ -97,7 +98,7 @@ func WithoutBatching() Option { return func(e *Executor) { e.maxBatch = 0 } }
 //     race (the store never lets an expired value come back), never a
 //     decision.
 //   - The executor's clock stamps every request as before: a remembered
-//     state is the same bytes a read would return, and core.Process never
+//     state is the same bytes a read would return, and wire.Process never
 //     mints tokens for a request dated before the stored refill time,
 //     whoever's clock is behind.
 //
@@ -151,7 +152,7 @@ func New(store Store, opts ...Option) *Executor {
 		store:    store,
 		strategy: retry.Default(),
 		clock:    clock.Wall(),
-		maxBatch: core.MaxOps,
+		maxBatch: wire.MaxOps,
 	}
 	for _, o := range opts {
 		o(e)
@@ -170,7 +171,7 @@ func New(store Store, opts ...Option) *Executor {
 	return e
 }
 
-// Execute applies req to key's bucket. It writes only when core.Process
+// Execute applies req to key's bucket. It writes only when wire.Process
 // reports a change. A key the store cannot hold (see KeyChecker) is refused
 // first, with the store's error wrapping core.ErrInvalidKey, before anything
 // is queued, read or written. A store failure is returned wrapped in ErrStore
@@ -185,7 +186,7 @@ func New(store Store, opts ...Option) *Executor {
 // Concurrent requests for one key in this process are coalesced: while one
 // read-process-write round is in flight, the requests that arrive queue up
 // and go together in the next round, which reads the bucket once, runs
-// core.Process for each request in arrival order on the result of the one
+// wire.Process for each request in arrival order on the result of the one
 // before, and writes once. Each request gets the response of its own step,
 // diagnostics included, exactly as if it had run alone at that point; a hot
 // key costs one compare-and-swap per round, not one per request, and lost
@@ -200,19 +201,19 @@ func New(store Store, opts ...Option) *Executor {
 // goroutine panics there as usual; a round run on a goroutine of its own is
 // recovered, and every caller still waiting for that round panics on its own
 // goroutine with a *PanicError holding the value and the stack.
-func (e *Executor) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+func (e *Executor) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	e.requests.Add(1)
 	if err := e.check(key); err != nil {
-		return core.Response{}, err
+		return wire.Response{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return core.Response{}, err
+		return wire.Response{}, err
 	}
 	if err := req.Validate(); err != nil {
-		_, _, resp := core.Process(nil, req, 0) // the invalid-request answer, alone
+		_, _, resp := wire.Process(nil, req, 0) // the invalid-request answer, alone
 		return resp, nil
 	}
-	if e.maxBatch <= 1 {
+	if e.maxBatch <= 1 || !coalescing {
 		e.rounds.Add(1)
 		return e.execute(ctx, key, req)
 	}
@@ -232,20 +233,20 @@ func (e *Executor) check(key string) error {
 }
 
 // execute runs one request in a round of its own.
-func (e *Executor) execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
-	reqs := [1]core.Request{req}
-	var resps [1]core.Response
+func (e *Executor) execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
+	reqs := [1]wire.Request{req}
+	var resps [1]wire.Response
 	err := e.run(ctx, key, reqs[:], resps[:])
 	return resps[0], err
 }
 
 // run is one round: it reads key's bucket (or takes it from memory),
-// applies reqs in order with core.Process, each to the bytes the one before
+// applies reqs in order with wire.Process, each to the bytes the one before
 // produced, at one reading of the clock, and writes the result once,
 // conditionally; on a lost race it asks the strategy and starts over.
 // resps[i] receives the response to reqs[i]; they are valid only when run
 // returns nil.
-func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, resps []core.Response) error {
+func (e *Executor) run(ctx context.Context, key string, reqs []wire.Request, resps []wire.Response) error {
 	start := e.clock.Now()
 	var (
 		v     value
@@ -339,7 +340,7 @@ func (e *Executor) run(ctx context.Context, key string, reqs []core.Request, res
 				// The deadline wins: the retry would start past it.
 				return conflict(key, attempt, context.DeadlineExceeded)
 			}
-			if err := clock.Sleep(ctx, e.clock, d.Delay); err != nil {
+			if err := sleep(ctx, e.clock, d.Delay); err != nil {
 				return conflict(key, attempt, err)
 			}
 			if d.Delay > took {
@@ -364,12 +365,12 @@ type value struct {
 // process applies reqs in order to v's bytes at now, each to the bytes the
 // one before produced, filling resps. It returns the bytes to write, whether
 // any request changed the bucket, and the TTL of the last change.
-func process(v value, reqs []core.Request, resps []core.Response, now int64) (cur []byte, changed bool, ttl int64) {
+func process(v value, reqs []wire.Request, resps []wire.Response, now int64) (cur []byte, changed bool, ttl int64) {
 	if v.found {
 		cur = v.data
 	}
 	for i := range reqs {
-		next, ch, resp := core.Process(cur, reqs[i], now)
+		next, ch, resp := wire.Process(cur, reqs[i], now)
 		resps[i] = resp
 		if ch {
 			cur, changed, ttl = next, true, resp.TTL

@@ -14,6 +14,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -101,7 +102,7 @@ func (failStore) Delete(context.Context, string) error { return errDown }
 func TestErrorsRedactKeys(t *testing.T) {
 	const key = "sk_live_0123456789abcdef"
 	ctx := context.Background()
-	req := core.Request{Ops: []core.Op{{Kind: core.OpTryConsume, Tokens: 1}}}
+	req := wire.Request{Ops: []wire.Op{{Kind: wire.OpTryConsume, Tokens: 1}}}
 	_, storeErr := cas.New(failStore{}).Execute(ctx, key, req)
 	removeErr := cas.New(failStore{}).Remove(ctx, key)
 	st := &conflictStore{Store: memstore.New(), lose: 100}

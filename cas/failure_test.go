@@ -13,7 +13,8 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/internal/storetest"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -53,9 +54,9 @@ func (s *faultyStore) Get(ctx context.Context, k string) ([]byte, cas.Version, b
 	return s.Counting.Get(ctx, k)
 }
 
-var createReq = func() core.Request {
+var createReq = func() wire.Request {
 	c, _ := core.NewConfig(core.Greedy(10, 1, time.Hour))
-	return core.Request{Mode: core.ModeCreateIfAbsent, Config: &c, Ops: []core.Op{{Kind: core.OpTryConsume, Tokens: 1}}}
+	return wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &c, Ops: []wire.Op{{Kind: wire.OpTryConsume, Tokens: 1}}}
 }()
 
 // waitUntil polls cond every millisecond for up to 10 s.
@@ -84,7 +85,7 @@ func servedPromptly(t *testing.T, e *cas.Executor, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := e.Execute(ctx, key, createReq)
-	if err != nil || resp.Status != core.StatusOK {
+	if err != nil || resp.Status != wire.StatusOK {
 		t.Fatalf("the next request on %q: status %v err %v: the key is stuck", key, resp.Status, err)
 	}
 }

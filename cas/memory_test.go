@@ -116,7 +116,7 @@ func TestMemoryNeverAnswersWhatItCannotConfirm(t *testing.T) {
 			return b.ReplaceConfiguration(ctx, c, core.InheritAsIs)
 		}, func(t *testing.T, a *bucketgrid.Handle) {
 			d, err := a.Diagnose(ctx)
-			if err != nil || d.Bucket.Config.Bandwidths[0].Capacity != 50 {
+			if err != nil || d.State.Config.Bandwidths[0].Capacity != 50 {
 				t.Fatalf("A's diagnostics after B replaced the configuration: %+v, %v; want capacity 50", d, err)
 			}
 		}},

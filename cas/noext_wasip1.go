@@ -6,6 +6,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/bucketgrid/bucketgrid/clock"
 )
 
 // The Envoy filter's store, on proxy-wasm shared data, reports no written
@@ -31,3 +33,26 @@ func newPipe(Batcher, func(context.Context, *Op) error, PipelineConfig, *atomic.
 }
 
 func (*pipe) do(context.Context, *Op) error { panic("cas: no pipeline under wasip1") }
+
+// A proxy-wasm VM runs one callback at a time and no goroutine between
+// callbacks, so no two requests ever wait for one key together: under
+// wasip1 an Executor runs every request in a round of its own, leaving the
+// coalescing machinery (and the context functions it needs) out.
+const coalescing = false
+
+// sleep waits a retry's delay with time.Sleep rather than a timer, whose
+// channel of time.Time would link time's formatting (60 KB) into the
+// .wasm; nothing can cancel ctx while a VM's only thread sleeps, so it is
+// checked before and after. A Sleeper clock waits as everywhere else.
+func sleep(ctx context.Context, c clock.Clock, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s, ok := c.(clock.Sleeper); ok {
+		return s.Sleep(ctx, d)
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	return ctx.Err()
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // batchStore is a memstore whose batches — and single calls, batches of
@@ -129,7 +130,7 @@ func execAll(e *cas.Executor, keys []string) []chan error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			resp, err := e.Execute(ctx, k, createReq)
-			if err == nil && resp.Status != core.StatusOK {
+			if err == nil && resp.Status != wire.StatusOK {
 				err = errors.New("status " + strconv.Itoa(int(resp.Status)))
 			}
 			out[i] <- err

@@ -2,7 +2,7 @@
 // compare-and-swap.
 //
 // A backend implements the narrow Store interface; the Executor adds the
-// whole protocol on top: read, core.Process, conditional write, retry with a
+// whole protocol on top: read, wire.Process, conditional write, retry with a
 // retry.Strategy, request deadlines, expiration and recovery. A lost race and
 // a failed store are different outcomes: only the first is retried.
 //

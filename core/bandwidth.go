@@ -135,14 +135,12 @@ func (b Bandwidth) WithInitialTokens(n int64) Bandwidth {
 	return b
 }
 
-// Period returns count×unit as a duration, or ErrPeriodOverflow when the
-// product does not fit in int64 nanoseconds (about 292 years).
+// Period returns count×unit as a duration, or an error wrapping
+// ErrRefillPeriod when either is negative or the product does not fit in
+// int64 nanoseconds (about 292 years).
 func Period(count int64, unit time.Duration) (time.Duration, error) {
-	if count < 0 || unit < 0 {
-		return 0, wrap(ErrRefillPeriod, ": negative period "+strconv.FormatInt(count, 10)+"×"+unit.String())
-	}
-	if unit != 0 && count > math.MaxInt64/int64(unit) {
-		return 0, wrap(ErrPeriodOverflow, ": "+strconv.FormatInt(count, 10)+"×"+unit.String())
+	if count < 0 || unit < 0 || unit != 0 && count > math.MaxInt64/int64(unit) {
+		return 0, wrap(ErrRefillPeriod, ": "+strconv.FormatInt(count, 10)+"×"+unit.String())
 	}
 	return time.Duration(count) * unit, nil
 }
@@ -154,8 +152,7 @@ var (
 	ErrTooManyBandwidths   = errors.New("configuration has more than " + strconv.Itoa(MaxBandwidths) + " bandwidths")
 	ErrCapacity            = errors.New("capacity must be positive")
 	ErrRefillTokens        = errors.New("refill tokens must be positive")
-	ErrRefillPeriod        = errors.New("refill period must be positive")
-	ErrPeriodOverflow      = errors.New("refill period exceeds int64 nanoseconds")
+	ErrRefillPeriod        = errors.New("refill period must be positive and within int64 nanoseconds")
 	ErrRefillTooFast       = errors.New("refill faster than 1 token per nanosecond")
 	ErrInitialTokens       = errors.New("initial tokens must not be negative")
 	ErrDuplicateID         = errors.New("duplicate bandwidth id")
@@ -281,20 +278,7 @@ func (c *Config) Equal(o *Config) bool {
 	return true
 }
 
-// startsAboveCapacity reports whether a new bucket of c holds more tokens in
-// some bandwidth than that bandwidth holds when full.
-func (c *Config) startsAboveCapacity() bool {
-	for i := range c.Bandwidths {
-		if b := &c.Bandwidths[i]; b.HasInitialTokens && b.InitialTokens > b.Capacity {
-			return true
-		}
-	}
-	return false
-}
-
 // Clone returns a deep copy of c.
 func (c Config) Clone() Config {
 	return Config{Bandwidths: append([]Bandwidth(nil), c.Bandwidths...)}
 }
-
-func durationOf(ns int64) time.Duration { return time.Duration(ns) }

@@ -1,98 +1,97 @@
 package core
 
 import (
+	"errors"
 	"math"
 	"time"
 )
 
-// Bucket is a configuration with its state: the record that is stored for a
-// key. Its methods are the Bucket4j operations at an explicit time; each
-// refills first. A Bucket is not safe for concurrent use: the local bucket
-// guards it with a mutex, distributed executors with a CAS or an owner lock.
+// State is a bucket: a configuration with the state of each of its
+// bandwidths, the record that is stored for a key. Its methods are the
+// Bucket4j operations at an explicit time; each refills first. A State is not
+// safe for concurrent use: the local bucket guards it with a mutex,
+// distributed executors with a CAS or an owner lock.
 //
 // Token arguments must be positive; callers (the root package, Process)
 // validate them.
-type Bucket struct {
+type State struct {
 	Config Config
 	// ConfigVersion is the version of Config for implicit configuration
 	// replacement; it never goes backwards.
 	ConfigVersion int64
-	State         []BandState
+	// Bands holds the state of each bandwidth of Config, in order.
+	Bands []BandState
 }
 
-// NewBucket returns a fresh bucket for a valid configuration at now.
-func NewBucket(cfg Config, now int64) Bucket {
-	b := Bucket{Config: cfg, State: make([]BandState, len(cfg.Bandwidths))}
+// ErrCorruptState: stored bytes are not a State this version reads. A
+// backend wraps it for a value it did not write; core/wire's Response.Err
+// for StatusCorruptState.
+var ErrCorruptState = errors.New("bucketgrid: corrupt stored state")
+
+// NewState returns a fresh bucket for a valid configuration at now.
+func NewState(cfg Config, now int64) State {
+	b := State{Config: cfg, Bands: make([]BandState, len(cfg.Bandwidths))}
 	for i := range cfg.Bandwidths {
-		b.State[i] = initBand(&cfg.Bandwidths[i], now)
+		b.Bands[i] = initBand(&cfg.Bandwidths[i], now)
 	}
 	return b
 }
 
 // Clone returns a deep copy of b.
-func (b *Bucket) Clone() Bucket {
-	return Bucket{Config: b.Config.Clone(), ConfigVersion: b.ConfigVersion,
-		State: append([]BandState(nil), b.State...)}
+func (b *State) Clone() State {
+	return State{Config: b.Config.Clone(), ConfigVersion: b.ConfigVersion,
+		Bands: append([]BandState(nil), b.Bands...)}
 }
 
 // Refill brings every bandwidth up to now.
-func (b *Bucket) Refill(now int64) {
-	for i := range b.State {
-		refill(&b.Config.Bandwidths[i], &b.State[i], now)
+func (b *State) Refill(now int64) {
+	for i := range b.Bands {
+		refill(&b.Config.Bandwidths[i], &b.Bands[i], now)
 	}
 }
 
 // available returns the minimum size over bandwidths; call after Refill.
-func (b *Bucket) available() int64 {
-	a := b.State[0].Size
-	for i := 1; i < len(b.State); i++ {
-		if s := b.State[i].Size; s < a {
+func (b *State) available() int64 {
+	a := b.Bands[0].Size
+	for i := 1; i < len(b.Bands); i++ {
+		if s := b.Bands[i].Size; s < a {
 			a = s
 		}
 	}
 	return a
 }
 
-// minCapacity returns the smallest capacity of the bandwidths.
-func (b *Bucket) minCapacity() int64 {
-	c := b.Config.Bandwidths[0].Capacity
-	for i := 1; i < len(b.Config.Bandwidths); i++ {
-		c = min(c, b.Config.Bandwidths[i].Capacity)
-	}
-	return c
-}
-
 // canDebit reports whether every bandwidth can give n > 0 tokens without its
 // size leaving the int64 range (a deep overdraft could wrap around).
-func (b *Bucket) canDebit(n int64) bool {
-	for i := range b.State {
-		if b.State[i].Size < math.MinInt64+n {
+func (b *State) canDebit(n int64) bool {
+	for i := range b.Bands {
+		if b.Bands[i].Size < math.MinInt64+n {
 			return false
 		}
 	}
 	return true
 }
 
-func (b *Bucket) consume(n int64) {
-	for i := range b.State {
-		b.State[i].Size -= n
+func (b *State) consume(n int64) {
+	for i := range b.Bands {
+		b.Bands[i].Size -= n
 	}
 }
 
 // delay returns the nanoseconds until n tokens are available in every
 // bandwidth; math.MaxInt64 when never. With capped set, a request above any
 // capacity is never satisfiable.
-func (b *Bucket) delay(n, now int64, capped bool) int64 {
+func (b *State) delay(n, now int64, capped bool) int64 {
 	var d int64
-	for i := range b.State {
+	for i := range b.Bands {
 		bw := &b.Config.Bandwidths[i]
 		if capped && n > bw.Capacity {
 			return math.MaxInt64
 		}
-		if n <= b.State[i].Size {
+		if n <= b.Bands[i].Size {
 			continue
 		}
-		if w := delayFor(bw, &b.State[i], n, now); w > d {
+		if w := delayFor(bw, &b.Bands[i], n, now); w > d {
 			d = w
 		}
 	}
@@ -101,14 +100,14 @@ func (b *Bucket) delay(n, now int64, capped bool) int64 {
 
 // TimeToFull returns the nanoseconds until every bandwidth is full again,
 // math.MaxInt64 when never; call after Refill.
-func (b *Bucket) TimeToFull(now int64) int64 {
+func (b *State) TimeToFull(now int64) int64 {
 	var d int64
-	for i := range b.State {
+	for i := range b.Bands {
 		bw := &b.Config.Bandwidths[i]
-		if b.State[i].Size >= bw.Capacity {
+		if b.Bands[i].Size >= bw.Capacity {
 			continue
 		}
-		if w := delayFor(bw, &b.State[i], bw.Capacity, now); w > d {
+		if w := delayFor(bw, &b.Bands[i], bw.Capacity, now); w > d {
 			d = w
 		}
 	}
@@ -150,7 +149,7 @@ type Estimate struct {
 }
 
 // TryConsume takes n tokens at now if every bandwidth has them.
-func (b *Bucket) TryConsume(n, now int64) bool {
+func (b *State) TryConsume(n, now int64) bool {
 	b.Refill(now)
 	if n > b.available() {
 		return false
@@ -161,7 +160,7 @@ func (b *Bucket) TryConsume(n, now int64) bool {
 
 // TryConsumeAndReturnRemaining is TryConsume with the remaining tokens and
 // the waits a caller needs for headers or back-off.
-func (b *Bucket) TryConsumeAndReturnRemaining(n, now int64) Probe {
+func (b *State) TryConsumeAndReturnRemaining(n, now int64) Probe {
 	b.Refill(now)
 	avail := b.available()
 	if n > avail {
@@ -174,7 +173,7 @@ func (b *Bucket) TryConsumeAndReturnRemaining(n, now int64) Probe {
 
 // EstimateAbilityToConsume reports whether n tokens could be taken at now,
 // and when, without taking them.
-func (b *Bucket) EstimateAbilityToConsume(n, now int64) Estimate {
+func (b *State) EstimateAbilityToConsume(n, now int64) Estimate {
 	b.Refill(now)
 	avail := b.available()
 	if n > avail {
@@ -185,7 +184,7 @@ func (b *Bucket) EstimateAbilityToConsume(n, now int64) Estimate {
 
 // TryConsumeAsMuchAsPossible takes min(limit, available) tokens and returns
 // how many it took. Pass math.MaxInt64 for no limit.
-func (b *Bucket) TryConsumeAsMuchAsPossible(limit, now int64) int64 {
+func (b *State) TryConsumeAsMuchAsPossible(limit, now int64) int64 {
 	b.Refill(now)
 	n := b.available()
 	if limit < n {
@@ -199,10 +198,10 @@ func (b *Bucket) TryConsumeAsMuchAsPossible(limit, now int64) int64 {
 }
 
 // AddTokens adds n tokens to every bandwidth, each capped at its capacity.
-func (b *Bucket) AddTokens(n, now int64) {
+func (b *State) AddTokens(n, now int64) {
 	b.Refill(now)
-	for i := range b.State {
-		s, c := &b.State[i], b.Config.Bandwidths[i].Capacity
+	for i := range b.Bands {
+		s, c := &b.Bands[i], b.Config.Bandwidths[i].Capacity
 		if sum := satAdd(s.Size, n); sum >= c {
 			s.Size, s.RoundingError = c, 0
 		} else {
@@ -216,10 +215,10 @@ func (b *Bucket) AddTokens(n, now int64) {
 // of a token already earned is kept, as Bucket4j keeps it, so it counts again
 // once consumption brings the bandwidth below capacity; only a sum beyond
 // the int64 range, saturated to math.MaxInt64, drops it.
-func (b *Bucket) ForceAddTokens(n, now int64) {
+func (b *State) ForceAddTokens(n, now int64) {
 	b.Refill(now)
-	for i := range b.State {
-		s := &b.State[i]
+	for i := range b.Bands {
+		s := &b.Bands[i]
 		if s.Size > math.MaxInt64-n {
 			s.Size, s.RoundingError = math.MaxInt64, 0
 			continue
@@ -232,7 +231,7 @@ func (b *Bucket) ForceAddTokens(n, now int64) {
 // bucket, and returns the nanoseconds until the debt is repaid (zero when no
 // debt). When the wait would exceed int64 nanoseconds, or the debt int64
 // tokens, it takes nothing and returns math.MaxInt64.
-func (b *Bucket) ConsumeIgnoringRateLimits(n, now int64) int64 {
+func (b *State) ConsumeIgnoringRateLimits(n, now int64) int64 {
 	b.Refill(now)
 	d := b.delay(n, now, false)
 	if d == math.MaxInt64 || !b.canDebit(n) {
@@ -247,7 +246,7 @@ func (b *Bucket) ConsumeIgnoringRateLimits(n, now int64) int64 {
 // before using them. It returns math.MaxInt64 and takes nothing when the wait
 // exceeds maxWait or n exceeds a capacity. It is the primitive of blocking
 // consumption and scheduling.
-func (b *Bucket) Reserve(n, maxWait, now int64) int64 {
+func (b *State) Reserve(n, maxWait, now int64) int64 {
 	b.Refill(now)
 	d := b.delay(n, now, true)
 	if d == math.MaxInt64 || d > maxWait || !b.canDebit(n) {
@@ -258,24 +257,24 @@ func (b *Bucket) Reserve(n, maxWait, now int64) int64 {
 }
 
 // Reset fills every bandwidth to capacity.
-func (b *Bucket) Reset(now int64) {
+func (b *State) Reset(now int64) {
 	b.Refill(now)
-	for i := range b.State {
-		b.State[i].Size, b.State[i].RoundingError = b.Config.Bandwidths[i].Capacity, 0
+	for i := range b.Bands {
+		b.Bands[i].Size, b.Bands[i].RoundingError = b.Config.Bandwidths[i].Capacity, 0
 	}
 }
 
 // AvailableTokens returns the tokens available at now: the minimum over
 // bandwidths, negative during an overdraft.
-func (b *Bucket) AvailableTokens(now int64) int64 {
+func (b *State) AvailableTokens(now int64) int64 {
 	b.Refill(now)
 	return b.available()
 }
 
 // Diagnostics describes a bucket for the verbose API.
 type Diagnostics struct {
-	// Bucket is a copy of the configuration and state after the operation.
-	Bucket Bucket
+	// State is a copy of the configuration and state after the operation.
+	State State
 	// Available holds the tokens of each bandwidth.
 	Available []int64
 	// TimeToFull is how long until every bandwidth is full, zero when full
@@ -284,11 +283,11 @@ type Diagnostics struct {
 }
 
 // Diagnose returns the diagnostics at now.
-func (b *Bucket) Diagnose(now int64) Diagnostics {
+func (b *State) Diagnose(now int64) Diagnostics {
 	b.Refill(now)
-	d := Diagnostics{Bucket: b.Clone(), Available: make([]int64, len(b.State)), TimeToFull: time.Duration(b.TimeToFull(now))}
-	for i := range b.State {
-		d.Available[i] = b.State[i].Size
+	d := Diagnostics{State: b.Clone(), Available: make([]int64, len(b.Bands)), TimeToFull: time.Duration(b.TimeToFull(now))}
+	for i := range b.Bands {
+		d.Available[i] = b.Bands[i].Size
 	}
 	return d
 }

@@ -1,7 +1,9 @@
-// Package core is the pure token-bucket model of bucketgrid: bandwidths,
-// configurations, bucket state, every Bucket4j operation, configuration
-// replacement, the distributed request/response set and its versioned binary
-// codec.
+// Package core is the pure token-bucket model of bucketgrid, the part users
+// touch: bandwidths, configurations, bucket state (State) with every Bucket4j
+// operation and configuration replacement, probes and diagnostics, keys, and
+// the errors of each. The protocol that executors implement — requests,
+// responses, Process and the versioned binary codec — is package core/wire,
+// built on this one.
 //
 // Nothing in core performs I/O, starts goroutines or reads a clock: time is
 // always an argument, in nanoseconds. Local buckets pass a monotonic reading;
@@ -10,8 +12,9 @@
 // 64 bits it is carried out in 128 bits, so no input yields a wrong answer and
 // no float appears anywhere in a decision.
 //
-// Process is the single entry point every executor calls: a CAS loop, a grid
-// owner and the proxy-wasm filter all run the same function on stored bytes.
+// wire.Process is the single entry point every executor calls: a CAS loop, a
+// grid owner and the proxy-wasm filter all run the same function on stored
+// bytes.
 //
 // # Differences from Bucket4j
 //
@@ -21,7 +24,7 @@
 // operation for operation at the same nanosecond times, a bucket here and a
 // Bucket4j bucket hold the same tokens and report the same results, except
 // for these deliberate differences. Each is pinned by a TestDifference test
-// (in this package, or in the root package for 8 and 10).
+// (in this package or core/wire, or in the root package for 8 and 10).
 //
 //  1. Waits are rounded up. Every wait (Probe and Estimate waits,
 //     ConsumeIgnoringRateLimits, Reserve, Diagnostics.TimeToFull, the
@@ -81,7 +84,7 @@
 //  6. Blocking consumption of more tokens than a capacity is refused at
 //     once. Bucket4j's blocking and scheduling tryConsume and consume
 //     reserve such a request into overdraft and wait for the deficit;
-//     Bucket.Reserve never reserves more than the smallest capacity (it
+//     State.Reserve never reserves more than the smallest capacity (it
 //     returns math.MaxInt64 and takes nothing; OpReserve's result carries
 //     that capacity), and the root package's Consume and TryConsumeWithin
 //     return ErrExceedsCapacity without waiting, as x/time/rate's WaitN does

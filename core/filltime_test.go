@@ -25,7 +25,7 @@ func TestFillTime(t *testing.T) {
 		if tt.want == math.MaxInt64 {
 			continue
 		}
-		b := NewBucket(Config{Bandwidths: []Bandwidth{tt.bw.WithInitialTokens(0)}}, 0)
+		b := NewState(Config{Bandwidths: []Bandwidth{tt.bw.WithInitialTokens(0)}}, 0)
 		if full := b.TimeToFull(0); full != tt.want {
 			t.Errorf("TimeToFull of an empty bucket %d, FillTime %d", full, tt.want)
 		}

@@ -1,7 +1,9 @@
-package core
+package core_test
 
 import (
 	"fmt"
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/internal/harness/randconfig"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -30,7 +32,7 @@ var (
 func bi(v int64) *big.Int { return big.NewInt(v) }
 
 type mBand struct {
-	cfg     Bandwidth
+	cfg     core.Bandwidth
 	size    *big.Int
 	last    *big.Int
 	carried *big.Int
@@ -40,7 +42,7 @@ type model struct {
 	bands []mBand
 }
 
-func newModel(cfg Config, now int64) *model {
+func newModel(cfg core.Config, now int64) *model {
 	m := &model{}
 	for _, b := range cfg.Bandwidths {
 		m.bands = append(m.bands, newMBand(b, now))
@@ -48,19 +50,19 @@ func newModel(cfg Config, now int64) *model {
 	return m
 }
 
-func newMBand(b Bandwidth, now int64) mBand {
+func newMBand(b core.Bandwidth, now int64) mBand {
 	mb := mBand{cfg: b, size: bi(b.Capacity), last: bi(now), carried: bi(0)}
 	if b.HasInitialTokens {
 		mb.size = bi(b.InitialTokens)
 	}
-	if b.Style == RefillIntervallyAligned || b.Style == RefillIntervallyAlignedAdaptive {
+	if b.Style == core.RefillIntervallyAligned || b.Style == core.RefillIntervallyAlignedAdaptive {
 		// the period before the first refill is the current one
 		last := new(big.Int).Sub(bi(b.FirstRefill), bi(int64(b.RefillPeriod)))
 		if last.Cmp(bigMinInt64) < 0 {
 			last = bi(math.MinInt64)
 		}
 		mb.last = last
-		if b.Style == RefillIntervallyAlignedAdaptive && now < b.FirstRefill {
+		if b.Style == core.RefillIntervallyAlignedAdaptive && now < b.FirstRefill {
 			// min(capacity, max(0, capacity-refill) + before*refill/period)
 			base := bi(max(b.Capacity-b.RefillTokens, 0))
 			before := new(big.Int).Sub(bi(b.FirstRefill), bi(now))
@@ -83,7 +85,7 @@ func (mb *mBand) refill(now int64) {
 	}
 	period := bi(int64(mb.cfg.RefillPeriod))
 	elapsed := new(big.Int).Sub(t, mb.last)
-	if mb.cfg.Style != RefillGreedy {
+	if mb.cfg.Style != core.RefillGreedy {
 		periods := new(big.Int).Quo(elapsed, period)
 		if periods.Sign() == 0 {
 			return
@@ -154,7 +156,7 @@ func (m *model) delay(n, now int64, capped bool) *big.Int {
 		period := bi(int64(b.cfg.RefillPeriod))
 		tokens := bi(b.cfg.RefillTokens)
 		var w *big.Int
-		if b.cfg.Style == RefillGreedy {
+		if b.cfg.Style == core.RefillGreedy {
 			// smallest t: tokens*(t + (now-last)) + carried ≥ deficit*period,
 			// with t counted from max(now, last)
 			need := new(big.Int).Mul(deficit, period)
@@ -210,13 +212,13 @@ func (m *model) timeToFull(now int64) *big.Int {
 }
 
 // check compares core's state with the model's, exactly.
-func (m *model) check(t *testing.T, b *Bucket, what string) {
+func (m *model) check(t *testing.T, b *core.State, what string) {
 	t.Helper()
-	if len(b.State) != len(m.bands) {
-		t.Fatalf("%s: %d bands, model %d", what, len(b.State), len(m.bands))
+	if len(b.Bands) != len(m.bands) {
+		t.Fatalf("%s: %d bands, model %d", what, len(b.Bands), len(m.bands))
 	}
 	for i, mb := range m.bands {
-		s := b.State[i]
+		s := b.Bands[i]
 		if !mb.size.IsInt64() || s.Size != mb.size.Int64() || !mb.last.IsInt64() || s.LastRefill != mb.last.Int64() ||
 			s.RoundingError != mb.carried.Int64() {
 			t.Fatalf("%s: band %d (%+v): core %+v, model size %v last %v carried %v",
@@ -225,111 +227,10 @@ func (m *model) check(t *testing.T, b *Bucket, what string) {
 	}
 }
 
-// generators
-
-type gen struct{ r *rand.Rand }
-
-func (g gen) pick(vs ...int64) int64 { return vs[g.r.IntN(len(vs))] }
-
-// int64In returns a value in [lo, hi].
-func (g gen) int64In(lo, hi int64) int64 {
-	span := uint64(hi-lo) + 1
-	if span == 0 { // the whole int64 range
-		return int64(g.r.Uint64())
-	}
-	return lo + int64(g.r.Uint64N(span))
-}
-
-// magnitude returns a positive value of a random order of magnitude up to max.
-func (g gen) magnitude(maxV int64) int64 {
-	bits := 1 + g.r.IntN(63)
-	v := int64(g.r.Uint64N(1<<uint(bits-1))) + 1
-	if v > maxV {
-		v = 1 + v%maxV
-	}
-	return v
-}
-
-func (g gen) bandwidth(now int64, id string) Bandwidth {
-	var period int64
-	switch g.r.IntN(6) {
-	case 0:
-		period = g.pick(1, 2, 3, 7)
-	case 1:
-		period = g.pick(int64(time.Millisecond), int64(time.Second), int64(time.Minute), int64(time.Hour))
-	case 2:
-		period = g.pick(math.MaxInt64, math.MaxInt64-1, math.MaxInt64/2, 1<<62)
-	default:
-		period = g.magnitude(math.MaxInt64)
-	}
-	var tokens int64
-	switch g.r.IntN(4) {
-	case 0:
-		tokens = 1
-	case 1:
-		tokens = period
-	default:
-		tokens = g.magnitude(period)
-	}
-	var capacity int64
-	switch g.r.IntN(5) {
-	case 0:
-		capacity = g.pick(1, 2, 10)
-	case 1:
-		capacity = g.pick(math.MaxInt64, math.MaxInt64-1, 1<<62)
-	case 2:
-		capacity = tokens
-	default:
-		capacity = g.magnitude(math.MaxInt64)
-	}
-	var b Bandwidth
-	switch g.r.IntN(8) {
-	case 0, 1, 2, 3:
-		b = Greedy(capacity, tokens, time.Duration(period))
-	case 4, 5:
-		b = Intervally(capacity, tokens, time.Duration(period))
-	case 6:
-		b = Bandwidth{Capacity: capacity, RefillTokens: tokens, RefillPeriod: time.Duration(period),
-			Style: RefillIntervallyAligned, FirstRefill: g.firstRefill(now)}
-	case 7:
-		b = Bandwidth{Capacity: capacity, RefillTokens: tokens, RefillPeriod: time.Duration(period),
-			Style: RefillIntervallyAlignedAdaptive, FirstRefill: g.firstRefill(now)}
-	}
-	if b.Style != RefillIntervallyAlignedAdaptive && g.r.IntN(3) == 0 {
-		b = b.WithInitialTokens(g.pick(0, 1, capacity, capacity/2, g.int64In(0, capacity), math.MaxInt64))
-	}
-	return b.WithID(id)
-}
-
-// firstRefill returns a valid first refill (at or after the epoch) near now,
-// or the epoch itself, or one far from now when now is before the epoch.
-func (g gen) firstRefill(now int64) int64 {
-	if g.r.IntN(8) == 0 {
-		return 0
-	}
-	if f := now + g.int64In(-1<<40, 1<<40); f >= 0 {
-		return f
-	}
-	return g.int64In(0, 1<<40)
-}
-
-func (g gen) config(now int64) Config {
-	n := 1 + g.r.IntN(3)
-	var c Config
-	for i := range n {
-		id := ""
-		if n > 1 || g.r.IntN(2) == 0 {
-			id = fmt.Sprintf("b%d", g.r.IntN(4)*10+i) // unique within c
-		}
-		c.Bandwidths = append(c.Bandwidths, g.bandwidth(now, id))
-	}
-	return c
-}
-
 // tokens returns a positive token count of interest for b.
-func (g gen) tokens(b *Bucket) int64 {
-	c := b.Config.Bandwidths[g.r.IntN(len(b.Config.Bandwidths))].Capacity
-	switch g.r.IntN(8) {
+func tokens(g randconfig.Gen, b *core.State) int64 {
+	c := b.Config.Bandwidths[g.R.IntN(len(b.Config.Bandwidths))].Capacity
+	switch g.R.IntN(8) {
 	case 0:
 		return 1
 	case 1:
@@ -337,36 +238,36 @@ func (g gen) tokens(b *Bucket) int64 {
 	case 2:
 		return min(c, math.MaxInt64-1) + 1
 	case 3:
-		return g.pick(math.MaxInt64, math.MaxInt64-1, 1<<62)
+		return g.Pick(math.MaxInt64, math.MaxInt64-1, 1<<62)
 	case 4:
-		return g.int64In(1, c)
+		return g.Int64In(1, c)
 	default:
-		return g.magnitude(min(c, 1<<20))
+		return g.Magnitude(min(c, 1<<20))
 	}
 }
 
-// step returns the next time: equal, 1 ns on, small, around a period, a huge
+// nextTime returns the next time: equal, 1 ns on, small, around a period, a huge
 // jump, or backwards; always within the int64 range.
-func (g gen) step(now int64, b *Bucket) int64 {
+func nextTime(g randconfig.Gen, now int64, b *core.State) int64 {
 	var d int64
-	switch g.r.IntN(9) {
+	switch g.R.IntN(9) {
 	case 0:
 		d = 0
 	case 1:
 		d = 1
 	case 2:
-		d = g.int64In(1, 1000)
+		d = g.Int64In(1, 1000)
 	case 3:
-		p := int64(b.Config.Bandwidths[g.r.IntN(len(b.Config.Bandwidths))].RefillPeriod)
-		d = g.pick(p, p-1, p/2, p/3+1)
+		p := int64(b.Config.Bandwidths[g.R.IntN(len(b.Config.Bandwidths))].RefillPeriod)
+		d = g.Pick(p, p-1, p/2, p/3+1)
 	case 4:
-		d = g.magnitude(1 << 62)
+		d = g.Magnitude(1 << 62)
 	case 5:
-		d = -g.int64In(1, 1000)
+		d = -g.Int64In(1, 1000)
 	case 6:
-		d = -g.magnitude(1 << 40)
+		d = -g.Magnitude(1 << 40)
 	default:
-		d = g.int64In(1, int64(time.Second))
+		d = g.Int64In(1, int64(time.Second))
 	}
 	if d > 0 && now > math.MaxInt64-d {
 		return now
@@ -375,23 +276,6 @@ func (g gen) step(now int64, b *Bucket) int64 {
 		return now
 	}
 	return now + d
-}
-
-// checkExactWait verifies that a refused request for n at now succeeds at
-// now+wait and not at now+wait-1, on copies of b.
-func checkExactWait(t *testing.T, b *Bucket, n, now, wait int64, what string) {
-	t.Helper()
-	if wait <= 0 || wait == math.MaxInt64 || now > math.MaxInt64-wait {
-		return
-	}
-	at := b.Clone()
-	if !at.TryConsume(n, now+wait) {
-		t.Fatalf("%s: refused %d at now+wait (wait %d), state %+v", what, n, wait, b.State)
-	}
-	before := b.Clone()
-	if before.TryConsume(n, now+wait-1) {
-		t.Fatalf("%s: %d available at now+wait-1 (wait %d): the wait is not the shortest", what, n, wait)
-	}
 }
 
 var modelTrace = false
@@ -408,26 +292,26 @@ func TestModelProperties(t *testing.T) {
 
 func runModel(t *testing.T, seed uint64, steps int) {
 	t.Helper()
-	g := gen{rand.New(rand.NewPCG(seed, 0x5eed))}
-	now := g.pick(0, 1, int64(1.7e18), g.int64In(-1<<60, 1<<60))
-	cfg := g.config(now)
+	g := randconfig.Gen{R: rand.New(rand.NewPCG(seed, 0x5eed))}
+	now := g.Pick(0, 1, int64(1.7e18), g.Int64In(-1<<60, 1<<60))
+	cfg := g.Config(now)
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("seed %d: generated an invalid configuration: %v", seed, err)
 	}
-	b := NewBucket(cfg.Clone(), now)
+	b := core.NewState(cfg.Clone(), now)
 	m := newModel(cfg, now)
 	m.check(t, &b, fmt.Sprintf("seed %d: new", seed))
 
 	for step := range steps {
 		prev := b.Clone()
-		now = g.step(now, &b)
+		now = nextTime(g, now, &b)
 		what := fmt.Sprintf("seed %d step %d at %d", seed, step, now)
 		if modelTrace {
-			t.Logf("%s: before %+v state %+v", what, prev.Config, prev.State)
+			t.Logf("%s: before %+v state %+v", what, prev.Config, prev.Bands)
 		}
-		switch op := g.r.IntN(12); op {
+		switch op := g.R.IntN(12); op {
 		case 0, 1:
-			n := g.tokens(&b)
+			n := tokens(g, &b)
 			got := b.TryConsume(n, now)
 			m.refill(now)
 			want := bi(n).Cmp(m.available()) <= 0
@@ -438,17 +322,17 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				t.Fatalf("%s: TryConsume(%d) = %v, model %v", what, n, got, want)
 			}
 		case 2, 3:
-			n := g.tokens(&b)
+			n := tokens(g, &b)
 			p := b.TryConsumeAndReturnRemaining(n, now)
 			m.refill(now)
 			avail := m.available()
-			var want Probe
+			var want core.Probe
 			if bi(n).Cmp(avail) <= 0 {
 				m.consume(n)
-				want = Probe{Consumed: true, Remaining: sat(new(big.Int).Sub(avail, bi(n)))}
+				want = core.Probe{Consumed: true, Remaining: sat(new(big.Int).Sub(avail, bi(n)))}
 			} else {
 				// Bucket4j's ConsumptionProbe clamps remaining at zero
-				want = Probe{Remaining: max(sat(avail), 0), WaitForRefill: math.MaxInt64}
+				want = core.Probe{Remaining: max(sat(avail), 0), WaitForRefill: math.MaxInt64}
 				if d := m.delay(n, now, true); d != nil {
 					want.WaitForRefill = time.Duration(sat(d))
 				}
@@ -461,12 +345,12 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				checkExactWait(t, &b, n, now, int64(p.WaitForRefill), what)
 			}
 		case 4:
-			n := g.tokens(&b)
+			n := tokens(g, &b)
 			e := b.EstimateAbilityToConsume(n, now)
 			m.refill(now)
 			avail := m.available()
 			// Bucket4j's EstimationProbe clamps remaining at zero
-			want := Estimate{CanBeConsumed: bi(n).Cmp(avail) <= 0, Remaining: max(sat(avail), 0)}
+			want := core.Estimate{CanBeConsumed: bi(n).Cmp(avail) <= 0, Remaining: max(sat(avail), 0)}
 			if !want.CanBeConsumed {
 				want.WaitForRefill = math.MaxInt64
 				if d := m.delay(n, now, true); d != nil {
@@ -480,7 +364,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				checkExactWait(t, &b, n, now, int64(e.WaitForRefill), what)
 			}
 		case 5:
-			limit := g.pick(math.MaxInt64, g.tokens(&b))
+			limit := g.Pick(math.MaxInt64, tokens(g, &b))
 			got := b.TryConsumeAsMuchAsPossible(limit, now)
 			m.refill(now)
 			want := m.available()
@@ -497,7 +381,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				t.Fatalf("%s: TryConsumeAsMuchAsPossible(%d) = %d, model %v", what, limit, got, want)
 			}
 		case 6:
-			n := g.tokens(&b)
+			n := tokens(g, &b)
 			b.AddTokens(n, now)
 			m.refill(now)
 			for i := range m.bands {
@@ -510,7 +394,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				}
 			}
 		case 7:
-			n := g.tokens(&b)
+			n := tokens(g, &b)
 			b.ForceAddTokens(n, now)
 			m.refill(now)
 			for i := range m.bands {
@@ -525,7 +409,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				mb.size = sum
 			}
 		case 8:
-			n := g.tokens(&b)
+			n := tokens(g, &b)
 			got := b.ConsumeIgnoringRateLimits(n, now)
 			m.refill(now)
 			d := m.delay(n, now, false)
@@ -538,8 +422,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				t.Fatalf("%s: ConsumeIgnoringRateLimits(%d) = %d, model %v", what, n, got, d)
 			}
 		case 9:
-			n := g.tokens(&b)
-			maxWait := g.pick(0, 1, math.MaxInt64, g.magnitude(math.MaxInt64))
+			n := tokens(g, &b)
+			maxWait := g.Pick(0, 1, math.MaxInt64, g.Magnitude(math.MaxInt64))
 			got := b.Reserve(n, maxWait, now)
 			m.refill(now)
 			want := int64(math.MaxInt64)
@@ -551,7 +435,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				t.Fatalf("%s: Reserve(%d, %d) = %d, model %d", what, n, maxWait, got, want)
 			}
 		case 10:
-			if g.r.IntN(2) == 0 {
+			if g.R.IntN(2) == 0 {
 				b.Reset(now)
 				m.refill(now)
 				for i := range m.bands {
@@ -565,8 +449,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				}
 			}
 		case 11:
-			next := g.config(now)
-			strategy := TokensInheritance(g.r.IntN(int(numInheritances)))
+			next := g.Config(now)
+			strategy := core.TokensInheritance(g.R.IntN(int(core.InheritAdditive) + 1))
 			b.ReplaceConfiguration(next.Clone(), strategy, now)
 			m.refill(now)
 			m.replace(next, strategy, now)
@@ -578,12 +462,12 @@ func runModel(t *testing.T, seed uint64, steps int) {
 // replace is Bucket4j's configuration replacement: bandwidths matched by id
 // (an anonymous one only when each side has exactly one), tokens carried by
 // strategy, unmatched ones fresh.
-func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
-	if strategy == InheritReset {
+func (m *model) replace(cfg core.Config, strategy core.TokensInheritance, now int64) {
+	if strategy == core.InheritReset {
 		*m = *newModel(cfg, now)
 		return
 	}
-	anon := func(bs []Bandwidth) int {
+	anon := func(bs []core.Bandwidth) int {
 		n := 0
 		for _, b := range bs {
 			if b.ID == "" {
@@ -592,7 +476,7 @@ func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
 		}
 		return n
 	}
-	var oldCfg []Bandwidth
+	var oldCfg []core.Bandwidth
 	for _, b := range m.bands {
 		oldCfg = append(oldCfg, b.cfg)
 	}
@@ -612,7 +496,7 @@ func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
 		size, carried := inherit(ob, nb, strategy)
 		mb := mBand{cfg: nb, size: size, carried: carried}
 		switch {
-		case nb.Style == RefillIntervallyAligned || nb.Style == RefillIntervallyAlignedAdaptive:
+		case nb.Style == core.RefillIntervallyAligned || nb.Style == core.RefillIntervallyAlignedAdaptive:
 			// the latest period boundary at or before now
 			first, period := bi(nb.FirstRefill), bi(int64(nb.RefillPeriod))
 			if now < nb.FirstRefill {
@@ -624,7 +508,7 @@ func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
 				since := new(big.Int).Sub(bi(now), first)
 				mb.last = new(big.Int).Sub(bi(now), since.Mod(since, period))
 			}
-		case nb.Style == RefillIntervally && ob.cfg.Style != RefillGreedy && nb.RefillPeriod == ob.cfg.RefillPeriod:
+		case nb.Style == core.RefillIntervally && ob.cfg.Style != core.RefillGreedy && nb.RefillPeriod == ob.cfg.RefillPeriod:
 			mb.last = ob.last // keep the interval phase
 		default:
 			mb.last = new(big.Int).Set(ob.last)
@@ -642,10 +526,10 @@ func (m *model) replace(cfg Config, strategy TokensInheritance, now int64) {
 // ...Additive, with exact rationals where Bucket4j uses doubles (a
 // deliberate difference): the carried fraction of a token is
 // ob.carried/oldPeriod, and it becomes fraction×newPeriod.
-func inherit(ob mBand, nb Bandwidth, strategy TokensInheritance) (size, carried *big.Int) {
+func inherit(ob mBand, nb core.Bandwidth, strategy core.TokensInheritance) (size, carried *big.Int) {
 	oldCap, newCap := bi(ob.cfg.Capacity), bi(nb.Capacity)
 	fraction := new(big.Rat).SetFrac(ob.carried, bi(int64(ob.cfg.RefillPeriod)))
-	greedy := ob.cfg.Style == RefillGreedy && nb.Style == RefillGreedy
+	greedy := ob.cfg.Style == core.RefillGreedy && nb.Style == core.RefillGreedy
 	asIs := func() (*big.Int, *big.Int) {
 		if ob.size.Cmp(newCap) >= 0 {
 			return newCap, bi(0)
@@ -656,9 +540,9 @@ func inherit(ob mBand, nb Bandwidth, strategy TokensInheritance) (size, carried 
 		return ob.size, floorRat(new(big.Rat).Mul(fraction, ratInt(int64(nb.RefillPeriod))))
 	}
 	switch strategy {
-	case InheritAsIs:
+	case core.InheritAsIs:
 		return asIs()
-	case InheritAdditive:
+	case core.InheritAdditive:
 		if nb.Capacity <= ob.cfg.Capacity {
 			return asIs()
 		}
@@ -680,7 +564,7 @@ func inherit(ob mBand, nb Bandwidth, strategy TokensInheritance) (size, carried 
 		if size.Cmp(bigMinInt64) < 0 {
 			return bi(math.MinInt64), bi(0) // core saturates, with no fraction
 		}
-		if nb.Style != RefillGreedy {
+		if nb.Style != core.RefillGreedy {
 			return size, bi(0)
 		}
 		rest := new(big.Rat).Sub(v, new(big.Rat).SetInt(size))
@@ -699,22 +583,24 @@ func floorRat(v *big.Rat) *big.Int {
 // (clock skew between clients of a store) leaves every bandwidth as it was.
 func TestBackwardsTimeNeverMints(t *testing.T) {
 	for seed := range 2000 {
-		g := gen{rand.New(rand.NewPCG(uint64(seed), 0xbac))}
-		now := g.int64In(-1<<61, 1<<61)
-		b := NewBucket(g.config(now), now)
-		b.ConsumeIgnoringRateLimits(g.tokens(&b), now)
-		now = g.step(now, &b)
+		g := randconfig.Gen{R: rand.New(rand.NewPCG(uint64(seed), 0xbac))}
+		now := g.Int64In(-1<<61, 1<<61)
+		b := core.NewState(g.Config(now), now)
+		b.ConsumeIgnoringRateLimits(tokens(g, &b), now)
+		now = nextTime(g, now, &b)
 		b.Refill(now)
 		before := b.Clone()
+		atNow := b.Clone()
+		available := atNow.AvailableTokens(now) // refilled at now already: changes nothing
 		for range 10 {
-			back := now - g.pick(1, 2, g.magnitude(1<<40), g.magnitude(1<<61))
+			back := now - g.Pick(1, 2, g.Magnitude(1<<40), g.Magnitude(1<<61))
 			b.Refill(back)
-			if !reflect.DeepEqual(b.State, before.State) {
-				t.Fatalf("seed %d: refill at %d (last %d) changed %+v to %+v", seed, back, now, before.State, b.State)
+			if !reflect.DeepEqual(b.Bands, before.Bands) {
+				t.Fatalf("seed %d: refill at %d (last %d) changed %+v to %+v", seed, back, now, before.Bands, b.Bands)
 			}
 			e := b.EstimateAbilityToConsume(1, back)
-			if e.Remaining != max(before.available(), 0) {
-				t.Fatalf("seed %d: estimate at an earlier time reports %d tokens, %d before", seed, e.Remaining, before.available())
+			if e.Remaining != max(available, 0) {
+				t.Fatalf("seed %d: estimate at an earlier time reports %d tokens, %d before", seed, e.Remaining, available)
 			}
 		}
 	}
@@ -724,18 +610,35 @@ func TestBackwardsTimeNeverMints(t *testing.T) {
 // refilling at t2 alone, so a refill need not be written back.
 func TestRefillPathIndependent(t *testing.T) {
 	for seed := range 2000 {
-		g := gen{rand.New(rand.NewPCG(uint64(seed), 0x9a7))}
-		now := g.int64In(-1<<61, 1<<61)
-		b := NewBucket(g.config(now), now)
-		b.ConsumeIgnoringRateLimits(g.tokens(&b), now)
+		g := randconfig.Gen{R: rand.New(rand.NewPCG(uint64(seed), 0x9a7))}
+		now := g.Int64In(-1<<61, 1<<61)
+		b := core.NewState(g.Config(now), now)
+		b.ConsumeIgnoringRateLimits(tokens(g, &b), now)
 		direct := b.Clone()
-		t1 := g.step(now, &b)
-		t2 := g.step(t1, &b)
+		t1 := nextTime(g, now, &b)
+		t2 := nextTime(g, t1, &b)
 		b.Refill(t1)
 		b.Refill(t2)
 		direct.Refill(t2)
-		if t1 <= t2 && !reflect.DeepEqual(b.State, direct.State) {
-			t.Fatalf("seed %d: refill %d then %d = %+v, directly %+v", seed, t1, t2, b.State, direct.State)
+		if t1 <= t2 && !reflect.DeepEqual(b.Bands, direct.Bands) {
+			t.Fatalf("seed %d: refill %d then %d = %+v, directly %+v", seed, t1, t2, b.Bands, direct.Bands)
 		}
+	}
+}
+
+// checkExactWait verifies that a refused request for n at now succeeds at
+// now+wait and not at now+wait-1, on copies of b.
+func checkExactWait(t *testing.T, b *core.State, n, now, wait int64, what string) {
+	t.Helper()
+	if wait <= 0 || wait == math.MaxInt64 || now > math.MaxInt64-wait {
+		return
+	}
+	at := b.Clone()
+	if !at.TryConsume(n, now+wait) {
+		t.Fatalf("%s: refused %d at now+wait (wait %d), state %+v", what, n, wait, b.Bands)
+	}
+	before := b.Clone()
+	if before.TryConsume(n, now+wait-1) {
+		t.Fatalf("%s: %d available at now+wait-1 (wait %d): the wait is not the shortest", what, n, wait)
 	}
 }

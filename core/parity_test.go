@@ -1,7 +1,6 @@
 package core
 
 import (
-	"bytes"
 	"errors"
 	"math"
 	"testing"
@@ -22,7 +21,7 @@ const ms = int64(time.Millisecond)
 func TestProbesReportNegativeRemaining(t *testing.T) {
 	// capacity 1000, greedy 1000 per minute, full; ConsumeIgnoringRateLimits(121000)
 	// leaves -120000 and a 120-minute debt
-	overdrawn := func(t *testing.T) Bucket {
+	overdrawn := func(t *testing.T) State {
 		t.Helper()
 		b := mustBucket(t, 0, Greedy(1000, 1000, time.Minute))
 		if w := b.ConsumeIgnoringRateLimits(121000, 0); w != 120*minute {
@@ -36,19 +35,19 @@ func TestProbesReportNegativeRemaining(t *testing.T) {
 	const full = 121000 * 60 * ms
 	tests := []struct {
 		name string
-		run  func(b *Bucket) any
+		run  func(b *State) any
 		want any
 	}{
-		{"TryConsumeAndReturnRemaining", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1, 0) },
+		{"TryConsumeAndReturnRemaining", func(b *State) any { return b.TryConsumeAndReturnRemaining(1, 0) },
 			Probe{Remaining: 0, WaitForRefill: time.Duration(oneToken), WaitForReset: time.Duration(full)}},
-		{"TryConsumeAndReturnRemaining above capacity", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1001, 0) },
+		{"TryConsumeAndReturnRemaining above capacity", func(b *State) any { return b.TryConsumeAndReturnRemaining(1001, 0) },
 			Probe{Remaining: 0, WaitForRefill: math.MaxInt64, WaitForReset: time.Duration(full)}},
-		{"TryConsumeAndReturnRemaining a minute later", func(b *Bucket) any { return b.TryConsumeAndReturnRemaining(1, minute) },
+		{"TryConsumeAndReturnRemaining a minute later", func(b *State) any { return b.TryConsumeAndReturnRemaining(1, minute) },
 			Probe{Remaining: 0, WaitForRefill: time.Duration(oneToken - minute), WaitForReset: time.Duration(full - minute)}},
-		{"EstimateAbilityToConsume", func(b *Bucket) any { return b.EstimateAbilityToConsume(1, 0) },
+		{"EstimateAbilityToConsume", func(b *State) any { return b.EstimateAbilityToConsume(1, 0) },
 			Estimate{Remaining: 0, WaitForRefill: time.Duration(oneToken)}},
-		{"AvailableTokens stays negative", func(b *Bucket) any { return b.AvailableTokens(0) }, int64(-120000)},
-		{"Diagnostics stay negative", func(b *Bucket) any { return b.Diagnose(0).Available[0] }, int64(-120000)},
+		{"AvailableTokens stays negative", func(b *State) any { return b.AvailableTokens(0) }, int64(-120000)},
+		{"Diagnostics stay negative", func(b *State) any { return b.Diagnose(0).Available[0] }, int64(-120000)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,28 +64,6 @@ func TestProbesReportNegativeRemaining(t *testing.T) {
 		b.ConsumeIgnoringRateLimits(7, 0) // a: 993, b: -2
 		if p := b.TryConsumeAndReturnRemaining(1, 0); p.Consumed || p.Remaining != 0 || p.WaitForRefill != time.Duration(600*ms) {
 			t.Fatalf("probe %+v, want remaining 0 and a 600 ms wait (3 tokens at 5/s)", p)
-		}
-	})
-
-	t.Run("Process", func(t *testing.T) {
-		b := overdrawn(t)
-		stored := AppendBucket(nil, &b)
-		_, changed, resp := Process(stored, Request{Verbose: true, Ops: []Op{
-			{Kind: OpTryConsumeAndReturnRemaining, Tokens: 1},
-			{Kind: OpEstimate, Tokens: 1},
-			{Kind: OpAvailableTokens},
-		}}, 0)
-		if resp.Status != StatusOK || changed {
-			t.Fatalf("status %v changed %v: %s", resp.Status, changed, resp.Message)
-		}
-		want := []Result{{Wait: oneToken, Reset: full}, {Wait: oneToken}, {OK: true, Tokens: -120000}}
-		for i, r := range resp.Results {
-			if r != want[i] {
-				t.Errorf("result %d = %+v, want %+v", i, r, want[i])
-			}
-		}
-		if d := resp.Diagnostics; d == nil || d.Available[0] != -120000 || d.TimeToFull != time.Duration(full) {
-			t.Errorf("diagnostics %+v, want the raw -120000 tokens", d)
 		}
 	})
 }
@@ -128,36 +105,6 @@ func TestFirstRefillBeforeEpoch(t *testing.T) {
 		})
 	}
 
-	bad := &Config{Bandwidths: []Bandwidth{IntervallyAligned(10, 10, time.Second, minusOneMs)}}
-	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano()
-	b := mustBucket(t, now, Greedy(10, 10, time.Second))
-	b.TryConsume(3, now)
-	stored := AppendBucket(nil, &b)
-	keep := bytes.Clone(stored)
-	for name, req := range map[string]Request{
-		"create":  {Mode: ModeCreateIfAbsent, Config: bad, Ops: consume(1)},
-		"replace": {Ops: []Op{{Kind: OpReplaceConfiguration, Config: bad, Inheritance: InheritAsIs}}},
-		"create or replace": {Mode: ModeCreateOrReplace, Config: bad, ConfigVersion: 1,
-			Ops: []Op{{Kind: OpAvailableTokens}}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			out, changed, resp := Process(stored, req, now)
-			if resp.Status != StatusInvalidRequest || changed || !bytes.Equal(out, keep) || !bytes.Equal(stored, keep) {
-				t.Fatalf("status %v changed %v: the bucket must be left untouched", resp.Status, changed)
-			}
-			if !errors.Is(resp.Err(), ErrInvalidRequest) {
-				t.Fatalf("Err() = %v", resp.Err())
-			}
-		})
-	}
-
-	// a stored record with such a bandwidth, written by an older version, is
-	// corrupt for this one: a typed error, never a panic
-	old := NewBucket(*bad, now)
-	_, err := DecodeBucket(AppendBucket(nil, &old))
-	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrFirstRefill) {
-		t.Fatalf("DecodeBucket = %v, want ErrCorrupt wrapping ErrFirstRefill", err)
-	}
 }
 
 // Bug 3: replacing the configuration of an over-full bandwidth (after
@@ -211,8 +158,8 @@ func TestReplaceOverFullBand(t *testing.T) {
 			if got := b.AvailableTokens(sec); got != tt.want {
 				t.Fatalf("%d tokens, want %d", got, tt.want)
 			}
-			if b.State[0].RoundingError != 0 {
-				t.Fatalf("rounding error %d, want 0", b.State[0].RoundingError)
+			if b.Bands[0].RoundingError != 0 {
+				t.Fatalf("rounding error %d, want 0", b.Bands[0].RoundingError)
 			}
 		})
 	}
@@ -228,7 +175,7 @@ func TestForceAddTokensKeepsPartialToken(t *testing.T) {
 	b.TryConsume(1, 0) // 9
 	// at 67 ns: 10×67 = 670 of the 1000 a token needs; +1 forced → 10
 	b.ForceAddTokens(1, 67)
-	if s := b.State[0]; s.Size != 10 || s.RoundingError != 670 {
+	if s := b.Bands[0]; s.Size != 10 || s.RoundingError != 670 {
 		t.Fatalf("after ForceAddTokens: %+v, want size 10, rounding error 670 kept", s)
 	}
 	b.TryConsume(1, 67) // 9, the 670 still carried
@@ -245,11 +192,11 @@ func TestForceAddTokensKeepsPartialToken(t *testing.T) {
 	// at 300 ns 6 are taken: 9 left, 660 still carried, so the 10th token
 	// arrives 34 ns later (340+660 = 1000), not 100
 	b.ForceAddTokens(15, 200)
-	if s := b.State[0]; s.Size != 15 || s.RoundingError != 660 {
+	if s := b.Bands[0]; s.Size != 15 || s.RoundingError != 660 {
 		t.Fatalf("after ForceAddTokens(15) at 200 ns: %+v, want 15 tokens and 660 carried", s)
 	}
-	if !b.TryConsume(6, 300) || b.State[0].RoundingError != 660 {
-		t.Fatalf("at 300 ns: %+v, want 9 tokens and 660 still carried", b.State[0])
+	if !b.TryConsume(6, 300) || b.Bands[0].RoundingError != 660 {
+		t.Fatalf("at 300 ns: %+v, want 9 tokens and 660 still carried", b.Bands[0])
 	}
 	if e := b.EstimateAbilityToConsume(10, 300); e.WaitForRefill != 34 {
 		t.Fatalf("estimate for 10 at 300 ns = %+v, want a 34 ns wait", e)
@@ -262,7 +209,7 @@ func TestForceAddTokensKeepsPartialToken(t *testing.T) {
 	b = mustBucket(t, 0, Greedy(10, 10, time.Microsecond))
 	b.TryConsume(1, 0)
 	b.ForceAddTokens(math.MaxInt64, 67)
-	if s := b.State[0]; s.Size != math.MaxInt64 || s.RoundingError != 0 {
+	if s := b.Bands[0]; s.Size != math.MaxInt64 || s.RoundingError != 0 {
 		t.Fatalf("after an overflowing ForceAddTokens: %+v, want MaxInt64 and no fraction", s)
 	}
 }
@@ -306,7 +253,7 @@ func TestReplacementKeepsPartialToken(t *testing.T) {
 			// 10×0.15 = 1.5 tokens: 1, and half a token (5e8 of 1e9) carried
 			b := mustBucket(t, 0, Greedy(10, 10, time.Second).WithInitialTokens(0))
 			b.ReplaceConfiguration(Config{Bandwidths: []Bandwidth{tt.new}}, tt.strategy, 150*ms)
-			if s := b.State[0]; s.Size != tt.size || s.RoundingError != tt.carried {
+			if s := b.Bands[0]; s.Size != tt.size || s.RoundingError != tt.carried {
 				t.Fatalf("after the replacement %+v, want %d tokens and %d carried", s, tt.size, tt.carried)
 			}
 			if got := b.AvailableTokens(tt.at); got != tt.want {

@@ -15,13 +15,13 @@ const (
 	minute = int64(time.Minute)
 )
 
-func mustBucket(t *testing.T, now int64, bws ...Bandwidth) Bucket {
+func mustBucket(t *testing.T, now int64, bws ...Bandwidth) State {
 	t.Helper()
 	cfg, err := NewConfig(bws...)
 	if err != nil {
 		t.Fatalf("NewConfig: %v", err)
 	}
-	return NewBucket(cfg, now)
+	return NewState(cfg, now)
 }
 
 func TestAdaptiveInitialTokens(t *testing.T) {
@@ -171,8 +171,8 @@ func TestConstructionErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Period(153722867280912930, time.Minute); !errors.Is(err, ErrPeriodOverflow) {
-		t.Fatalf("Period(153722867280912930 minutes) = %v, want ErrPeriodOverflow", err)
+	if _, err := Period(153722867280912930, time.Minute); !errors.Is(err, ErrRefillPeriod) {
+		t.Fatalf("Period(153722867280912930 minutes) = %v, want ErrRefillPeriod", err)
 	}
 	if p, err := Period(math.MaxInt64, time.Nanosecond); err != nil || p != math.MaxInt64 {
 		t.Fatalf("Period(MaxInt64 ns) = %v, %v: the longest period must be accepted", p, err)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"strconv"
 	"time"
 )
@@ -27,6 +28,10 @@ const (
 
 	numInheritances
 )
+
+// ErrUnknownStrategy: a TokensInheritance that is none of the strategies
+// above.
+var ErrUnknownStrategy = errors.New("unknown tokens inheritance strategy")
 
 // Valid reports whether t is one of the strategies above.
 func (t TokensInheritance) Valid() bool { return t < numInheritances }
@@ -70,15 +75,15 @@ func (t TokensInheritance) String() string {
 // ADDITIVE to an integer before rescaling the fraction), and the last refill
 // time comes from carriedRefill rather than from the old bandwidth: items 2,
 // 4 and 5 of "Differences from Bucket4j" in the package doc.
-func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance, now int64) {
+func (b *State) ReplaceConfiguration(cfg Config, strategy TokensInheritance, now int64) {
 	b.Refill(now)
 	if strategy == InheritReset {
 		v := b.ConfigVersion
-		*b = NewBucket(cfg, now)
+		*b = NewState(cfg, now)
 		b.ConfigVersion = v
 		return
 	}
-	old, oldState := b.Config, b.State
+	old, oldState := b.Config, b.Bands
 	state := make([]BandState, len(cfg.Bandwidths))
 	for j := range cfg.Bandwidths {
 		nb := &cfg.Bandwidths[j]
@@ -113,7 +118,7 @@ func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance, no
 		}
 		state[j] = s
 	}
-	b.Config, b.State = cfg, state
+	b.Config, b.Bands = cfg, state
 }
 
 // proportional returns floor(v) and the fraction of v as a rounding error of

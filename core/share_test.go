@@ -124,21 +124,18 @@ func TestShareFleet(t *testing.T) {
 	} {
 		c := Config{Bandwidths: []Bandwidth{tt.bw}}
 		share := c.Share(tt.n)
-		one := NewBucket(c, 0)
-		fleet := make([]Bucket, tt.n)
+		one := NewState(c, 0)
+		fleet := make([]State, tt.n)
 		for i := range fleet {
-			fleet[i] = NewBucket(share.Clone(), 0)
+			fleet[i] = NewState(share.Clone(), 0)
 		}
-		take := Op{Kind: OpTryConsumeAsMuchAsPossible, Tokens: math.MaxInt64}
 		var single, total int64
 		step := int64(10 * time.Millisecond)
 		window := int64(10 * time.Minute)
 		for now := int64(0); now <= window; now += step {
-			r, _ := one.Apply(&take, now)
-			single += r.Tokens
+			single += one.TryConsumeAsMuchAsPossible(math.MaxInt64, now)
 			for i := range fleet {
-				r, _ := fleet[i].Apply(&take, now)
-				total += r.Tokens
+				total += fleet[i].TryConsumeAsMuchAsPossible(math.MaxInt64, now)
 			}
 		}
 		bound := single + tt.bw.Capacity

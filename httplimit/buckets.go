@@ -108,7 +108,7 @@ func (l *Local) Take(ctx context.Context, key string, cost int64) (Usage, error)
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{Probe: p, Config: d.Bucket.Config, Bands: bands(&d, cost, l.clock.Now())}, nil
+	return Usage{Probe: p, Config: d.State.Config, Bands: bands(&d, cost, l.clock.Now())}, nil
 }
 
 // Managed is Buckets over a bucketgrid.Manager: the client's bucket is the
@@ -155,7 +155,7 @@ func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, erro
 	if err != nil {
 		return Usage{}, err
 	}
-	u := Usage{Probe: p, Config: d.Bucket.Config, ConfigVersion: d.Bucket.ConfigVersion,
+	u := Usage{Probe: p, Config: d.State.Config, ConfigVersion: d.State.ConfigVersion,
 		Bands: bands(&d, cost, s.clock.Now()), Degraded: dec.Degraded()}
 	if u.Degraded {
 		u.ConfigVersion = 0 // the local share's own version, not the plan's
@@ -170,13 +170,13 @@ var errNoPlan = errors.New("httplimit: no plan")
 // core's own arithmetic on single-bandwidth copies of the snapshot; refilling
 // them to now is exact because refill is path-independent. d is consumed.
 func bands(d *core.Diagnostics, cost, now int64) []Band {
-	bws := d.Bucket.Config.Bandwidths
-	if len(bws) == 0 || len(d.Bucket.State) != len(bws) {
+	bws := d.State.Config.Bandwidths
+	if len(bws) == 0 || len(d.State.Bands) != len(bws) {
 		return nil
 	}
 	out := make([]Band, len(bws))
 	for i := range bws {
-		one := core.Bucket{Config: core.Config{Bandwidths: bws[i : i+1]}, State: d.Bucket.State[i : i+1]}
+		one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]}, Bands: d.State.Bands[i : i+1]}
 		avail := one.AvailableTokens(now)
 		out[i].Available = avail
 		var want int64

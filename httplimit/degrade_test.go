@@ -10,6 +10,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // TestDegradeAgainstFailOpenAndClosed sends one client's requests while the
@@ -82,6 +83,6 @@ func TestDegradeKeepsRefusals(t *testing.T) {
 // keyRefuser refuses every key as one its storage cannot hold.
 type keyRefuser struct{ brokenExecutor }
 
-func (keyRefuser) Execute(_ context.Context, key string, _ core.Request) (core.Response, error) {
-	return core.Response{}, core.InvalidKey(key, "not storable")
+func (keyRefuser) Execute(_ context.Context, key string, _ wire.Request) (wire.Response, error) {
+	return wire.Response{}, core.InvalidKey(key, "not storable")
 }

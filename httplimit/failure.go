@@ -13,6 +13,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // PanicError is the value the middleware re-panics with when the limiter
@@ -171,7 +172,7 @@ func outage(err error) bool {
 	var cfgErr *core.ConfigError
 	switch {
 	case errors.Is(err, core.ErrCorruptState), errors.As(err, &cfgErr),
-		errors.Is(err, core.ErrInvalidRequest), errors.Is(err, cas.ErrConflict):
+		errors.Is(err, wire.ErrInvalidRequest), errors.Is(err, cas.ErrConflict):
 		return false
 	}
 	return true

@@ -14,6 +14,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 var errOutage = errors.New("store: connection refused")
@@ -45,8 +46,8 @@ func (s *brokenStore) Get(ctx context.Context, key string) ([]byte, cas.Version,
 // brokenExecutor fails every request.
 type brokenExecutor struct{}
 
-func (brokenExecutor) Execute(context.Context, string, core.Request) (core.Response, error) {
-	return core.Response{}, errOutage
+func (brokenExecutor) Execute(context.Context, string, wire.Request) (wire.Response, error) {
+	return wire.Response{}, errOutage
 }
 func (brokenExecutor) Remove(context.Context, string) error { return errOutage }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/internal/storetest"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 

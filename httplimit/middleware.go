@@ -175,7 +175,7 @@ func WithTimeout(d time.Duration) Option {
 // Plan) is answered 400; a corrupt stored record (core.ErrCorruptState, under
 // bucketgrid.RecoveryFail), an invalid configuration from the Plan
 // (*core.ConfigError), a request the executor refuses
-// (core.ErrInvalidRequest) and a key so contended that the executor gave up
+// (wire.ErrInvalidRequest) and a key so contended that the executor gave up
 // (cas.ErrConflict) are answered 503 whatever the mode; and a panic is
 // re-raised (see Stats.Panicked).
 func WithFailOpen(open bool) Option {

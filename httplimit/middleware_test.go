@@ -152,7 +152,7 @@ type expected struct {
 	xRemaining string
 }
 
-func expect(ref *core.Bucket, now int64) expected {
+func expect(ref *core.State, now int64) expected {
 	p := ref.TryConsumeAndReturnRemaining(1, now)
 	c := ref.Clone()
 	d := c.Diagnose(now)
@@ -171,8 +171,8 @@ func expect(ref *core.Bucket, now int64) expected {
 		}
 		secs := int64(0)
 		if want > 0 {
-			one := core.Bucket{Config: core.Config{Bandwidths: bws[i : i+1]},
-				State: []core.BandState{d.Bucket.State[i]}}
+			one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]},
+				Bands: []core.BandState{d.State.Bands[i]}}
 			for secs = 1; one.AvailableTokens(now+secs*int64(time.Second)) < want; secs++ {
 			}
 		}
@@ -221,7 +221,7 @@ func TestHeadersExact(t *testing.T) {
 				cfg := config(t, tt.bws...)
 				clock := clock.NewFake(t0)
 				h := New(src.build(StaticPlan(cfg), clock), WithHeaders(IETFHeaders|XRateLimitHeaders)).Handler(ok)
-				ref := core.NewBucket(cfg.Clone(), clock.Now())
+				ref := core.NewState(cfg.Clone(), clock.Now())
 				var limited int
 				for i, d := range steps {
 					clock.Advance(d)
@@ -278,7 +278,7 @@ func TestRetryAfterNeverEarly(t *testing.T) {
 	cfg := config(t, core.Greedy(3, 1, 700*time.Millisecond).WithID("b"))
 	clock := clock.NewFake(t0)
 	h := New(NewLocal(StaticPlan(cfg), WithClock(clock))).Handler(ok)
-	ref := core.NewBucket(cfg.Clone(), clock.Now())
+	ref := core.NewState(cfg.Clone(), clock.Now())
 	checked := 0
 	for i := range 400 {
 		clock.Advance(time.Duration(i%7) * 37 * time.Millisecond)
@@ -359,7 +359,7 @@ func TestMinimumOnly(t *testing.T) {
 	cfg := config(t, core.Greedy(5, 1, time.Second).WithID("burst"), core.Intervally(20, 20, time.Hour).WithID("hourly"))
 	clock := clock.NewFake(t0)
 	h := New(sources[2].build(StaticPlan(cfg), clock)).Handler(ok)
-	ref := core.NewBucket(cfg.Clone(), clock.Now())
+	ref := core.NewState(cfg.Clone(), clock.Now())
 	for i := range 7 {
 		p := ref.TryConsumeAndReturnRemaining(1, clock.Now())
 		w := get(h, "198.51.100.1:1", "/")

@@ -14,7 +14,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // The kit must catch broken backends. Each store below breaks one rule; the
@@ -364,7 +364,7 @@ func TestKitNeverStalls(t *testing.T) {
 	}
 }
 
-// racyExecutor runs core.Process between an unlocked read and write: the
+// racyExecutor runs wire.Process between an unlocked read and write: the
 // mistake an entry-processor backend makes when it forgets the per-key lock.
 type racyExecutor struct {
 	mu    sync.Mutex
@@ -372,12 +372,12 @@ type racyExecutor struct {
 	clock clock.Clock
 }
 
-func (x *racyExecutor) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+func (x *racyExecutor) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	x.mu.Lock()
 	stored := x.data[key]
 	x.mu.Unlock()
 	runtime.Gosched() // widen the window, as a network hop would
-	next, changed, resp := core.Process(stored, req, x.clock.Now())
+	next, changed, resp := wire.Process(stored, req, x.clock.Now())
 	if changed {
 		x.mu.Lock()
 		x.data[key] = next

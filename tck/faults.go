@@ -10,6 +10,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -422,7 +423,7 @@ func (s *ttlSpy) hook(ctx context.Context, op *cas.Op, next func(context.Context
 func checkTTLFollowsStrategy(e *env) {
 	for _, tc := range []struct {
 		name   string
-		expiry core.Expiry
+		expiry wire.Expiry
 		want   []time.Duration // per write: create (1 token used), then 4 more
 	}{
 		{"never", bucketgrid.ExpireNever(), []time.Duration{0, 0}},

@@ -91,7 +91,7 @@ func checkMemoryNeverDecides(e *env) {
 	p.must("B's ReplaceConfiguration", p.b.ReplaceConfiguration(ctx, cfg, core.InheritAsIs))
 	d, err := p.a.Diagnose(ctx)
 	p.must("A's Diagnose", err)
-	if c := d.Bucket.Config.Bandwidths[0].Capacity; c != 50 {
+	if c := d.State.Config.Bandwidths[0].Capacity; c != 50 {
 		e.Errorf("after B replaced the configuration (capacity 50), A's diagnostics show capacity %d: answered from memory", c)
 	}
 	if e.cfg.noDelete == "" {

@@ -118,7 +118,7 @@ func checkSameResults(e *env) {
 			case 12, 13:
 				both(func(b bucketgrid.Bucket) string {
 					p, d, err := b.TryConsumeAndReturnRemainingVerbose(e.ctx, n)
-					return fmt.Sprint(p, d.Available, d.TimeToFull, d.Bucket.State, err)
+					return fmt.Sprint(p, d.Available, d.TimeToFull, d.State.Bands, err)
 				})
 			}
 			got += fmt.Sprintf("; events %d consumed, %d rejected, %v parked", hcl.Consumed(), hcl.Rejected(), hcl.Parked())
@@ -144,7 +144,7 @@ func checkSameResults(e *env) {
 	for _, s := range []core.TokensInheritance{core.InheritProportionally, core.InheritAsIs, core.InheritReset, core.InheritAdditive} {
 		h := e.handles(e.key("replace-"+s.String()), staticConfig(old.Bandwidths...))[0]
 		now := e.clock.Now()
-		model := core.NewBucket(old.Clone(), now)
+		model := core.NewState(old.Clone(), now)
 		if _, err := h.TryConsume(e.ctx, 60); err != nil {
 			e.Fatalf("%v: %v", s, err)
 		}

@@ -1,5 +1,5 @@
 // Package wasmfilter is the bucketgrid rate limiter as an Envoy HTTP filter
-// on proxy-wasm ABI 0.2.1: the same core.Process and cas.Executor as every
+// on proxy-wasm ABI 0.2.1: the same wire.Process and cas.Executor as every
 // other backend, with its state in proxy-wasm shared data.
 //
 // # Building and loading

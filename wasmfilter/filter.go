@@ -11,6 +11,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -298,13 +299,13 @@ func (p *Plugin) check(i int, pol *policy, path string) (outcome, error) {
 	if err != nil {
 		return outcome{}, err
 	}
-	req := core.Request{
-		Mode:          core.ModeCreateOrReplace,
-		Ops:           []core.Op{{Kind: core.OpTryConsumeAndReturnRemaining, Tokens: pol.cost}},
+	req := wire.Request{
+		Mode:          wire.ModeCreateOrReplace,
+		Ops:           []wire.Op{{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: pol.cost}},
 		Config:        &pol.config,
 		ConfigVersion: pol.version,
 		Inheritance:   core.InheritProportionally,
-		Expiry:        core.Expiry{Kind: core.ExpireAfterRefill},
+		Expiry:        wire.Expiry{Kind: wire.ExpireAfterRefill},
 		Verbose:       p.set.headers.IETF || p.set.headers.XRateLimit,
 	}
 	exec := p.execs[i]
@@ -315,7 +316,7 @@ func (p *Plugin) check(i int, pol *policy, path string) (outcome, error) {
 	if err != nil {
 		return outcome{}, err
 	}
-	if err := resp.Err(); err != nil || resp.Status != core.StatusOK || len(resp.Results) != 1 {
+	if err := resp.Err(); err != nil || resp.Status != wire.StatusOK || len(resp.Results) != 1 {
 		if err == nil {
 			err = errors.New("unexpected status " + resp.Status.String())
 		}
@@ -360,8 +361,8 @@ func (p *Plugin) refuse(admitted []outcome, rejected *outcome, r refusal) Action
 // later policy refused the request, and updates the outcome's state. A
 // failed refund is only logged: the tokens then come back by refill.
 func (p *Plugin) refund(o *outcome) {
-	req := core.Request{Mode: core.ModeBare, Verbose: true,
-		Ops: []core.Op{{Kind: core.OpAddTokens, Tokens: o.pol.cost}}}
+	req := wire.Request{Mode: wire.ModeBare, Verbose: true,
+		Ops: []wire.Op{{Kind: wire.OpAddTokens, Tokens: o.pol.cost}}}
 	resp, err := p.execs[o.idx].Execute(context.Background(), o.key, req)
 	if err != nil {
 		p.logLimited(LogWarn, "bucketgrid: policy "+o.pol.name+": refund: "+describe(err))

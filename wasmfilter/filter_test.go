@@ -315,7 +315,7 @@ func TestUnknownFieldsNamed(t *testing.T) {
 
 // BenchmarkNativeRequest is the filter's own cost per admitted request,
 // natively on the fake host: key from source.address, one shared-data read,
-// core.Process, one compare-and-swap write, IETF and x-ratelimit headers.
+// wire.Process, one compare-and-swap write, IETF and x-ratelimit headers.
 func BenchmarkNativeRequest(b *testing.B) {
 	cfg := `{"policies": [{"name": "p", "key": ["source.address"],
 	  "bandwidths": [{"capacity": 1000000000, "period": "1s"}]}], "headers": {"ietf": true, "x_ratelimit": true}}`

@@ -26,13 +26,13 @@ func bandStates(pol *policy, d *core.Diagnostics, now int64) []bandState {
 	if d == nil {
 		return nil
 	}
-	bws := d.Bucket.Config.Bandwidths
-	if len(bws) != len(pol.bands) || len(d.Bucket.State) != len(bws) {
+	bws := d.State.Config.Bandwidths
+	if len(bws) != len(pol.bands) || len(d.State.Bands) != len(bws) {
 		return nil
 	}
 	out := make([]bandState, len(bws))
 	for i := range bws {
-		one := core.Bucket{Config: core.Config{Bandwidths: bws[i : i+1]}, State: d.Bucket.State[i : i+1]}
+		one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]}, Bands: d.State.Bands[i : i+1]}
 		avail := one.AvailableTokens(now)
 		var ns int64
 		if avail < pol.cost {

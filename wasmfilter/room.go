@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // makeRoom returns the directory entries without dead ones, with room for
@@ -168,13 +169,13 @@ func (c *candidate) consider(s *Store, sl, tok uint32, rec slotRecord, now int64
 // fewer tokens than one request of the policy takes. A value this build
 // cannot decode counts as empty but not spent.
 func (s *Store) fullness(data []byte, now int64) (share float64, spent bool) {
-	b, err := core.DecodeBucket(data)
-	if err != nil || len(b.State) != len(b.Config.Bandwidths) {
+	b, err := wire.DecodeState(data)
+	if err != nil || len(b.Bands) != len(b.Config.Bandwidths) {
 		return 0, false
 	}
 	share = 1
 	for i, bw := range b.Config.Bandwidths {
-		one := core.Bucket{Config: core.Config{Bandwidths: b.Config.Bandwidths[i : i+1]}, State: b.State[i : i+1]}
+		one := core.State{Config: core.Config{Bandwidths: b.Config.Bandwidths[i : i+1]}, Bands: b.Bands[i : i+1]}
 		avail := one.AvailableTokens(now)
 		spent = spent || avail < s.cost
 		share = min(share, float64(avail)/float64(bw.Capacity))

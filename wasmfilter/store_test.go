@@ -14,7 +14,8 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/internal/keyrule"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/internal/harness/keyrule"
 	"github.com/bucketgrid/bucketgrid/wasmfilter/internal/shareddata"
 )
 
@@ -126,7 +127,7 @@ func TestStoreRejectsKeysItCannotHold(t *testing.T) {
 	ctx := context.Background()
 	f := newStoreFixture(16, false)
 	e := cas.New(f.store)
-	req := core.Request{Ops: []core.Op{{Kind: core.OpTryConsume, Tokens: 1}}}
+	req := wire.Request{Ops: []wire.Op{{Kind: wire.OpTryConsume, Tokens: 1}}}
 	for _, key := range []string{"", "over-the-limit:" + strings.Repeat("k", MaxKeyLen-14)} {
 		if err := keyrule.Refused(ctx, f.store, key); err != nil {
 			t.Errorf("%d bytes: %v", len(key), err)
@@ -460,9 +461,9 @@ func TestFirstInsertRaceIsBounded(t *testing.T) {
 	}
 	set, _ := cfg.compile()
 	pol := &set.policies[0]
-	req := func() core.Request {
-		return core.Request{Mode: core.ModeCreateIfAbsent, Config: &pol.config,
-			Ops: []core.Op{{Kind: core.OpTryConsumeAndReturnRemaining, Tokens: 1}}}
+	req := func() wire.Request {
+		return wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &pol.config,
+			Ops: []wire.Op{{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1}}}
 	}
 	run := func(prepare bool) int {
 		shared, clock := shareddata.New(), newClock()

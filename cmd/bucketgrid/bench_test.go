@@ -19,7 +19,7 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/bucketgrid/bucketgrid/internal/loadbench"
+	"github.com/bucketgrid/bucketgrid/internal/harness/loadbench"
 )
 
 // The benchmark's rules. Windows of a year and limits sized for

@@ -19,7 +19,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 const exampleDir = "../../examples/envoy-global"
@@ -112,9 +112,9 @@ func TestExampleEnvoyGlobal(t *testing.T) {
 	routes := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()
 	n := 0
 	for _, r := range routes {
-		for _, policy := range r.GetRoute().GetRateLimits() {
-			var entries []rlsconfig.Entry
-			for _, a := range policy.GetActions() {
+		for _, limits := range r.GetRoute().GetRateLimits() {
+			var entries []policy.Entry
+			for _, a := range limits.GetActions() {
 				entries = append(entries, entryOf(t, a, values))
 			}
 			rule, ok := cfg.Match(rl.GetDomain(), entries, nil)
@@ -131,34 +131,34 @@ func TestExampleEnvoyGlobal(t *testing.T) {
 		t.Fatalf("%d descriptors matched, want 4", n)
 	}
 	for value, want := range map[string]uint32{"partner-acme": 200, "revoked-key": 0, "plain": 20} {
-		if r, ok := cfg.Match("shop", []rlsconfig.Entry{{Key: "api_key", Value: value}}, nil); !ok || r.RequestsPerUnit != want {
+		if r, ok := cfg.Match("shop", []policy.Entry{{Key: "api_key", Value: value}}, nil); !ok || r.RequestsPerUnit != want {
 			t.Errorf("api_key %s: %v %d, want %d", value, ok, r.RequestsPerUnit, want)
 		}
 	}
 }
 
 // entryOf is the descriptor entry Envoy builds for action a.
-func entryOf(t *testing.T, a *routev3.RateLimit_Action, values map[string]string) rlsconfig.Entry {
+func entryOf(t *testing.T, a *routev3.RateLimit_Action, values map[string]string) policy.Entry {
 	t.Helper()
 	switch {
 	case a.GetRemoteAddress() != nil:
-		return rlsconfig.Entry{Key: "remote_address", Value: values["remote_address"]}
+		return policy.Entry{Key: "remote_address", Value: values["remote_address"]}
 	case a.GetRequestHeaders() != nil:
 		k := a.GetRequestHeaders().GetDescriptorKey()
-		return rlsconfig.Entry{Key: k, Value: values[k]}
+		return policy.Entry{Key: k, Value: values[k]}
 	case a.GetGenericKey() != nil:
 		k := a.GetGenericKey().GetDescriptorKey()
 		if k == "" {
 			k = "generic_key"
 		}
-		return rlsconfig.Entry{Key: k, Value: a.GetGenericKey().GetDescriptorValue()}
+		return policy.Entry{Key: k, Value: a.GetGenericKey().GetDescriptorValue()}
 	case a.GetHeaderValueMatch() != nil:
 		k := a.GetHeaderValueMatch().GetDescriptorKey()
 		if k == "" {
 			k = "header_match"
 		}
-		return rlsconfig.Entry{Key: k, Value: a.GetHeaderValueMatch().GetDescriptorValue()}
+		return policy.Entry{Key: k, Value: a.GetHeaderValueMatch().GetDescriptorValue()}
 	}
 	t.Fatalf("action %v: not covered by this test", a)
-	return rlsconfig.Entry{}
+	return policy.Entry{}
 }

@@ -11,20 +11,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // config is everything the flags set.
 type config struct {
 	ConfigPaths    []string
+	XDS            xdsFlags
 	GRPCAddr       string
 	HTTPAddr       string
 	DebugAddr      string
-	Rules          rlsconfig.Options
+	Rules          policy.Options
 	ShadowMode     bool
 	QuotaMode      bool
-	Headers        httplimit.Headers
+	Headers        policy.Headers
 	Timeout        time.Duration
 	ReloadInterval time.Duration
 	Backend        string
@@ -94,6 +94,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	var algorithm, headers, level string
 	var ratio float64
 	fs.Var(listFlag{&c.ConfigPaths}, "config", "configuration `path`: a YAML file, or a directory of *.yaml files (repeatable, or comma-separated)")
+	fs.StringVar(&c.XDS.Addr, "config-xds", "", "`host:port` of an xDS management server to take the configuration from (state of the world, RateLimitConfig resources, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW), instead of -config")
+	fs.StringVar(&c.XDS.Node, "config-xds-node", "", "node `ID` sent to the xDS server; empty is the host name")
+	fs.StringVar(&c.XDS.API, "config-xds-api", "ads", "xDS service to stream from: ads (the aggregated discovery service, as envoyproxy/ratelimit) or rls (RateLimitConfigDiscoveryService)")
+	fs.StringVar(&c.XDS.CA, "config-xds-ca", "", "PEM `file` of the CA of the xDS server's certificate (TLS); empty connects in plaintext")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:8081", "gRPC listen `address` (the RLS API, health, reflection)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen `address` (/json, /healthcheck, /metrics); empty disables it")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "listen `address` of /debug/pprof (Go's profiler); empty disables it. Never expose it")
@@ -102,7 +106,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.Float64Var(&ratio, "near-limit-ratio", 0.8, "fraction of a limit above which hits count as near the limit")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "answer OK to everything, counting what would be refused")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", false, "treat every rule as quota_mode")
-	fs.StringVar(&headers, "headers", "ietf", "response headers for Envoy to add: none, ietf (RateLimit-Policy, RateLimit), x-ratelimit, or ietf,x-ratelimit")
+	fs.StringVar(&headers, "headers", "ietf", "response headers for Envoy to add, comma-separated: ietf (RateLimit-Policy, RateLimit), x-ratelimit (X-RateLimit-Limit, -Remaining, -Reset), draft (RateLimit-Limit, -Remaining, -Reset, envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED names), or none")
 	fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound on answering one request")
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", time.Second, "how often the configuration files are checked for changes")
 	fs.StringVar(&c.Backend, "backend", "grid", "where the buckets live: grid (an Olric grid of the instances), memory (this process only), or a store URI: redis://, mongodb://, couchbase://")
@@ -141,10 +145,13 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		return c, nil
 	}
 	var errs []error
-	if len(c.ConfigPaths) == 0 {
-		errs = append(errs, errors.New("-config is required"))
+	switch {
+	case len(c.ConfigPaths) == 0 && c.XDS.Addr == "":
+		errs = append(errs, errors.New("-config is required (or -config-xds)"))
+	case len(c.ConfigPaths) > 0 && c.XDS.Addr != "":
+		errs = append(errs, errors.New("-config and -config-xds are alternatives: give one"))
 	}
-	a, ok := rlsconfig.ParseAlgorithm(algorithm)
+	a, ok := policy.ParseAlgorithm(algorithm)
 	if !ok {
 		errs = append(errs, fmt.Errorf("-algorithm %q: want fixed_window or token_bucket", algorithm))
 	}
@@ -153,16 +160,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want a fraction in (0, 1]", ratio))
 	}
 	c.Rules.NearLimitRatio = float32(ratio)
-	switch strings.ReplaceAll(headers, " ", "") {
-	case "none", "":
-	case "ietf":
-		c.Headers = httplimit.IETFHeaders
-	case "x-ratelimit":
-		c.Headers = httplimit.XRateLimitHeaders
-	case "ietf,x-ratelimit", "x-ratelimit,ietf":
-		c.Headers = httplimit.IETFHeaders | httplimit.XRateLimitHeaders
-	default:
-		errs = append(errs, fmt.Errorf("-headers %q: want none, ietf, x-ratelimit or ietf,x-ratelimit", headers))
+	if h, err := parseHeaders(headers); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.Headers = h
 	}
 	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 || c.DrainGrace < 0 {
 		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace and -drain-grace not negative"))
@@ -221,4 +222,23 @@ func splitHostPort(s string) (string, int, error) {
 	}
 	port, err := strconv.Atoi(p)
 	return host, port, err
+}
+
+// parseHeaders reads the -headers list.
+func parseHeaders(list string) (policy.Headers, error) {
+	var h policy.Headers
+	for _, name := range strings.Split(strings.ReplaceAll(list, " ", ""), ",") {
+		switch name {
+		case "none", "":
+		case "ietf":
+			h |= policy.IETFHeaders
+		case "x-ratelimit":
+			h |= policy.XRateLimitHeaders
+		case "draft":
+			h |= policy.DraftHeaders
+		default:
+			return 0, fmt.Errorf("-headers %q: want a list of ietf, x-ratelimit and draft, or none", list)
+		}
+	}
+	return h, nil
 }

@@ -2,12 +2,22 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	rlqfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"gopkg.in/yaml.v2"
+
+	// the typed configurations the README's filter uses, for protojson
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
 // TestRLQSThroughTheServer: with -rlqs the instance answers a quota stream
@@ -61,5 +71,87 @@ descriptors:
 	}
 	if r.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("RLS answered %v to 10 hits after the quota took the bucket's tokens, want OVER_LIMIT", r.GetOverallCode())
+	}
+}
+
+// readmeBlock returns the code block after marker in README.md.
+func readmeBlock(t *testing.T, marker string) string {
+	t.Helper()
+	raw, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(raw), "<!-- "+marker+" -->\n```yaml\n")
+	if !ok {
+		t.Fatalf("README.md has no block %s", marker)
+	}
+	block, _, _ := strings.Cut(after, "```")
+	return block
+}
+
+// TestRLQSReadmeExample checks the README's filter against Envoy's v3 API
+// (go-control-plane's types and validation rules) and answers the bucket
+// ids it builds with the README's rules through a running instance.
+func TestRLQSReadmeExample(t *testing.T) {
+	var doc any
+	if err := yaml.Unmarshal([]byte(readmeBlock(t, "rlqs-filter")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(jsonable(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var filters []json.RawMessage
+	if err := json.Unmarshal(js, &filters); err != nil || len(filters) != 1 {
+		t.Fatalf("want one http filter: %v", err)
+	}
+	var hf hcmv3.HttpFilter
+	if err := protojson.Unmarshal(filters[0], &hf); err != nil {
+		t.Fatalf("not an HttpFilter: %v", err)
+	}
+	if err := hf.ValidateAll(); err != nil {
+		t.Fatalf("filter fails validation: %v", err)
+	}
+	var fc rlqfilterv3.RateLimitQuotaFilterConfig
+	if err := hf.GetTypedConfig().UnmarshalTo(&fc); err != nil {
+		t.Fatal(err)
+	}
+	var bs rlqfilterv3.RateLimitQuotaBucketSettings
+	if err := fc.GetBucketMatchers().GetOnNoMatch().GetAction().GetTypedConfig().UnmarshalTo(&bs); err != nil {
+		t.Fatal(err)
+	}
+	if err := bs.ValidateAll(); err != nil {
+		t.Fatalf("bucket settings fail validation: %v", err)
+	}
+	keys := bs.GetBucketIdBuilder().GetBucketIdBuilder()
+	if len(keys) != 1 || keys["api_key"] == nil {
+		t.Fatalf("bucket id builder %v, want one api_key entry", keys)
+	}
+
+	dir := writeConfig(t, t.TempDir(), map[string]string{"api.yaml": readmeBlock(t, "rlqs-rules")})
+	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-backend", "memory", "-rlqs")
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecureCreds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := rlqspb.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &rlqspb.BucketId{Bucket: map[string]string{"api_key": "k1"}}
+	if err := st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: fc.GetDomain(),
+		BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: id, NumRequestsAllowed: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	if tb == nil || tb.GetTokensPerFill().GetValue() == 0 {
+		t.Fatalf("the README's bucket was answered %v, want a token bucket", resp)
 	}
 }

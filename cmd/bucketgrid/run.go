@@ -20,11 +20,10 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/bucketgrid/bucketgrid"
-	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/loader"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // streamWorkers is the number of gRPC stream workers: requests in flight
@@ -51,8 +50,12 @@ const expiryMargin = 10 * time.Second
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
 	m := metrics.New(c.MaxValued)
-	ld := &loader.Loader{Paths: c.ConfigPaths, Options: c.Rules}
-	rules, err := ld.Load()
+	src, err := openRules(c, log)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	rules, err := src.first(ctx)
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -106,7 +109,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		Logger:           log,
 	})
 	svc.SetConfig(rules)
-	log.Info("configuration loaded", "domains", rules.Domains(), "paths", c.ConfigPaths)
+	log.Info("configuration loaded", append([]any{"domains", rules.Domains()}, src.from...)...)
 
 	// Stream workers keep goroutines whose stacks have grown, instead of a
 	// new goroutine (and its stack growth, a tenth of a request's CPU) per
@@ -182,7 +185,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		wg.Go(func() { rlqs.Run(watchCtx) }) // its streams end before GracefulStop waits for them
 	}
 	wg.Go(func() {
-		ld.Watch(watchCtx, c.ReloadInterval, func(cfg *rlsconfig.Config) {
+		src.watch(watchCtx, func(cfg *policy.Rules) {
 			svc.SetConfig(cfg)
 			m.ConfigLoad(true)
 			log.Info("configuration reloaded", "domains", cfg.Domains())

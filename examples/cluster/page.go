@@ -153,8 +153,8 @@ func (nd *node) state(w http.ResponseWriter, r *http.Request) {
 		b.Error = err.Error()
 	default:
 		b.Stored = true
-		b.Version = d.Bucket.ConfigVersion
-		if bws := d.Bucket.Config.Bandwidths; len(bws) > 0 {
+		b.Version = d.State.ConfigVersion
+		if bws := d.State.Config.Bandwidths; len(bws) > 0 {
 			b.Capacity = bws[0].Capacity
 			b.RefillPerMinute = bws[0].RefillTokens * int64(time.Minute) / int64(bws[0].RefillPeriod)
 		}

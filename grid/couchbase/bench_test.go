@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
-	"github.com/bucketgrid/bucketgrid/internal/loadbench"
+	"github.com/bucketgrid/bucketgrid/internal/harness/loadbench"
 	"github.com/bucketgrid/bucketgrid/retry"
 	"github.com/bucketgrid/bucketgrid/tck"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
-	"github.com/bucketgrid/bucketgrid/internal/exampletest"
+	"github.com/bucketgrid/bucketgrid/internal/harness/exampletest"
 )
 
 // Rate-limit per user with buckets kept in a Couchbase bucket: 10 requests a

@@ -12,7 +12,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
 	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/internal/keyrule"
+	"github.com/bucketgrid/bucketgrid/internal/harness/keyrule"
 )
 
 // prefix45 returns a key prefix of 45 bytes unique to this call: an API

@@ -15,7 +15,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
-	"github.com/bucketgrid/bucketgrid/internal/exampletest"
+	"github.com/bucketgrid/bucketgrid/internal/harness/exampletest"
 )
 
 // Rate-limit per user with buckets kept in a MongoDB collection: 10 requests

@@ -14,7 +14,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
-	"github.com/bucketgrid/bucketgrid/internal/keyrule"
+	"github.com/bucketgrid/bucketgrid/internal/harness/keyrule"
 )
 
 // TestKeyRuleThroughMiddleware: a key one byte over MaxKeyLen, or not UTF-8

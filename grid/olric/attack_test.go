@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // ---- what an attacker on the network does ----
@@ -97,8 +98,8 @@ func channelAttempt(t *testing.T, c net.Conn, key string) string {
 	t.Helper()
 	defer c.Close()
 	hijack, _ := core.NewConfig(core.Intervally(10, 10, time.Hour))
-	req := core.Request{Mode: core.ModeCreateIfAbsent, Config: &hijack, Ops: []core.Op{{Kind: core.OpForceAddTokens, Tokens: 2e12}}}
-	f := append(preamble[:], requestFrame(1, kindExecute, 5*time.Second, key, core.AppendRequest(nil, &req))...)
+	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &hijack, Ops: []wire.Op{{Kind: wire.OpForceAddTokens, Tokens: 2e12}}}
+	f := append(preamble[:], requestFrame(1, kindExecute, 5*time.Second, key, wire.AppendRequest(nil, &req))...)
 	f = append(f, requestFrame(2, kindRemove, 5*time.Second, key, nil)...)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	c.Write(f) // may fail: the member may already have hung up

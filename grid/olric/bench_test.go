@@ -15,6 +15,7 @@ import (
 	olricdb "github.com/olric-data/olric"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // benchCallers is the number of concurrent callers, five on each of the
@@ -28,7 +29,7 @@ var benchCallers = func() int {
 }()
 
 // rmw is one read-modify-write of a bucket through some mechanism.
-type rmw func(ctx context.Context, caller int, key string, req core.Request) (core.Response, error)
+type rmw func(ctx context.Context, caller int, key string, req wire.Request) (wire.Response, error)
 
 // BenchmarkCheck measures this package's one-hop owner execution on one 3-
 // member cluster in this process with security off (loopback, open) and
@@ -81,14 +82,14 @@ func BenchmarkCheck(b *testing.B) {
 			mechanisms := []struct {
 				name string
 				do   rmw
-			}{{"executor", func(ctx context.Context, caller int, key string, req core.Request) (core.Response, error) {
+			}{{"executor", func(ctx context.Context, caller int, key string, req wire.Request) (wire.Response, error) {
 				return ms[caller%3].Execute(ctx, key, req)
 			}}}
 			if security == "off" {
 				mechanisms = append(mechanisms, struct {
 					name string
 					do   rmw
-				}{"olric-lock", func(ctx context.Context, caller int, key string, req core.Request) (core.Response, error) {
+				}{"olric-lock", func(ctx context.Context, caller int, key string, req wire.Request) (wire.Response, error) {
 					return lockedRMW(ctx, locks[caller%3], data[caller%3], key, req)
 				}})
 			}
@@ -199,9 +200,9 @@ func BenchmarkCheck(b *testing.B) {
 }
 
 // lockedRMW is the lock-based alternative: Lock (in a DMap of its own, so
-// the lock token does not overwrite the bucket) + Get + core.Process with
+// the lock token does not overwrite the bucket) + Get + wire.Process with
 // the caller's clock + Put + Unlock.
-func lockedRMW(ctx context.Context, locks, data olricdb.DMap, key string, req core.Request) (core.Response, error) {
+func lockedRMW(ctx context.Context, locks, data olricdb.DMap, key string, req wire.Request) (wire.Response, error) {
 	// Olric's lock polls every 10 ms and is unfair: under contention a
 	// waiter can starve past any deadline, so retry until it wins.
 	var l olricdb.LockContext
@@ -213,7 +214,7 @@ func lockedRMW(ctx context.Context, locks, data olricdb.DMap, key string, req co
 		}
 	}
 	if err != nil {
-		return core.Response{}, err
+		return wire.Response{}, err
 	}
 	defer l.Unlock(ctx)
 	var stored []byte
@@ -221,16 +222,16 @@ func lockedRMW(ctx context.Context, locks, data olricdb.DMap, key string, req co
 	switch {
 	case errors.Is(err, olricdb.ErrKeyNotFound):
 	case err != nil:
-		return core.Response{}, err
+		return wire.Response{}, err
 	default:
 		if stored, err = gr.Byte(); err != nil {
-			return core.Response{}, err
+			return wire.Response{}, err
 		}
 	}
-	newStored, changed, resp := core.Process(stored, req, time.Now().UnixNano())
+	newStored, changed, resp := wire.Process(stored, req, time.Now().UnixNano())
 	if changed {
 		if err := data.Put(ctx, key, newStored); err != nil {
-			return core.Response{}, err
+			return wire.Response{}, err
 		}
 	}
 	return resp, nil

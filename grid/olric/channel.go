@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 var (
@@ -232,9 +232,9 @@ func (m *Member) serveConn(nc *newConn) {
 		if err != nil {
 			return
 		}
-		var req core.Request
+		var req wire.Request
 		if err = checkKey(key); err == nil && kind == kindExecute {
-			req, err = core.DecodeRequest(rest)
+			req, err = wire.DecodeRequest(rest)
 		}
 		switch {
 		case err != nil:
@@ -287,7 +287,7 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 	case kindOK:
 		dst = appendFrameHeader(dst, id, kindOK)
 		if !o.removed {
-			dst = core.AppendResponse(dst, &o.resp)
+			dst = wire.AppendResponse(dst, &o.resp)
 		}
 	case kindHold:
 		dst = appendFrameHeader(dst, id, kindHold)
@@ -309,7 +309,7 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 // connection's reader.
 type reply struct {
 	kind byte
-	resp core.Response // kindOK with a payload (an execute's answer)
+	resp wire.Response // kindOK with a payload (an execute's answer)
 	body bool          // kindOK: the answer had a payload
 	hold int64         // kindHold: nanoseconds to wait
 	msg  string        // kindError: the owner's message
@@ -323,7 +323,7 @@ func decodeReply(kind byte, payload []byte) reply {
 		if len(payload) == 0 {
 			return reply{kind: kindOK}
 		}
-		resp, err := core.DecodeResponse(payload)
+		resp, err := wire.DecodeResponse(payload)
 		if err != nil {
 			return reply{err: err}
 		}
@@ -513,7 +513,7 @@ func cmpErr(err, def error) error {
 // call sends one request (req nil for kindRemove) and waits for its
 // answer. budget is how long the caller still waits; it travels in the
 // frame.
-func (p *peer) call(ctx context.Context, kind byte, key string, req *core.Request, budget time.Duration) reply {
+func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Request, budget time.Duration) reply {
 	if budget <= 0 {
 		return reply{err: context.DeadlineExceeded}
 	}
@@ -535,7 +535,7 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *core.Reques
 	p.wbuf = binary.AppendUvarint(p.wbuf, uint64(budget))
 	p.wbuf = appendKey(p.wbuf, key)
 	if req != nil {
-		p.wbuf = core.AppendRequest(p.wbuf, req)
+		p.wbuf = wire.AppendRequest(p.wbuf, req)
 	}
 	if len(p.wbuf)-start-4 > maxFrame {
 		p.wbuf = p.wbuf[:start]
@@ -587,7 +587,7 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *core.Reques
 }
 
 // remote runs a request on the owner called name (req nil for kindRemove).
-func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req *core.Request, budget time.Duration) outcome {
+func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req *wire.Request, budget time.Duration) outcome {
 	p, err := m.peerFor(ctx, name)
 	if err != nil {
 		return outcome{kind: kindError, err: err, retry: errors.Is(err, errPeerGone)}

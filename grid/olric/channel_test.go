@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // openChannel connects to m's owner channel in plain TCP, sends data and
@@ -70,7 +70,7 @@ func TestChannelDeadlines(t *testing.T) {
 	c, r := openChannel(t, m, preamble[:])
 	time.Sleep(time.Second) // longer than ChannelIOTimeout, on purpose
 	cfg := testBucket(5)
-	req := core.AppendRequest(nil, new(consumeReq(&cfg, 1)))
+	req := wire.AppendRequest(nil, new(consumeReq(&cfg, 1)))
 	if _, err := c.Write(requestFrame(1, kindExecute, 5*time.Second, "idle", req)); err != nil {
 		t.Fatal(err)
 	}
@@ -95,8 +95,8 @@ func TestChannelDeadlines(t *testing.T) {
 func TestExpiredRequestsDropped(t *testing.T) {
 	m := startCluster(t, 1, nil)[0]
 	cfg := testBucket(5)
-	consume := core.AppendRequest(nil, new(consumeReq(&cfg, 3)))
-	avail := core.AppendRequest(nil, new(availableReq(&cfg)))
+	consume := wire.AppendRequest(nil, new(consumeReq(&cfg, 3)))
+	avail := wire.AppendRequest(nil, new(availableReq(&cfg)))
 	f := append(preamble[:], requestFrame(1, kindExecute, 1, "late", consume)...) // 1 ns left
 	f = append(f, requestFrame(2, kindExecute, 5*time.Second, "late", avail)...)
 	c, r := openChannel(t, m, f)
@@ -118,7 +118,7 @@ func TestExpiredRequestsDropped(t *testing.T) {
 				t.Errorf("expired request: kind %d %q, want an expiry error", kind, payload)
 			}
 		case 2:
-			resp, err := core.DecodeResponse(payload)
+			resp, err := wire.DecodeResponse(payload)
 			if kind != kindOK || err != nil || resp.Results[0].Tokens != 5 {
 				t.Errorf("after the expired request: kind %d %v %v, want 5 tokens", kind, resp.Results, err)
 			}
@@ -137,7 +137,7 @@ func TestPeerWriteBounds(t *testing.T) {
 	defer owner.Close()
 	p := &peer{m: m, name: "stuck", c: caller, pending: map[uint64]chan reply{}}
 	big := largestRequest(t)
-	size := len(core.AppendRequest(nil, &big))
+	size := len(wire.AppendRequest(nil, &big))
 	first := make(chan reply, 1)
 	go func() { first <- p.call(context.Background(), kindExecute, "k", &big, time.Minute) }()
 	// Wait until the first call is writing (and blocked: nobody reads): it

@@ -13,7 +13,7 @@
 // their requests to the same write; an owner answers everything it read in
 // one write). When the calling member
 // owns the key the request runs in place, without any network. The owner
-// runs core.Process under a per-key lock with its own wall clock, against
+// runs wire.Process under a per-key lock with its own wall clock, against
 // the bucket stored in Olric (it keeps a copy of what it last wrote, since
 // it is the only writer, and reads Olric only on a miss), writes the new
 // state to Olric only when it changed, with the TTL the request's

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // emfileEnv makes the test binary a member that runs out of file
@@ -94,10 +94,10 @@ func TestFileDescriptorExhaustion(t *testing.T) {
 	// connections (EOF, or their handshake deadline): a request gets
 	// through within the deadline.
 	cfg := testBucket(10)
-	req := core.Request{Mode: core.ModeCreateIfAbsent, Config: &cfg, Ops: []core.Op{{Kind: core.OpTryConsume, Tokens: 3}}}
+	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, Ops: []wire.Op{{Kind: wire.OpTryConsume, Tokens: 3}}}
 	var last error
 	for time.Now().Before(deadline) {
-		if last = rawCall(addr, "after-emfile", core.AppendRequest(nil, &req)); last == nil {
+		if last = rawCall(addr, "after-emfile", wire.AppendRequest(nil, &req)); last == nil {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-func consumeReq(cfg *core.Config, n int64) core.Request {
-	return core.Request{Mode: core.ModeCreateIfAbsent, Config: cfg, Ops: []core.Op{{Kind: core.OpTryConsume, Tokens: n}}}
+func consumeReq(cfg *core.Config, n int64) wire.Request {
+	return wire.Request{Mode: wire.ModeCreateIfAbsent, Config: cfg, Ops: []wire.Op{{Kind: wire.OpTryConsume, Tokens: n}}}
 }
 
-func availableReq(cfg *core.Config) core.Request {
-	return core.Request{Mode: core.ModeCreateIfAbsent, Config: cfg, Ops: []core.Op{{Kind: core.OpAvailableTokens}}}
+func availableReq(cfg *core.Config) wire.Request {
+	return wire.Request{Mode: wire.ModeCreateIfAbsent, Config: cfg, Ops: []wire.Op{{Kind: wire.OpAvailableTokens}}}
 }
 
 func TestExactAccounting(t *testing.T) {

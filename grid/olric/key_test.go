@@ -12,6 +12,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // TestKeyLength checks the key rule: keys of up to MaxKeyLen bytes (any
@@ -58,7 +59,7 @@ func TestKeyLength(t *testing.T) {
 
 	// An owner refuses such a key from the channel too (a caller would
 	// not send it), with an error answer, and keeps the connection.
-	req := core.AppendRequest(nil, new(consumeReq(&cfg, 1)))
+	req := wire.AppendRequest(nil, new(consumeReq(&cfg, 1)))
 	f := append(preamble[:], requestFrame(1, kindExecute, time.Second, long, req)...)
 	f = append(f, requestFrame(2, kindExecute, time.Second, "short", req)...)
 	c, r := openChannel(t, ms[0], f)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // ErrClosed is returned by a Member that is shutting down or shut down.
@@ -299,7 +300,7 @@ func (m *Member) LiveInstances() int { return max(m.routes.Load().members, 1) }
 // outcome is the result of one attempt at a request.
 type outcome struct {
 	kind    byte // kindOK, kindNotOwner, kindHold or kindError
-	resp    core.Response
+	resp    wire.Response
 	removed bool
 	hold    int64 // nanoseconds, for kindHold
 	err     error
@@ -311,7 +312,7 @@ type outcome struct {
 // (kindNotOwner) when this member's routing read says another member owns
 // the key and holds (kindHold) during a hand-over, on a stale routing read
 // or while shutting down.
-func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.Request, remove bool) outcome {
+func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool) outcome {
 	m.gate.RLock()
 	defer m.gate.RUnlock()
 	if m.leaving.Load() {
@@ -363,7 +364,7 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *core.
 			}
 		}
 	}
-	newStored, changed, resp := core.Process(stored, *req, m.cfg.Clock.Now())
+	newStored, changed, resp := wire.Process(stored, *req, m.cfg.Clock.Now())
 	if changed {
 		var err error
 		if resp.TTL > 0 {
@@ -448,9 +449,9 @@ func checkKey(key string) error {
 // deadline is bounded by Config.RequestTimeout. A key longer than MaxKeyLen
 // fails at once, before any I/O, with a *core.KeyError (errors.Is
 // core.ErrInvalidKey).
-func (m *Member) Execute(ctx context.Context, key string, req core.Request) (core.Response, error) {
+func (m *Member) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	if err := checkKey(key); err != nil {
-		return core.Response{}, err
+		return wire.Response{}, err
 	}
 	o, err := m.do(ctx, key, &req, false)
 	return o.resp, err
@@ -466,7 +467,7 @@ func (m *Member) Remove(ctx context.Context, key string) error {
 	return err
 }
 
-func (m *Member) do(ctx context.Context, key string, req *core.Request, remove bool) (outcome, error) {
+func (m *Member) do(ctx context.Context, key string, req *wire.Request, remove bool) (outcome, error) {
 	// Without a deadline, RequestTimeout bounds the waits (a timer per
 	// request would cost more than the request).
 	budget := time.Time{}

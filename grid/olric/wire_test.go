@@ -13,6 +13,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -131,17 +132,17 @@ func TestFrameBufferGrowsWithData(t *testing.T) {
 // that both fit in a frame.
 func TestMaxFrameFitsLargestRequest(t *testing.T) {
 	req := largestRequest(t)
-	enc := core.AppendRequest(nil, &req)
+	enc := wire.AppendRequest(nil, &req)
 	frame := requestFrame(1<<63, kindExecute, time.Duration(1<<62), string(make([]byte, 255)), enc)
 	if len(frame)-4 > maxFrame {
 		t.Errorf("largest request: %d bytes, limit %d", len(frame)-4, maxFrame)
 	}
-	_, _, resp := core.Process(nil, req, 1<<62)
-	if resp.Diagnostics == nil || len(resp.Results) != core.MaxOps {
+	_, _, resp := wire.Process(nil, req, 1<<62)
+	if resp.Diagnostics == nil || len(resp.Results) != wire.MaxOps {
 		t.Fatalf("not the largest answer: %+v", resp.Status)
 	}
 	for i := range resp.Results {
-		resp.Results[i] = core.Result{OK: true, Tokens: 1 << 62, Wait: 1 << 62, Reset: 1 << 62}
+		resp.Results[i] = wire.Result{OK: true, Tokens: 1 << 62, Wait: 1 << 62, Reset: 1 << 62}
 	}
 	resp.TTL = 1 << 62
 	o := outcome{kind: kindOK, resp: resp}
@@ -152,7 +153,7 @@ func TestMaxFrameFitsLargestRequest(t *testing.T) {
 }
 
 // largestRequest returns the largest request core accepts.
-func largestRequest(t testing.TB) core.Request {
+func largestRequest(t testing.TB) wire.Request {
 	t.Helper()
 	var bws []core.Bandwidth
 	for i := range core.MaxBandwidths {
@@ -164,11 +165,11 @@ func largestRequest(t testing.TB) core.Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := make([]core.Op, core.MaxOps)
+	ops := make([]wire.Op, wire.MaxOps)
 	for i := range ops {
-		ops[i] = core.Op{Kind: core.OpTryConsume, Tokens: 1 << 62, MaxWait: 1 << 62}
+		ops[i] = wire.Op{Kind: wire.OpTryConsume, Tokens: 1 << 62, MaxWait: 1 << 62}
 	}
-	return core.Request{Mode: core.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: 1 << 62, Ops: ops, Verbose: true}
+	return wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: 1 << 62, Ops: ops, Verbose: true}
 }
 
 // TestOwnerChannelRejectsGarbage checks that a corrupt request gets an

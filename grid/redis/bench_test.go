@@ -14,7 +14,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	redis "github.com/bucketgrid/bucketgrid/grid/redis"
-	"github.com/bucketgrid/bucketgrid/internal/loadbench"
+	"github.com/bucketgrid/bucketgrid/internal/harness/loadbench"
 )
 
 // luaBucket is the peer: the usual Redis token bucket in Lua — HMGET, refill,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	redis "github.com/bucketgrid/bucketgrid/grid/redis"
-	"github.com/bucketgrid/bucketgrid/internal/keyrule"
+	"github.com/bucketgrid/bucketgrid/internal/harness/keyrule"
 )
 
 // commandCounter is a go-redis hook counting the commands sent.

@@ -17,7 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 // maxFileBytes bounds one configuration file.
@@ -29,7 +30,7 @@ type Loader struct {
 	// regular *.yaml and *.yml files (not those of subdirectories), in
 	// name order.
 	Paths   []string
-	Options rlsconfig.Options
+	Options policy.Options
 
 	last [sha256.Size]byte // contents of the last load attempted
 }
@@ -39,8 +40,8 @@ var ErrNoFiles = errors.New("no configuration files (*.yaml, *.yml) found")
 
 // read returns the files of l.Paths and the hash of their names and
 // contents.
-func (l *Loader) read() ([]rlsconfig.File, [sha256.Size]byte, error) {
-	var files []rlsconfig.File
+func (l *Loader) read() ([]rulefile.File, [sha256.Size]byte, error) {
+	var files []rulefile.File
 	h := sha256.New()
 	for _, p := range l.Paths {
 		names, err := list(p)
@@ -52,7 +53,7 @@ func (l *Loader) read() ([]rlsconfig.File, [sha256.Size]byte, error) {
 			if err != nil {
 				return nil, [sha256.Size]byte{}, err
 			}
-			files = append(files, rlsconfig.File{Name: name, Data: data})
+			files = append(files, rulefile.File{Name: name, Data: data})
 			fmt.Fprintf(h, "%d:%s%d:", len(name), name, len(data))
 			h.Write(data)
 		}
@@ -116,13 +117,13 @@ func readFile(name string) ([]byte, error) {
 }
 
 // Load reads and loads the files now.
-func (l *Loader) Load() (*rlsconfig.Config, error) {
+func (l *Loader) Load() (*policy.Rules, error) {
 	files, sum, err := l.read()
 	if err != nil {
 		return nil, err
 	}
 	l.last = sum
-	return rlsconfig.Load(files, l.Options)
+	return rulefile.Load(files, l.Options)
 }
 
 // Watch polls the files every interval until ctx ends. When their names or
@@ -131,7 +132,7 @@ func (l *Loader) Load() (*rlsconfig.Config, error) {
 // calls loaded with the new configuration, or failed with the reason it
 // keeps the old one. Files that cannot be read are reported once per
 // distinct error. It is not safe to call Load or Watch concurrently.
-func (l *Loader) Watch(ctx context.Context, interval time.Duration, loaded func(*rlsconfig.Config), failed func(error)) {
+func (l *Loader) Watch(ctx context.Context, interval time.Duration, loaded func(*policy.Rules), failed func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var lastReadErr string
@@ -157,7 +158,7 @@ func (l *Loader) Watch(ctx context.Context, interval time.Duration, loaded func(
 			continue
 		}
 		l.last = sum
-		cfg, err := rlsconfig.Load(files, l.Options)
+		cfg, err := rulefile.Load(files, l.Options)
 		if err != nil {
 			failed(err)
 			continue

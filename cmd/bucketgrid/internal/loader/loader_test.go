@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 const good = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
@@ -58,7 +58,7 @@ func TestLoadPaths(t *testing.T) {
 	}
 	write(t, filepath.Join(dir, "a.yaml"), "domain: d\ndescriptors:\n  - value: v\n")
 	_, err = l.Load()
-	var ce *rlsconfig.Error
+	var ce *policy.Error
 	if !errors.As(err, &ce) || err.Error() != filepath.Join(dir, "a.yaml")+": descriptor has empty key" {
 		t.Errorf("bad file: %v", err)
 	}
@@ -74,12 +74,12 @@ func TestWatch(t *testing.T) {
 	if _, err := l.Load(); err != nil {
 		t.Fatal(err)
 	}
-	loaded := make(chan *rlsconfig.Config, 10)
+	loaded := make(chan *policy.Rules, 10)
 	failed := make(chan error, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		l.Watch(ctx, 5*time.Millisecond, func(c *rlsconfig.Config) { loaded <- c }, func(err error) { failed <- err })
+		l.Watch(ctx, 5*time.Millisecond, func(c *policy.Rules) { loaded <- c }, func(err error) { failed <- err })
 		close(done)
 	}()
 	defer func() { cancel(); <-done }()
@@ -97,7 +97,7 @@ func TestWatch(t *testing.T) {
 	}
 
 	write(t, file, strings.ReplaceAll(good, "domain: d", "domain: d2"))
-	if v, what := wait(); what != "loaded" || !v.(*rlsconfig.Config).HasDomain("d2") {
+	if v, what := wait(); what != "loaded" || !v.(*policy.Rules).HasDomain("d2") {
 		t.Fatalf("change: %s %v", what, v)
 	}
 	write(t, file, "domain: d3\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n")
@@ -106,12 +106,12 @@ func TestWatch(t *testing.T) {
 	}
 	// a fix loads; the bad content was reported once
 	write(t, file, strings.ReplaceAll(good, "domain: d", "domain: d4"))
-	if v, what := wait(); what != "loaded" || !v.(*rlsconfig.Config).HasDomain("d4") {
+	if v, what := wait(); what != "loaded" || !v.(*policy.Rules).HasDomain("d4") {
 		t.Fatalf("fix: %s %v", what, v)
 	}
 	// a new file in the directory is a change too
 	write(t, filepath.Join(dir, "b.yaml"), strings.ReplaceAll(good, "domain: d", "domain: other"))
-	if v, what := wait(); what != "loaded" || !v.(*rlsconfig.Config).HasDomain("other") {
+	if v, what := wait(); what != "loaded" || !v.(*policy.Rules).HasDomain("other") {
 		t.Fatalf("new file: %s %v", what, v)
 	}
 	select {

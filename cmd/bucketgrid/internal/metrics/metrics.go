@@ -22,7 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // UnknownDomain is the domain label of requests whose domain is not
@@ -105,7 +105,7 @@ func (m *Metrics) Handler() http.Handler {
 // RuleLabel returns the rule label of r: its stats key, or for a key that
 // carries client values and arrives after the bound, its configuration path
 // + ".__other".
-func (m *Metrics) RuleLabel(r *rlsconfig.Rule) string {
+func (m *Metrics) RuleLabel(r *policy.Rule) string {
 	key := r.StatsKey
 	if len(key) > maxLabelBytes {
 		// cut at a rune boundary: Prometheus refuses invalid UTF-8
@@ -131,7 +131,7 @@ func (m *Metrics) RuleLabel(r *rlsconfig.Rule) string {
 }
 
 // Descriptor records one counted descriptor's status under its rule.
-func (m *Metrics) Descriptor(r *rlsconfig.Rule, st *rlsconfig.Status, hits uint64) {
+func (m *Metrics) Descriptor(r *policy.Rule, st *policy.Status, hits uint64) {
 	if m == nil {
 		return
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 func TestRuleLabel(t *testing.T) {
@@ -13,27 +13,27 @@ func TestRuleLabel(t *testing.T) {
 	long := "d.x" + strings.Repeat("é", maxLabelBytes) // two bytes a rune: byte 256 is mid-rune
 	for _, tc := range []struct {
 		name string
-		r    rlsconfig.Rule
+		r    policy.Rule
 		want string
 	}{
-		{"configuration key", rlsconfig.Rule{StatsKey: "d.k_v", Path: "d.k_v"}, "d.k_v"},
-		{"first valued key", rlsconfig.Rule{StatsKey: "d.k_1", Path: "d.k", ValuesInStatsKey: true}, "d.k_1"},
-		{"second valued key", rlsconfig.Rule{StatsKey: "d.k_2", Path: "d.k", ValuesInStatsKey: true}, "d.k_2"},
-		{"a known valued key again", rlsconfig.Rule{StatsKey: "d.k_1", Path: "d.k", ValuesInStatsKey: true}, "d.k_1"},
-		{"beyond the bound", rlsconfig.Rule{StatsKey: "d.k_3", Path: "d.k", ValuesInStatsKey: true}, "d.k.__other"},
-		{"configuration keys are not bounded", rlsconfig.Rule{StatsKey: "d.other", Path: "d.other"}, "d.other"},
+		{"configuration key", policy.Rule{StatsKey: "d.k_v", Path: "d.k_v"}, "d.k_v"},
+		{"first valued key", policy.Rule{StatsKey: "d.k_1", Path: "d.k", ValuesInStatsKey: true}, "d.k_1"},
+		{"second valued key", policy.Rule{StatsKey: "d.k_2", Path: "d.k", ValuesInStatsKey: true}, "d.k_2"},
+		{"a known valued key again", policy.Rule{StatsKey: "d.k_1", Path: "d.k", ValuesInStatsKey: true}, "d.k_1"},
+		{"beyond the bound", policy.Rule{StatsKey: "d.k_3", Path: "d.k", ValuesInStatsKey: true}, "d.k.__other"},
+		{"configuration keys are not bounded", policy.Rule{StatsKey: "d.other", Path: "d.other"}, "d.other"},
 	} {
 		if got := m.RuleLabel(&tc.r); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	got := m.RuleLabel(&rlsconfig.Rule{StatsKey: long, Path: "d"})
+	got := m.RuleLabel(&policy.Rule{StatsKey: long, Path: "d"})
 	if len(got) > maxLabelBytes || !utf8.ValidString(got) || !strings.HasPrefix(long, got) {
 		t.Fatalf("long key cut to %d bytes, valid %v", len(got), utf8.ValidString(got))
 	}
 	// a nil *Metrics records nothing and does not panic
 	var none *Metrics
-	none.Descriptor(&rlsconfig.Rule{}, &rlsconfig.Status{}, 1)
+	none.Descriptor(&policy.Rule{}, &policy.Status{}, 1)
 	none.Request("d", "grpc", "OK", "", 0)
 	none.GlobalShadow()
 	none.ConfigLoad(true)

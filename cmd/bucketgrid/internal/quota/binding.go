@@ -8,7 +8,7 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // bindingKind says how a bucket id is answered.
@@ -32,8 +32,10 @@ type binding struct {
 	cfg  core.Config // limited: the grid bucket's configuration
 	// perPeriod is the tokens the rule refills in one period, at least 1
 	perPeriod int64
-	// window: a fixed-window rule, whose last token means "over the limit"
-	window bool
+	// window: a fixed-window rule, whose bucket's last reserved tokens mean
+	// "over the limit" (policy.Item.Reserved)
+	window   bool
+	reserved int64
 	// fillTime is how long the token bucket takes to refill from empty to
 	// full (0 for a fixed window, refilled at its boundaries): the pool
 	// must take its refill at least that often, or the bucket's cap loses it
@@ -50,17 +52,17 @@ const maxPermuted = 4
 // an unordered map, a descriptor an ordered list: the entries are tried in
 // every order (key order first) and the first order a rule matches wins, so
 // a rule file nests the keys in whatever order it likes.
-func bind(cfg *rlsconfig.Config, domain string, id map[string]string, period time.Duration) binding {
+func bind(cfg *policy.Rules, domain string, id map[string]string, period time.Duration) binding {
 	if cfg == nil {
 		return binding{kind: denyAll}
 	}
-	entries := make([]rlsconfig.Entry, 0, len(id))
+	entries := make([]policy.Entry, 0, len(id))
 	for k, v := range id {
-		entries = append(entries, rlsconfig.Entry{Key: k, Value: v})
+		entries = append(entries, policy.Entry{Key: k, Value: v})
 	}
-	slices.SortFunc(entries, func(a, b rlsconfig.Entry) int { return strings.Compare(a.Key, b.Key) })
-	req := rlsconfig.Request{Domain: domain, Descriptors: []rlsconfig.Descriptor{{}}}
-	try := func(es []rlsconfig.Entry) (binding, bool) {
+	slices.SortFunc(entries, func(a, b policy.Entry) int { return strings.Compare(a.Key, b.Key) })
+	req := policy.Request{Domain: domain, Descriptors: []policy.Descriptor{{}}}
+	try := func(es []policy.Entry) (binding, bool) {
 		req.Descriptors[0].Entries = es
 		items, err := cfg.Plan(&req)
 		if err != nil {
@@ -68,9 +70,9 @@ func bind(cfg *rlsconfig.Config, domain string, id map[string]string, period tim
 		}
 		it := &items[0]
 		switch it.Kind {
-		case rlsconfig.NoLimit:
+		case policy.NoLimit:
 			return binding{kind: allowAll}, false
-		case rlsconfig.Unlimited:
+		case policy.Unlimited:
 			return binding{kind: allowAll, path: it.Rule.Path}, true
 		}
 		if it.Rule.ShadowMode || it.Rule.QuotaMode {
@@ -82,7 +84,7 @@ func bind(cfg *rlsconfig.Config, domain string, id map[string]string, period tim
 		unit := it.Rule.Unit.Duration()
 		per := mulDiv(int64(it.Rule.RequestsPerUnit), int64(period), int64(unit), false)
 		b := binding{kind: limited, key: it.Key, cfg: it.BucketConfig(), perPeriod: max(per, 1),
-			window: it.Rule.Algorithm == rlsconfig.FixedWindow, path: it.Rule.Path}
+			window: it.Rule.Algorithm == policy.FixedWindow, reserved: it.Reserved(), path: it.Rule.Path}
 		if !b.window {
 			b.fillTime = mulDiv(int64(it.Rule.Capacity()), int64(unit), int64(it.Rule.RequestsPerUnit), false)
 		}
@@ -94,7 +96,7 @@ func bind(cfg *rlsconfig.Config, domain string, id map[string]string, period tim
 	}
 	var found binding
 	ok := false
-	permute(entries, 0, func(es []rlsconfig.Entry) bool {
+	permute(entries, 0, func(es []policy.Entry) bool {
 		found, ok = try(es)
 		return ok
 	})
@@ -106,7 +108,7 @@ func bind(cfg *rlsconfig.Config, domain string, id map[string]string, period tim
 
 // permute calls f with every order of es[k:] after es[:k], in lexicographic
 // order of the sorted input, until f returns true.
-func permute(es []rlsconfig.Entry, k int, f func([]rlsconfig.Entry) bool) bool {
+func permute(es []policy.Entry, k int, f func([]policy.Entry) bool) bool {
 	if k >= len(es)-1 {
 		return f(slices.Clone(es))
 	}

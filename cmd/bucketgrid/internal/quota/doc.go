@@ -6,7 +6,7 @@
 // # Buckets and rules
 //
 // A bucket id (the map Envoy's bucket_id_builder builds) is a descriptor of
-// the stream's domain for the RLS's own rules (rlsconfig), its entries in
+// the stream's domain for the RLS's own rules (policy), its entries in
 // whatever order a rule nests them (every order of up to four entries is
 // tried, key order first). A limited rule's Envoys share the rule's grid
 // bucket, the very bucket the RLS charges for the same descriptor, so RLS
@@ -56,8 +56,8 @@
 // The tests check both on simulated Envoys and measure how close the fleet
 // runs: within 5% of R over every minute after the first two Periods.
 // For a fixed-window rule the same accounting holds in tokens of its
-// windows: the Envoys never take a window's last token (it means "over the
-// limit" to the RLS), and a span admits at most what the windows it
+// windows: the Envoys never take a window's reserved tokens (they mean
+// "over the limit" to the RLS), and a span admits at most what the windows it
 // overlaps, and the Period + Delivery before it, hold.
 //
 // What the bound assumes: responses reach Envoy within Delivery (250 ms);

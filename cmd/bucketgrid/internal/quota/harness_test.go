@@ -15,7 +15,8 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 // fleet is a quota server on a loopback gRPC server, a memory grid and
@@ -28,7 +29,7 @@ type fleet struct {
 	srv    *Server
 	conn   *grpc.ClientConn
 	envoys []*envoy
-	cfg    *rlsconfig.Config
+	cfg    *policy.Rules
 	start  int64
 	ticks  int64 // periods run
 	mgr    *bucketgrid.Manager
@@ -37,7 +38,7 @@ type fleet struct {
 func newFleet(t testing.TB, rules string, opts Options) *fleet {
 	t.Helper()
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	cfg, err := rlsconfig.Load([]rlsconfig.File{{Name: "rules.yaml", Data: []byte(rules)}}, rlsconfig.Options{})
+	cfg, err := rulefile.Load([]rulefile.File{{Name: "rules.yaml", Data: []byte(rules)}}, policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func newFleet(t testing.TB, rules string, opts Options) *fleet {
 	f.mgr = bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(clk)), cas.WithClock(clk)),
 		bucketgrid.WithEagerConfig())
 	opts.Manager, opts.Clock = f.mgr, clk
-	opts.Config = func() *rlsconfig.Config { return f.cfg }
+	opts.Config = func() *policy.Rules { return f.cfg }
 	if f.srv, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +86,7 @@ func (f *fleet) step(d time.Duration) {
 	for _, e := range f.envoys {
 		e.report()
 	}
+	f.settle()
 	if p := f.srv.period; f.clk.Now()-f.start >= (f.ticks+1)*p {
 		f.ticks++
 		f.srv.tick(context.Background())

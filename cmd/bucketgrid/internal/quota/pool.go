@@ -10,7 +10,8 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // assigned is what an Envoy holds for a limited bucket.
@@ -27,14 +28,15 @@ type sub struct {
 	st  *stream
 	id  *rlqspb.BucketId
 	key string
-	cfg *rlsconfig.Config // the configuration b was bound under
+	cfg *policy.Rules // the configuration b was bound under
 	b   binding
 	// pool is the grid bucket's pool (limited)
 	pool *pool
 
 	// demand: requests (allowed and denied) per second, from reports
 	pending    uint64
-	lastReport int64
+	lastReport int64   // of the last demand sample
+	lastSeen   int64   // of the last report
 	rate       float64 // < 0 until measured
 	lastActive int64
 
@@ -45,12 +47,14 @@ type sub struct {
 	paid  int64 // the Envoy's supply at g is paid for through this time
 	sent  int64 // when the assignment was last sent
 	ghost bool  // the stream closed; the assignment runs until it expires
+	fresh bool  // the Envoy (re)created its bucket: the next assignment is new
 }
 
 // observe counts n requests reported at now. A report less than half a
 // period after the previous one (the subscription and the first periodic
 // report) is added to the next sample.
 func (sb *sub) observe(n uint64, now, period int64) {
+	sb.lastSeen = now
 	if n > 0 {
 		sb.lastActive = now
 	}
@@ -272,7 +276,9 @@ func (s *Server) plan(p *pool, only []*sub, now, next int64, scale float64) (cha
 	slices.SortFunc(live, func(a, b *sub) int { return compareKeys(a, b) })
 	var active []*sub
 	for _, sb := range live {
-		if now-sb.lastActive >= int64(s.opts.IdleAfter) {
+		// Envoy reports every bucket it holds every 5 s: one unreported
+		// for two periods is gone (an abandon crossed its report)
+		if now-sb.lastActive >= int64(s.opts.IdleAfter) || now-sb.lastSeen > 2*s.period {
 			changes = append(changes, change{sb: sb, abandon: true, credit: s.credit(sb, now)})
 			continue
 		}
@@ -341,7 +347,7 @@ func abs(x int64) int64 {
 func (s *Server) changeTo(sb *sub, t, now, end int64) change {
 	c := change{sb: sb, g: t}
 	switch {
-	case t > 0 && sb.kind == bucketAssigned && sb.g == t:
+	case t > 0 && sb.kind == bucketAssigned && sb.g == t && !sb.fresh:
 		// the same assignment again: Envoy keeps its bucket and its TTL
 		// restarts; pay the extension
 		c.kind, c.max, c.paid = bucketAssigned, sb.max, sb.paid
@@ -404,7 +410,7 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 			out = append(out, sendable{sb.st, abandonAction(sb.id)})
 			continue
 		}
-		sb.kind, sb.g, sb.max, sb.paid, sb.sent = c.kind, c.g, c.max, c.paid, now
+		sb.kind, sb.g, sb.max, sb.paid, sb.sent, sb.fresh = c.kind, c.g, c.max, c.paid, now, false
 		if c.kind == bucketAssigned {
 			out = append(out, sendable{sb.st, tokenBucketAction(sb.id, c.g, c.max, s.opts.Period, s.opts.TTL)})
 		} else {
@@ -416,25 +422,25 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 }
 
 // take consumes up to n tokens from b's grid bucket and returns how many it
-// got. A fixed window's last token means "over the limit" to the RLS, so a
-// take that empties the window gives that token back.
+// got. A fixed window's reserved tokens mean "over the limit" to the RLS
+// (policy.Item.Reserved), so a take that reaches into them gives them back.
 func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	h := s.handle(b)
-	ops := []core.Op{{Kind: core.OpTryConsumeAsMuchAsPossible, Tokens: n}}
+	ops := []wire.Op{{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: n}}
 	if b.window {
-		ops = append(ops, core.Op{Kind: core.OpAvailableTokens})
+		ops = append(ops, wire.Op{Kind: wire.OpAvailableTokens})
 	}
 	res, err := h.Execute(ctx, ops...)
 	if err != nil {
 		return 0, err
 	}
 	got := res[0].Tokens
-	if b.window && got > 0 && res[1].Tokens == 0 {
-		got--
-		if _, err := h.Execute(ctx, core.Op{Kind: core.OpAddTokens, Tokens: 1}); err != nil {
-			s.opts.Logger.Warn("rate limit quota: giving a window's last token back failed", "rule", b.path, "err", err)
+	if back := min(b.reserved-res[len(res)-1].Tokens, got); b.window && back > 0 {
+		got -= back
+		if _, err := h.Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: back}); err != nil {
+			s.opts.Logger.Warn("rate limit quota: giving a window's reserved tokens back failed", "rule", b.path, "err", err)
 		}
 	}
 	return got, nil
@@ -448,13 +454,13 @@ func (s *Server) give(ctx context.Context, b binding, n int64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	if _, err := s.handle(b).Execute(ctx, core.Op{Kind: core.OpAddTokens, Tokens: n}); err != nil {
+	if _, err := s.handle(b).Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: n}); err != nil {
 		s.opts.Logger.Warn("rate limit quota: giving tokens back failed", "rule", b.path, "err", err)
 	}
 }
 
 func (s *Server) handle(b binding) interface {
-	Execute(context.Context, ...core.Op) ([]core.Result, error)
+	Execute(context.Context, ...wire.Op) ([]wire.Result, error)
 } {
 	cfg := b.cfg
 	return s.opts.Manager.Bucket(b.key, func(context.Context) (core.Config, error) { return cfg, nil })

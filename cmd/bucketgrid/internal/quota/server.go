@@ -17,7 +17,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // Options configure a Server. Manager and Config are required.
@@ -27,7 +27,7 @@ type Options struct {
 	Manager *bucketgrid.Manager
 	// Config returns the rules in force (the RLS's), read at every
 	// subscription and every period; nil answers every bucket DENY_ALL.
-	Config func() *rlsconfig.Config
+	Config func() *policy.Rules
 	// Clock is the server's time; default clock.Wall().
 	Clock clock.Clock
 	// Period is how often assignments are recomputed and renewed, in whole
@@ -261,13 +261,25 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 		sb := st.subs[key]
 		if sb != nil {
 			sb.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), now, s.period)
+			if u.GetTimeElapsed().GetSeconds() > 0 {
+				continue
+			}
+			// under a second since the Envoy last reported it: the
+			// immediate report of a bucket it (re)created, perhaps after
+			// an abandon that crossed a report; answer it now, as new
+			sb.fresh = true
+			if sb.pool != nil {
+				byPool[sb.pool] = append(byPool[sb.pool], sb)
+			} else {
+				acts = append(acts, blanketAction(id, sb.b.kind == allowAll, s.opts.TTL))
+			}
 			continue
 		}
 		if len(st.subs) >= s.opts.MaxBuckets {
 			acts = append(acts, blanketAction(id, false, s.opts.TTL))
 			continue
 		}
-		sb = &sub{st: st, id: id, key: key, rate: -1, lastReport: now, lastActive: now}
+		sb = &sub{st: st, id: id, key: key, rate: -1, lastReport: now, lastSeen: now, lastActive: now}
 		st.subs[key] = sb
 		s.bindSub(sb, cfg)
 		if sb.pool != nil {
@@ -286,7 +298,7 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 }
 
 // bindSub binds sb under cfg and joins it to its pool; s.mu must be held.
-func (s *Server) bindSub(sb *sub, cfg *rlsconfig.Config) {
+func (s *Server) bindSub(sb *sub, cfg *policy.Rules) {
 	sb.cfg = cfg
 	sb.b = bind(cfg, sb.st.domain, sb.id.GetBucket(), s.opts.Period)
 	if sb.b.kind != limited {

@@ -6,7 +6,7 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // tickWorkers bounds the pools settled at once in a period.
@@ -73,7 +73,7 @@ func (s *Server) tick(ctx context.Context) {
 // rebind moves sb to its binding under cfg; s.mu must be held. Leaving a
 // pool credits it with what sb's token bucket was paid for beyond the
 // replacement's arrival (its pool gives it back at its next settle).
-func (s *Server) rebind(sb *sub, cfg *rlsconfig.Config, now int64) {
+func (s *Server) rebind(sb *sub, cfg *policy.Rules, now int64) {
 	old := sb.b
 	nb := bind(cfg, sb.st.domain, sb.id.GetBucket(), s.opts.Period)
 	sb.cfg = cfg

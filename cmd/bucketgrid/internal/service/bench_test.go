@@ -11,8 +11,8 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
-	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 // BenchmarkShouldRateLimit measures the service's own request path —
@@ -28,7 +28,7 @@ descriptors:
   - key: user
     rate_limit: {unit: year, requests_per_unit: 1000000}
 `
-	cfg, err := rlsconfig.Load([]rlsconfig.File{{Name: "bench.yaml", Data: []byte(yaml)}}, rlsconfig.Options{})
+	cfg, err := rulefile.Load([]rulefile.File{{Name: "bench.yaml", Data: []byte(yaml)}}, policy.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,8 +38,8 @@ descriptors:
 	}
 	for _, h := range []struct {
 		name    string
-		headers httplimit.Headers
-	}{{"headers=none", 0}, {"headers=ietf", httplimit.IETFHeaders}} {
+		headers policy.Headers
+	}{{"headers=none", 0}, {"headers=ietf", policy.IETFHeaders}} {
 		b.Run(h.name, func(b *testing.B) {
 			s := New(Options{
 				Manager: bucketgrid.NewManager(cas.New(memstore.New())),

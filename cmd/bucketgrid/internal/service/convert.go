@@ -5,40 +5,36 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
-// toRequest converts Envoy's request, refusing one whose descriptor or
-// entry counts exceed rlsconfig's bounds before copying anything.
-func toRequest(in *rlspb.RateLimitRequest) (rlsconfig.Request, error) {
-	req := rlsconfig.Request{Domain: in.GetDomain(), HitsAddend: in.GetHitsAddend()}
+// toRequest converts Envoy's request. It validates nothing (Plan does, once)
+// and copies no more than Plan looks at: one descriptor beyond
+// policy.MaxDescriptors, one entry beyond policy.MaxEntries, so an
+// oversized request is refused without being copied whole.
+func toRequest(in *rlspb.RateLimitRequest) policy.Request {
+	req := policy.Request{Domain: in.GetDomain(), HitsAddend: in.GetHitsAddend()}
 	ds := in.GetDescriptors()
-	if len(ds) > rlsconfig.MaxDescriptors {
-		return req, &requestError{rlsconfig.ErrTooManyDescriptors}
-	}
-	req.Descriptors = make([]rlsconfig.Descriptor, len(ds))
+	ds = ds[:min(len(ds), policy.MaxDescriptors+1)]
+	req.Descriptors = make([]policy.Descriptor, len(ds))
 	for i, d := range ds {
 		req.Descriptors[i] = toDescriptor(d)
-		if len(d.GetEntries()) > rlsconfig.MaxEntries {
-			return req, &requestError{rlsconfig.ErrTooManyEntries}
-		}
 	}
-	return req, nil
+	return req
 }
 
-func toDescriptor(d *rlcommon.RateLimitDescriptor) rlsconfig.Descriptor {
-	var out rlsconfig.Descriptor
+func toDescriptor(d *rlcommon.RateLimitDescriptor) policy.Descriptor {
+	var out policy.Descriptor
 	es := d.GetEntries()
-	if len(es) <= rlsconfig.MaxEntries {
-		out.Entries = make([]rlsconfig.Entry, len(es))
-		for j, e := range es {
-			out.Entries[j] = rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()}
-		}
+	es = es[:min(len(es), policy.MaxEntries+1)]
+	out.Entries = make([]policy.Entry, len(es))
+	for j, e := range es {
+		out.Entries[j] = policy.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
 	if l := d.GetLimit(); l != nil {
 		// envoy.type.v3.RateLimitUnit numbers its units as the response's
-		// enum and rlsconfig.Unit do
-		out.Limit = &rlsconfig.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: rlsconfig.Unit(l.GetUnit())}
+		// enum and policy.Unit do
+		out.Limit = &policy.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: policy.Unit(l.GetUnit())}
 	}
 	if h := d.GetHitsAddend(); h != nil {
 		v := h.GetValue()
@@ -49,7 +45,7 @@ func toDescriptor(d *rlcommon.RateLimitDescriptor) rlsconfig.Descriptor {
 
 // response builds Envoy's answer: one status per descriptor, shaped as
 // envoyproxy/ratelimit shapes them, and the headers.
-func (s *Service) response(items []rlsconfig.Item, statuses []rlsconfig.Status, code rlsconfig.Code) *rlspb.RateLimitResponse {
+func (s *Service) response(items []policy.Item, statuses []policy.Status, code policy.Code) *rlspb.RateLimitResponse {
 	resp := &rlspb.RateLimitResponse{
 		OverallCode: rlspb.RateLimitResponse_Code(code),
 		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(items)),
@@ -57,7 +53,7 @@ func (s *Service) response(items []rlsconfig.Item, statuses []rlsconfig.Status, 
 	for i := range items {
 		it, st := &items[i], &statuses[i]
 		ds := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_Code(st.Code), LimitRemaining: st.Remaining}
-		if it.Kind == rlsconfig.Limited {
+		if it.Kind == policy.Limited {
 			ds.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{
 				Name:            it.Rule.Name,
 				RequestsPerUnit: it.Rule.RequestsPerUnit,

@@ -1,6 +1,6 @@
 // Package service is the Rate Limit Service: Envoy's
 // envoy.service.ratelimit.v3 API and envoyproxy/ratelimit's JSON endpoint
-// over rlsconfig's rules and a bucketgrid.Manager. It is a thin shell: the
+// over policy's rules and a bucketgrid.Manager. It is a thin shell: the
 // rules decide which bucket, which operations and what answer; the Manager's
 // executor (the embedded grid or a CAS store) runs the operations.
 package service
@@ -24,18 +24,18 @@ import (
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // Options configure a Service. Manager is required.
 type Options struct {
 	// Manager holds the buckets.
 	Manager *bucketgrid.Manager
-	// Headers selects the response_headers_to_add: httplimit.IETFHeaders
-	// (RateLimit-Policy, RateLimit) and/or httplimit.XRateLimitHeaders;
-	// zero adds none.
-	Headers httplimit.Headers
+	// Headers selects the response_headers_to_add: policy.IETFHeaders
+	// (RateLimit-Policy, RateLimit), policy.XRateLimitHeaders and
+	// policy.DraftHeaders (RateLimit-Limit, -Remaining, -Reset); zero adds
+	// none.
+	Headers policy.Headers
 	// GlobalShadowMode answers OK to every request, counting what would
 	// have been refused (envoyproxy/ratelimit's SHADOW_MODE).
 	GlobalShadowMode bool
@@ -48,8 +48,10 @@ type Options struct {
 	// Logger receives errors; nil discards them. Descriptor values are
 	// never logged: they are the clients'.
 	Logger *slog.Logger
-	// Clock is the wall clock of the answers' reset durations (the windows'
-	// ends); default clock.Wall().
+	// Clock is the wall clock read for the end of a fixed window nothing
+	// has been counted in yet (a check of 0 hits); every other wait and
+	// reset comes from the side that ran the bucket's operations. Default
+	// clock.Wall().
 	Clock clock.Clock
 }
 
@@ -59,7 +61,7 @@ type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
 
 	opts Options
-	cfg  atomic.Pointer[rlsconfig.Config]
+	cfg  atomic.Pointer[policy.Rules]
 }
 
 // ErrNoConfig answers requests that arrive before the first SetConfig
@@ -83,10 +85,10 @@ func New(opts Options) *Service {
 
 // SetConfig makes cfg the configuration of every request that starts from
 // now on.
-func (s *Service) SetConfig(cfg *rlsconfig.Config) { s.cfg.Store(cfg) }
+func (s *Service) SetConfig(cfg *policy.Rules) { s.cfg.Store(cfg) }
 
 // Config returns the current configuration, nil before the first SetConfig.
-func (s *Service) Config() *rlsconfig.Config { return s.cfg.Load() }
+func (s *Service) Config() *policy.Rules { return s.cfg.Load() }
 
 // ShouldRateLimit implements the RLS v3 API. A request a client's values
 // make unusable (a descriptor over MaxDescriptorBytes, a key the backend
@@ -112,7 +114,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 func clientRefused(err error) bool {
 	var re *requestError
 	return errors.As(err, &re) &&
-		(errors.Is(err, rlsconfig.ErrDescriptorTooLarge) || errors.Is(err, core.ErrInvalidKey))
+		(errors.Is(err, policy.ErrDescriptorTooLarge) || errors.Is(err, core.ErrInvalidKey))
 }
 
 // refusal answers in OVER_LIMIT, every descriptor, counting nothing.
@@ -143,10 +145,7 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 	if cfg == nil {
 		return nil, metrics.UnknownDomain, ErrNoConfig
 	}
-	req, err := toRequest(in)
-	if err != nil {
-		return nil, metrics.UnknownDomain, err
-	}
+	req := toRequest(in)
 	domain := metrics.UnknownDomain
 	if cfg.HasDomain(req.Domain) {
 		domain = req.Domain
@@ -164,9 +163,9 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 	if err != nil {
 		return nil, domain, err
 	}
-	code, shadowed := rlsconfig.Overall(statuses, s.opts.GlobalShadowMode)
+	code, shadowed := policy.Overall(statuses, s.opts.GlobalShadowMode)
 	for i := range items {
-		if items[i].Kind == rlsconfig.Limited {
+		if items[i].Kind == policy.Limited {
 			s.opts.Metrics.Descriptor(&items[i].Rule, &statuses[i], items[i].Hits)
 		}
 	}
@@ -179,8 +178,8 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 // run executes every Limited item's batch and decides each status. Items
 // of one bucket run in descriptor order, as envoyproxy/ratelimit's pipeline
 // applies them; different buckets run concurrently.
-func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.Status, error) {
-	statuses := make([]rlsconfig.Status, len(items))
+func (s *Service) run(ctx context.Context, items []policy.Item) ([]policy.Status, error) {
+	statuses := make([]policy.Status, len(items))
 	buckets := 0
 	for i := range items {
 		if items[i].NeedsBucket() {
@@ -206,8 +205,8 @@ func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.
 	}
 	if s.opts.GlobalQuotaMode {
 		for i := range statuses {
-			if statuses[i].Over && statuses[i].Code == rlsconfig.OverLimit {
-				statuses[i].Code = rlsconfig.OK
+			if statuses[i].Over && statuses[i].Code == policy.OverLimit {
+				statuses[i].Code = policy.OK
 				items[i].Rule.QuotaMode = true
 			}
 		}
@@ -217,7 +216,7 @@ func (s *Service) run(ctx context.Context, items []rlsconfig.Item) ([]rlsconfig.
 
 // runGroups is run for items of several buckets: the items of each bucket
 // run in order on a goroutine of their own.
-func (s *Service) runGroups(ctx context.Context, items []rlsconfig.Item, statuses []rlsconfig.Status) error {
+func (s *Service) runGroups(ctx context.Context, items []policy.Item, statuses []policy.Status) error {
 	errs := make([]error, len(items))
 	var groups [][]int // indices of the items of one bucket, in order
 	byKey := map[string]int{}
@@ -246,7 +245,7 @@ func (s *Service) runGroups(ctx context.Context, items []rlsconfig.Item, statuse
 	return errors.Join(errs...)
 }
 
-func (s *Service) runItem(ctx context.Context, it *rlsconfig.Item) (rlsconfig.Status, error) {
+func (s *Service) runItem(ctx context.Context, it *policy.Item) (policy.Status, error) {
 	ops := it.Ops()
 	if ops == nil {
 		return it.Decide(nil, s.now())
@@ -256,10 +255,10 @@ func (s *Service) runItem(ctx context.Context, it *rlsconfig.Item) (rlsconfig.St
 	res, err := h.Execute(ctx, ops...)
 	if errors.Is(err, core.ErrInvalidKey) {
 		// a descriptor the backend cannot hold is the caller's, never an outage
-		return rlsconfig.Status{}, &requestError{redact(err, it)}
+		return policy.Status{}, &requestError{redact(err, it)}
 	}
 	if err != nil {
-		return rlsconfig.Status{}, &backendError{redact(err, it)}
+		return policy.Status{}, &backendError{redact(err, it)}
 	}
 	return it.Decide(res, s.now())
 }
@@ -280,7 +279,7 @@ func (e *backendError) Unwrap() error { return e.err }
 
 // redact replaces it's bucket key, which holds the client's descriptor
 // values, by its rule's configuration path in err's text: errors are logged.
-func redact(err error, it *rlsconfig.Item) error {
+func redact(err error, it *policy.Item) error {
 	msg := err.Error()
 	safe := strings.ReplaceAll(msg, strconv.Quote(it.Key), "<key of "+it.Rule.Path+">")
 	safe = strings.ReplaceAll(safe, it.Key, "<key of "+it.Rule.Path+">")

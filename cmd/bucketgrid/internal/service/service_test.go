@@ -25,8 +25,9 @@ import (
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/httplimit"
-	"github.com/bucketgrid/bucketgrid/rlsconfig"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
 
 const shopYAML = `
@@ -51,7 +52,7 @@ var fixedNow = time.Date(2026, 12, 1, 12, 0, 45, 0, time.UTC)
 
 func newService(t *testing.T, opts Options) *Service {
 	t.Helper()
-	cfg, err := rlsconfig.Load([]rlsconfig.File{{Name: "shop.yaml", Data: []byte(shopYAML)}}, rlsconfig.Options{})
+	cfg, err := rulefile.Load([]rulefile.File{{Name: "shop.yaml", Data: []byte(shopYAML)}}, policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func headerMap(hs []*corev3.HeaderValue) map[string]string {
 }
 
 func TestShouldRateLimit(t *testing.T) {
-	s := newService(t, Options{Headers: httplimit.IETFHeaders | httplimit.XRateLimitHeaders})
+	s := newService(t, Options{Headers: policy.IETFHeaders | policy.XRateLimitHeaders})
 	ctx := context.Background()
 	var last *rlspb.RateLimitResponse
 	for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
@@ -121,7 +122,7 @@ func TestShouldRateLimit(t *testing.T) {
 }
 
 func TestHeadersSeveralDescriptors(t *testing.T) {
-	s := newService(t, Options{Headers: httplimit.IETFHeaders | httplimit.XRateLimitHeaders})
+	s := newService(t, Options{Headers: policy.IETFHeaders | policy.XRateLimitHeaders})
 	r, err := s.ShouldRateLimit(context.Background(), req("shop", "client", "b", "api", "k"))
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +193,7 @@ func TestModes(t *testing.T) {
 func TestErrors(t *testing.T) {
 	ctx := context.Background()
 	s := newService(t, Options{})
-	many := &rlspb.RateLimitRequest{Domain: "shop", Descriptors: make([]*rlcommon.RateLimitDescriptor, rlsconfig.MaxDescriptors+1)}
+	many := &rlspb.RateLimitRequest{Domain: "shop", Descriptors: make([]*rlcommon.RateLimitDescriptor, policy.MaxDescriptors+1)}
 	for _, tc := range []struct {
 		name string
 		s    *Service
@@ -218,7 +219,7 @@ func TestErrors(t *testing.T) {
 func TestClientValuesNeverOpenTheGate(t *testing.T) {
 	ctx := context.Background()
 	s := newService(t, Options{})
-	big := req("shop", "client", strings.Repeat("x", rlsconfig.MaxDescriptorBytes))
+	big := req("shop", "client", strings.Repeat("x", policy.MaxDescriptorBytes))
 	for _, tc := range []struct {
 		name string
 		s    *Service
@@ -248,8 +249,8 @@ func TestClientValuesNeverOpenTheGate(t *testing.T) {
 // error might.
 type brokenExecutor struct{}
 
-func (brokenExecutor) Execute(_ context.Context, key string, _ core.Request) (core.Response, error) {
-	return core.Response{}, errors.New("store unreachable while reading " + key)
+func (brokenExecutor) Execute(_ context.Context, key string, _ wire.Request) (wire.Response, error) {
+	return wire.Response{}, errors.New("store unreachable while reading " + key)
 }
 func (brokenExecutor) Remove(context.Context, string) error { return nil }
 
@@ -257,8 +258,8 @@ func (brokenExecutor) Remove(context.Context, string) error { return nil }
 // limit than the service's keys would.
 type keyRefusingExecutor struct{}
 
-func (keyRefusingExecutor) Execute(_ context.Context, key string, _ core.Request) (core.Response, error) {
-	return core.Response{}, core.InvalidKey(key, "longer than 8 bytes")
+func (keyRefusingExecutor) Execute(_ context.Context, key string, _ wire.Request) (wire.Response, error) {
+	return wire.Response{}, core.InvalidKey(key, "longer than 8 bytes")
 }
 func (keyRefusingExecutor) Remove(context.Context, string) error { return nil }
 

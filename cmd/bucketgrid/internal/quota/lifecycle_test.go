@@ -1,0 +1,173 @@
+package quota
+
+import (
+	"testing"
+	"time"
+
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+)
+
+// TestAbandonIdle: a bucket an Envoy stops using is abandoned after
+// IdleAfter; the Envoy forgets it and its next request subscribes again.
+func TestAbandonIdle(t *testing.T) {
+	f := newFleet(t, tenantRules, Options{IdleAfter: 20 * time.Second})
+	e := f.envoy("fleet")
+	free := map[string]string{"other": "x"} // a blanket bucket idles too
+	e.decide(tenant)
+	e.decide(free)
+	f.settle()
+	for range 3 {
+		f.step(envoyReportInterval)
+	}
+	if s, known := e.assignment(tenant); !known || s.GetTokenBucket() == nil {
+		t.Fatalf("before idling: %v, want a token bucket", s)
+	}
+	for range 2 {
+		f.step(envoyReportInterval)
+	}
+	for _, id := range []map[string]string{tenant, free} {
+		if _, known := e.assignment(id); known {
+			t.Fatalf("bucket %v still cached 25 s after its only request, want it abandoned", id)
+		}
+	}
+	f.srv.mu.Lock()
+	pools := len(f.srv.pools)
+	f.srv.mu.Unlock()
+	reports := e.reportsSent.Load()
+	if !e.decide(tenant) { // no_assignment_behavior: ALLOW_ALL
+		t.Fatal("a re-subscribing request was refused under the default no_assignment_behavior")
+	}
+	f.settle()
+	if e.reportsSent.Load() != reports+1 {
+		t.Fatal("the request after an abandon sent no immediate report")
+	}
+	if s, known := e.assignment(tenant); !known || s.GetTokenBucket() == nil {
+		t.Fatalf("after re-subscribing: %v, want a token bucket", s)
+	}
+	f.step(envoyReportInterval)
+	f.srv.mu.Lock()
+	defer f.srv.mu.Unlock()
+	if pools > 1 {
+		t.Fatalf("%d pools after the abandon, want the idle one gone", pools)
+	}
+}
+
+// TestStreamBreak: an Envoy whose stream breaks keeps its assignment until
+// it expires, and the server keeps paying for it (a ghost) meanwhile; the
+// Envoy reopens the stream at its next report and subscribes again; the
+// fleet stays within the bound throughout.
+func TestStreamBreak(t *testing.T) {
+	f := newFleet(t, tenantRules, Options{})
+	var loads []*load
+	for range 5 {
+		loads = append(loads, &load{e: f.envoy("fleet"), rate: 60})
+	}
+	per := simulate(f, loads, 30*time.Second)
+	loads[0].e.breakStream()
+	per = append(per, simulate(f, loads, 2*time.Second)...)
+	f.srv.mu.Lock()
+	ghosts := 0
+	for _, p := range f.srv.pools {
+		for sb := range p.members {
+			if sb.ghost {
+				ghosts++
+			}
+		}
+	}
+	f.srv.mu.Unlock()
+	if ghosts != 1 {
+		t.Fatalf("%d ghosts after a stream broke, want 1", ghosts)
+	}
+	per = append(per, simulate(f, loads, 30*time.Second)...)
+	f.srv.mu.Lock()
+	members, ghosts := 0, 0
+	for _, p := range f.srv.pools {
+		for sb := range p.members {
+			members++
+			if sb.ghost {
+				ghosts++
+			}
+		}
+	}
+	f.srv.mu.Unlock()
+	if members != 5 || ghosts != 0 {
+		t.Fatalf("%d members, %d ghosts 30 s after the break, want 5 and none", members, ghosts)
+	}
+	if s, _ := loads[0].e.assignment(tenant); s.GetTokenBucket() == nil {
+		t.Fatalf("the reconnected Envoy holds %v, want a token bucket", s)
+	}
+	const w = 20 * time.Second
+	if hi, _ := worst(per, 0, w); float64(hi) > fleetBound(100, 100, 6, w, f.srv.opts) {
+		t.Fatalf("worst %v admitted %d, above the bound %v", w, hi, fleetBound(100, 100, 6, w, f.srv.opts))
+	}
+	var run int64
+	for i, v := range per {
+		run += v
+		// 5 first requests under the default no_assignment_behavior, and
+		// the reconnect's re-subscription answers at once
+		if bound := 100 + 5 + 100*float64(i+1)*simStep.Seconds(); float64(run) > bound {
+			t.Fatalf("%d admitted by %v, above the grid bucket's %v", run, time.Duration(i+1)*simStep, bound)
+		}
+	}
+}
+
+// TestExpiryFallback: without renewals an assignment expires after its TTL
+// into expired_assignment_behavior's fallback for its timeout, then into
+// no_assignment_behavior (the server sends whole-second TTLs Envoy reads).
+func TestExpiryFallback(t *testing.T) {
+	f := newFleet(t, tenantRules, Options{})
+	e := f.envoy("fleet")
+	deny := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	e.expired, e.expTTL = deny, 30*time.Second
+	e.decide(tenant)
+	f.settle()
+	if s, _ := e.assignment(tenant); s.GetTokenBucket() == nil {
+		t.Fatalf("assignment %v, want a token bucket", s)
+	}
+	f.clk.Advance(f.srv.opts.TTL) // no period runs: nothing is renewed
+	if e.decide(tenant) {
+		t.Fatal("admitted after the TTL, want the DENY_ALL fallback")
+	}
+	f.clk.Advance(30 * time.Second)
+	if !e.decide(tenant) {
+		t.Fatal("refused after the fallback's timeout, want no_assignment_behavior's ALLOW_ALL")
+	}
+}
+
+const windowRules = `
+domain: fleet
+descriptors:
+  - key: tenant
+    value: shared
+    rate_limit: {unit: minute, requests_per_unit: 600}
+`
+
+// TestFixedWindowFleet: on a fixed-window rule the fleet never takes a
+// window's last token, and any minute admits at most the windows it
+// overlaps hold, plus the Period and Delivery before it.
+func TestFixedWindowFleet(t *testing.T) {
+	f := newFleet(t, windowRules, Options{})
+	// start on a minute boundary, so the windows are the simulation's minutes
+	f.clk.Advance(time.Duration(60e9 - f.clk.Now()%60e9))
+	f.start = f.clk.Now()
+	var loads []*load
+	for i := range 5 {
+		loads = append(loads, &load{e: f.envoy("fleet"), rate: float64(20 + 5*i)})
+	}
+	per := simulate(f, loads, 5*time.Minute)
+	o := f.srv.opts
+	n := 600.0
+	for m := range 5 {
+		got := sum(per[m*int(time.Minute/simStep) : (m+1)*int(time.Minute/simStep)])
+		// the window's n, what was paid from the window before and spent in
+		// this one (Period + Delivery of the rate), the Envoys' buckets
+		bound := n + n/60*(o.Period+o.Delivery).Seconds() + 5 + n/60*o.Burst.Seconds()
+		if float64(got) > bound {
+			t.Errorf("window %d admitted %d, above %v", m, got, bound)
+		}
+		if m > 0 && float64(got) < 0.9*n {
+			t.Errorf("window %d admitted %d, under 90%% of %v", m, got, n)
+		}
+		t.Logf("window %d: %d of %v", m, got, n)
+	}
+}

@@ -1,0 +1,87 @@
+// Package policy is the rate-limit policy of bucketgrid's front doors: the
+// rate-limit service (cmd/bucketgrid), the Envoy filter (wasmfilter) and
+// what else decides from envoyproxy/ratelimit's rules. Request attributes
+// go in (a domain and descriptors, or the request values Envoy's rate-limit
+// actions build descriptors from); for each descriptor the bucket key (fit
+// for every store), the bucket configuration and the operations to run on
+// it come out; then the decision, and the values of the rate-limit headers,
+// from the results of those operations. It is pure (no clock, no I/O, no
+// globals) and links neither fmt nor net/http nor YAML, so the Envoy filter
+// runs exactly the rules the service runs; package rulefile reads the YAML
+// files.
+//
+// # Use
+//
+// Compile the documents (rulefile.Load reads files), then for each request
+// Plan it, run each Limited item's Ops on the bucket of its Key (created
+// from BucketConfig when absent) as one atomic batch, and Decide its status
+// from the results:
+//
+//	rules, err := rulefile.Load(files, policy.Options{})
+//	items, err := rules.Plan(&req)
+//	for i := range items {
+//		res := run(items[i].Key, items[i].BucketConfig(), items[i].Ops()) // one batch
+//		statuses[i], err = items[i].Decide(res, now)
+//	}
+//	code, _ := policy.Overall(statuses, globalShadowMode)
+//
+// # Format and matching
+//
+// Everything envoyproxy/ratelimit reads is read the same way, and every file
+// it rejects is rejected with its message: domains, nested descriptors,
+// key/value and key-only nodes, wildcard values ending in '*', the most
+// specific node first (key and value, then wildcards in file order, then the
+// key alone), limits only at the descriptor's depth, unlimited, a limit of
+// 0 requests (refuses everything), name/replaces, shadow_mode, quota_mode,
+// share_threshold, detailed_metric and value_to_metric. Envoy's
+// per-descriptor hits_addend (0 checks without charging) and limit overrides
+// are honoured. Two keys are added to rate_limit: algorithm and burst.
+//
+// # Counters
+//
+// A bucket is keyed by the domain and the descriptor's entries only, as
+// envoyproxy/ratelimit keys its counters: a limit override and the
+// configured rule for the same entries count in one bucket, and a reload
+// that changes a limit resets no one. Every batch starts by replacing the
+// bucket's configuration by the rule's with consumed tokens inherited (a
+// replacement by the stored configuration changes nothing).
+//
+// # Algorithms
+//
+// FixedWindow (the default) answers exactly as envoyproxy/ratelimit does:
+// the same code and limit_remaining for every request, refused hits
+// counted, windows aligned to the Unix epoch. It is stored as an
+// intervally-aligned bucket whose size depends on the unit only (see
+// BucketConfig), so it needs no counter store and any executor runs it.
+// TokenBucket is a greedy bucket of burst tokens refilled at
+// requests_per_unit per unit; refused hits are not charged, and there is no
+// boundary at which twice the limit gets through. Set it per rule
+// (algorithm: token_bucket) or for every rule (Options).
+//
+// FixedWindow is the default because a drop-in replacement should decide as
+// the service it replaces until its operator chooses otherwise: clients
+// that rely on a window reset (a batch job that spends its quota at the top
+// of the hour) keep working, and a migration can be checked request for
+// request. Switching a rule to token_bucket is one line.
+//
+// # Time
+//
+// Every wait and reset in a Status comes from the results of the
+// operations, that is from the clock of the side that ran them (a grid
+// owner, the filter's host). Decide reads its now argument only for the end
+// of a fixed window nothing has been counted in yet.
+//
+// # Differences from envoyproxy/ratelimit
+//
+//   - Limits above 999,999,999 requests per second are rejected at load (a
+//     bucket refills at most one token per nanosecond).
+//   - A request with more than MaxDescriptors descriptors, MaxEntries
+//     entries in a descriptor, MaxDescriptorBytes of keys and values in a
+//     descriptor, or invalid UTF-8 is refused as a whole.
+//   - A change of a fixed window's unit keeps the count, except a change to
+//     a second, which starts the window afresh; a change of algorithm
+//     starts a fresh bucket. envoyproxy/ratelimit counts a new unit's
+//     window from 0.
+//   - Per-descriptor limit overrides with an unknown unit are refused
+//     rather than crashing the service.
+package policy
