@@ -338,12 +338,17 @@ func TestDegradeKeepsOtherErrors(t *testing.T) {
 		m.Bucket("k", nine).TryConsume(context.Background(), 1)
 	})
 	t.Run("configuration replacement", func(t *testing.T) {
+		// decided locally too: the share is replaced by the new
+		// configuration's share, never by the whole limit
 		e := &errExecutor{err: errStoreDown}
-		m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{}))
-		cfg, _ := nine(context.Background())
-		err := m.Bucket("k", nine).ReplaceConfiguration(context.Background(), cfg, core.InheritAsIs)
-		if !errors.Is(err, errStoreDown) {
-			t.Fatalf("replacement during an outage: %v, want the outage", err)
+		m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}))
+		h := m.Bucket("k", nine)
+		cfg, _ := core.NewConfig(core.Greedy(30, 30, time.Hour))
+		if err := h.ReplaceConfiguration(context.Background(), cfg, core.InheritReset); err != nil {
+			t.Fatalf("replacement during an outage: %v", err)
+		}
+		if got := consumeAll(t, h, true); got != 10 {
+			t.Fatalf("admitted %d after replacing 9 by 30 over 3 instances, want 10", got)
 		}
 	})
 }
@@ -494,5 +499,28 @@ func BenchmarkDegrade(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestDegradeBatchCarryingItsConfiguration(t *testing.T) {
+	// a rate-limit service sends each check with its rule's configuration
+	// first: locally, that configuration's share decides
+	m := bucketgrid.NewManager(&errExecutor{err: errStoreDown}, bucketgrid.WithEagerConfig(),
+		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}))
+	cfg, _ := nine(context.Background())
+	admitted := 0
+	for range 20 {
+		res, err := m.Bucket("k", nine).Execute(context.Background(),
+			wire.Op{Kind: wire.OpReplaceConfiguration, Config: &cfg, Inheritance: core.InheritAdditive},
+			wire.Op{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[1].OK {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d, want the share of 9 over 3: 3", admitted)
 	}
 }

@@ -95,7 +95,7 @@ func (g *degrader) breakerOf(key string) *breaker {
 // the route's breaker is open or the executor fails with an outage.
 func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
 	b := g.breakerOf(h.storeKey)
-	if b.open.Load() && degradable(ops) {
+	if b.open.Load() {
 		if now := g.m.clock.Now(); b.startProbe(now) {
 			go g.probeRoute(b, h.storeKey)
 		}
@@ -117,7 +117,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		}
 		return resp, nil
 	}
-	if !fromExec || ctx.Err() != nil || !g.outage(err) || !degradable(ops) {
+	if !fromExec || ctx.Err() != nil || !g.outage(err) {
 		return resp, err
 	}
 	if b.failed(g.failures, g.m.clock.Now(), g.probe) {
@@ -126,16 +126,31 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	return g.local(ctx, h, ops, verbose)
 }
 
-// degradable reports whether ops may be decided locally: all but an
-// explicit configuration replacement, which would hand the local share the
-// whole limit.
-func degradable(ops []wire.Op) bool {
+// ptrShare returns a pointer to cfg's share of n.
+func ptrShare(cfg *core.Config, n int) *core.Config {
+	c := cfg.Share(n)
+	return &c
+}
+
+// shareOps returns ops for the local share of n instances: a configuration
+// replacement (Bucket.ReplaceConfiguration, or a rule's configuration sent
+// with every check) replaces the share by the new configuration's share,
+// and becomes s's configuration for later re-cuts and the charge. Called
+// with g.mu held.
+func shareOps(s *share, ops []wire.Op, n int) []wire.Op {
+	out := ops
 	for i := range ops {
-		if ops[i].Kind == wire.OpReplaceConfiguration {
-			return false
+		if ops[i].Kind != wire.OpReplaceConfiguration || ops[i].Config == nil {
+			continue
 		}
+		if &out[0] == &ops[0] {
+			out = append([]wire.Op(nil), ops...)
+		}
+		s.cfg = ops[i].Config.Clone()
+		cut := s.cfg.Share(n)
+		out[i].Config = &cut
 	}
-	return true
+	return out
 }
 
 // instanceCount returns the number of instances sharing the limit, ≥ 1.
@@ -169,8 +184,9 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 		}
 		s.settled = false
 	}
-	req := wire.Request{Mode: wire.ModeCreateOrReplace, Ops: ops, Verbose: verbose, Inheritance: core.InheritProportionally}
-	if s.stored == nil || s.cut != n {
+	req := wire.Request{Mode: wire.ModeCreateOrReplace, Ops: shareOps(s, ops, n), Verbose: verbose,
+		Inheritance: core.InheritProportionally}
+	if s.stored == nil || s.cut != n || !s.cutCfg.Equal(ptrShare(&s.cfg, n)) {
 		s.cut, s.cutCfg = n, s.cfg.Share(n)
 		s.local++ // a new version: Process replaces the configuration, tokens carried over
 	}
