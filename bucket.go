@@ -84,7 +84,9 @@ type Bucket interface {
 	// waiting for them as Consume does, and reports whether it took them. It
 	// returns false without waiting when the wait would exceed maxWait (a
 	// rejection), and the errors of Consume otherwise, ErrExceedsCapacity
-	// included (Bucket4j answers false there). A negative maxWait is zero.
+	// included (Bucket4j's tryConsume(n, maxWait) waits into overdraft there
+	// and answers true when the deficit refills within maxWait). A negative
+	// maxWait is zero.
 	TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error)
 	// Diagnose returns the configuration and state refilled to now, the
 	// tokens of each bandwidth and the time until the bucket is full: the

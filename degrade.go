@@ -104,8 +104,8 @@ type OutageClassifier interface {
 
 // WithDegrade turns on a Manager's degraded mode (NewManager); see Degrade.
 // Without it, every executor error is returned to the caller.
-func WithDegrade(d Degrade) Option {
-	return func(o *options) { o.set |= optDegrade; o.degrade = d }
+func WithDegrade(d Degrade) ManagerOption {
+	return managerOption(func(o *options) { o.set |= optDegrade; o.degrade = d })
 }
 
 // Decision reports how the operations run under a context were decided:

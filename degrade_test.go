@@ -76,14 +76,14 @@ type degradeFixture struct {
 // probe is the fixture's Degrade.Probe.
 const probe = time.Second
 
-func newDegradeFixture(t *testing.T, opts ...bucketgrid.Option) *degradeFixture {
+func newDegradeFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *degradeFixture {
 	t.Helper()
 	f := &degradeFixture{clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
 	f.instances.Store(3)
 	f.store = &outageStore{Store: memstore.New(memstore.WithClock(f.clock))}
 	d := bucketgrid.Degrade{Instances: func() int { return int(f.instances.Load()) }, Failures: 2, Probe: probe,
 		Timeout: 50 * time.Millisecond}
-	opts = append([]bucketgrid.Option{bucketgrid.WithClock(f.clock), bucketgrid.WithDegrade(d)}, opts...)
+	opts = append([]bucketgrid.ManagerOption{bucketgrid.WithClock(f.clock), bucketgrid.WithDegrade(d)}, opts...)
 	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), opts...)
 	return f
 }

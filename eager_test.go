@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,11 +32,11 @@ func (f *managerFixture) exec() bucketgrid.Executor {
 
 // eagerFixture is a managerFixture whose Manager counts its executor's
 // requests.
-func eagerFixture(t *testing.T, opts ...bucketgrid.Option) (*managerFixture, *countingExec) {
+func eagerFixture(t *testing.T, opts ...bucketgrid.ManagerOption) (*managerFixture, *countingExec) {
 	t.Helper()
 	f := newManagerFixture(t)
 	exec := &countingExec{Executor: f.exec()}
-	opts = append([]bucketgrid.Option{bucketgrid.WithClock(f.clock)}, opts...)
+	opts = append([]bucketgrid.ManagerOption{bucketgrid.WithClock(f.clock)}, opts...)
 	f.m = bucketgrid.NewManager(exec, opts...)
 	return f, exec
 }
@@ -53,7 +52,7 @@ func TestEagerConfigOneRequestPerOperation(t *testing.T) {
 		ok     bool
 		tokens int64
 	}
-	run := func(opts ...bucketgrid.Option) (steps []step, requests int64, calls int) {
+	run := func(opts ...bucketgrid.ManagerOption) (steps []step, requests int64, calls int) {
 		f, exec := eagerFixture(t, opts...)
 		for _, key := range []string{"a", "b"} {
 			h := f.m.Bucket(key, f.config(bw))
@@ -160,17 +159,4 @@ func TestEagerConfigErrors(t *testing.T) {
 	if !ok || err != nil || f.m.Stats().CorruptReplaced != 1 {
 		t.Errorf("corrupt record: %v %v, %d replaced; want a new bucket", ok, err, f.m.Stats().CorruptReplaced)
 	}
-}
-
-// TestEagerConfigIsAManagerOption: a handle does not take it, and says so
-// by name.
-func TestEagerConfigIsAManagerOption(t *testing.T) {
-	f, _ := eagerFixture(t)
-	defer func() {
-		r := recover()
-		if s, _ := r.(string); !strings.Contains(s, "Manager.Bucket does not take WithEagerConfig") {
-			t.Fatalf("panic %v, want one naming WithEagerConfig", r)
-		}
-	}()
-	f.m.Bucket("k", f.config(core.Greedy(1, 1, time.Second)), bucketgrid.WithEagerConfig())
 }

@@ -54,12 +54,12 @@ func (e *localEnv) listen() Listener {
 
 // NewLocal returns a bucket of configuration cfg, full (or at each
 // bandwidth's initial tokens) at the clock's current time. It takes the
-// options WithClock and WithListener, and panics on any other. It validates
+// options WithClock and WithListener. It validates
 // cfg first, with cfg.ValidateForClock(c.Wall()) for the bucket's clock c,
 // and returns the *core.ConfigError without building anything when cfg is
 // invalid. The bucket keeps its own copy of cfg.
-func NewLocal(cfg core.Config, opts ...Option) (*Local, error) {
-	o := collect("NewLocal", localOptions, opts)
+func NewLocal(cfg core.Config, opts ...LocalOption) (*Local, error) {
+	o := collect(opts, LocalOption.applyLocal)
 	l := new(Local)
 	if err := l.init(&cfg, newEnv(o.clock, o.listener)); err != nil {
 		return nil, err

@@ -88,10 +88,9 @@ func ExpireAfterRefill(margin time.Duration) wire.Expiry {
 // NewManager returns a Manager over exec. It takes the options WithClock
 // (the clock blocking calls wait on, and the local buckets of WithDegrade
 // run on), WithListener (the default listener of handles), WithRecovery,
-// WithExpiration, WithFitKeys, WithLogger, WithEagerConfig and WithDegrade,
-// and panics on any other.
-func NewManager(exec Executor, opts ...Option) *Manager {
-	o := collect("NewManager", managerOptions, opts)
+// WithExpiration, WithFitKeys, WithLogger, WithEagerConfig and WithDegrade.
+func NewManager(exec Executor, opts ...ManagerOption) *Manager {
+	o := collect(opts, ManagerOption.applyManager)
 	m := &Manager{exec: exec, recovery: o.recovery, expiry: o.expiry, listener: o.listener, clock: o.clock,
 		fitKeys: o.fitKeys, eager: o.set&optEagerConfig != 0}
 	m.corrupt.logger = o.logger
@@ -137,11 +136,11 @@ func (m *Manager) storeKey(key string) string {
 // Bucket returns a handle to key's bucket. Nothing is read or written until
 // the first operation; configFn runs only when the bucket must be created or
 // its configuration replaced. It takes the options WithListener (replacing
-// the Manager's) and WithConfigVersion, and panics on any other.
-func (m *Manager) Bucket(key string, configFn ConfigFunc, opts ...Option) *Handle {
+// the Manager's) and WithConfigVersion.
+func (m *Manager) Bucket(key string, configFn ConfigFunc, opts ...HandleOption) *Handle {
 	h := &Handle{m: m, key: key, storeKey: m.storeKey(key), configFn: configFn, listener: m.listener}
 	if len(opts) > 0 {
-		o := collect("Manager.Bucket", handleOptions, opts)
+		o := collect(opts, HandleOption.applyHandle)
 		if o.set&optListener != 0 {
 			h.listener = o.listener
 			if h.listener == nil {

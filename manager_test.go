@@ -23,11 +23,11 @@ type managerFixture struct {
 	calls int
 }
 
-func newManagerFixture(t *testing.T, opts ...bucketgrid.Option) *managerFixture {
+func newManagerFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *managerFixture {
 	t.Helper()
 	f := &managerFixture{clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
 	f.store = memstore.New(memstore.WithClock(f.clock))
-	opts = append([]bucketgrid.Option{bucketgrid.WithClock(f.clock)}, opts...)
+	opts = append([]bucketgrid.ManagerOption{bucketgrid.WithClock(f.clock)}, opts...)
 	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), opts...)
 	return f
 }

@@ -8,18 +8,63 @@ import (
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
-	"github.com/bucketgrid/bucketgrid/internal/option"
 )
 
-// Option configures NewLocal, NewLocalMap, NewManager or Manager.Bucket: one
-// option set for the package, so that WithClock and WithListener mean the
-// same thing wherever they are passed. Each option names the constructors
-// that take it. Passing an option to a constructor that does not take it is
-// a programming error: the constructor panics with a message naming both,
-// rather than silently ignoring it.
-type Option func(*options)
+// The option types: one per constructor, so that the compiler refuses an
+// option given to a constructor that does not take it. WithClock and
+// WithListener return an Option, which every constructor but Manager.Bucket
+// takes; WithListener's is a ListenerOption, which Manager.Bucket takes too.
+type (
+	// LocalOption configures NewLocal: WithClock, WithListener.
+	LocalOption interface{ applyLocal(*options) }
+	// LocalMapOption configures NewLocalMap: WithClock, WithListener,
+	// WithMaxEntries, WithIdleTimeout.
+	LocalMapOption interface{ applyLocalMap(*options) }
+	// ManagerOption configures NewManager: WithClock, WithListener,
+	// WithRecovery, WithExpiration, WithFitKeys, WithLogger,
+	// WithEagerConfig, WithDegrade.
+	ManagerOption interface{ applyManager(*options) }
+	// HandleOption configures one handle (Manager.Bucket): WithListener,
+	// WithConfigVersion.
+	HandleOption interface{ applyHandle(*options) }
+	// Option is an option of NewLocal, NewLocalMap and NewManager alike
+	// (WithClock, WithListener), so that it means the same thing wherever
+	// it is passed.
+	Option interface {
+		LocalOption
+		LocalMapOption
+		ManagerOption
+	}
+	// ListenerOption is WithListener's option: an Option that Manager.Bucket
+	// takes too.
+	ListenerOption interface {
+		Option
+		HandleOption
+	}
+)
 
-// options is what Options set; set records which were given.
+// The concrete options, one type for each set of constructors that take an
+// option.
+type (
+	commonOption   func(*options) // NewLocal, NewLocalMap, NewManager
+	listenerOption func(*options) // and Manager.Bucket
+	mapOption      func(*options) // NewLocalMap
+	managerOption  func(*options) // NewManager
+	handleOption   func(*options) // Manager.Bucket
+)
+
+func (f commonOption) applyLocal(o *options)      { f(o) }
+func (f commonOption) applyLocalMap(o *options)   { f(o) }
+func (f commonOption) applyManager(o *options)    { f(o) }
+func (f listenerOption) applyLocal(o *options)    { f(o) }
+func (f listenerOption) applyLocalMap(o *options) { f(o) }
+func (f listenerOption) applyManager(o *options)  { f(o) }
+func (f listenerOption) applyHandle(o *options)   { f(o) }
+func (f mapOption) applyLocalMap(o *options)      { f(o) }
+func (f managerOption) applyManager(o *options)   { f(o) }
+func (f handleOption) applyHandle(o *options)     { f(o) }
+
+// options is what the options set; set records which were given.
 type options struct {
 	set        optionSet
 	clock      clock.Clock
@@ -52,26 +97,12 @@ const (
 	optDegrade
 )
 
-// optionNames names the options of an optionSet, bit by bit.
-var optionNames = [...]string{"WithClock", "WithListener", "WithMaxEntries", "WithIdleTimeout",
-	"WithRecovery", "WithExpiration", "WithConfigVersion", "WithFitKeys", "WithLogger", "WithEagerConfig", "WithDegrade"}
-
-// The options each constructor takes.
-const (
-	localOptions    = optClock | optListener
-	localMapOptions = optClock | optListener | optMaxEntries | optIdleTimeout
-	managerOptions  = optClock | optListener | optRecovery | optExpiration | optFitKeys | optLogger | optEagerConfig | optDegrade
-	handleOptions   = optListener | optConfigVersion
-)
-
-// collect applies opts for the constructor named who, which takes the
-// options in allowed, and panics when any other option was given.
-func collect(who string, allowed optionSet, opts []Option) options {
+// collect applies opts, each with apply, over the defaults.
+func collect[O any](opts []O, apply func(O, *options)) options {
 	o := options{maxEntries: DefaultMaxEntries}
 	for _, opt := range opts {
-		opt(&o)
+		apply(opt, &o)
 	}
-	option.Check("bucketgrid", who, uint64(o.set), uint64(allowed), optionNames[:])
 	return o
 }
 
@@ -84,23 +115,23 @@ func collect(who string, allowed optionSet, opts []Option) options {
 // on c, so a clock.Sleeper such as *clock.Fake controls them: its waits
 // return at once. A nil c selects the default.
 func WithClock(c clock.Clock) Option {
-	return func(o *options) { o.set |= optClock; o.clock = c }
+	return commonOption(func(o *options) { o.set |= optClock; o.clock = c })
 }
 
 // WithListener makes buckets report their events to l (NewLocal,
 // NewLocalMap: every bucket of the map; NewManager: every handle that does
 // not set its own; Manager.Bucket: that handle). A nil l reports nothing,
 // the default. See Listener for when each event is reported.
-func WithListener(l Listener) Option {
-	return func(o *options) { o.set |= optListener; o.listener = l }
+func WithListener(l Listener) ListenerOption {
+	return listenerOption(func(o *options) { o.set |= optListener; o.listener = l })
 }
 
 // WithMaxEntries bounds the number of buckets a LocalMap holds (NewLocalMap);
 // n < 1 means 1. The default is DefaultMaxEntries. The map is split into
 // shards of n/shards entries each, so it may begin evicting slightly before
 // it holds n buckets, never after.
-func WithMaxEntries(n int) Option {
-	return func(o *options) { o.set |= optMaxEntries; o.maxEntries = max(n, 1) }
+func WithMaxEntries(n int) LocalMapOption {
+	return mapOption(func(o *options) { o.set |= optMaxEntries; o.maxEntries = max(n, 1) })
 }
 
 // WithIdleTimeout expires a LocalMap bucket that has not been looked up for
@@ -108,14 +139,14 @@ func WithMaxEntries(n int) Option {
 // nothing for idleness (the bound still applies). Lookups record their time
 // only when the record lags by d/64 (at most 1 ms), so a bucket may expire up
 // to that much early.
-func WithIdleTimeout(d time.Duration) Option {
-	return func(o *options) { o.set |= optIdleTimeout; o.idle = max(d, 0) }
+func WithIdleTimeout(d time.Duration) LocalMapOption {
+	return mapOption(func(o *options) { o.set |= optIdleTimeout; o.idle = max(d, 0) })
 }
 
 // WithRecovery sets what a Manager's handles do when their bucket disappears
 // (NewManager); the default is RecoveryReconstruct.
-func WithRecovery(r RecoveryStrategy) Option {
-	return func(o *options) { o.set |= optRecovery; o.recovery = r }
+func WithRecovery(r RecoveryStrategy) ManagerOption {
+	return managerOption(func(o *options) { o.set |= optRecovery; o.recovery = r })
 }
 
 // WithExpiration sets the expiration-after-write policy of every write
@@ -125,8 +156,8 @@ func WithRecovery(r RecoveryStrategy) Option {
 // the same tokens (an intervally refill restarts its interval, so it refills
 // later, never sooner). Pass ExpireNever() to keep buckets until removed, or
 // see ExpireFixed.
-func WithExpiration(e wire.Expiry) Option {
-	return func(o *options) { o.set |= optExpiration; o.expiry = e }
+func WithExpiration(e wire.Expiry) ManagerOption {
+	return managerOption(func(o *options) { o.set |= optExpiration; o.expiry = e })
 }
 
 // WithFitKeys maps every key of a Manager (NewManager) through
@@ -148,21 +179,21 @@ func WithExpiration(e wire.Expiry) Option {
 //
 // NewManager panics when maxLen < core.DigestKeyLen, a limit no digest fits:
 // backends' limits are constants, so the first test catches it.
-func WithFitKeys(maxLen int) Option {
-	return func(o *options) {
+func WithFitKeys(maxLen int) ManagerOption {
+	return managerOption(func(o *options) {
 		if maxLen < core.DigestKeyLen {
 			panic(fmt.Sprintf("bucketgrid: WithFitKeys(%d): below core.DigestKeyLen (%d), no digest fits", maxLen, core.DigestKeyLen))
 		}
 		o.set |= optFitKeys
 		o.fitKeys = maxLen
-	}
+	})
 }
 
 // WithLogger sets where a Manager (NewManager) logs the events it must not
 // handle silently (a corrupt record replaced, once per key, the key
 // redacted); the default, and a nil l, is slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) { o.set |= optLogger; o.logger = l }
+func WithLogger(l *slog.Logger) ManagerOption {
+	return managerOption(func(o *options) { o.set |= optLogger; o.logger = l })
 }
 
 // WithEagerConfig makes every operation of a Manager's handles
@@ -180,8 +211,8 @@ func WithLogger(l *slog.Logger) Option {
 // RecoveryFail a handle that has seen its bucket sends its operations
 // without the configuration, so that a vanished bucket is still reported
 // (ErrBucketNotFound) rather than re-created.
-func WithEagerConfig() Option {
-	return func(o *options) { o.set |= optEagerConfig }
+func WithEagerConfig() ManagerOption {
+	return managerOption(func(o *options) { o.set |= optEagerConfig })
 }
 
 // WithConfigVersion enables implicit configuration replacement for a handle
@@ -190,6 +221,6 @@ func WithEagerConfig() Option {
 // stored one, carrying tokens over by strategy. A stored version is never
 // lowered, so handles with an older version keep using the newer
 // configuration.
-func WithConfigVersion(version int64, strategy core.TokensInheritance) Option {
-	return func(o *options) { o.set |= optConfigVersion; o.version, o.inherit = version, strategy }
+func WithConfigVersion(version int64, strategy core.TokensInheritance) HandleOption {
+	return handleOption(func(o *options) { o.set |= optConfigVersion; o.version, o.inherit = version, strategy })
 }

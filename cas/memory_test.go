@@ -35,7 +35,7 @@ func newTwoNodes(t *testing.T, opts ...cas.Option) *twoNodes {
 		b: cas.New(st, cas.WithClock(clk), cas.WithoutMemory())}
 }
 
-func (n *twoNodes) handle(e *cas.Executor, key string, opts ...bucketgrid.Option) *bucketgrid.Handle {
+func (n *twoNodes) handle(e *cas.Executor, key string, opts ...bucketgrid.ManagerOption) *bucketgrid.Handle {
 	cfg := n.cfg
 	return bucketgrid.NewManager(e, opts...).Bucket(key, func(context.Context) (core.Config, error) { return cfg, nil })
 }

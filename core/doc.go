@@ -43,13 +43,19 @@
 //     in doubles always; here all of it is exact, in 128 bits, saturating
 //     only at the int64 range. Examples: PROPORTIONALLY from capacity 22 to
 //     30 with 11 tokens gives 15 tokens (Bucket4j: 11×(30/22) =
-//     14.999999999999998, so 14). Greedy(2e9, 1.25e9, 10*time.Second) that
-//     took a token at 1 ns holds 1000000000 tokens at 8 s (Bucket4j:
-//     1.25e9×7999999999 overflows and its fallback gives 999999999).
-//     Bucket4j also wraps around where it multiplies without a check: an
-//     aligned first refill after 2262-04-11 turns into an unrelated instant
-//     there (one just after it into 1677), and is rejected here
-//     (ErrFirstRefill).
+//     14.999999999999998, so 14). Greedy(2e9, 1.25e9, 10*time.Second) with
+//     1 initial token, which it gives at 1 ns, holds 1000000000 tokens at
+//     8 s (Bucket4j: 1.25e9×7999999999 overflows and its fallback gives
+//     999999999; the carried 1/8 of a token is what makes the difference,
+//     so a bucket started full or empty agrees). Bucket4j also wraps around
+//     where it multiplies without a check: an aligned first refill after
+//     2262-04-11 turns into an unrelated instant there (one just after it
+//     into 1677), and is rejected here (ErrFirstRefill). And it subtracts
+//     without one: a size taken below the long range by a deep overdraft
+//     (ConsumeIgnoringRateLimits, reservations) wraps around to a huge
+//     positive count of tokens there, and a time difference beyond it to a
+//     negative one; here a debit that would leave the int64 range is
+//     refused and differences saturate.
 //
 //  3. A greedy wait counts from the last refill when the clock reads earlier
 //     than it (clock skew between clients of a shared store, a clock stepped
@@ -90,8 +96,10 @@
 //     return ErrExceedsCapacity without waiting, as x/time/rate's WaitN does
 //     above the burst. Example: full Greedy(10, 10, time.Second), blocking
 //     consume of 15: an error here; Bucket4j waits 500 ms and leaves −5,
-//     and its tryConsume(15, maxWait) answers false. ConsumeIgnoringRateLimits
-//     still overdraws as in Bucket4j.
+//     and so does its tryConsume(15, maxWait) with a maxWait of at least
+//     500 ms, which then answers true (tryConsume(15, 1s): true after
+//     500 ms, −5 left). ConsumeIgnoringRateLimits still overdraws as in
+//     Bucket4j.
 //
 //  7. Reserve accepts a maxWait of zero: take the tokens only if they are
 //     there now. Bucket4j requires a positive maxWaitTimeNanos. Process

@@ -77,15 +77,14 @@ type Local struct {
 }
 
 // NewLocal returns local per-client buckets whose configuration comes from
-// plan. It takes the options WithClock, WithMaxClients and WithIdleTimeout,
-// and panics on any other.
-func NewLocal(plan Plan, opts ...Option) *Local {
-	o := collect("NewLocal", localOptions, opts)
+// plan. It takes the options WithClock, WithMaxClients and WithIdleTimeout.
+func NewLocal(plan Plan, opts ...LocalOption) *Local {
+	o := collect(opts, LocalOption.applyLocal)
 	c := o.clock
 	if c == nil {
 		c = clock.Monotonic()
 	}
-	mapOpts := []bucketgrid.Option{
+	mapOpts := []bucketgrid.LocalMapOption{
 		bucketgrid.WithClock(c),
 		bucketgrid.WithMaxEntries(o.maxClients),
 		bucketgrid.WithIdleTimeout(o.idle),
@@ -118,16 +117,16 @@ type Managed struct {
 	m     *bucketgrid.Manager
 	plan  Plan
 	clock clock.Clock
-	bopts []bucketgrid.Option
+	bopts []bucketgrid.HandleOption
 }
 
 // NewManaged returns distributed per-client buckets held by m, created from
 // plan. Every Take is one request that brings back the decision and the
 // bucket's per-bandwidth state together. It takes the options WithClock (the
 // clock of the executing side, default clock.Wall()), WithBucketOptions and
-// WithDegrade, and panics on any other.
-func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...Option) *Managed {
-	o := collect("NewManaged", managedOptions, opts)
+// WithDegrade.
+func NewManaged(m *bucketgrid.Manager, plan Plan, opts ...ManagedOption) *Managed {
+	o := collect(opts, ManagedOption.applyManaged)
 	c := o.clock
 	if c == nil {
 		c = clock.Wall()

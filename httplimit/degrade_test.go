@@ -22,16 +22,16 @@ func TestDegradeAgainstFailOpenAndClosed(t *testing.T) {
 	two := bucketgrid.Degrade{Instances: func() int { return 2 }}
 	tests := []struct {
 		name  string
-		opts  []Option // of NewManaged
+		opts  []ManagedOption
 		open  bool
 		codes []int
 		want  Stats
 	}{
 		{"fail-open", nil, true, []int{200, 200, 200, 200, 200}, Stats{FailedOpen: 5}},
 		{"fail-closed", nil, false, []int{503, 503, 503, 503, 503}, Stats{FailedClosed: 5}},
-		{"degrade", []Option{WithDegrade(two)}, true, []int{200, 200, 200, 429, 429},
+		{"degrade", []ManagedOption{WithDegrade(two)}, true, []int{200, 200, 200, 429, 429},
 			Stats{DegradedAllowed: 3, DegradedLimited: 2}},
-		{"degrade, fail-closed otherwise", []Option{WithDegrade(two)}, false, []int{200, 200, 200, 429, 429},
+		{"degrade, fail-closed otherwise", []ManagedOption{WithDegrade(two)}, false, []int{200, 200, 200, 429, 429},
 			Stats{DegradedAllowed: 3, DegradedLimited: 2}},
 	}
 	for _, tt := range tests {

@@ -10,17 +10,40 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
-	"github.com/bucketgrid/bucketgrid/internal/option"
 )
 
-// Option configures New, NewLocal and NewManaged: one option set for the
-// package. Each option names the constructor that takes it; passing it to
-// another one panics, naming both, rather than silently ignoring it.
+// Option configures the middleware (New). The buckets' constructors take
+// options of their own types, so that the compiler refuses an option given
+// to a constructor that does not take it.
 type Option func(*options)
 
-type options struct {
-	set optionSet // the options given
+type (
+	// LocalOption configures NewLocal: WithClock, WithMaxClients,
+	// WithIdleTimeout.
+	LocalOption interface{ applyLocal(*options) }
+	// ManagedOption configures NewManaged: WithClock, WithBucketOptions,
+	// WithDegrade.
+	ManagedOption interface{ applyManaged(*options) }
+	// SourceOption is an option of NewLocal and NewManaged alike
+	// (WithClock).
+	SourceOption interface {
+		LocalOption
+		ManagedOption
+	}
+)
 
+type (
+	localOption   func(*options) // NewLocal
+	managedOption func(*options) // NewManaged
+	sourceOption  func(*options) // both
+)
+
+func (f localOption) applyLocal(o *options)     { f(o) }
+func (f managedOption) applyManaged(o *options) { f(o) }
+func (f sourceOption) applyLocal(o *options)    { f(o) }
+func (f sourceOption) applyManaged(o *options)  { f(o) }
+
+type options struct {
 	// middleware
 	key      KeyFunc
 	cost     func(*http.Request) int64
@@ -37,7 +60,7 @@ type options struct {
 	clock      clock.Clock
 	maxClients int
 	idle       time.Duration
-	bucketOpts []bucketgrid.Option
+	bucketOpts []bucketgrid.HandleOption
 	degrade    *bucketgrid.Degrade
 }
 
@@ -45,49 +68,8 @@ type options struct {
 // before failing open or closed.
 const DefaultTimeout = 250 * time.Millisecond
 
-// optionSet is a set of options, one bit each.
-type optionSet uint16
-
-const (
-	optKey optionSet = 1 << iota
-	optCost
-	optSkip
-	optExcept
-	optOnly
-	optHeaders
-	optTimeout
-	optFailOpen
-	optErrorHook
-	optProblemType
-	optClock
-	optMaxClients
-	optIdleTimeout
-	optBucketOptions
-	optDegrade
-)
-
-// optionNames names the options of an optionSet, bit by bit.
-var optionNames = [...]string{"WithKey", "WithCost", "WithSkip", "WithExcept", "WithOnly", "WithHeaders",
-	"WithTimeout", "WithFailOpen", "WithErrorHook", "WithProblemType", "WithClock", "WithMaxClients",
-	"WithIdleTimeout", "WithBucketOptions", "WithDegrade"}
-
-// The options each constructor takes.
-const (
-	middlewareOptions = optKey | optCost | optSkip | optExcept | optOnly | optHeaders | optTimeout |
-		optFailOpen | optErrorHook | optProblemType
-	localOptions   = optClock | optMaxClients | optIdleTimeout
-	managedOptions = optClock | optBucketOptions | optDegrade
-)
-
-// collect applies opts for the constructor named who, which takes the
-// options in allowed, and panics when any other option was given.
-func collect(who string, allowed optionSet, opts []Option) options {
-	o := newOptions(opts)
-	option.Check("httplimit", who, uint64(o.set), uint64(allowed), optionNames[:])
-	return o
-}
-
-func newOptions(opts []Option) options {
+// collect applies opts, each with apply, over the defaults.
+func collect[O any](opts []O, apply func(O, *options)) options {
 	o := options{
 		key:        ClientIP{}.Key,
 		headers:    IETFHeaders,
@@ -97,27 +79,30 @@ func newOptions(opts []Option) options {
 		maxClients: bucketgrid.DefaultMaxEntries,
 	}
 	for _, opt := range opts {
-		opt(&o)
+		apply(opt, &o)
 	}
 	return o
 }
+
+// applyOption applies one middleware option.
+func applyOption(opt Option, o *options) { opt(o) }
 
 // WithKey sets how a request is mapped to its client's bucket (New). The
 // default is ClientIP{}.Key: the immediate peer's address (IPv6 clients by
 // their /64), no proxy trusted. A KeyFunc error is answered 400 with a fixed
 // message, never the error's text, which goes to the WithErrorHook function.
-func WithKey(k KeyFunc) Option { return func(o *options) { o.set |= optKey; o.key = k } }
+func WithKey(k KeyFunc) Option { return func(o *options) { o.key = k } }
 
 // WithCost sets how many tokens a request takes (New); the default is 1. A
 // cost below 1 is taken as 1.
 func WithCost(cost func(*http.Request) int64) Option {
-	return func(o *options) { o.set |= optCost; o.cost = cost }
+	return func(o *options) { o.cost = cost }
 }
 
 // WithSkip lets requests for which skip returns true through unlimited and
 // without headers (New). Several WithSkip combine: any may skip.
 func WithSkip(skip func(*http.Request) bool) Option {
-	return func(o *options) { o.set |= optSkip; o.skip = append(o.skip, skip) }
+	return func(o *options) { o.skip = append(o.skip, skip) }
 }
 
 // WithExcept lets requests matching any of the http.ServeMux patterns
@@ -127,7 +112,7 @@ func WithSkip(skip func(*http.Request) bool) Option {
 //
 // New panics on an invalid pattern, as ServeMux.Handle does.
 func WithExcept(patterns ...string) Option {
-	return func(o *options) { o.set |= optExcept; o.except = append(o.except, patterns...) }
+	return func(o *options) { o.except = append(o.except, patterns...) }
 }
 
 // WithOnly limits only requests matching one of the http.ServeMux patterns
@@ -135,12 +120,12 @@ func WithExcept(patterns ...string) Option {
 //
 //	httplimit.WithOnly("/v1/")
 func WithOnly(patterns ...string) Option {
-	return func(o *options) { o.set |= optOnly; o.only = append(o.only, patterns...) }
+	return func(o *options) { o.only = append(o.only, patterns...) }
 }
 
 // WithHeaders selects the rate-limit header fields (New); the default is
 // IETFHeaders. Zero writes none; Retry-After is written on 429 regardless.
-func WithHeaders(h Headers) Option { return func(o *options) { o.set |= optHeaders; o.headers = h } }
+func WithHeaders(h Headers) Option { return func(o *options) { o.headers = h } }
 
 // WithTimeout bounds the time the middleware waits for a distributed bucket
 // (New): the bucket is consulted under a context with a deadline d from now,
@@ -159,7 +144,7 @@ func WithHeaders(h Headers) Option { return func(o *options) { o.set |= optHeade
 // long those clients get the failure mode: unlimited with fail-open. A d
 // above the window makes them wait instead.
 func WithTimeout(d time.Duration) Option {
-	return func(o *options) { o.set |= optTimeout; o.timeout = d }
+	return func(o *options) { o.timeout = d }
 }
 
 // WithFailOpen says what happens when the bucket cannot be consulted because
@@ -179,7 +164,7 @@ func WithTimeout(d time.Duration) Option {
 // (cas.ErrConflict) are answered 503 whatever the mode; and a panic is
 // re-raised (see Stats.Panicked).
 func WithFailOpen(open bool) Option {
-	return func(o *options) { o.set |= optFailOpen; o.failOpen = open }
+	return func(o *options) { o.failOpen = open }
 }
 
 // WithErrorHook calls f with each failure to consult a bucket (New), before
@@ -189,40 +174,42 @@ func WithFailOpen(open bool) Option {
 // *PanicError: log it, count it by cause. f runs on the request's goroutine
 // and must be safe for concurrent use.
 func WithErrorHook(f func(r *http.Request, err error)) Option {
-	return func(o *options) { o.set |= optErrorHook; o.onError = f }
+	return func(o *options) { o.onError = f }
 }
 
 // WithProblemType sets the "type" URI of the 429 problem body (New); the
 // default is "about:blank".
 func WithProblemType(uri string) Option {
-	return func(o *options) { o.set |= optProblemType; o.problem = uri }
+	return func(o *options) { o.problem = uri }
 }
 
 // WithClock sets the clock of NewLocal's buckets (default
 // clock.Monotonic()) or, for NewManaged, the clock of the side that executes
 // the bucket (default clock.Wall()), which the RateLimit waits are measured
 // against. Tests pass a *clock.Fake.
-func WithClock(c clock.Clock) Option { return func(o *options) { o.set |= optClock; o.clock = c } }
+func WithClock(c clock.Clock) SourceOption {
+	return sourceOption(func(o *options) { o.clock = c })
+}
 
 // WithMaxClients bounds the number of buckets NewLocal holds, evicting the
 // least recently used beyond it (default bucketgrid.DefaultMaxEntries).
 // Choose it above the number of concurrently active clients.
-func WithMaxClients(n int) Option {
-	return func(o *options) { o.set |= optMaxClients; o.maxClients = n }
+func WithMaxClients(n int) LocalOption {
+	return localOption(func(o *options) { o.maxClients = n })
 }
 
 // WithIdleTimeout drops a NewLocal bucket unused for d; choose d longer than
 // the longest refill-to-full time, and a dropped bucket equals a new one.
 // The default, 0, drops buckets only to stay within WithMaxClients.
-func WithIdleTimeout(d time.Duration) Option {
-	return func(o *options) { o.set |= optIdleTimeout; o.idle = d }
+func WithIdleTimeout(d time.Duration) LocalOption {
+	return localOption(func(o *options) { o.idle = d })
 }
 
 // WithBucketOptions passes options to every Manager.Bucket call of
 // NewManaged, e.g. bucketgrid.WithConfigVersion for implicit configuration
 // replacement.
-func WithBucketOptions(opts ...bucketgrid.Option) Option {
-	return func(o *options) { o.set |= optBucketOptions; o.bucketOpts = append(o.bucketOpts, opts...) }
+func WithBucketOptions(opts ...bucketgrid.HandleOption) ManagedOption {
+	return managedOption(func(o *options) { o.bucketOpts = append(o.bucketOpts, opts...) })
 }
 
 // WithDegrade makes NewManaged's buckets decide from a local share of each
@@ -235,8 +222,8 @@ func WithBucketOptions(opts ...bucketgrid.Option) Option {
 // outages degrade cannot decide (the plan failing). Keep d.Timeout below
 // the middleware's WithTimeout (the defaults, 100 ms and 250 ms, are), or
 // the middleware stops waiting before the local decision arrives.
-func WithDegrade(d bucketgrid.Degrade) Option {
-	return func(o *options) { o.set |= optDegrade; o.degrade = &d }
+func WithDegrade(d bucketgrid.Degrade) ManagedOption {
+	return managedOption(func(o *options) { o.degrade = &d })
 }
 
 // ErrTimeout is returned (wrapped, with context.DeadlineExceeded) to the
@@ -300,10 +287,9 @@ type Middleware struct {
 
 // New returns middleware taking tokens from b: one bucket per client key. It
 // takes the options WithKey, WithCost, WithSkip, WithExcept, WithOnly,
-// WithHeaders, WithTimeout, WithFailOpen, WithErrorHook and WithProblemType,
-// and panics on any other (they configure NewLocal or NewManaged).
+// WithHeaders, WithTimeout, WithFailOpen, WithErrorHook and WithProblemType.
 func New(b Buckets, opts ...Option) *Middleware {
-	m := &Middleware{src: b, o: collect("New", middlewareOptions, opts)}
+	m := &Middleware{src: b, o: collect(opts, applyOption)}
 	_, m.local = b.(*Local)
 	m.only = patternMux(m.o.only)
 	m.except = patternMux(m.o.except)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -538,30 +539,52 @@ func TestSpoofingThroughMiddleware(t *testing.T) {
 	}
 }
 
-// TestOptionsPanicWhereTheyDoNotApply: an option a constructor does not
-// take is never silently ignored.
-func TestOptionsPanicWhereTheyDoNotApply(t *testing.T) {
-	plan := StaticPlan(core.Config{})
-	cases := []struct {
-		name, want string
-		f          func()
+// TestOptionsTakenOnlyWhereTheyApply: each option is of a type that only
+// the constructors taking it accept, so that giving it to another one is a
+// compile error, and not even a type assertion turns it into an option of
+// another constructor.
+func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
+	kinds := []struct {
+		name string
+		typ  reflect.Type
 	}{
-		{"New", "New does not take WithMaxClients, WithBucketOptions",
-			func() { New(NewLocal(plan), WithMaxClients(3), WithBucketOptions()) }},
-		{"NewLocal", "NewLocal does not take WithTimeout",
-			func() { NewLocal(plan, WithClock(nil), WithTimeout(time.Second)) }},
-		{"NewManaged", "NewManaged does not take WithKey, WithIdleTimeout",
-			func() { NewManaged(nil, plan, WithKey(nil), WithIdleTimeout(time.Second)) }},
+		{"New", reflect.TypeFor[Option]()},
+		{"NewLocal", reflect.TypeFor[LocalOption]()},
+		{"NewManaged", reflect.TypeFor[ManagedOption]()},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				if s, _ := r.(string); !strings.Contains(s, c.want) {
-					t.Fatalf("panic %v, want one saying %q", r, c.want)
+	tests := []struct {
+		name  string
+		opt   any
+		takes []string
+	}{
+		{"WithKey", WithKey(nil), []string{"New"}},
+		{"WithCost", WithCost(nil), []string{"New"}},
+		{"WithSkip", WithSkip(nil), []string{"New"}},
+		{"WithExcept", WithExcept("/x"), []string{"New"}},
+		{"WithOnly", WithOnly("/x"), []string{"New"}},
+		{"WithHeaders", WithHeaders(IETFHeaders), []string{"New"}},
+		{"WithTimeout", WithTimeout(time.Second), []string{"New"}},
+		{"WithFailOpen", WithFailOpen(true), []string{"New"}},
+		{"WithErrorHook", WithErrorHook(nil), []string{"New"}},
+		{"WithProblemType", WithProblemType("about:blank"), []string{"New"}},
+		{"WithClock", WithClock(nil), []string{"NewLocal", "NewManaged"}},
+		{"WithMaxClients", WithMaxClients(3), []string{"NewLocal"}},
+		{"WithIdleTimeout", WithIdleTimeout(time.Second), []string{"NewLocal"}},
+		{"WithBucketOptions", WithBucketOptions(), []string{"NewManaged"}},
+		{"WithDegrade", WithDegrade(bucketgrid.Degrade{}), []string{"NewManaged"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, k := range kinds {
+				if k.typ.Kind() == reflect.Interface && reflect.TypeOf(tt.opt).Implements(k.typ) ||
+					reflect.TypeOf(tt.opt) == k.typ {
+					got = append(got, k.name)
 				}
-			}()
-			c.f()
+			}
+			if !reflect.DeepEqual(got, tt.takes) {
+				t.Fatalf("%s is an option of %v, want %v", tt.name, got, tt.takes)
+			}
 		})
 	}
 }
@@ -576,7 +599,7 @@ func TestManagedReportsConfigVersion(t *testing.T) {
 	for _, tc := range []struct {
 		asked, want int64
 	}{{0, 0}, {3, 3}, {2, 3}} { // a handle asking for 2 meets the stored 3
-		var opts []Option
+		var opts []ManagedOption
 		if tc.asked > 0 {
 			opts = append(opts, WithBucketOptions(bucketgrid.WithConfigVersion(tc.asked, core.InheritAsIs)))
 		}

@@ -77,7 +77,12 @@
 //     bucket refills at most one token per nanosecond).
 //   - A request with more than MaxDescriptors descriptors, MaxEntries
 //     entries in a descriptor, MaxDescriptorBytes of keys and values in a
-//     descriptor, or invalid UTF-8 is refused as a whole.
+//     descriptor, or a domain that is not valid UTF-8 is refused as a whole
+//     (the service answers a client's oversized descriptor OVER_LIMIT, never
+//     an error Envoy's failure_mode_deny would let through). Keys and values
+//     are bytes: one that is not valid UTF-8 (a header Envoy copied) is
+//     matched and counted like any other, as envoyproxy/ratelimit does; the
+//     service reads it off gRPC as bytes (cmd/bucketgrid/internal/wire).
 //   - A change of a fixed window's unit keeps the count, except a change to
 //     a second, which starts the window afresh; a change of algorithm
 //     starts a fresh bucket. envoyproxy/ratelimit counts a new unit's

@@ -46,7 +46,7 @@ var (
 	ErrTooManyDescriptors = errors.New("more than " + strconv.Itoa(MaxDescriptors) + " descriptors")
 	ErrTooManyEntries     = errors.New("descriptor has more than " + strconv.Itoa(MaxEntries) + " entries")
 	ErrDescriptorTooLarge = errors.New("descriptor keys and values exceed " + strconv.Itoa(MaxDescriptorBytes) + " bytes")
-	ErrInvalidUTF8        = errors.New("descriptor key or value is not valid UTF-8")
+	ErrInvalidUTF8        = errors.New("domain is not valid UTF-8")
 	ErrOverrideUnit       = errors.New("limit override has an unknown unit")
 	ErrOverrideTooFast    = errors.New("limit override above " + strconv.Itoa(maxPerSecond) + " per second")
 )
@@ -166,10 +166,7 @@ func checkRequest(req *Request) error {
 		}
 		n := 0
 		for _, e := range d.Entries {
-			n += len(e.Key) + len(e.Value)
-			if !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
-				return &RequestError{Descriptor: i, Err: ErrInvalidUTF8}
-			}
+			n += len(e.Key) + len(e.Value) // any bytes: Envoy copies a client's header into a value
 		}
 		if n > MaxDescriptorBytes {
 			return &RequestError{Descriptor: i, Err: ErrDescriptorTooLarge}

@@ -114,7 +114,6 @@ func TestPlanErrors(t *testing.T) {
 	}
 	wide := Descriptor{Entries: make([]Entry, MaxEntries+1)}
 	big := desc("client", strings.Repeat("x", MaxDescriptorBytes))
-	bad := desc("client", "\xff")
 	for _, tc := range []struct {
 		name string
 		req  Request
@@ -126,7 +125,7 @@ func TestPlanErrors(t *testing.T) {
 		{"too many descriptors", Request{Domain: "shop", Descriptors: many}, ErrTooManyDescriptors},
 		{"too many entries", Request{Domain: "shop", Descriptors: []Descriptor{wide}}, ErrTooManyEntries},
 		{"too many bytes", Request{Domain: "shop", Descriptors: []Descriptor{big}}, ErrDescriptorTooLarge},
-		{"invalid UTF-8", Request{Domain: "shop", Descriptors: []Descriptor{bad}}, ErrInvalidUTF8},
+		{"invalid UTF-8 domain", Request{Domain: "sh\xffop", Descriptors: []Descriptor{desc("client", "a")}}, ErrInvalidUTF8},
 		{"override without unit", Request{Domain: "shop", Descriptors: []Descriptor{{Entries: []Entry{{"a", "b"}}, Limit: &Override{RequestsPerUnit: 1}}}}, ErrOverrideUnit},
 		{"override too fast", Request{Domain: "shop", Descriptors: []Descriptor{{Entries: []Entry{{"a", "b"}}, Limit: &Override{RequestsPerUnit: 2e9, Unit: Second}}}}, ErrOverrideTooFast},
 	} {
@@ -138,6 +137,19 @@ func TestPlanErrors(t *testing.T) {
 	fits := desc("client", strings.Repeat("x", MaxDescriptorBytes-len("client")))
 	if _, err := c.Plan(&Request{Domain: "shop", Descriptors: append(many[:MaxDescriptors-1:MaxDescriptors-1], fits)}); err != nil {
 		t.Fatalf("request at the bounds: %v", err)
+	}
+	// A value that is not UTF-8 (a client's header bytes) is a value like
+	// any other, with a bucket of its own.
+	keys := map[string]string{}
+	for _, v := range []string{"\xff", "\xfe", "\xff\xfe", "a\xc3(", "\xed\xa0\x80", "\xc0\xaf", "é"} {
+		items, err := c.Plan(&Request{Domain: "shop", Descriptors: []Descriptor{desc("client", v)}})
+		if err != nil || len(items) != 1 || items[0].Kind != Limited {
+			t.Fatalf("value %q: %v %+v", v, err, items)
+		}
+		if other, dup := keys[items[0].Key]; dup {
+			t.Fatalf("values %q and %q share a bucket", v, other)
+		}
+		keys[items[0].Key] = v
 	}
 }
 

@@ -146,6 +146,12 @@ var brokenStores = []struct {
 		"StoreVersions":            "(ABA)",
 		"StoreExpiredVersionLoses": "(ABA)",
 	}, nil},
+	{"version 0 matches any version", variantOf(flaws{zeroMatches: true}), map[string]string{
+		"StoreVersions": "Replace with version 0 succeeded",
+	}, nil},
+	{"Delete of an expired key not yet reaped fails", variantOf(flaws{deleteExpiredErrs: true}), map[string]string{
+		"StoreExpiredVersionLoses": "Delete of a key whose TTL had run out",
+	}, nil},
 	{"Replace brings an expired key back", variantOf(flaws{revivesExpired: true}), map[string]string{
 		"StoreExpiredVersionLoses": "an expired bucket comes back",
 	}, nil},
@@ -168,6 +174,16 @@ var brokenStores = []struct {
 	{"refuses long keys with an outage error", variantOf(flaws{maxKeyLen: 100, keyErr: errors.New("value too long")}), map[string]string{
 		"StoreKeys": "reads as an outage",
 	}, nil},
+	{"key checker counts characters, the store keeps bytes", func() cas.Store {
+		return runeChecker{newVariant(flaws{maxKeyLen: 100, countsRunes: true, normalise: func(k string) string { return k[:min(len(k), 100)] }})}
+	}, map[string]string{
+		"StoreKeys": "it counts characters where it must count bytes",
+	}, nil},
+	{"key checker counts characters against a declared byte maximum", func() cas.Store {
+		return runeChecker{newVariant(flaws{maxKeyLen: 100, countsRunes: true, normalise: func(k string) string { return k[:min(len(k), 100)] }})}
+	}, map[string]string{
+		"StoreKeys": "check the length in bytes",
+	}, []Option{WithMaxKeyLen(100)}},
 	{"declares a maximum it does not hold", variantOf(flaws{maxKeyLen: 100}), map[string]string{
 		"StoreKeys": "declares (WithMaxKeyLen) that it holds keys of up to 200 bytes",
 	}, []Option{WithMaxKeyLen(200)}},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/bucketgrid/bucketgrid/core"
 )
@@ -119,6 +120,30 @@ func padded(base string, n int, last byte) string {
 	return string(append(b[:n-1], last))
 }
 
+// multibyte returns base extended with copies of r to n bytes (or one
+// more, if r does not fit exactly), ending in last.
+func multibyte(base string, n int, r string, last byte) string {
+	var b strings.Builder
+	b.WriteString(base)
+	for b.Len()+len(r) < n {
+		b.WriteString(r)
+	}
+	b.WriteByte(last)
+	return b.String()
+}
+
+// runesLong returns base extended with copies of r to n characters, ending
+// in last.
+func runesLong(base string, n int, r string, last byte) string {
+	var b strings.Builder
+	b.WriteString(base)
+	for c := utf8.RuneCountInString(base); c < n-1; c++ {
+		b.WriteString(r)
+	}
+	b.WriteByte(last)
+	return b.String()
+}
+
 // checkKeys checks that distinct keys are distinct entries — case,
 // whitespace, Unicode forms, binary bytes, long keys up to the store's
 // declared maximum — that a key over the maximum is refused as invalid, and
@@ -151,6 +176,32 @@ func checkKeys(e *env) {
 			must: n <= 64 || limit > 0,
 			keys: []string{padded(b, n, 'x'), padded(b, n, 'y')},
 		})
+	}
+	// Multi-byte keys: a store that counts characters where it should count
+	// bytes (a VARCHAR(n) of characters, a rune count) accepts keys whose
+	// bytes then overflow what it keeps.
+	for _, r := range []string{"é", "日", "😀"} {
+		for _, n := range lengths {
+			if limit > 0 && n > limit {
+				continue
+			}
+			p := b + "-m" + strconv.Itoa(n) // lengths that round alike stay apart
+			x, y := multibyte(p, n, r, 'x'), multibyte(p, n, r, 'y')
+			groups = append(groups, keyGroup{
+				how:  fmt.Sprintf("are %d bytes long, mostly %d-byte characters (%q), and differ only in the last byte", len(x), len(r), r),
+				does: fmt.Sprintf("keeps fewer than %d bytes of a key of %d characters: it counts characters where it must count bytes, or truncates bytes", len(x), utf8.RuneCountInString(x)),
+				must: limit > 0,
+				keys: []string{x, y},
+			})
+		}
+		if limit > 0 {
+			k := runesLong(b, limit, r, 'x')
+			groups = append(groups, keyGroup{
+				how:  fmt.Sprintf("are %d characters long — the declared maximum, counted in characters — but %d bytes of %q, and differ only in the last", limit, len(k), r),
+				does: fmt.Sprintf("counts characters against its maximum of %d bytes, accepts a %d-byte key and keeps only part of it: check the length in bytes (len, not utf8.RuneCountInString) and refuse longer keys with an error wrapping core.ErrInvalidKey", limit, len(k)),
+				keys: []string{k, runesLong(b, limit, r, 'y')},
+			})
+		}
 	}
 	if limit > 0 {
 		groups = append(groups, keyGroup{

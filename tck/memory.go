@@ -25,7 +25,7 @@ type memoryPair struct {
 	config bucketgrid.ConfigFunc
 }
 
-func newMemoryPair(e *env, name string, opts ...bucketgrid.Option) *memoryPair {
+func newMemoryPair(e *env, name string, opts ...bucketgrid.ManagerOption) *memoryPair {
 	p := &memoryPair{e: e, config: staticConfig(core.Greedy(10, 10, time.Hour))}
 	p.ea = cas.New(e.store, cas.WithClock(e.now()), cas.WithRetry(kitRetry()))
 	p.bm = bucketgrid.NewManager(cas.New(e.store, cas.WithClock(e.now()), cas.WithRetry(kitRetry())), opts...)

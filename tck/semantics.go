@@ -26,12 +26,12 @@ var executorChecks = []check{
 
 // handles returns one handle per executor on key, each through its own
 // Manager, as separate nodes would hold them.
-func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.Option) []*bucketgrid.Handle {
+func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
 	return e.handlesOf(key, cfg, nil, opts...)
 }
 
 // handlesOf is handles with Managers made with managerOpts.
-func (e *env) handlesOf(key string, cfg bucketgrid.ConfigFunc, managerOpts []bucketgrid.Option, opts ...bucketgrid.Option) []*bucketgrid.Handle {
+func (e *env) handlesOf(key string, cfg bucketgrid.ConfigFunc, managerOpts []bucketgrid.ManagerOption, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
 	hs := make([]*bucketgrid.Handle, len(e.execs))
 	for i, x := range e.execs {
 		hs[i] = bucketgrid.NewManager(x, managerOpts...).Bucket(key, cfg, opts...)
@@ -66,7 +66,7 @@ func checkSameResults(e *env) {
 		}
 		hcl, lcl := new(bucketgrid.CountingListener), new(bucketgrid.CountingListener)
 		hs := e.handlesOf(e.key(fmt.Sprintf("model-%d", ci)), staticConfig(mc.bws...),
-			[]bucketgrid.Option{bucketgrid.WithClock(e.clock), bucketgrid.WithListener(hcl)})
+			[]bucketgrid.ManagerOption{bucketgrid.WithClock(e.clock), bucketgrid.WithListener(hcl)})
 		rng := rand.New(rand.NewPCG(uint64(ci), 42))
 		lclk := clock.NewFake(start)
 		var local *bucketgrid.Local

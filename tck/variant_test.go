@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
@@ -58,6 +59,9 @@ type flaws struct {
 	appliesErrsOneIn   int                               // Replace writes, then returns an error, once in this many
 	maxKeyLen          int                               // longer keys are refused (0: no limit)
 	keyErr             error                             // the refusal; nil: core.InvalidKey
+	countsRunes        bool                              // maxKeyLen counts characters, not bytes
+	zeroMatches        bool                              // Replace with version 0 matches any live entry
+	deleteExpiredErrs  bool                              // Delete of an expired entry not yet reaped fails
 
 	// The optional extensions: with extensions set the variant implements
 	// cas.Writer and cas.Batcher, correctly unless a flag below says.
@@ -86,7 +90,11 @@ var errVariant = errors.New("variant: write applied, reply lost")
 
 // refuse returns the error for a key longer than maxKeyLen, or nil.
 func (s *variant) refuse(key string) error {
-	if s.maxKeyLen == 0 || len(key) <= s.maxKeyLen {
+	n := len(key)
+	if s.countsRunes {
+		n = utf8.RuneCountInString(key)
+	}
+	if s.maxKeyLen == 0 || n <= s.maxKeyLen {
 		return nil
 	}
 	if s.keyErr != nil {
@@ -214,7 +222,7 @@ func (s *variant) replace(key string, data []byte, ver cas.Version, ttl time.Dur
 	if s.compareLowBits > 0 {
 		mask = cas.Version(1)<<s.compareLowBits - 1
 	}
-	if e == nil || e.ver&mask != ver&mask {
+	if e == nil || e.ver&mask != ver&mask && !(s.zeroMatches && ver == 0) {
 		return false, nil
 	}
 	from := now
@@ -243,6 +251,9 @@ func (s *variant) Delete(ctx context.Context, key string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := s.stored(key)
+	if s.deleteExpiredErrs && s.entries[k] != nil && s.live(k, time.Now()) == nil {
+		return errors.New("variant: document not found") // the entry is there, but expired
+	}
 	if !s.deletePrefix {
 		delete(s.entries, k)
 		return nil
@@ -340,3 +351,9 @@ func (s extVariant) Batch(ctx context.Context, ops []*cas.Op) error {
 	}
 	return nil
 }
+
+// runeChecker is a variant whose key checker counts characters, as its
+// Inserts do, while the variant keeps only maxKeyLen bytes of a key.
+type runeChecker struct{ *variant }
+
+func (s runeChecker) CheckKey(key string) error { return s.refuse(key) }

@@ -99,6 +99,7 @@ func checkVersions(e *env) {
 	v4 := l.read(a, "after Replace B→A")
 	l.staleLose(a, "after A→B→B→A")
 	forgedVersions(e, l.key, v4, a)
+	zeroVersion(e, l.key, a)
 
 	if e.cfg.noDelete != "" {
 		return
@@ -156,4 +157,28 @@ func forgedVersions(e *env, key string, cur cas.Version, val []byte) {
 		return
 	}
 	e.Errorf("Replace accepted versions that differ from the stored one in bit(s) %v (of 64; %d ignored): it does not compare the whole version, so a stale client's version can match. Compare all 64 bits", accepted, len(accepted))
+}
+
+// zeroVersion replaces key, which holds val, and an absent key, with
+// version 0: neither may write. 0 is the version of nothing (the zero
+// value a caller passes when it has read none); a store that treats it as
+// "any version" (an unset CAS field meaning "unconditional", as Couchbase's
+// cas 0 and Envoy's shared-data cas 0 do) overwrites every bucket for such
+// a caller. forgedVersions meets 0 only when the current version has one
+// bit set.
+func zeroVersion(e *env, key string, val []byte) {
+	if ok, err := e.store.Replace(e.ctx, key, []byte("zero\x00"), 0, 0); err == nil && ok {
+		e.Errorf("Replace with version 0 succeeded on a key holding another version: the store treats 0 as \"any version\" (an unset CAS meaning unconditional), so a caller without a version overwrites the bucket. Version 0 names no bytes: Replace(0) must always lose. This breaks %s", versionRule)
+	}
+	got, _, found, err := e.store.Get(e.ctx, key)
+	if err != nil || !found || !bytes.Equal(got, val) {
+		e.Fatalf("Get after a Replace with version 0: found=%v err=%v, %s", found, err, mismatch(got, val))
+	}
+	absent := key + "-zero-absent"
+	if ok, err := e.store.Replace(e.ctx, absent, []byte("zero\x00"), 0, 0); err == nil && ok {
+		e.Errorf("Replace with version 0 of an absent key succeeded: Replace never creates a key, and version 0 names no bytes")
+	}
+	if _, _, found, err := e.store.Get(e.ctx, absent); err != nil || found {
+		e.Errorf("Get of an absent key after a Replace with version 0: found=%v err=%v; want absent", found, err)
+	}
 }

@@ -37,6 +37,24 @@ type config struct {
 	Version        bool // print the version and exit
 	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
 	Degrade        degradeFlags
+	Limits         limitFlags
+}
+
+// limitFlags bound what one client connection, and all of them, can make
+// the service hold: see README.md, "Limits".
+type limitFlags struct {
+	GRPCMaxConns       int           // gRPC connections served at once; more wait to be accepted
+	GRPCMaxStreams     int           // concurrent calls per gRPC connection (SETTINGS_MAX_CONCURRENT_STREAMS)
+	GRPCMaxRecv        int           // bytes of one request message
+	GRPCWindow         int           // HTTP/2 flow-control window per stream and connection
+	GRPCReadTimeout    time.Duration // time for a call's request message to arrive
+	GRPCIdleTimeout    time.Duration // a connection without calls for this long is closed
+	GRPCKeepaliveMin   time.Duration // clients' keepalive pings closer together end the connection
+	HTTPMaxConns       int           // HTTP connections served at once
+	HTTPMaxBody        int64         // bytes of a /json body
+	HTTPMaxHeaderBytes int           // bytes of a request's header
+	HTTPReadTimeout    time.Duration // time to read a request, header and body
+	HTTPIdleTimeout    time.Duration // a keep-alive connection idle for this long is closed
 }
 
 // degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
@@ -126,12 +144,24 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "gRPC server certificate `file` (PEM); with -tls-key enables TLS")
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")
 	fs.StringVar(&c.TLS.ClientCA, "tls-client-ca", "", "CA `file` (PEM) that client certificates must chain to (mutual TLS)")
-	fs.IntVar(&c.MaxValued, "metrics-max-valued", 1000, "most metric series whose rule label holds client values (detailed_metric, value_to_metric, overrides)")
+	fs.IntVar(&c.MaxValued, "metrics-max-valued", 1000, "most rule labels holding client values (detailed_metric, value_to_metric, overrides) with series of their own: the most recently used; the others count under the rule path's .__other")
 	fs.DurationVar(&c.DrainGrace, "drain-grace", 5*time.Second, "at shutdown, how long health checks fail (gRPC NOT_SERVING, /healthcheck 500) while requests are still answered, before the listeners close: long enough for load balancers to see it")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown, once the listeners close")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
+	fs.IntVar(&c.Limits.GRPCMaxConns, "grpc-max-conns", 1024, "gRPC connections served at once; further ones wait to be accepted")
+	fs.IntVar(&c.Limits.GRPCMaxStreams, "grpc-max-streams", 100, "concurrent calls one gRPC connection may have (announced to the client)")
+	fs.IntVar(&c.Limits.GRPCMaxRecv, "grpc-max-recv", 64<<10, "largest request message in `bytes` (a RateLimitRequest is a few hundred; at most 64 descriptors of 4096 bytes are decided)")
+	fs.IntVar(&c.Limits.GRPCWindow, "grpc-window", 64<<10, "HTTP/2 flow-control window in `bytes` per call and per connection (at least 65535; fixed, so a client cannot grow it)")
+	fs.DurationVar(&c.Limits.GRPCReadTimeout, "grpc-read-timeout", 5*time.Second, "how long a call's request message may take to arrive in full before the call is reset")
+	fs.DurationVar(&c.Limits.GRPCIdleTimeout, "grpc-idle-timeout", 5*time.Minute, "a gRPC connection without calls for this long is closed")
+	fs.DurationVar(&c.Limits.GRPCKeepaliveMin, "grpc-keepalive-min-time", 10*time.Second, "a client whose keepalive pings come closer together than this is disconnected")
+	fs.IntVar(&c.Limits.HTTPMaxConns, "http-max-conns", 1024, "HTTP connections served at once; further ones wait to be accepted")
+	fs.Int64Var(&c.Limits.HTTPMaxBody, "http-max-body", 64<<10, "largest /json request body in `bytes` (413 beyond)")
+	fs.IntVar(&c.Limits.HTTPMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest HTTP request header in `bytes` (431 beyond)")
+	fs.DurationVar(&c.Limits.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "how long reading an HTTP request, header and body, may take")
+	fs.DurationVar(&c.Limits.HTTPIdleTimeout, "http-idle-timeout", time.Minute, "an idle keep-alive HTTP connection is closed after this long")
 	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable, which Envoy's failure_mode_deny turns into unlimited by default. Off by default: a grid holds a key up to its hand-over grace (over a second) when members join, longer than -degrade-timeout, so keys moving are decided from shares then")
 	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or each admits the whole limit)")
 	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long to wait for the backend before deciding locally (below -timeout)")
@@ -198,6 +228,16 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	}
 	if c.TLS.ClientCA != "" && c.TLS.Cert == "" {
 		errs = append(errs, errors.New("-tls-client-ca needs -tls-cert and -tls-key"))
+	}
+	if l := c.Limits; l.GRPCMaxConns < 1 || l.GRPCMaxStreams < 1 || l.GRPCMaxRecv < 1 || l.HTTPMaxConns < 1 ||
+		l.HTTPMaxBody < 1 || l.HTTPMaxHeaderBytes < 1 {
+		errs = append(errs, errors.New("-grpc-max-conns, -grpc-max-streams, -grpc-max-recv, -http-max-conns, -http-max-body and -http-max-header-bytes must be positive"))
+	}
+	if l := c.Limits; l.GRPCWindow < 65535 || l.GRPCWindow > 1<<30 {
+		errs = append(errs, fmt.Errorf("-grpc-window %d: want 65535 to 1073741824 bytes", l.GRPCWindow))
+	}
+	if l := c.Limits; l.GRPCReadTimeout <= 0 || l.GRPCIdleTimeout <= 0 || l.GRPCKeepaliveMin <= 0 || l.HTTPReadTimeout <= 0 || l.HTTPIdleTimeout <= 0 {
+		errs = append(errs, errors.New("-grpc-read-timeout, -grpc-idle-timeout, -grpc-keepalive-min-time, -http-read-timeout and -http-idle-timeout must be positive"))
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
 		errs = append(errs, fmt.Errorf("-log-level: %w", err))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -23,6 +24,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/wire"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
 
@@ -92,7 +94,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 
 	// Every request's rule, and so its bucket's configuration, is at hand:
 	// sending it along makes a new bucket one request, not two.
-	mopts := []bucketgrid.Option{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
+	mopts := []bucketgrid.ManagerOption{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
 		bucketgrid.WithEagerConfig()}
 	if c.Degrade.On {
 		mopts = append(mopts, bucketgrid.WithDegrade(degrade(c.Degrade)))
@@ -116,12 +118,12 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	// request. A request waits for its bucket's owner most of its time, so
 	// the pool is sized for the requests in flight, not for the cores: gRPC
 	// starts a goroutine for a request that finds every worker busy.
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
+	opts := append(grpcLimits(c.Limits), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()))
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
 	gs := grpc.NewServer(opts...)
-	rlspb.RegisterRateLimitServiceServer(gs, svc)
+	wire.Register(gs, svc, c.Limits.GRPCReadTimeout)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -137,7 +139,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	var healthy atomic.Bool
 	healthy.Store(true)
 	mux := http.NewServeMux()
-	mux.Handle("POST /json", svc.JSONHandler())
+	mux.Handle("POST /json", http.MaxBytesHandler(svc.JSONHandler(), c.Limits.HTTPMaxBody))
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
 		if !healthy.Load() {
 			http.Error(w, "shutting down", http.StatusInternalServerError)
@@ -146,7 +148,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		io.WriteString(w, "OK")
 	})
 	mux.Handle("GET /metrics", m.Handler())
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hsrv := httpServer(mux, c.Limits)
 
 	var debugSrv *http.Server
 	debugAddr := ""
@@ -169,13 +171,13 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	var wg sync.WaitGroup
 	serveErr := make(chan error, 2)
 	wg.Go(func() {
-		if err := gs.Serve(grpcLn); err != nil {
+		if err := gs.Serve(netutil.LimitListener(grpcLn, c.Limits.GRPCMaxConns)); err != nil {
 			serveErr <- fmt.Errorf("grpc: %w", err)
 		}
 	})
 	if httpLn != nil {
 		wg.Go(func() {
-			if err := hsrv.Serve(httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := hsrv.Serve(netutil.LimitListener(httpLn, c.Limits.HTTPMaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- fmt.Errorf("http: %w", err)
 			}
 		})

@@ -92,6 +92,15 @@ func TestBrowser(t *testing.T) {
 		document.getElementById("denied-2").textContent === "2" &&
 		document.getElementById("allowed-2").textContent === "5"`)
 	until("every panel to show the empty bucket", all(`$("tokens-%d").textContent === "0" && $("bcap-%d").textContent === "5"`))
+	// The headline adds the members' counts for the key up; the plot
+	// samples them against what the limit allows.
+	until("the headline: the cluster admitted exactly 5 of 7", `
+		document.getElementById("headline").textContent.includes("the cluster admitted exactly 5 of 7 requests for demo") &&
+		+document.getElementById("headline").dataset.allowed >= 5`)
+	until("the plot to show 5 admitted under the limit", `plotSamples.length >= 2 &&
+		plotSamples[plotSamples.length - 1].admitted === 5 &&
+		plotSamples.every(p => p.admitted <= p.allowed) &&
+		document.getElementById("plot-admitted").getAttribute("points").split(" ").length >= 2`)
 
 	// A new limit, stored in the grid, then fired at member 3.
 	step("change the limit to 20, 2 per minute",
@@ -108,6 +117,27 @@ func TestBrowser(t *testing.T) {
 		all(`$("bcap-%d").textContent === "20" && $("bver-%d").textContent === "2" && $("brefill-%d").textContent === "2"`))
 	until("member 3 to count the 3 requests", `
 		+document.getElementById("denied-3").textContent + +document.getElementById("allowed-3").textContent === 3`)
+	// A new limit starts a new tally, from the tokens the bucket held.
+	until("the headline to count the 3 requests under limit v2", `
+		document.getElementById("headline").textContent.startsWith("Under limit v2") &&
+		document.getElementById("headline").dataset.total === "3" &&
+		plotEvents.some(e => e.label === "limit v2")`)
+
+	// Stop member 3: its panel goes down, the failure mode in force is
+	// logged, the others still answer, and the headline keeps member 3's
+	// last counts.
+	step("stop member 3", chromedp.Click(chromedp.ID("stop-3")))
+	until("member 3's panel to show it stopped", `document.getElementById("card-3").classList.contains("down") &&
+		document.getElementById("err-3").textContent === "stopped" && plotEvents.some(e => e.label === "member 3 stopped") &&
+		logLines[0].includes("stopped member 3") && logLines[0].includes("fail-open")`)
+	lines, err := chromedp.Run(ctx, chromedp.Evaluate[int](`logLines.length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("fire 2 at member 2", chromedp.SetValue(chromedp.ID("count"), "2"), chromedp.Click(chromedp.ID("fire-2")))
+	until("member 2 to answer both", fmt.Sprintf(`logLines.length === %d && logLines[0].includes("fired 2 at member 2") &&
+		!logLines[0].includes("error")`, lines+1))
+	until("the headline to count 5 requests under limit v2, member 3's included", `document.getElementById("headline").dataset.total === "5"`)
 	// Let the log line and the meters settle before the picture.
 	time.Sleep(600 * time.Millisecond)
 

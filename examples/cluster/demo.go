@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
@@ -35,6 +36,9 @@ type Config struct {
 	// Member adjusts each member's grid configuration (tests shorten the
 	// timings).
 	Member func(*olric.Config)
+	// FailClosed refuses requests (503) when a limit check fails, instead
+	// of serving them unlimited (httplimit's default, fail-open).
+	FailClosed bool
 }
 
 // Demo is a cluster of embedded grid members in this process, each serving
@@ -45,6 +49,8 @@ type Demo struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	log    *log.Logger
+	// failClosed is the failure mode in force on every member.
+	failClosed bool
 }
 
 // node is one member: what would be one process of the application.
@@ -59,7 +65,12 @@ type node struct {
 	limiter *httplimit.Middleware
 	limits  *limitStore
 	key     httplimit.KeyFunc
+	keys    keyStats
 	demo    *Demo
+
+	stopOnce sync.Once
+	stopErr  error
+	stopped  atomic.Bool
 }
 
 // Start starts the members one after another (the first seeds the
@@ -79,7 +90,7 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 	if cfg.LogOutput == nil {
 		cfg.LogOutput = io.Discard
 	}
-	d := &Demo{log: log.New(cfg.LogOutput, "cluster: ", log.LstdFlags)}
+	d := &Demo{log: log.New(cfg.LogOutput, "cluster: ", log.LstdFlags), failClosed: cfg.FailClosed}
 	defer func() {
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -208,7 +219,9 @@ func (nd *node) init(ctx context.Context, initial Limit) error {
 		// Longer than the grid's hand-over grace, so that requests held
 		// while a partition changes owner wait rather than fail open.
 		httplimit.WithTimeout(3*time.Second),
+		httplimit.WithFailOpen(!nd.demo.failClosed),
 		httplimit.WithErrorHook(func(r *http.Request, err error) {
+			markFailed(r)
 			nd.demo.log.Printf("member %d: %s %s: %v", nd.index, r.Method, r.URL.Path, err)
 		}))
 	return nil
@@ -224,6 +237,9 @@ func (nd *node) poll(ctx context.Context, period time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if nd.stopped.Load() {
+			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, period)
 		l, err := nd.limits.get(rctx)
@@ -249,8 +265,9 @@ func (d *Demo) URLs() []string {
 	return urls
 }
 
-// Shutdown stops serving HTTP on every member, then shuts the members down
-// together (each waits for its leave message, Config.LeaveTimeout).
+// Shutdown stops every member still running, together: each stops serving
+// HTTP, then leaves the grid (waiting for its leave message,
+// Config.LeaveTimeout).
 func (d *Demo) Shutdown(ctx context.Context) error {
 	if d.cancel != nil {
 		d.cancel()
@@ -267,18 +284,25 @@ func (d *Demo) Shutdown(ctx context.Context) error {
 		}
 		wg.Wait()
 	}
-	each(func(nd *node) error {
-		if nd.srv == nil {
-			return nd.ln.Close()
-		}
-		return nd.srv.Shutdown(ctx)
-	})
-	each(func(nd *node) error {
-		if nd.member == nil {
-			return nil
-		}
-		return nd.member.Shutdown(ctx)
-	})
+	each(func(nd *node) error { return nd.stop(ctx) })
 	d.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// stop stops the member once: it stops serving HTTP (requests in flight
+// end first), then leaves the grid gracefully, its partitions handed over
+// to the others. Later calls return the first call's error.
+func (nd *node) stop(ctx context.Context) error {
+	nd.stopOnce.Do(func() {
+		nd.stopped.Store(true)
+		if nd.srv == nil {
+			nd.stopErr = nd.ln.Close()
+		} else if err := nd.srv.Shutdown(ctx); err != nil {
+			nd.stopErr = err
+		}
+		if nd.member != nil {
+			nd.stopErr = errors.Join(nd.stopErr, nd.member.Shutdown(ctx))
+		}
+	})
+	return nd.stopErr
 }

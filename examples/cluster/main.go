@@ -51,6 +51,7 @@ func main() {
 		capacity   = flag.Int64("capacity", 10, "initial bucket capacity")
 		refill     = flag.Int64("refill", 10, "initial refill, tokens per minute")
 		verbose    = flag.Bool("v", false, "log Olric's messages and the demo's errors to stderr")
+		failClosed = flag.Bool("fail-closed", false, "refuse requests (503) when a limit check fails, instead of serving them unlimited")
 	)
 	flag.Parse()
 	ports, err := parsePorts(*olricPorts)
@@ -62,6 +63,7 @@ func main() {
 		OlricPorts: ports,
 		HTTPAddrs:  strings.Split(*httpAddrs, ","),
 		Limit:      Limit{Capacity: *capacity, RefillPerMinute: *refill},
+		FailClosed: *failClosed,
 	}
 	if *verbose {
 		cfg.LogOutput = os.Stderr

@@ -31,7 +31,8 @@ func (nd *node) handler() http.Handler {
 	mux.HandleFunc("GET /demo/members", nd.members)
 	mux.HandleFunc("GET /demo/state", nd.state)
 	mux.HandleFunc("POST /demo/limit", nd.setLimit)
-	return cors(withLimitVersion(nd.limiter.Handler(mux)))
+	mux.HandleFunc("POST /demo/stop", nd.stopMember)
+	return cors(withLimitVersion(nd.counted(nd.limiter.Handler(mux))))
 }
 
 // cors lets a page served by one member read the others: GETs only. The
@@ -71,18 +72,23 @@ func (nd *node) quote(w http.ResponseWriter, r *http.Request) {
 }
 
 type memberInfo struct {
-	Index int    `json:"index"`
-	Name  string `json:"name"` // the Olric member name
-	URL   string `json:"url"`
+	Index   int    `json:"index"`
+	Name    string `json:"name"` // the Olric member name
+	URL     string `json:"url"`
+	Stopped bool   `json:"stopped"`
 }
 
 // members lists the cluster's members for the page, and which one serves it.
 func (nd *node) members(w http.ResponseWriter, r *http.Request) {
 	var ms []memberInfo
 	for _, o := range nd.demo.nodes {
-		ms = append(ms, memberInfo{Index: o.index, Name: o.member.Name(), URL: o.url})
+		ms = append(ms, memberInfo{Index: o.index, Name: o.member.Name(), URL: o.url, Stopped: o.stopped.Load()})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"self": nd.index, "members": ms})
+	mode := "fail-open: a request whose limit check fails is served, unlimited"
+	if nd.demo.failClosed {
+		mode = "fail-closed: a request whose limit check fails is refused (503)"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"self": nd.index, "members": ms, "failureMode": mode})
 }
 
 // memberState is what a member's panel shows.
@@ -93,6 +99,8 @@ type memberState struct {
 	Failed  uint64      `json:"failed"`
 	Limit   Limit       `json:"limit"` // what this member applies
 	Bucket  bucketState `json:"bucket"`
+	// Key counts the requests of the bucket's client through this member.
+	Key keyCounts `json:"keyCounts"`
 }
 
 // bucketState is one client's bucket as this member sees it in the grid.
@@ -137,6 +145,7 @@ func (nd *node) state(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &st.Bucket
 	b.Key = key
+	st.Key = nd.keys.get(key)
 	b.Owner = nd.member.Owner(key)
 	for _, o := range nd.demo.nodes {
 		if o.member.Name() == b.Owner {
@@ -201,4 +210,49 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
+}
+
+// stopMember stops another member ({"member": i}), as a visitor's way of
+// seeing what a member's failure does: its HTTP stops answering and it
+// leaves the grid, its buckets handed over to the others (with one replica
+// they start over full there). The page's own member cannot be stopped,
+// so one always runs. Like setLimit, for loopback only.
+func (nd *node) stopMember(w http.ResponseWriter, r *http.Request) {
+	if status, err := checkAdmin(r, nd.demo.hosts); err != nil {
+		writeJSON(w, status, map[string]string{"error": err.Error()})
+		return
+	}
+	var in struct {
+		Member int `json:"member"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&in); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want JSON {member}: " + err.Error()})
+		return
+	}
+	var target *node
+	for _, o := range nd.demo.nodes {
+		if o.index == in.Member {
+			target = o
+		}
+	}
+	switch {
+	case target == nil:
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such member"})
+		return
+	case target == nd:
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "this page's own member serves the page: stop another"})
+		return
+	case target.stopped.Load():
+		writeJSON(w, http.StatusOK, map[string]any{"member": target.index, "stopped": true})
+		return
+	}
+	nd.demo.log.Printf("member %d: stopping member %d at a visitor's request", nd.index, target.index)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := target.stop(ctx); err != nil {
+			nd.demo.log.Printf("member %d: stop: %v", target.index, err)
+		}
+	}()
+	writeJSON(w, http.StatusAccepted, map[string]any{"member": target.index, "stopped": true})
 }

@@ -221,7 +221,7 @@ func (m *Member) serveConn(nc *newConn) {
 			received = m.mono()
 		}
 		id, kind, payload, err := parseFrame(buf)
-		if err != nil || (kind != kindExecute && kind != kindRemove) {
+		if err != nil || (kind != kindExecute && kind != kindRemove && kind != kindMerge) {
 			return
 		}
 		budget, payload, err := parseUvarint(payload)
@@ -241,6 +241,9 @@ func (m *Member) serveConn(nc *newConn) {
 			out = appendErrorFrame(out[:0], id, err)
 		case m.mono()-received >= int64(min(budget, 1<<62)):
 			out = appendErrorFrame(out[:0], id, errExpired)
+		case kind == kindMerge:
+			o := m.execMerge(m.ctx, key, m.hash(key), rest)
+			out = o.appendFrame(out[:0], id)
 		default:
 			o := m.execOwner(m.ctx, key, m.hash(key), &req, kind == kindRemove)
 			out = o.appendFrame(out[:0], id)
@@ -294,6 +297,8 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 		dst = binary.AppendUvarint(dst, uint64(o.hold))
 	case kindNotOwner:
 		dst = appendFrameHeader(dst, id, kindNotOwner)
+	case kindNoQuorum:
+		dst = appendFrameHeader(dst, id, kindNoQuorum)
 	default:
 		return appendErrorFrame(dst, id, o.err)
 	}
@@ -330,6 +335,8 @@ func decodeReply(kind byte, payload []byte) reply {
 		return reply{kind: kindOK, resp: resp, body: true}
 	case kindNotOwner:
 		return reply{kind: kindNotOwner}
+	case kindNoQuorum:
+		return reply{kind: kindNoQuorum}
 	case kindHold:
 		d, n := binary.Uvarint(payload)
 		if n <= 0 {
@@ -510,10 +517,10 @@ func cmpErr(err, def error) error {
 	return def
 }
 
-// call sends one request (req nil for kindRemove) and waits for its
-// answer. budget is how long the caller still waits; it travels in the
-// frame.
-func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Request, budget time.Duration) reply {
+// call sends one request (req nil for kindRemove; raw, the payload after
+// the key, for kindMerge) and waits for its answer. budget is how long the
+// caller still waits; it travels in the frame.
+func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Request, raw []byte, budget time.Duration) reply {
 	if budget <= 0 {
 		return reply{err: context.DeadlineExceeded}
 	}
@@ -537,6 +544,7 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Reques
 	if req != nil {
 		p.wbuf = wire.AppendRequest(p.wbuf, req)
 	}
+	p.wbuf = append(p.wbuf, raw...)
 	if len(p.wbuf)-start-4 > maxFrame {
 		p.wbuf = p.wbuf[:start]
 		p.mu.Unlock()
@@ -586,20 +594,21 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Reques
 	}
 }
 
-// remote runs a request on the owner called name (req nil for kindRemove).
-func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req *wire.Request, budget time.Duration) outcome {
+// remote runs a request on the owner called name (req nil for kindRemove
+// and kindMerge; raw the payload of a merge).
+func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req *wire.Request, raw []byte, budget time.Duration) outcome {
 	p, err := m.peerFor(ctx, name)
 	if err != nil {
 		return outcome{kind: kindError, err: err, retry: errors.Is(err, errPeerGone)}
 	}
-	r := p.call(ctx, kind, key, req, budget)
+	r := p.call(ctx, kind, key, req, raw, budget)
 	if r.err != nil {
 		return outcome{kind: kindError, err: r.err, retry: errors.Is(r.err, errPeerGone) || errors.Is(r.err, errPeerBusy)}
 	}
 	switch r.kind {
 	case kindOK:
-		if kind == kindRemove {
-			return outcome{kind: kindOK, removed: true}
+		if kind == kindRemove || kind == kindMerge {
+			return outcome{kind: kindOK, removed: kind == kindRemove}
 		}
 		if !r.body {
 			return outcome{kind: kindError, err: errFrame}
@@ -607,6 +616,8 @@ func (m *Member) remote(ctx context.Context, name string, kind byte, key string,
 		return outcome{kind: kindOK, resp: r.resp}
 	case kindNotOwner:
 		return outcome{kind: kindNotOwner}
+	case kindNoQuorum:
+		return outcome{kind: kindNoQuorum}
 	case kindHold:
 		return outcome{kind: kindHold, hold: r.hold}
 	case kindError:

@@ -139,7 +139,7 @@ func TestPeerWriteBounds(t *testing.T) {
 	big := largestRequest(t)
 	size := len(wire.AppendRequest(nil, &big))
 	first := make(chan reply, 1)
-	go func() { first <- p.call(context.Background(), kindExecute, "k", &big, time.Minute) }()
+	go func() { first <- p.call(context.Background(), kindExecute, "k", &big, nil, time.Minute) }()
 	// Wait until the first call is writing (and blocked: nobody reads): it
 	// has taken its frame out of wbuf. Flushing alone is not enough, as the
 	// flusher yields before it takes wbuf, and calls appended meanwhile
@@ -159,7 +159,7 @@ func TestPeerWriteBounds(t *testing.T) {
 			t.Fatal("pending writes never refused")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		r := p.call(ctx, kindExecute, "k", &big, time.Minute)
+		r := p.call(ctx, kindExecute, "k", &big, nil, time.Minute)
 		cancel()
 		if errors.Is(r.err, errPeerBusy) {
 			busy = r.err

@@ -96,6 +96,11 @@ func testConfig(t testing.TB) Config {
 	c.RoutingLease = 400 * time.Millisecond
 	c.HandoverGrace = 600 * time.Millisecond
 	c.JoinTimeout = 60 * time.Second
+	// Memberlist's "local" failure detection, slower than the default:
+	// several members in one process under the race detector, on a
+	// loaded machine, must not suspect each other (the test bed's tests
+	// run the defaults, one member per process).
+	c.ProbeInterval, c.ProbeTimeout, c.SuspicionMult = time.Second, 200*time.Millisecond, 3
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"time"
@@ -186,6 +187,30 @@ type Config struct {
 	// arrived, one flush of writes. Default 5s.
 	ChannelIOTimeout time.Duration
 
+	// HealInterval is how often a member asks the members it misses to let
+	// it in again: the configured Peers, what Discover finds and every
+	// member it saw alive that its gossip now counts dead. Gossip never
+	// reconnects members it declared dead, so without this a network split
+	// stays two clusters. Default 1s; negative disables it.
+	HealInterval time.Duration
+
+	// Quorum, when set, makes a member execute requests only while its
+	// gossip sees a majority of the members it last knew (members that
+	// left gracefully are forgotten): after a split, the side without a
+	// majority answers ErrNoQuorum instead of admitting a second full
+	// capacity. Without it both sides answer, and their buckets are merged
+	// when the split heals (each ends with the fewer tokens).
+	Quorum bool
+
+	// ProbeInterval, ProbeTimeout and SuspicionMult tune gossip's failure
+	// detection (memberlist's probe period, the wait for an ack, and the
+	// suspicion timeout in probe periods before a member is declared
+	// dead); they decide how long a crashed member's keys are unavailable.
+	// Zero keeps the defaults, 100ms, 50ms and 2; see "Crash fail-over
+	// window" in the package documentation.
+	ProbeInterval, ProbeTimeout time.Duration
+	SuspicionMult               int
+
 	// listen opens the owner channel's listener; nil means net.Listen.
 	// Tests inject failures through it.
 	listen func(network, addr string) (net.Listener, error)
@@ -213,6 +238,10 @@ func DefaultLocalConfig() Config {
 		ChannelMaxConns:    256,
 		ChannelIdleTimeout: 2 * time.Minute,
 		ChannelIOTimeout:   5 * time.Second,
+		HealInterval:       time.Second,
+		ProbeInterval:      100 * time.Millisecond,
+		ProbeTimeout:       50 * time.Millisecond,
+		SuspicionMult:      2,
 	}
 }
 
@@ -306,6 +335,21 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ChannelIOTimeout <= 0 {
 		c.ChannelIOTimeout = d.ChannelIOTimeout
+	}
+	if c.HealInterval == 0 {
+		c.HealInterval = d.HealInterval
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = d.ProbeInterval
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = min(d.ProbeTimeout, c.ProbeInterval/2)
+	}
+	if c.ProbeTimeout >= c.ProbeInterval {
+		return c, fmt.Errorf("%w: ProbeTimeout %v must be shorter than ProbeInterval %v", ErrTimings, c.ProbeTimeout, c.ProbeInterval)
+	}
+	if c.SuspicionMult <= 0 {
+		c.SuspicionMult = d.SuspicionMult
 	}
 	if c.listen == nil {
 		c.listen = net.Listen

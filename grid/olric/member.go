@@ -76,6 +76,11 @@ type Member struct {
 	peers       map[string]*peer
 	peersClosed bool
 
+	members membership   // gossip's view beyond routing: healing, quorum
+	deaths  deaths       // members proven dead by a refused connection
+	shrinks atomic.Int64 // routing reads with fewer members than the one before
+	journal journal      // buckets written while the cluster was split
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -114,6 +119,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		stripes:  make([]stripe, cfg.Stripes),
 		conns:    conns{established: map[net.Conn]struct{}{}},
 		peers:    map[string]*peer{},
+		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
+		journal:  journal{entries: map[string]journalEntry{}},
+		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
 	}
 	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -163,6 +171,7 @@ func (m *Member) olricConfig(peers []string) *olricconfig.Config {
 	oc.MemberlistConfig.AdvertisePort = cfg.MemberlistBindPort
 	oc.MemberlistConfig.Keyring = m.creds.keyring
 	oc.MemberlistConfig.Alive = aliveWatch{m}
+	m.failureDetection(oc.MemberlistConfig)
 	oc.Authentication = &olricconfig.Authentication{Password: m.creds.password}
 	oc.Peers = peers
 	// Never form a new cluster when told to join one: Olric would after
@@ -190,6 +199,7 @@ func (a aliveWatch) NotifyAlive(n *memberlist.Node) error {
 	if n.Name != a.m.name {
 		a.m.joined.Store(true)
 	}
+	a.m.members.note(n)
 	return nil
 }
 
@@ -241,11 +251,24 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 	if err != nil {
 		return err
 	}
-	m.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel)
+	m.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel, leaveChannel)
 	m.lastEvent.Store(m.mono())
+	// Olric's memberlist exists once its routing table was read; with it
+	// the member heals splits and counts a quorum. Read the table again so
+	// that the one published knows the quorum.
+	if m.members.ml, err = olricMemberlist(m.db); err != nil {
+		return err
+	}
+	if err := m.refresh(ctx); err != nil {
+		return fmt.Errorf("bucketgrid/olric: start: %w", err)
+	}
 	m.wg.Add(2)
 	go m.refresher()
 	go m.events(m.sub.Channel())
+	if m.cfg.HealInterval > 0 {
+		m.wg.Add(1)
+		go m.healer()
+	}
 	return nil
 }
 
@@ -338,6 +361,9 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.
 	if g := r.guardUntil[p]; now < g {
 		return outcome{kind: kindHold, hold: g - now}
 	}
+	if !r.quorum {
+		return outcome{kind: kindNoQuorum}
+	}
 	// Olric calls end with the lease (or the caller's deadline, if
 	// earlier), so that none lands after the next owner took over.
 	if d, ok := ctx.Deadline(); !ok || !d.Before(r.leaseEnd) {
@@ -345,6 +371,7 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.
 	}
 	if remove {
 		delete(st.cache, key)
+		m.journal.drop(key)
 		if _, err := m.dm.Delete(ctx, key); err != nil {
 			return outcome{kind: kindError, err: err, retry: true}
 		}
@@ -377,6 +404,9 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.
 			return outcome{kind: kindError, err: err, retry: true}
 		}
 		stored = newStored
+		if r.split {
+			m.journal.put(key, stored, resp.TTL, m.cfg.Clock.Now())
+		}
 	}
 	if changed && m.cfg.CacheEntries > 0 {
 		expires := int64(0)
@@ -453,7 +483,7 @@ func (m *Member) Execute(ctx context.Context, key string, req wire.Request) (wir
 	if err := checkKey(key); err != nil {
 		return wire.Response{}, err
 	}
-	o, err := m.do(ctx, key, &req, false)
+	o, err := m.do(ctx, key, &req, kindExecute, nil)
 	return o.resp, err
 }
 
@@ -463,11 +493,14 @@ func (m *Member) Remove(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	_, err := m.do(ctx, key, nil, true)
+	_, err := m.do(ctx, key, nil, kindRemove, nil)
 	return err
 }
 
-func (m *Member) do(ctx context.Context, key string, req *wire.Request, remove bool) (outcome, error) {
+// do runs a request of the given kind (kindExecute with req, kindRemove,
+// or kindMerge with its payload in merge) on key's owner, following
+// ownership changes until ctx ends.
+func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byte, merge []byte) (outcome, error) {
 	// Without a deadline, RequestTimeout bounds the waits (a timer per
 	// request would cost more than the request).
 	budget := time.Time{}
@@ -476,10 +509,6 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, remove b
 	}
 	h := m.hash(key)
 	p := h % m.cfg.PartitionCount
-	kind := kindRemove
-	if !remove {
-		kind = kindExecute
-	}
 	var last error
 	backoff := time.Millisecond
 	for {
@@ -492,19 +521,31 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, remove b
 			}
 			return outcome{}, err
 		}
+		r := m.routes.Load()
+		if !r.quorum {
+			// On the small side of a split: every owner this member can
+			// reach is too.
+			return outcome{}, ErrNoQuorum
+		}
 		var o outcome
-		switch owner := m.routes.Load().owners[p]; owner {
+		switch owner := r.owners[p]; owner {
 		case "":
 			o = outcome{kind: kindNotOwner}
 		case m.name:
-			o = m.execOwner(ctx, key, h, req, remove)
+			if kind == kindMerge {
+				o = m.execMerge(ctx, key, h, merge)
+			} else {
+				o = m.execOwner(ctx, key, h, req, kind == kindRemove)
+			}
 		default:
-			o = m.remote(ctx, owner, kind, key, req, remaining(ctx, budget))
+			o = m.remote(ctx, owner, kind, key, req, merge, remaining(ctx, budget))
 		}
 		var wait time.Duration
 		switch o.kind {
 		case kindOK:
 			return o, nil
+		case kindNoQuorum:
+			return outcome{}, ErrNoQuorum
 		case kindNotOwner:
 			last = errors.New("owner unknown or moved")
 			if err := m.waitRefresh(ctx); err != nil {
@@ -610,6 +651,7 @@ func (m *Member) shutdown(ctx context.Context) error {
 		m.dm.Close(ctx)
 	}
 	if m.db != nil {
+		m.announceLeave(ctx)
 		m.settleRouting(ctx)
 		err = m.db.Shutdown(ctx)
 		select {

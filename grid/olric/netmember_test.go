@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/big"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/internal/netbed"
 )
 
@@ -36,16 +38,25 @@ import (
 // started and obeys lines on stdin (every answer starts with the command's
 // name, or "ERROR"):
 //
-//	WAIT n            waits for a routing table with n members and no
-//	                  pending hand-over: "WAIT ms routing-fingerprint"
+//	WAIT n mode [s]   waits up to s seconds (90) for a routing table with n
+//	                  members and no pending hand-over (mode "whole": nor a
+//	                  member missing, nor a bucket left to merge; "part":
+//	                  no more): "WAIT ms routing-fingerprint", or "WAIT
+//	                  timeout" and what it saw
 //	GO key n g        g goroutines × n TryConsume(1) on key: "GO admitted"
 //	CONSUME p n k     TryConsume(k) on buckets p0 … p(n-1), each bounded by
-//	                  2 s: "CONSUME admitted failed"
+//	                  2 s: "CONSUME admitted failed noquorum"
 //	TOKENS p n        the available tokens of p0 … p(n-1), -1 where the check
 //	                  failed: "TOKENS t0 t1 …"
 //	OWNKEY p n        one of p0 … p(n-1) this member owns: "OWNKEY key"
 //	OUTAGE key        checks key, each attempt bounded by 100 ms, until one
 //	                  succeeds: "OUTAGE ms"
+//	LOAD p n s        4 goroutines check p0 … p(n-1) (TryConsume(1), each
+//	                  bounded by 2 s) for s seconds: "LOAD checks failed
+//	                  noquorum"
+//	SHRINKS           how many routing reads showed fewer members than the
+//	                  read before (hand-overs after a member was lost):
+//	                  "SHRINKS n"
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -63,6 +74,7 @@ type netSpec struct {
 	Env                   string
 	Refresh, Lease, Grace time.Duration
 	LeaveTimeout          time.Duration
+	Quorum                bool
 }
 
 // netPort is the Olric port of every test-bed member: each host has its own
@@ -88,6 +100,10 @@ func netMemberMain() int {
 	c.ReplicaCount = s.Replicas
 	c.RoutingRefresh, c.RoutingLease, c.HandoverGrace = s.Refresh, s.Lease, s.Grace
 	c.LeaveTimeout = s.LeaveTimeout
+	c.Quorum = s.Quorum
+	if os.Getenv("NETBED_LOG") != "" {
+		c.LogOutput = os.Stderr
+	}
 	c.JoinTimeout = 60 * time.Second
 	m, err := Start(context.Background(), c)
 	if err != nil {
@@ -106,9 +122,13 @@ func netMemberMain() int {
 		switch f[0] {
 		case "WAIT":
 			start := time.Now()
+			limit := 90 * time.Second
+			if len(f) > 3 {
+				limit = time.Duration(arg(3)) * time.Second
+			}
 			for {
 				r := m.routes.Load()
-				if r.members == arg(1) && !guarded(m, r) {
+				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.len() == 0) && !guarded(m, r) {
 					h := fnv.New64a()
 					for _, o := range r.owners {
 						h.Write([]byte(o + ","))
@@ -116,8 +136,8 @@ func netMemberMain() int {
 					fmt.Println("WAIT", time.Since(start).Milliseconds(), h.Sum64())
 					break
 				}
-				if time.Since(start) > 90*time.Second {
-					fmt.Println("ERROR: no stable routing table with", f[1], "members after 90 s; last had", r.members)
+				if time.Since(start) > limit {
+					fmt.Println("WAIT timeout", r.members, "members in routing, gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.len(), "guarded", guarded(m, r))
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -141,29 +161,60 @@ func netMemberMain() int {
 			}
 			wg.Wait()
 			fmt.Println("GO", admitted.Load())
+		case "LOAD":
+			var checks, failed, noQuorum atomic.Int64
+			end := time.Now().Add(time.Duration(arg(3)) * time.Second)
+			var wg sync.WaitGroup
+			for g := range 4 {
+				wg.Go(func() {
+					for i := g; time.Now().Before(end); i++ {
+						ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+						_, err := m.Execute(ctx, f[1]+strconv.Itoa(i%arg(2)), consumeReq(&cfg, 1))
+						cancel()
+						checks.Add(1)
+						if err != nil {
+							failed.Add(1)
+							if errors.Is(err, ErrNoQuorum) {
+								noQuorum.Add(1)
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			fmt.Println("LOAD", checks.Load(), failed.Load(), noQuorum.Load())
+		case "SHRINKS":
+			fmt.Println("SHRINKS", m.shrinks.Load())
 		case "CONSUME":
-			admitted, failed := 0, 0
+			admitted, failed, noQuorum := 0, 0, 0
 			for i := range arg(2) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				resp, err := m.Execute(ctx, f[1]+strconv.Itoa(i), consumeReq(&cfg, int64(arg(3))))
 				cancel()
 				switch {
+				case errors.Is(err, ErrNoQuorum):
+					noQuorum++
+					failed++
 				case err != nil:
 					failed++
 				case resp.Results[0].OK:
 					admitted++
 				}
 			}
-			fmt.Println("CONSUME", admitted, failed)
+			fmt.Println("CONSUME", admitted, failed, noQuorum)
 		case "TOKENS":
 			out := []string{"TOKENS"}
 			for i := range arg(2) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				resp, err := m.Execute(ctx, f[1]+strconv.Itoa(i), availableReq(&cfg))
 				cancel()
-				if err != nil {
+				switch {
+				case err != nil:
 					out = append(out, "-1")
-				} else {
+				case resp.Status != wire.StatusOK:
+					fmt.Fprintln(os.Stderr, "TOKENS:", resp.Status, resp.Message)
+					out = append(out, "-2")
+				default:
 					out = append(out, strconv.FormatInt(resp.Results[0].Tokens, 10))
 				}
 			}
@@ -220,6 +271,7 @@ type netTimings struct {
 	Replicas              int
 	Env                   string
 	Refresh, Lease, Grace time.Duration
+	Quorum                bool
 }
 
 // startNetCluster starts one member on each of n hosts of a new test bed,
@@ -248,7 +300,7 @@ func startNetCluster(t *testing.T, n int, tm netTimings) *netCluster {
 		s := netSpec{
 			Addr: h.Addr, Peers: []string{seed}, Cert: cert, Key: key, CA: caFile,
 			Gossip: gossip, Password: password, Replicas: tm.Replicas, Env: tm.Env,
-			Refresh: tm.Refresh, Lease: tm.Lease, Grace: tm.Grace, LeaveTimeout: time.Second,
+			Refresh: tm.Refresh, Lease: tm.Lease, Grace: tm.Grace, LeaveTimeout: time.Second, Quorum: tm.Quorum,
 		}
 		c.specs = append(c.specs, s)
 		c.start(t, h.Index)
@@ -297,11 +349,18 @@ func (c *netCluster) wait(t *testing.T, n int, kids ...*child) time.Duration {
 	t.Helper()
 	var worst time.Duration
 	prints := map[string]bool{}
+	cmd := fmt.Sprint("WAIT ", n, " part")
+	if n == len(c.kids) {
+		cmd = fmt.Sprint("WAIT ", n, " whole")
+	}
 	for _, k := range kids {
-		k.send(t, fmt.Sprint("WAIT ", n))
+		k.send(t, cmd)
 	}
 	for _, k := range kids {
 		f := strings.Fields(k.expect(t, "WAIT"))
+		if f[0] == "timeout" {
+			t.Fatalf("no stable routing table of %d members: %s", n, strings.Join(f, " "))
+		}
 		ms, _ := strconv.Atoi(f[0])
 		worst = max(worst, time.Duration(ms)*time.Millisecond)
 		prints[f[1]] = true
@@ -309,11 +368,15 @@ func (c *netCluster) wait(t *testing.T, n int, kids ...*child) time.Duration {
 	if len(prints) > 1 {
 		// Tables may differ for a moment after a change: ask again.
 		for _, k := range kids {
-			k.send(t, fmt.Sprint("WAIT ", n))
+			k.send(t, cmd)
 		}
 		prints = map[string]bool{}
 		for _, k := range kids {
-			prints[strings.Fields(k.expect(t, "WAIT"))[1]] = true
+			f := strings.Fields(k.expect(t, "WAIT"))
+			if f[0] == "timeout" {
+				t.Fatalf("no stable routing table of %d members: %s", n, strings.Join(f, " "))
+			}
+			prints[f[1]] = true
 		}
 		if len(prints) > 1 {
 			t.Errorf("members read %d different routing tables", len(prints))

@@ -17,11 +17,22 @@ type routes struct {
 	// guardUntil[p], for a partition this member owns, is the m.mono time
 	// before which it holds the partition's requests (hand-over guard).
 	guardUntil []int64
+	// from[p], for a partition this member owns, is the member that owned
+	// it in the read before this member acquired it ("" when unknown):
+	// proof that it died ends the guard early (see skipGuards).
+	from []string
 	// epoch[p] changes whenever this member (re)acquires partition p; a
 	// cached bucket state is valid only under the epoch it was read in.
 	epoch []uint64
 	// members is the number of distinct owners.
 	members int
+	// quorum: gossip saw a majority of the members this one knows when
+	// the read was made (always true without Config.Quorum).
+	quorum bool
+	// split: gossip missed some of the members this one knows, so what
+	// it executes may diverge from another side's; those buckets are
+	// journaled and merged once everyone is back (see journal).
+	split bool
 	// lease ends at leaseEnd, RoutingLease after start: the owner's Olric
 	// calls under this read are bounded by it.
 	lease       context.Context
@@ -58,6 +69,7 @@ func (m *Member) refresh(ctx context.Context) error {
 		owners:     make([]string, n),
 		start:      start,
 		guardUntil: make([]int64, n),
+		from:       make([]string, n),
 		epoch:      make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
@@ -73,6 +85,12 @@ func (m *Member) refresh(ctx context.Context) error {
 		}
 	}
 	nr.members = len(distinct)
+	nr.quorum, nr.split = true, false
+	if m.members.ml != nil {
+		alive, known := m.members.count(m.name)
+		nr.split = alive < known
+		nr.quorum = !m.cfg.Quorum || 2*alive > known
+	}
 	prev := m.routes.Load()
 	_, onlySelf := distinct[m.name]
 	onlySelf = onlySelf && len(distinct) == 1
@@ -89,12 +107,23 @@ func (m *Member) refresh(ctx context.Context) error {
 		case prev == nil || gapped || prev.owners[p] != m.name:
 			nr.guardUntil[p] = guard
 			nr.epoch[p] = m.epochs.Add(1)
+			if prev != nil && !gapped {
+				nr.from[p] = prev.owners[p]
+			}
 		default:
 			nr.guardUntil[p] = prev.guardUntil[p]
 			nr.epoch[p] = prev.epoch[p]
+			nr.from[p] = prev.from[p]
 		}
 	}
+	m.skipGuards(nr, distinct, returned)
+	if prev != nil && nr.members < prev.members {
+		m.shrinks.Add(1)
+	}
 	m.routes.Store(nr)
+	if !nr.split {
+		m.shipJournal()
+	}
 	return nil
 }
 
@@ -152,9 +181,12 @@ func (m *Member) events(ch <-chan *redis.Message) {
 		select {
 		case <-m.ctx.Done():
 			return
-		case _, ok := <-ch:
+		case msg, ok := <-ch:
 			if !ok {
 				return
+			}
+			if msg.Channel == leaveChannel {
+				m.members.forget(msg.Payload)
 			}
 			m.lastEvent.Store(m.mono())
 			m.kick()

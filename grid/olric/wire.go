@@ -28,6 +28,13 @@ import (
 // remove), kindNotOwner, kindHold (uvarint nanoseconds to wait before
 // retrying) or kindError (message). Many requests may be in flight on one
 // connection, answered in any order.
+//
+// Added within version 2 (an older owner closes the connection on them, and
+// the caller retries until its deadline): a caller may send kindMerge
+// (uvarint budget, uvarint key length, key, uvarint TTL nanoseconds, a
+// bucket state), a bucket written on another side of a split that the
+// owner merges (kindOK, empty); an owner without a quorum answers
+// kindNoQuorum.
 const (
 	kindExecute byte = iota + 1
 	kindRemove
@@ -35,6 +42,8 @@ const (
 	kindNotOwner
 	kindHold
 	kindError
+	kindMerge
+	kindNoQuorum
 )
 
 // channelVersion is the owner channel's wire version; version 1 had no

@@ -40,7 +40,7 @@ var Limit = core.Config{Bandwidths: []core.Bandwidth{core.Intervally(2, 2, time.
 // Through sends n requests carrying value in Header, keyed by key, through
 // httplimit.New (fail-open, timeout 10 s) over NewManaged over a Manager
 // (with mopts) over a cas executor over store, counted.
-func Through(store cas.Store, key httplimit.KeyFunc, value string, n int, mopts ...bucketgrid.Option) Result {
+func Through(store cas.Store, key httplimit.KeyFunc, value string, n int, mopts ...bucketgrid.ManagerOption) Result {
 	c := &storetest.Counting{Store: store}
 	m := bucketgrid.NewManager(cas.New(c), mopts...)
 	mw := httplimit.New(httplimit.NewManaged(m, httplimit.StaticPlan(Limit)),

@@ -5,15 +5,20 @@
 //
 // Every label value comes from the configuration, never from a client,
 // except where the configuration asks for client values
-// (detailed_metric, value_to_metric, Envoy's limit overrides): those keys
-// are admitted up to a fixed number per process, then counted under the
-// rule's configuration path with the suffix ".__other", so clients can
-// never grow the number of series without bound.
+// (detailed_metric, value_to_metric, Envoy's limit overrides): a fixed
+// number of those keys have series of their own, the most recently used
+// ones, so clients can never grow the number of series without bound and
+// a key that was busy once does not keep its series forever. When a new
+// key needs room, the least recently used key's series are deleted and
+// their counts added to the rule's configuration path with the suffix
+// ".__other", so the sum of a rule's series never falls.
 package metrics
 
 import (
+	"container/list"
 	"github.com/bucketgrid/bucketgrid"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -21,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bucketgrid/bucketgrid/policy"
 )
@@ -44,8 +50,9 @@ type Metrics struct {
 	configLoads                      *prometheus.CounterVec
 
 	maxValued int
-	mu        sync.Mutex
-	valued    map[string]bool // value-bearing rule labels admitted
+	mu        sync.Mutex               // guards valued, lru and every valued series' counts
+	valued    map[string]*list.Element // value-bearing rule label → its *valuedKey in lru
+	lru       list.List                // of *valuedKey, most recently used first
 
 	rules     sync.Map // rule label → *ruleCounters
 	endpoints sync.Map // endpoint → prometheus.Observer
@@ -57,6 +64,12 @@ type endpoint struct{ domain, api string }
 // ruleCounters are one rule's counters, looked up once.
 type ruleCounters struct {
 	hits, within, near, over, shadow prometheus.Counter
+}
+
+// valuedKey is a rule label holding client values, with its counters.
+type valuedKey struct {
+	label, path string
+	c           *ruleCounters
 }
 
 // New returns the collectors, registered with the Go and process
@@ -87,7 +100,7 @@ func New(maxValued int) *Metrics {
 		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: "config_loads_total",
 			Help: "Configuration loads, by result (success, error)."}, []string{"result"}),
 		maxValued: maxValued,
-		valued:    map[string]bool{},
+		valued:    map[string]*list.Element{},
 	}
 	m.reg.MustRegister(m.hits, m.within, m.near, m.over, m.shadow, m.globalShadow, m.requests, m.errors,
 		m.latency, m.configLoads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -102,32 +115,38 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// RuleLabel returns the rule label of r: its stats key, or for a key that
-// carries client values and arrives after the bound, its configuration path
-// + ".__other".
+// RuleLabel returns the rule label of r: its stats key (cut to
+// maxLabelBytes, invalid UTF-8 replaced), or for a key that carries client
+// values when none of the bound's series is to spare, its configuration path
+// + ".__other". It does not admit a key: Descriptor does.
 func (m *Metrics) RuleLabel(r *policy.Rule) string {
-	key := r.StatsKey
+	key := label(r.StatsKey)
+	if !r.ValuesInStatsKey {
+		return key
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.valued[key] != nil || m.maxValued > 0 {
+		return key
+	}
+	return label(r.Path) + ".__other"
+}
+
+// label makes a stats key a label value: valid UTF-8 (Prometheus refuses
+// anything else, and a client's bytes reach it through detailed_metric),
+// cut at a rune boundary to maxLabelBytes.
+func label(key string) string {
+	if !utf8.ValidString(key) {
+		key = strings.ToValidUTF8(key, "\uFFFD")
+	}
 	if len(key) > maxLabelBytes {
-		// cut at a rune boundary: Prometheus refuses invalid UTF-8
 		n := maxLabelBytes
 		for n > 0 && !utf8.RuneStart(key[n]) {
 			n--
 		}
 		key = key[:n]
 	}
-	if !r.ValuesInStatsKey {
-		return key
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.valued[key] {
-		return key
-	}
-	if len(m.valued) < m.maxValued {
-		m.valued[key] = true
-		return key
-	}
-	return r.Path + ".__other"
+	return key
 }
 
 // Descriptor records one counted descriptor's status under its rule.
@@ -135,14 +154,72 @@ func (m *Metrics) Descriptor(r *policy.Rule, st *policy.Status, hits uint64) {
 	if m == nil {
 		return
 	}
-	l := m.RuleLabel(r)
+	if r.ValuesInStatsKey {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.count(m.valuedCounters(r), st, hits)
+		return
+	}
+	m.count(m.counters(label(r.StatsKey)), st, hits)
+}
+
+// counters returns the counters of rule label l.
+func (m *Metrics) counters(l string) *ruleCounters {
 	rc, ok := m.rules.Load(l)
 	if !ok {
 		rc, _ = m.rules.LoadOrStore(l, &ruleCounters{
 			hits: m.hits.WithLabelValues(l), within: m.within.WithLabelValues(l), near: m.near.WithLabelValues(l),
 			over: m.over.WithLabelValues(l), shadow: m.shadow.WithLabelValues(l)})
 	}
-	c := rc.(*ruleCounters)
+	return rc.(*ruleCounters)
+}
+
+// valuedCounters returns the counters of r's client-valued label, making
+// it the most recently used: a new label takes the place of the least
+// recently used one when the bound is reached, whose counts move to its
+// rule's .__other series. With a bound of 0 every such key counts under
+// .__other. m.mu is held.
+func (m *Metrics) valuedCounters(r *policy.Rule) *ruleCounters {
+	key := label(r.StatsKey)
+	if e := m.valued[key]; e != nil {
+		m.lru.MoveToFront(e)
+		return e.Value.(*valuedKey).c
+	}
+	if m.maxValued <= 0 {
+		return m.counters(label(r.Path) + ".__other")
+	}
+	if m.lru.Len() >= m.maxValued {
+		old := m.lru.Remove(m.lru.Back()).(*valuedKey)
+		delete(m.valued, old.label)
+		m.retire(old)
+	}
+	vk := &valuedKey{label: key, path: label(r.Path), c: &ruleCounters{
+		hits: m.hits.WithLabelValues(key), within: m.within.WithLabelValues(key), near: m.near.WithLabelValues(key),
+		over: m.over.WithLabelValues(key), shadow: m.shadow.WithLabelValues(key)}}
+	m.valued[key] = m.lru.PushFront(vk)
+	return vk.c
+}
+
+// retire deletes the series of an evicted key, adding its counts to its
+// rule's .__other series. m.mu is held, so no count is added meanwhile.
+func (m *Metrics) retire(vk *valuedKey) {
+	other := m.counters(vk.path + ".__other")
+	for _, pair := range [][2]prometheus.Counter{{vk.c.hits, other.hits}, {vk.c.within, other.within},
+		{vk.c.near, other.near}, {vk.c.over, other.over}, {vk.c.shadow, other.shadow}} {
+		var d dto.Metric
+		if pair[0].Write(&d) == nil {
+			if v := d.GetCounter().GetValue(); v > 0 {
+				pair[1].Add(v)
+			}
+		}
+	}
+	for _, v := range []*prometheus.CounterVec{m.hits, m.within, m.near, m.over, m.shadow} {
+		v.DeleteLabelValues(vk.label)
+	}
+}
+
+// count adds a descriptor's hits and status to c.
+func (m *Metrics) count(c *ruleCounters, st *policy.Status, hits uint64) {
 	add := func(v prometheus.Counter, n uint64) {
 		if n > 0 {
 			v.Add(float64(n))

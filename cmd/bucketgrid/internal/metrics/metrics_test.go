@@ -20,13 +20,19 @@ func TestRuleLabel(t *testing.T) {
 		{"first valued key", policy.Rule{StatsKey: "d.k_1", Path: "d.k", ValuesInStatsKey: true}, "d.k_1"},
 		{"second valued key", policy.Rule{StatsKey: "d.k_2", Path: "d.k", ValuesInStatsKey: true}, "d.k_2"},
 		{"a known valued key again", policy.Rule{StatsKey: "d.k_1", Path: "d.k", ValuesInStatsKey: true}, "d.k_1"},
-		{"beyond the bound", policy.Rule{StatsKey: "d.k_3", Path: "d.k", ValuesInStatsKey: true}, "d.k.__other"},
+		{"beyond the bound: the recent win", policy.Rule{StatsKey: "d.k_3", Path: "d.k", ValuesInStatsKey: true}, "d.k_3"},
+		{"a client's invalid UTF-8", policy.Rule{StatsKey: "d.k_\xff\xfe", Path: "d.k", ValuesInStatsKey: true}, "d.k_\uFFFD"},
 		{"configuration keys are not bounded", policy.Rule{StatsKey: "d.other", Path: "d.other"}, "d.other"},
 	} {
 		if got := m.RuleLabel(&tc.r); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
+	if got := New(0).RuleLabel(&policy.Rule{StatsKey: "d.k_1", Path: "d.k", ValuesInStatsKey: true}); got != "d.k.__other" {
+		t.Errorf("a bound of 0: %q, want d.k.__other", got)
+	}
+	// Counting a client's invalid UTF-8 does not panic (Prometheus refuses it).
+	m.Descriptor(&policy.Rule{StatsKey: "d.k_\xff", Path: "d.k", ValuesInStatsKey: true}, &policy.Status{}, 1)
 	got := m.RuleLabel(&policy.Rule{StatsKey: long, Path: "d"})
 	if len(got) > maxLabelBytes || !utf8.ValidString(got) || !strings.HasPrefix(long, got) {
 		t.Fatalf("long key cut to %d bytes, valid %v", len(got), utf8.ValidString(got))

@@ -92,20 +92,43 @@ func TestMetrics(t *testing.T) {
 }
 
 // TestMetricsCardinality: detailed_metric puts client values in the rule
-// label, up to the bound; after it they share the rule's .__other series.
+// label, at most the bound's number of series at once; the most recently
+// used values keep theirs, so a value that was busy first cannot hold its
+// series forever while new ones share one. An evicted value's counts move
+// to the rule's .__other series: the rule's total never falls.
 func TestMetricsCardinality(t *testing.T) {
 	m := metrics.New(3)
 	s := newService(t, Options{Metrics: m})
+	ctx := context.Background()
+	hits := func(v string) float64 {
+		return counter(t, m, "bucketgrid_rls_total_hits_total", map[string]string{"rule": "shop.detail_" + v})
+	}
 	for i := range 50 {
-		s.ShouldRateLimit(context.Background(), req("shop", "detail", fmt.Sprint("v", i)))
+		s.ShouldRateLimit(ctx, req("shop", "detail", fmt.Sprint("v", i)))
+		if i%10 == 0 { // v0 stays busy: it is always recent
+			s.ShouldRateLimit(ctx, req("shop", "detail", "v0"))
+		}
 	}
 	if n := series(t, m, "bucketgrid_rls_total_hits_total"); n != 4 {
 		t.Fatalf("%d series, want 3 detailed and 1 overflow", n)
 	}
-	if got := counter(t, m, "bucketgrid_rls_total_hits_total", map[string]string{"rule": "shop.detail.__other"}); got != 47 {
-		t.Fatalf("overflow series %v, want 47", got)
+	for _, v := range []string{"v48", "v49"} {
+		if got := hits(v); got != 1 {
+			t.Errorf("recent value %s: %v hits in its series, want 1", v, got)
+		}
 	}
-	if got := counter(t, m, "bucketgrid_rls_total_hits_total", map[string]string{"rule": "shop.detail_v0"}); got != 1 {
-		t.Fatalf("detailed series %v, want 1", got)
+	if got := hits("v40"); got != 0 {
+		t.Errorf("v40 kept its series: %v", got)
+	}
+	if got := counter(t, m, "bucketgrid_rls_total_hits_total", map[string]string{}); got != 55 {
+		t.Fatalf("the rule's series sum to %v hits, want all 55", got)
+	}
+	// A value evicted long ago comes back with a series of its own.
+	s.ShouldRateLimit(ctx, req("shop", "detail", "v1"))
+	if got := hits("v1"); got != 1 {
+		t.Fatalf("v1 back: %v hits in its series, want 1", got)
+	}
+	if n := series(t, m, "bucketgrid_rls_total_hits_total"); n != 4 {
+		t.Fatalf("%d series after v1 came back, want 4", n)
 	}
 }

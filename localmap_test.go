@@ -22,10 +22,10 @@ func perClient(string) (core.Config, error) {
 	return core.NewConfig(core.Intervally(10, 10, time.Minute))
 }
 
-func newTestMap(t *testing.T, opts ...Option) (*LocalMap, *clock.Fake) {
+func newTestMap(t *testing.T, opts ...LocalMapOption) (*LocalMap, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(t0)
-	return NewLocalMap(perClient, append([]Option{WithClock(clk)}, opts...)...), clk
+	return NewLocalMap(perClient, append([]LocalMapOption{WithClock(clk)}, opts...)...), clk
 }
 
 func TestLocalMapPerClient(t *testing.T) {

@@ -111,9 +111,9 @@ const evictionSample = 16
 // key's first lookup, from configFor(key): per-client plans come from there.
 // It takes the options WithClock (the clock of the buckets and of idle
 // expiry), WithListener (of every bucket), WithMaxEntries and
-// WithIdleTimeout, and panics on any other.
-func NewLocalMap(configFor func(key string) (core.Config, error), opts ...Option) *LocalMap {
-	o := collect("NewLocalMap", localMapOptions, opts)
+// WithIdleTimeout.
+func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalMapOption) *LocalMap {
+	o := collect(opts, LocalMapOption.applyLocalMap)
 	// shards: a power of two, at most 256, each holding at least 16 entries
 	// when the bound allows it.
 	nshards := 256

@@ -1,0 +1,66 @@
+package wire
+
+import (
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Register registers srv as envoy.service.ratelimit.v3.RateLimitService on
+// s, as rlspb.RegisterRateLimitServiceServer does, except that
+// ShouldRateLimit reads its request itself and gives up on a request whose
+// message has not arrived in full readTimeout after the call began
+// (0: no bound): the call ends with DeadlineExceeded and a reset stream,
+// and what the stream had buffered is freed. gRPC's own unary handler
+// waits for the message as long as the connection lives, so a client that
+// starts many calls and never finishes their messages would hold their
+// buffers forever. On the wire the call is the same unary call.
+func Register(s *grpc.Server, srv rlspb.RateLimitServiceServer, readTimeout time.Duration) {
+	h := handler{srv: srv, readTimeout: readTimeout}
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: rlspb.RateLimitService_ServiceDesc.ServiceName,
+		HandlerType: (*rlspb.RateLimitServiceServer)(nil),
+		Streams:     []grpc.StreamDesc{{StreamName: "ShouldRateLimit", Handler: h.shouldRateLimit}},
+		Metadata:    rlspb.RateLimitService_ServiceDesc.Metadata,
+	}, srv)
+}
+
+type handler struct {
+	srv         rlspb.RateLimitServiceServer
+	readTimeout time.Duration
+}
+
+func (h handler) shouldRateLimit(_ any, stream grpc.ServerStream) error {
+	in := new(rlspb.RateLimitRequest)
+	if err := h.recv(stream, in); err != nil {
+		return err
+	}
+	resp, err := h.srv.ShouldRateLimit(stream.Context(), in)
+	if err != nil {
+		return err
+	}
+	return stream.SendMsg(resp)
+}
+
+// recv reads the call's one message into in, within h.readTimeout.
+func (h handler) recv(stream grpc.ServerStream, in *rlspb.RateLimitRequest) error {
+	if h.readTimeout <= 0 {
+		return stream.RecvMsg(in)
+	}
+	// RecvMsg cannot be interrupted: after a timeout it returns once the
+	// handler has returned and gRPC has reset the stream, and in is no
+	// longer read.
+	got := make(chan error, 1)
+	go func() { got <- stream.RecvMsg(in) }()
+	t := time.NewTimer(h.readTimeout)
+	defer t.Stop()
+	select {
+	case err := <-got:
+		return err
+	case <-t.C:
+		return status.Error(codes.DeadlineExceeded, "request message not received within the read timeout")
+	}
+}

@@ -1,0 +1,212 @@
+package olric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/hashicorp/memberlist"
+	olricdb "github.com/olric-data/olric"
+)
+
+// ErrNoQuorum is returned, with Config.Quorum set, by a member whose gossip
+// does not see a majority of the members it last knew: it is on the small
+// side of a split and refuses to execute rather than admit a second full
+// capacity. The caller's failure mode decides what its clients get.
+var ErrNoQuorum = errors.New("bucketgrid/olric: no quorum (this member sees a minority of the cluster)")
+
+// leaveChannel is the Olric pub/sub channel on which a member announces,
+// just before it leaves gracefully, that it leaves: the others forget it
+// when they count a quorum.
+const leaveChannel = "bucketgrid.leave"
+
+// maxSeen bounds the members a member remembers for healing and quorum.
+const maxSeen = 1024
+
+// membership is what a member knows of the cluster beyond Olric's routing
+// table: the gossip addresses of the members it saw alive (to ask them
+// again after a split) and which of them are gone.
+type membership struct {
+	ml *memberlist.Memberlist
+
+	mu      sync.Mutex
+	seen    map[string]string    // member name → gossip address, for every member seen alive and not known to have left
+	joining map[string]bool      // gossip addresses a re-join is in flight to
+	left    map[string]time.Time // members that announced a graceful leave, and when
+}
+
+// leftHold is how long a member that announced its leave is not counted
+// again while gossip still lists it (the leave spreading); after that a
+// member of that name (restarted) counts again.
+const leftHold = 30 * time.Second
+
+// olricMemberlist returns the memberlist instance inside an Olric member.
+// Olric v0.7.4 keeps it unexported (Olric.rt.discovery.memberlist) and
+// offers no way to join again after Start, which healing needs; a layout
+// that does not match is an error, never a guess.
+func olricMemberlist(db *olricdb.Olric) (*memberlist.Memberlist, error) {
+	v := reflect.ValueOf(db)
+	for _, name := range []string{"rt", "discovery", "memberlist"} {
+		if v.Kind() != reflect.Pointer || v.IsNil() {
+			return nil, fmt.Errorf("bucketgrid/olric: Olric's member has no %s where v0.7.4 keeps it", name)
+		}
+		v = v.Elem().FieldByName(name)
+		if !v.IsValid() {
+			return nil, fmt.Errorf("bucketgrid/olric: Olric's member has no field %s (not Olric v0.7.4's layout)", name)
+		}
+	}
+	if v.Type() != reflect.TypeFor[*memberlist.Memberlist]() {
+		return nil, fmt.Errorf("bucketgrid/olric: Olric's memberlist field is a %v", v.Type())
+	}
+	ml := *(**memberlist.Memberlist)(unsafe.Pointer(v.UnsafeAddr()))
+	if ml == nil {
+		return nil, errors.New("bucketgrid/olric: Olric's memberlist is not started")
+	}
+	return ml, nil
+}
+
+// note records a member gossip reports alive (memberlist's alive
+// delegate, with the message's own node: the records memberlist lists are
+// rewritten under its lock, so nothing reads them outside it).
+func (ms *membership) note(n *memberlist.Node) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if at, ok := ms.left[n.Name]; ok {
+		if time.Since(at) < leftHold {
+			return
+		}
+		delete(ms.left, n.Name)
+	}
+	if _, ok := ms.seen[n.Name]; ok || len(ms.seen) < maxSeen {
+		ms.seen[n.Name] = n.Address()
+	}
+}
+
+// count returns how many members gossip counts alive now (this member and
+// the suspected included) and how many this member knows: those seen alive
+// since they joined that did not announce a graceful leave, itself
+// included, and never fewer than are alive.
+func (ms *membership) count(self string) (alive, known int) {
+	alive = ms.ml.NumMembers()
+	ms.mu.Lock()
+	known = len(ms.seen)
+	if _, ok := ms.seen[self]; !ok {
+		known++
+	}
+	ms.mu.Unlock()
+	return alive, max(known, alive)
+}
+
+// forget drops a member that announced a graceful leave.
+func (ms *membership) forget(name string) {
+	ms.mu.Lock()
+	delete(ms.seen, name)
+	if len(ms.left) < maxSeen {
+		ms.left[name] = time.Now()
+	}
+	ms.mu.Unlock()
+}
+
+// missing returns the gossip addresses of the members seen alive before
+// that own nothing in routing table r: gone from the cluster's view.
+func (ms *membership) missing(self string, r *routes) []string {
+	present := map[string]bool{}
+	if r != nil {
+		for _, o := range r.owners {
+			present[o] = true
+		}
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	var out []string
+	for name, addr := range ms.seen {
+		if name != self && !present[name] {
+			out = append(out, addr)
+		}
+	}
+	return out
+}
+
+// healer asks the members this one misses to let it in again, every
+// HealInterval: the configured and discovered peers it is not connected
+// to and every member it saw alive that gossip now counts dead. A
+// partition makes each side declare the other dead, and memberlist never
+// contacts a dead member again; a join (push-pull of the full state) from
+// either side makes both refute their deaths, so the sides merge within a
+// few intervals once the network is back. Each address has at most one
+// join in flight.
+func (m *Member) healer() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.HealInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := m.routes.Load()
+		targets := m.members.missing(m.name, r)
+		if alive, known := m.members.count(m.name); alive < known {
+			// Someone is missing: the configured and discovered peers
+			// too (a peer of the other side may be one this member never
+			// saw, or a new address).
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.HealInterval)
+			if peers, err := m.cfg.joinPeers(ctx); err == nil {
+				targets = append(targets, peers...)
+			}
+			cancel()
+		}
+		for _, addr := range targets {
+			m.members.mu.Lock()
+			busy := m.members.joining[addr]
+			m.members.joining[addr] = true
+			m.members.mu.Unlock()
+			if busy {
+				continue
+			}
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				if _, err := m.members.ml.Join([]string{addr}); err == nil {
+					m.kick()
+				}
+				m.members.mu.Lock()
+				delete(m.members.joining, addr)
+				m.members.mu.Unlock()
+			}()
+		}
+	}
+}
+
+// announceLeave tells the other members, on Olric's pub/sub, that this
+// member leaves gracefully, so that they stop counting it for a quorum.
+func (m *Member) announceLeave(ctx context.Context) {
+	if m.client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	ps, err := m.client.NewPubSub()
+	if err != nil {
+		return
+	}
+	ps.Publish(ctx, leaveChannel, m.name)
+}
+
+// failureDetection sets gossip's probe timings from the configuration:
+// fast enough that a crashed member is declared dead in well under a
+// second, with gossip four times as frequent as probes so that a member
+// suspected wrongly (paused by the scheduler) hears it and refutes in
+// time. An unconfirmed suspicion lasts at most twice the confirmed one.
+func (m *Member) failureDetection(mc *memberlist.Config) {
+	mc.ProbeInterval = m.cfg.ProbeInterval
+	mc.ProbeTimeout = m.cfg.ProbeTimeout
+	mc.SuspicionMult = m.cfg.SuspicionMult
+	mc.SuspicionMaxTimeoutMult = 2
+	mc.GossipInterval = min(mc.GossipInterval, m.cfg.ProbeInterval/4)
+}

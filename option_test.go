@@ -1,0 +1,57 @@
+package bucketgrid_test
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// TestOptionsTakenOnlyWhereTheyApply: each option is of a type that only the
+// constructors taking it accept, so that giving it to another one is a
+// compile error, and not even a type assertion turns it into an option of
+// another constructor.
+func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
+	kinds := []struct {
+		name string
+		typ  reflect.Type
+	}{
+		{"NewLocal", reflect.TypeFor[bucketgrid.LocalOption]()},
+		{"NewLocalMap", reflect.TypeFor[bucketgrid.LocalMapOption]()},
+		{"NewManager", reflect.TypeFor[bucketgrid.ManagerOption]()},
+		{"Manager.Bucket", reflect.TypeFor[bucketgrid.HandleOption]()},
+	}
+	tests := []struct {
+		name  string
+		opt   any
+		takes []string
+	}{
+		{"WithClock", bucketgrid.WithClock(clock.Wall()), []string{"NewLocal", "NewLocalMap", "NewManager"}},
+		{"WithListener", bucketgrid.WithListener(nil), []string{"NewLocal", "NewLocalMap", "NewManager", "Manager.Bucket"}},
+		{"WithMaxEntries", bucketgrid.WithMaxEntries(3), []string{"NewLocalMap"}},
+		{"WithIdleTimeout", bucketgrid.WithIdleTimeout(time.Second), []string{"NewLocalMap"}},
+		{"WithRecovery", bucketgrid.WithRecovery(bucketgrid.RecoveryFail), []string{"NewManager"}},
+		{"WithExpiration", bucketgrid.WithExpiration(bucketgrid.ExpireNever()), []string{"NewManager"}},
+		{"WithFitKeys", bucketgrid.WithFitKeys(core.DigestKeyLen), []string{"NewManager"}},
+		{"WithLogger", bucketgrid.WithLogger(nil), []string{"NewManager"}},
+		{"WithEagerConfig", bucketgrid.WithEagerConfig(), []string{"NewManager"}},
+		{"WithDegrade", bucketgrid.WithDegrade(bucketgrid.Degrade{}), []string{"NewManager"}},
+		{"WithConfigVersion", bucketgrid.WithConfigVersion(1, core.InheritAsIs), []string{"Manager.Bucket"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, k := range kinds {
+				if reflect.TypeOf(tt.opt).Implements(k.typ) {
+					got = append(got, k.name)
+				}
+			}
+			if !reflect.DeepEqual(got, tt.takes) {
+				t.Fatalf("%s is an option of %v, want %v", tt.name, got, tt.takes)
+			}
+		})
+	}
+}
