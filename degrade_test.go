@@ -473,11 +473,11 @@ func BenchmarkDegrade(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		down bool
-		opts []bucketgrid.Option
+		opts []bucketgrid.ManagerOption
 	}{
 		{"backend-up/without", false, nil},
-		{"backend-up/degrade", false, []bucketgrid.Option{bucketgrid.WithDegrade(d)}},
-		{"breaker-open/degrade", true, []bucketgrid.Option{bucketgrid.WithDegrade(d)}},
+		{"backend-up/degrade", false, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
+		{"breaker-open/degrade", true, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			s := &outageStore{Store: memstore.New()}
