@@ -32,8 +32,9 @@ type Rule struct {
 	// metric label.
 	Path string
 	// StatsKey is envoyproxy/ratelimit's stats key of the rule, following
-	// its detailed_metric, value_to_metric and share_threshold rules. When
-	// ValuesInStatsKey is set it contains request values.
+	// its detailed_metric, value_to_metric and share_threshold rules (Plan
+	// leaves it empty: Rules.Stats fills it in). When ValuesInStatsKey is
+	// set it contains request values.
 	StatsKey string
 	// ValuesInStatsKey reports that StatsKey holds values taken from the
 	// request (detailed_metric, value_to_metric, overrides), so its
@@ -48,13 +49,23 @@ type Rule struct {
 // Match returns the rule of descriptor entries in domain, and false when
 // none applies: the domain is unknown, no node matches, or the matched node
 // is not at the descriptor's depth or has no limit. With an override the
-// override applies (in a known domain) whatever the tree says.
+// override applies (in a known domain) whatever the tree says. The rule's
+// stats key is filled in (see Stats).
 //
 // Matching is envoyproxy/ratelimit's: at each level the entry's key and
 // value first, then the level's wildcard values (a trailing '*', in file
 // order, the first prefix match wins), then the key alone; a limit applies
 // only at the node of the descriptor's last entry.
 func (c *Rules) Match(domain string, entries []Entry, override *Override) (Rule, bool) {
+	r, ok := c.match(domain, entries, override)
+	if ok {
+		c.Stats(domain, entries, &r)
+	}
+	return r, ok
+}
+
+// match is Match without the stats key: what Plan needs.
+func (c *Rules) match(domain string, entries []Entry, override *Override) (Rule, bool) {
 	dom := c.domains[domain]
 	if dom == nil {
 		return Rule{}, false
@@ -62,23 +73,26 @@ func (c *Rules) Match(domain string, entries []Entry, override *Override) (Rule,
 	if override != nil {
 		return c.overrideRule(domain, entries, override), true
 	}
+	n, share := walk(dom, entries, nil)
+	if n == nil {
+		return Rule{}, false
+	}
+	return Rule{Limit: *n.limit, ShadowMode: n.shadow, QuotaMode: n.quota, Path: n.path, share: share}, true
+}
+
+// walk follows entries down the tree from dom and returns the node whose
+// limit applies (nil for none) and the share_threshold patterns. visit,
+// when not nil, sees every entry with the node it matched (nil for none),
+// the wildcard that matched it and whether its value did.
+func walk(dom *node, entries []Entry, visit func(i int, next *node, wildcard string, byValue bool, share []string)) (*node, []string) {
 	var (
-		r        Rule
-		found    bool
+		found    *node
 		prev     = dom
 		children = dom.children
 		share    []string
-		detailed strings.Builder // domain.key_value… of every entry visited
-		valued   strings.Builder // the stats key with value_to_metric values
 	)
-	detailed.WriteString(domain)
-	valued.WriteString(domain)
-	valuesUsed := false
 	for i, e := range entries {
 		finalKey := e.Key + "_" + e.Value
-		detailed.WriteString(".")
-		detailed.WriteString(finalKey)
-
 		next := children[finalKey]
 		wildcard := ""
 		if next == nil {
@@ -99,7 +113,45 @@ func (c *Rules) Match(domain string, entries []Entry, override *Override) (Rule,
 			}
 			share[i] = strings.TrimPrefix(next.name, e.Key+"_")
 		}
+		if visit != nil {
+			visit(i, next, wildcard, byValue, share)
+		}
+		if next != nil && next.limit != nil && i == len(entries)-1 {
+			found = next
+		}
+		if next == nil || len(next.children) == 0 {
+			break
+		}
+		children, prev = next.children, next
+	}
+	return found, share
+}
 
+// Stats fills in r's StatsKey and ValuesInStatsKey, the rule Plan (or
+// Match) found for entries of domain: envoyproxy/ratelimit's stats key,
+// following its detailed_metric, value_to_metric and share_threshold rules.
+// Plan leaves them empty, as only metrics need them.
+func (c *Rules) Stats(domain string, entries []Entry, r *Rule) {
+	if r.Override {
+		r.StatsKey, r.ValuesInStatsKey = overrideStatsKey(domain, entries), true
+		return
+	}
+	dom := c.domains[domain]
+	if dom == nil {
+		return
+	}
+	var (
+		detailed strings.Builder // domain.key_value… of every entry visited
+		valued   strings.Builder // the stats key with value_to_metric values
+		isDetail bool
+	)
+	detailed.WriteString(domain)
+	valued.WriteString(domain)
+	valuesUsed := false
+	n, share := walk(dom, entries, func(i int, next *node, wildcard string, byValue bool, share []string) {
+		e := entries[i]
+		detailed.WriteString(".")
+		detailed.WriteString(e.Key + "_" + e.Value)
 		valued.WriteString(".")
 		valued.WriteString(e.Key)
 		if next != nil {
@@ -121,33 +173,21 @@ func (c *Rules) Match(domain string, entries []Entry, override *Override) (Rule,
 				valued.WriteString(v)
 			}
 		}
-
-		if next != nil && next.limit != nil && i == len(entries)-1 {
-			r = Rule{Limit: *next.limit, ShadowMode: next.shadow, QuotaMode: next.quota,
-				Path: next.path, StatsKey: next.path}
-			found = true
-			if next.detailed {
-				r.ValuesInStatsKey = true
-				r.StatsKey = detailed.String()
-			}
+		if next != nil && next.limit != nil && i == len(entries)-1 && next.detailed {
+			isDetail = true
 		}
-		if next == nil || len(next.children) == 0 {
-			break
-		}
-		children, prev = next.children, next
+	})
+	if n == nil {
+		return
 	}
-	if !found {
-		return Rule{}, false
-	}
-	r.share = share
 	switch {
-	case r.ValuesInStatsKey && share != nil:
-		r.StatsKey = sharedStatsKey(domain, entries, share)
-	case !r.ValuesInStatsKey:
-		r.StatsKey = valued.String()
-		r.ValuesInStatsKey = valuesUsed
+	case isDetail && share != nil:
+		r.StatsKey, r.ValuesInStatsKey = sharedStatsKey(domain, entries, share), true
+	case isDetail:
+		r.StatsKey, r.ValuesInStatsKey = detailed.String(), true
+	default:
+		r.StatsKey, r.ValuesInStatsKey = valued.String(), valuesUsed
 	}
-	return r, true
 }
 
 // sharedStatsKey is the detailed stats key of a rule with share_threshold:
@@ -173,22 +213,26 @@ func sharedStatsKey(domain string, entries []Entry, share []string) string {
 // overrideRule is the rule of Envoy's limit override: the service's default
 // algorithm, no shadow mode, counted under the descriptor's own key.
 func (c *Rules) overrideRule(domain string, entries []Entry, o *Override) Rule {
-	var stats, path strings.Builder
+	path := "override:" + domain
+	for _, e := range entries {
+		path += "." + e.Key
+	}
+	return Rule{Limit: Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, Algorithm: c.opts.Algorithm},
+		Override: true, Path: path}
+}
+
+// overrideStatsKey is the stats key of an override: the descriptor's keys
+// and values.
+func overrideStatsKey(domain string, entries []Entry) string {
+	var stats strings.Builder
 	stats.WriteString(domain)
-	path.WriteString("override:")
-	path.WriteString(domain)
 	for _, e := range entries {
 		stats.WriteString(".")
 		stats.WriteString(e.Key)
-		path.WriteString(".")
-		path.WriteString(e.Key)
 		if e.Value != "" {
 			stats.WriteString("_")
 			stats.WriteString(e.Value)
 		}
 	}
-	return Rule{
-		Limit:    Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, Algorithm: c.opts.Algorithm},
-		Override: true, Path: path.String(), StatsKey: stats.String(), ValuesInStatsKey: true,
-	}
+	return stats.String()
 }

@@ -42,13 +42,13 @@ const (
 var (
 	ErrEmptyDomain        = errors.New("rate limit domain must not be empty")
 	ErrNoDescriptors      = errors.New("rate limit descriptor list must not be empty")
-	ErrDomainTooLong      = errors.New("rate limit domain longer than " + strconv.Itoa(MaxDomainBytes) + " bytes")
-	ErrTooManyDescriptors = errors.New("more than " + strconv.Itoa(MaxDescriptors) + " descriptors")
-	ErrTooManyEntries     = errors.New("descriptor has more than " + strconv.Itoa(MaxEntries) + " entries")
-	ErrDescriptorTooLarge = errors.New("descriptor keys and values exceed " + strconv.Itoa(MaxDescriptorBytes) + " bytes")
+	ErrDomainTooLong      = errors.New("rate limit domain longer than 255 bytes")
+	ErrTooManyDescriptors = errors.New("more than 64 descriptors")
+	ErrTooManyEntries     = errors.New("descriptor has more than 32 entries")
+	ErrDescriptorTooLarge = errors.New("descriptor keys and values exceed 4096 bytes")
 	ErrInvalidUTF8        = errors.New("domain is not valid UTF-8")
 	ErrOverrideUnit       = errors.New("limit override has an unknown unit")
-	ErrOverrideTooFast    = errors.New("limit override above " + strconv.Itoa(maxPerSecond) + " per second")
+	ErrOverrideTooFast    = errors.New("limit override above 999999999 per second")
 )
 
 // RequestError is a request error of one descriptor (Descriptor ≥ 0) or of
@@ -118,7 +118,7 @@ func (c *Rules) Plan(req *Request) ([]Item, error) {
 		if d.HitsAddend != nil {
 			it.Hits = *d.HitsAddend
 		}
-		r, ok := c.Match(req.Domain, d.Entries, d.Limit)
+		r, ok := c.match(req.Domain, d.Entries, d.Limit)
 		if !ok {
 			continue
 		}

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,15 @@ func TestBucketKeys(t *testing.T) {
 	items, _ := tb.Plan(&Request{Domain: "shop", Descriptors: []Descriptor{desc("client", "a")}})
 	if items[0].Key != a {
 		t.Fatalf("token bucket key %q, want %q", items[0].Key, a)
+	}
+}
+
+// TestRequestErrorTexts: the request errors name the bounds they enforce.
+func TestRequestErrorTexts(t *testing.T) {
+	for err, bound := range map[error]int{ErrDomainTooLong: MaxDomainBytes, ErrTooManyDescriptors: MaxDescriptors,
+		ErrTooManyEntries: MaxEntries, ErrDescriptorTooLarge: MaxDescriptorBytes, ErrOverrideTooFast: 999_999_999} {
+		if !strings.Contains(err.Error(), " "+strconv.Itoa(bound)+" ") {
+			t.Errorf("%q does not name its bound %d", err, bound)
+		}
 	}
 }

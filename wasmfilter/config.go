@@ -2,6 +2,8 @@ package wasmfilter
 
 import (
 	"errors"
+
+	rules "github.com/bucketgrid/bucketgrid/policy"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +35,18 @@ type Config struct {
 	// request consumes from its bucket, and the request is rejected when any
 	// of them has no tokens left. Required, at most MaxPolicies.
 	Policies []PolicyConfig `json:"policies"`
+	// Domain, RateLimits and Rules are the alternative to Policies:
+	// envoyproxy/ratelimit's rule format, the documents (Rules, the JSON
+	// form of its YAML files) that cmd/bucketgrid loads, applied to the
+	// descriptors that RateLimits build from each request as Envoy's
+	// rate-limit actions build them, in Domain. See the package
+	// documentation.
+	Domain     string            `json:"domain,omitempty"`
+	RateLimits []RateLimitConfig `json:"rate_limits,omitempty"`
+	Rules      []rules.Document  `json:"rules,omitempty"`
+	// Slots bounds the buckets of the rules mode (default DefaultSlots, at
+	// most MaxSlots); see PolicyConfig.Slots.
+	Slots int `json:"slots,omitempty"`
 	// FailureMode decides what happens when shared data fails (an error
 	// status from the host, a directory this build cannot read): "open"
 	// (the default) lets the request through, "closed" rejects it. Losing
@@ -145,6 +159,9 @@ type HeadersConfig struct {
 	// XRateLimit emits x-ratelimit-limit, x-ratelimit-remaining and
 	// x-ratelimit-reset, as Envoy's local_ratelimit filter does.
 	XRateLimit bool `json:"x_ratelimit,omitempty"`
+	// Draft emits ratelimit-limit, ratelimit-remaining and ratelimit-reset
+	// (rules mode only), as envoyproxy/ratelimit does.
+	Draft bool `json:"draft,omitempty"`
 }
 
 // DenyConfig shapes the 429 response.
@@ -213,6 +230,7 @@ const (
 // settings is a compiled Config.
 type settings struct {
 	policies    []policy
+	rules       *rulesMode // the rules mode, with one policy: its slot table
 	failOpen    bool
 	tableFull   tableFull
 	maxAttempts int
@@ -307,6 +325,9 @@ func (c *Config) compile() (*settings, error) {
 	}
 	if c.Path.Normalize != nil {
 		s.normalize = *c.Path.Normalize
+	}
+	if c.Domain != "" || c.Rules != nil || c.RateLimits != nil {
+		return s, c.compileRules(s)
 	}
 	switch n := len(c.Policies); {
 	case n == 0:
@@ -439,8 +460,8 @@ func (p *policy) compileBandwidths(at string, bcs []BandwidthConfig, ietf bool) 
 	}
 	cfg, err := core.NewConfig(bws...)
 	if err != nil {
-		var ce *core.ConfigError
-		if errors.As(err, &ce) && ce.Bandwidth >= 0 {
+		ce, ok := as[*core.ConfigError](err)
+		if ok && ce.Bandwidth >= 0 {
 			return configErr(at+".bandwidths["+strconv.Itoa(ce.Bandwidth)+"]", ce.Err.Error())
 		}
 		if ce != nil {

@@ -3,6 +3,8 @@ package wasmfilter
 import (
 	"strconv"
 	"strings"
+
+	rules "github.com/bucketgrid/bucketgrid/policy"
 )
 
 // decodeConfig reads a configuration document into a Config. Members are
@@ -22,6 +24,16 @@ func decodeConfig(raw []byte) (Config, error) {
 			if !d.array(func(d *decoder) { c.Policies = append(c.Policies, decodePolicy(d)) }) {
 				c.Policies = nil
 			}
+		case "domain":
+			d.str(&c.Domain)
+		case "rate_limits":
+			c.RateLimits = []RateLimitConfig{}
+			d.array(func(d *decoder) { c.RateLimits = append(c.RateLimits, decodeRateLimit(d)) })
+		case "rules":
+			c.Rules = []rules.Document{}
+			d.array(func(d *decoder) { c.Rules = append(c.Rules, decodeDocument(d)) })
+		case "slots":
+			d.int(&c.Slots)
 		case "failure_mode":
 			d.str(&c.FailureMode)
 		case "table_full":
@@ -35,6 +47,8 @@ func decodeConfig(raw []byte) (Config, error) {
 					d.bool(&c.Headers.IETF)
 				case "x_ratelimit":
 					d.bool(&c.Headers.XRateLimit)
+				case "draft":
+					d.bool(&c.Headers.Draft)
 				default:
 					return false
 				}

@@ -65,6 +65,38 @@
 // integers have at most 15 digits, so a configuration whose q would exceed
 // 999,999,999,999,999 is refused when the IETF headers are on.
 //
+// # Rules
+//
+// Instead of policies, the configuration may give envoyproxy/ratelimit's
+// rules (the documents cmd/bucketgrid loads: its YAML files in their JSON
+// form), the domain they are for, and the route's rate_limits, whose
+// actions build the descriptors as Envoy's rate-limit filter builds them
+// (request_headers, remote_address, generic_key, header_value_match with
+// exact, prefix, suffix, contains and present matchers; package policy):
+//
+//	{
+//	  "domain": "edge",
+//	  "rate_limits": [
+//	    {"actions": [{"remote_address": {}}]},
+//	    {"actions": [{"request_headers": {"header_name": "x-api-key", "descriptor_key": "api_key"}}]}
+//	  ],
+//	  "rules": [{"domain": "edge", "descriptors": [
+//	    {"key": "remote_address", "rate_limit": {"unit": "minute", "requests_per_unit": 60}},
+//	    {"key": "api_key", "rate_limit": {"unit": "hour", "requests_per_unit": 1000}}
+//	  ]}],
+//	  "headers": {"x_ratelimit": true}
+//	}
+//
+// Each request is then decided exactly as the rate-limit service decides
+// the same descriptors, by the same package (policy): every descriptor
+// counted, a fixed window counting refused hits, a 429 when any descriptor
+// is over its limit, and the service's headers (draft adds its
+// ratelimit-limit/-remaining/-reset names). One rule file thus configures
+// the global service and the local filter, which holds its buckets per
+// Envoy in one slot table (slots). Paths are matched as Envoy's actions
+// match them: normalise them in Envoy's connection manager (normalize_path,
+// merge_slashes). Its counters are those of a policy named "rules".
+//
 // # When the filter cannot decide
 //
 // A shared-data failure (an error status from the host) lets the request

@@ -200,6 +200,9 @@ type refusal struct {
 // tokens back: a refused request costs nothing. An admitted one continues,
 // and pending are the headers for its response.
 func (p *Plugin) Check() (a Action, pending [][2]string) {
+	if p.set.rules != nil {
+		return p.checkRules()
+	}
 	path := p.path()
 	var outs []outcome
 	for i := range p.set.policies {
@@ -245,12 +248,12 @@ func (p *Plugin) path() string {
 // case is counted and logged without the key.
 func (p *Plugin) failure(pol *policy, err error) (r refusal, pass bool) {
 	prefix := "bucketgrid: policy " + pol.name + ": "
-	var full *TableFullError
+	full, isFull := as[*TableFullError](err)
 	switch {
 	case errors.Is(err, core.ErrInvalidKey):
 		pol.metrics.add(p.host, metricInvalidKey, 1)
 		return refusal{status: 400, details: "bucketgrid_invalid_key"}, false
-	case errors.As(err, &full):
+	case isFull:
 		pol.metrics.add(p.host, metricTableFull, 1)
 		slots := strconv.FormatUint(uint64(pol.slots), 10)
 		if p.set.tableFull == tableFullAllow {
@@ -282,9 +285,9 @@ func (p *Plugin) failure(pol *policy, err error) (r refusal, pass bool) {
 // describe says what failed in terms that never include a key: the host's
 // status, or the kind of failure.
 func describe(err error) string {
-	var st Status
+	st, isStatus := as[Status](err)
 	switch {
-	case errors.As(err, &st):
+	case isStatus:
 		return "shared data failed (" + st.Error() + ")"
 	case errors.Is(err, errCorruptRecord):
 		return "corrupt shared-data directory"

@@ -304,7 +304,7 @@ func TestTwoVMsExactAccounting(t *testing.T) {
 func TestUnknownFieldsNamed(t *testing.T) {
 	for cfg, want := range map[string]string{
 		`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s", "burst": 2}]}]}`: `policies[0].bandwidths[0].burst: unknown member`,
-		`{"headers": {"ietf": true, "draft": 6}, "policies": []}`:                                    `headers.draft: unknown member`,
+		`{"headers": {"ietf": true, "draft_03": 6}, "policies": []}`:                                 `headers.draft_03: unknown member`,
 	} {
 		_, err := ParseConfig([]byte(cfg))
 		if err == nil || !strings.Contains(err.Error(), want) {

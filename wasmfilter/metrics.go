@@ -1,7 +1,5 @@
 package wasmfilter
 
-import "strings"
-
 // The counters the filter keeps per policy, named
 // "<stat_prefix>.policy.<policy>.<event>" (a '.' in the policy name becomes
 // '_', so the name stays one element). Envoy files them under
@@ -48,7 +46,13 @@ type metrics struct {
 
 func newMetrics(statPrefix, policy string) metrics {
 	var m metrics
-	base := statPrefix + ".policy." + strings.ReplaceAll(policy, ".", "_") + "."
+	name := []byte(policy) // '.' to '_', without strings.Replace (5 KB of the .wasm)
+	for i, c := range name {
+		if c == '.' {
+			name[i] = '_'
+		}
+	}
+	base := statPrefix + ".policy." + string(name) + "."
 	for i, e := range metricEvents {
 		m.names[i] = base + e
 	}

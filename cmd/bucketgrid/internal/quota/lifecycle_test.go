@@ -1,10 +1,13 @@
 package quota
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // TestAbandonIdle: a bucket an Envoy stops using is abandoned after
@@ -169,5 +172,54 @@ func TestFixedWindowFleet(t *testing.T) {
 			t.Errorf("window %d admitted %d, under 90%% of %v", m, got, n)
 		}
 		t.Logf("window %d: %d of %v", m, got, n)
+	}
+}
+
+// TestAbandonCrossingAReport: a periodic report sent before the Envoy saw
+// an abandon re-creates the bucket on the server; the Envoy's own
+// re-subscription (its immediate report, under a second since the
+// bucket's creation) is still answered at once, and a bucket the Envoy no
+// longer reports is dropped after two periods.
+func TestAbandonCrossingAReport(t *testing.T) {
+	f := newFleet(t, tenantRules, Options{})
+	st := &stream{out: make(chan *rlqspb.RateLimitQuotaResponse, 64), subs: map[string]*sub{}}
+	f.srv.mu.Lock()
+	f.srv.streams[st] = struct{}{}
+	f.srv.mu.Unlock()
+	ctx := context.Background()
+	usage := func(elapsed time.Duration) *rlqspb.RateLimitQuotaUsageReports {
+		return &rlqspb.RateLimitQuotaUsageReports{Domain: "fleet", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			{BucketId: &rlqspb.BucketId{Bucket: tenant}, NumRequestsAllowed: 1, TimeElapsed: durationpb.New(elapsed)}}}
+	}
+	next := func() *rlqspb.RateLimitQuotaResponse {
+		t.Helper()
+		select {
+		case r := <-st.out:
+			return r
+		default:
+			t.Fatal("no response queued")
+			return nil
+		}
+	}
+	f.srv.report(ctx, st, usage(0)) // the stale periodic report, seen as a subscription
+	next()
+	f.clk.Advance(time.Second)
+	f.srv.report(ctx, st, usage(0)) // the Envoy's re-subscription
+	if tb := next().GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb == nil {
+		t.Fatal("the re-subscription was not answered with a token bucket")
+	}
+	f.clk.Advance(5 * time.Second)
+	f.srv.report(ctx, st, usage(5*time.Second)) // periodic: no immediate answer
+	if len(st.out) != 0 {
+		t.Fatal("a periodic report was answered at once")
+	}
+	for range 3 { // no more reports: the Envoy no longer holds it
+		f.clk.Advance(5 * time.Second)
+		f.srv.tick(ctx)
+	}
+	f.srv.mu.Lock()
+	defer f.srv.mu.Unlock()
+	if len(st.subs) != 0 {
+		t.Fatalf("%d buckets kept 15 s after their last report, want none", len(st.subs))
 	}
 }

@@ -165,7 +165,8 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 	}
 	code, shadowed := policy.Overall(statuses, s.opts.GlobalShadowMode)
 	for i := range items {
-		if items[i].Kind == policy.Limited {
+		if items[i].Kind == policy.Limited && s.opts.Metrics != nil {
+			cfg.Stats(req.Domain, req.Descriptors[i].Entries, &items[i].Rule)
 			s.opts.Metrics.Descriptor(&items[i].Rule, &statuses[i], items[i].Hits)
 		}
 	}

@@ -1,0 +1,314 @@
+package wasmfilter
+
+import (
+	"strconv"
+	"strings"
+
+	rules "github.com/bucketgrid/bucketgrid/policy"
+)
+
+// RateLimitConfig is one entry of Config.RateLimits: the actions that build
+// one descriptor, as in a route's rate_limits in Envoy.
+type RateLimitConfig struct {
+	Actions []rules.Action `json:"actions"`
+}
+
+// rulesMode is a compiled rules configuration (Config.Rules).
+type rulesMode struct {
+	domain  string
+	limits  [][]rules.Action
+	rules   *rules.Rules
+	headers rules.Headers
+}
+
+// compileRules compiles the rules mode of c into s: the rules, the
+// rate_limits, and one slot table (the policy "rules") for all buckets.
+func (c *Config) compileRules(s *settings) error {
+	if len(c.Policies) > 0 {
+		return configErr("policies", "give either policies (the filter's own format) or domain, rate_limits and rules (envoyproxy/ratelimit's), not both")
+	}
+	if c.Domain == "" {
+		return configErr("domain", "missing: the domain of the rules the rate_limits describe")
+	}
+	rs, err := rules.Compile(c.Rules, rules.Options{})
+	if err != nil {
+		return configErr("rules", err.Error())
+	}
+	if !rs.HasDomain(c.Domain) {
+		return configErr("domain", strconv.Quote(c.Domain)+": no rule document has this domain")
+	}
+	switch n := len(c.RateLimits); {
+	case n == 0:
+		return configErr("rate_limits", "none: want 1 to "+strconv.Itoa(rules.MaxDescriptors))
+	case n > rules.MaxDescriptors:
+		return configErr("rate_limits", strconv.Itoa(n)+" entries: at most "+strconv.Itoa(rules.MaxDescriptors))
+	}
+	m := &rulesMode{domain: c.Domain, rules: rs}
+	for i := range c.RateLimits {
+		acts := c.RateLimits[i].Actions
+		if len(acts) == 0 || len(acts) > rules.MaxEntries {
+			return configErr("rate_limits["+strconv.Itoa(i)+"].actions", "want 1 to "+strconv.Itoa(rules.MaxEntries)+" actions")
+		}
+		m.limits = append(m.limits, acts)
+	}
+	if c.Headers.IETF {
+		m.headers |= rules.IETFHeaders
+	}
+	if c.Headers.XRateLimit {
+		m.headers |= rules.XRateLimitHeaders
+	}
+	if c.Headers.Draft {
+		m.headers |= rules.DraftHeaders
+	}
+	slots := DefaultSlots
+	if c.Slots != 0 {
+		if c.Slots < 1 || c.Slots > MaxSlots {
+			return configErr("slots", strconv.Itoa(c.Slots)+": want 1 to "+strconv.Itoa(MaxSlots))
+		}
+		slots = c.Slots
+	}
+	s.rules = m
+	s.policies = []policy{{name: "rules", slots: uint32(slots), metrics: newMetrics(s.statPrefix, "rules")}}
+	return nil
+}
+
+// decodeRateLimit reads one rate_limits entry: {"actions": [...]}.
+func decodeRateLimit(d *decoder) RateLimitConfig {
+	var r RateLimitConfig
+	d.object(func(d *decoder, name string) bool {
+		if name != "actions" {
+			return false
+		}
+		d.array(func(d *decoder) { r.Actions = append(r.Actions, decodeAction(d)) })
+		return true
+	})
+	return r
+}
+
+// decodeAction reads one action: an object of exactly one of Envoy's
+// action members (snake_case, as in Envoy's YAML).
+func decodeAction(d *decoder) rules.Action {
+	var a rules.Action
+	d.object(func(d *decoder, name string) bool {
+		if a.Kind != 0 {
+			d.fail("a second action in one: give each its own object")
+			return true
+		}
+		switch name {
+		case "request_headers":
+			a.Kind = rules.RequestHeaders
+			d.object(func(d *decoder, name string) bool {
+				switch name {
+				case "header_name":
+					d.str(&a.Header)
+					a.Header = strings.ToLower(a.Header)
+				case "descriptor_key":
+					d.str(&a.Key)
+				case "skip_if_absent":
+					d.bool(&a.SkipIfAbsent)
+				default:
+					return false
+				}
+				return true
+			})
+			if a.Header == "" || a.Key == "" {
+				d.fail("header_name and descriptor_key are required")
+			}
+		case "remote_address":
+			a.Kind = rules.RemoteAddress
+			d.object(func(*decoder, string) bool { return false })
+		case "generic_key", "header_value_match":
+			a.Kind, a.ExpectMatch = rules.GenericKey, true
+			if name == "header_value_match" {
+				a.Kind = rules.HeaderValueMatch
+			}
+			d.object(func(d *decoder, name string) bool {
+				switch {
+				case name == "descriptor_value":
+					d.str(&a.Value)
+				case name == "descriptor_key":
+					d.str(&a.Key)
+				case name == "expect_match" && a.Kind == rules.HeaderValueMatch:
+					d.bool(&a.ExpectMatch)
+				case name == "headers" && a.Kind == rules.HeaderValueMatch:
+					d.array(func(d *decoder) { a.Headers = append(a.Headers, decodeMatcher(d)) })
+				default:
+					return false
+				}
+				return true
+			})
+			if a.Value == "" {
+				d.fail("descriptor_value is required")
+			}
+			if a.Kind == rules.HeaderValueMatch && len(a.Headers) == 0 {
+				d.fail("headers: want at least one matcher")
+			}
+		default:
+			d.fail("unsupported action: want request_headers, remote_address, generic_key or header_value_match")
+		}
+		return true
+	})
+	if a.Kind == 0 {
+		d.fail("no action")
+	}
+	return a
+}
+
+// decodeMatcher reads one of Envoy's header matchers.
+func decodeMatcher(d *decoder) rules.HeaderMatcher {
+	var m rules.HeaderMatcher
+	kinds := 0
+	set := func(k rules.MatchKind, d *decoder) {
+		kinds++
+		m.Kind = k
+		d.str(&m.Value)
+	}
+	d.object(func(d *decoder, name string) bool {
+		switch name {
+		case "name":
+			d.str(&m.Name)
+			m.Name = strings.ToLower(m.Name)
+		case "exact_match":
+			set(rules.MatchExact, d)
+		case "prefix_match":
+			set(rules.MatchPrefix, d)
+		case "suffix_match":
+			set(rules.MatchSuffix, d)
+		case "contains_match":
+			set(rules.MatchContains, d)
+		case "present_match":
+			kinds++
+			m.Kind = rules.MatchPresent
+			d.bool(&m.Present)
+		case "string_match":
+			d.object(func(d *decoder, name string) bool {
+				switch name {
+				case "exact":
+					set(rules.MatchExact, d)
+				case "prefix":
+					set(rules.MatchPrefix, d)
+				case "suffix":
+					set(rules.MatchSuffix, d)
+				case "contains":
+					set(rules.MatchContains, d)
+				case "ignore_case":
+					d.bool(&m.IgnoreCase)
+				default:
+					return false
+				}
+				return true
+			})
+		case "invert_match":
+			d.bool(&m.Invert)
+		case "treat_missing_header_as_empty":
+			d.bool(&m.MissingAsEmpty)
+		default:
+			return false
+		}
+		return true
+	})
+	switch {
+	case m.Name == "":
+		d.fail("name is required")
+	case kinds != 1:
+		d.fail("want exactly one of exact_match, prefix_match, suffix_match, contains_match, present_match and string_match (safe_regex_match and range_match are not supported)")
+	}
+	return m
+}
+
+// decodeDocument reads one rule document of envoyproxy/ratelimit's format,
+// the JSON form of its YAML files, with the keys its files may use.
+func decodeDocument(d *decoder) rules.Document {
+	doc := rules.Document{Name: d.path}
+	d.object(func(d *decoder, name string) bool {
+		switch name {
+		case "domain":
+			d.str(&doc.Domain)
+		case "descriptors":
+			doc.Descriptors = decodeNodes(d)
+		default:
+			return false
+		}
+		return true
+	})
+	return doc
+}
+
+func decodeNodes(d *decoder) []rules.Node {
+	var ns []rules.Node
+	d.array(func(d *decoder) {
+		var n rules.Node
+		d.object(func(d *decoder, name string) bool {
+			switch name {
+			case "key":
+				d.str(&n.Key)
+			case "value":
+				d.str(&n.Value)
+			case "descriptors":
+				n.Descriptors = decodeNodes(d)
+			case "shadow_mode":
+				d.bool(&n.ShadowMode)
+			case "quota_mode":
+				d.bool(&n.QuotaMode)
+			case "detailed_metric":
+				d.bool(&n.DetailedMetric)
+			case "value_to_metric":
+				d.bool(&n.ValueToMetric)
+			case "share_threshold":
+				d.bool(&n.ShareThreshold)
+			case "rate_limit":
+				if d.v.kind != jsonNull {
+					n.RateLimit = decodeLimit(d)
+				}
+			default:
+				return false
+			}
+			return true
+		})
+		ns = append(ns, n)
+	})
+	return ns
+}
+
+func decodeLimit(d *decoder) *rules.RateLimit {
+	var l rules.RateLimit
+	d.object(func(d *decoder, name string) bool {
+		switch name {
+		case "requests_per_unit", "burst":
+			var n int64
+			d.int64(&n)
+			if n < 0 || n > 1<<32-1 {
+				d.fail(strconv.FormatInt(n, 10) + ": want 0 to 4294967295")
+			}
+			if name == "burst" {
+				l.Burst = uint32(n)
+			} else {
+				l.RequestsPerUnit = uint32(n)
+			}
+		case "unit":
+			d.str(&l.Unit)
+		case "unlimited":
+			d.bool(&l.Unlimited)
+		case "name":
+			d.str(&l.Name)
+		case "algorithm":
+			d.str(&l.Algorithm)
+		case "replaces":
+			d.array(func(d *decoder) {
+				var r string
+				d.object(func(d *decoder, name string) bool {
+					if name != "name" {
+						return false
+					}
+					d.str(&r)
+					return true
+				})
+				l.Replaces = append(l.Replaces, r)
+			})
+		default:
+			return false
+		}
+		return true
+	})
+	return &l
+}
