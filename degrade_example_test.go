@@ -18,7 +18,9 @@ func (unreachable) Execute(context.Context, string, wire.Request) (wire.Response
 	return wire.Response{}, errors.New("dial tcp: connection refused")
 }
 
-func (unreachable) Remove(context.Context, string) error { return errors.New("dial tcp: connection refused") }
+func (unreachable) Remove(context.Context, string) error {
+	return errors.New("dial tcp: connection refused")
+}
 
 // Three instances share a limit of 30 requests a minute; while the backend
 // is out, each decides from its share, 10.
