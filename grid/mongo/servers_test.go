@@ -11,6 +11,8 @@ import (
 
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 )
 
 // startHint says how to get a server when MONGODB_URI is unset.
@@ -21,14 +23,29 @@ const startHint = "start the test servers with: scripts/servers.sh start && . .s
 // a backend test that cannot reach its server must fail.
 func mongoURI(t testing.TB) string {
 	t.Helper()
-	uri := os.Getenv("MONGODB_URI")
+	return storetest.Server(t, "MONGODB_URI", "the MongoDB backend tests need a server", startHint)
+}
+
+// mongoPGURI returns MONGODB_PG_URI: the FerretDB that scripts/servers.sh
+// runs on PostgreSQL (its PostgreSQL handler). Unset, the test skips,
+// except under CI.
+func mongoPGURI(t testing.TB) string {
+	t.Helper()
+	uri := os.Getenv("MONGODB_PG_URI")
 	if uri == "" {
 		if os.Getenv("CI") != "" {
-			t.Fatal("MONGODB_URI is not set and CI is: the MongoDB backend tests need a server; " + startHint)
+			t.Fatal("MONGODB_PG_URI is not set and CI is: the MongoDB backend's PostgreSQL run needs FerretDB on PostgreSQL; " + startHint)
 		}
-		t.Skip("MONGODB_URI is not set; " + startHint)
+		t.Skip("MONGODB_PG_URI is not set; " + startHint)
 	}
 	return uri
+}
+
+// servers are the MongoDB servers the tests run on: MONGODB_URI, and
+// MONGODB_PG_URI when scripts/servers.sh started FerretDB on PostgreSQL.
+func servers(t testing.TB) map[string]string {
+	t.Helper()
+	return map[string]string{"sqlite": mongoURI(t), "postgresql": mongoPGURI(t)}
 }
 
 // connect opens a client with at most pool connections, closed at cleanup.
