@@ -57,7 +57,7 @@ func gridConfig(g gridFlags) (olric.Config, error) {
 	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = g.TLSCert, g.TLSKey, g.TLSCA
 	cfg.Insecure = g.Insecure
 	if g.SecretFile != "" {
-		if cfg.ChannelSecret, err = readSecret(g.SecretFile); err != nil {
+		if cfg.ChannelSecret, err = readBase64Secret(g.SecretFile); err != nil {
 			return cfg, fmt.Errorf("-grid-secret-file: %w", err)
 		}
 	}
@@ -87,6 +87,20 @@ func readSecret(name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s is empty", name)
 	}
 	return b, nil
+}
+
+// readBase64Secret reads a secret written in base64 (`openssl rand
+// -base64 32`) and returns its bytes.
+func readBase64Secret(name string) ([]byte, error) {
+	b, err := readSecret(name)
+	if err != nil {
+		return nil, err
+	}
+	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("%s is not base64 (make one with `openssl rand -base64 32`)", name)
+	}
+	return k, nil
 }
 
 // readGossipKeys reads base64 keys, one a line; blank lines and lines

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"fmt"
 	"os/exec"
@@ -173,12 +174,13 @@ func TestClusterSurvivesACrash(t *testing.T) {
 func TestClusterSecured(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
 	secrets := writeConfig(t, t.TempDir(), map[string]string{
-		"secret":   randHex(32) + "\n",
-		"gossip":   "# current key first\n" + base64.StdEncoding.EncodeToString([]byte(randHex(16))) + "\n",
+		"secret":   base64.StdEncoding.EncodeToString([]byte(rand.Text()+rand.Text())) + "\n", // not random bytes: refused
+		"random":   base64.StdEncoding.EncodeToString(randBytes(32)) + "\n",
+		"gossip":   "# current key first\n" + base64.StdEncoding.EncodeToString(randBytes(16)) + "\n",
 		"password": randHex(16) + "\n",
 	})
 	procs := startCluster(t, 3, "-config", dir,
-		"-grid-secret-file", filepath.Join(secrets, "secret"),
+		"-grid-secret-file", filepath.Join(secrets, "random"),
 		"-grid-gossip-key-file", filepath.Join(secrets, "gossip"),
 		"-grid-password-file", filepath.Join(secrets, "password"))
 	var clients []rlspb.RateLimitServiceClient
@@ -193,15 +195,23 @@ func TestClusterSecured(t *testing.T) {
 	port := gridPort(t)
 	out, err := exec.Command(binary(t), "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "",
 		"-grid-bind", fmt.Sprintf("127.0.0.1:%d", port), "-grid-peers", procs[0].gossip, "-grid-join-timeout", "3s",
-		"-grid-secret-file", filepath.Join(secrets, "secret"), "-grid-password-file", filepath.Join(secrets, "password")).CombinedOutput()
+		"-grid-secret-file", filepath.Join(secrets, "random"), "-grid-password-file", filepath.Join(secrets, "password")).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "could not join the cluster") {
 		t.Fatalf("an instance without the gossip key: %v\n%s", err, out)
+	}
+	// nor one whose secret is text, however long
+	out, err = exec.Command(binary(t), "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "",
+		"-grid-bind", fmt.Sprintf("127.0.0.1:%d", port), "-grid-peers", procs[0].gossip, "-grid-join-timeout", "3s",
+		"-grid-secret-file", filepath.Join(secrets, "secret"), "-grid-gossip-key-file", filepath.Join(secrets, "gossip"),
+		"-grid-password-file", filepath.Join(secrets, "password")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "openssl rand") {
+		t.Fatalf("an instance with a text secret: %v\n%s", err, out)
 	}
 }
 
 func TestGridConfig(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{
-		"secret": strings.Repeat("s", 40) + "\r\n", "empty": "\n", "password": "pw\n",
+		"secret": base64.StdEncoding.EncodeToString([]byte(strings.Repeat("s", 40))) + "\r\n", "empty": "\n", "password": "pw\n",
 		"keys": "\n# rotated in\n" + base64.StdEncoding.EncodeToString(make([]byte, 16)) + "\n" +
 			base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n",
 		"badkeys": "not base64!\n",

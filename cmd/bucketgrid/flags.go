@@ -137,7 +137,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.StringVar(&c.Grid.TLSCert, "grid-tls-cert", "", "PEM `file` of this member's certificate (owner channel mutual TLS; with -grid-tls-key and -grid-tls-ca)")
 	fs.StringVar(&c.Grid.TLSKey, "grid-tls-key", "", "PEM `file` of this member's private key")
 	fs.StringVar(&c.Grid.TLSCA, "grid-tls-ca", "", "PEM `file` of the CA that issues the members' certificates")
-	fs.StringVar(&c.Grid.SecretFile, "grid-secret-file", "", "`file` holding a secret of at least 32 random bytes shared by every member, instead of -grid-tls-*: the owner channel's mutual TLS without a PKI")
+	fs.StringVar(&c.Grid.SecretFile, "grid-secret-file", "", "`file` holding, in base64 (openssl rand -base64 32), a secret of at least 32 random bytes shared by every member, instead of -grid-tls-*: the owner channel's mutual TLS without a PKI")
 	fs.StringVar(&c.Grid.GossipKeyFile, "grid-gossip-key-file", "", "`file` of gossip encryption keys (16, 24 or 32 bytes, base64, one a line; the first encrypts)")
 	fs.StringVar(&c.Grid.PasswordFile, "grid-password-file", "", "`file` holding the password of Olric's own port")
 	fs.BoolVar(&c.Grid.Insecure, "grid-insecure", false, "let a member on a non-loopback address run without the settings above (a network only the instances reach)")

@@ -101,6 +101,13 @@ func randUint16() uint16 {
 	return uint16(b[0])<<8 | uint16(b[1])
 }
 
+// randBytes returns n random bytes.
+func randBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
 func randHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)

@@ -273,7 +273,7 @@ func TestAttacks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := tlsDial(t, addr, member); c == nil || channelAttempt(t, c, "control") == "" {
+		if c := tlsDial(t, addr, dialTLS(member, "127.0.0.1")); c == nil || channelAttempt(t, c, "control") == "" {
 			t.Error("a member's certificate got no answer")
 		}
 		// A member with the wrong credentials is refused the same way: a
@@ -282,7 +282,7 @@ func TestAttacks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := tlsDial(t, addr, client); c != nil {
+		if c := tlsDial(t, addr, dialTLS(client, "127.0.0.1")); c != nil {
 			t.Error("the member's certificate verified against another CA")
 			c.Close()
 		}

@@ -30,6 +30,11 @@ import (
 // prints "READY" once every connection was attempted.
 const attackerEnv = "BUCKETGRID_OLRIC_ATTACKER"
 
+// attackerDialer connects from 127.0.0.2, another source than the members'
+// 127.0.0.1, as an attacker on the network would: the member bounds failed
+// handshakes per source address (doors.go).
+var attackerDialer = net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+
 func attackerMain() int {
 	f := strings.Fields(os.Getenv(attackerEnv))
 	addr := f[0]
@@ -61,7 +66,7 @@ func attackerMain() int {
 			go func() {
 				first := true
 				for {
-					c, err := net.Dial("tcp", addr)
+					c, err := attackerDialer.Dial("tcp", addr)
 					if err == nil && kind.tls {
 						tc := tls.Client(c, auth)
 						tc.SetDeadline(time.Now().Add(10 * time.Second))

@@ -51,7 +51,11 @@ var pollDeadline = time.Unix(1, 0)
 type conns struct {
 	handshaking []*newConn
 	established map[net.Conn]struct{}
-	closed      bool
+	// special are the connections of serveSpecial (Olric's tunnelled
+	// traffic, identity questions), outside ChannelMaxConns: Olric's
+	// client pools its connections to each member.
+	special map[net.Conn]struct{}
+	closed  bool
 }
 
 // newConn is a connection that has not finished its handshake; spoke is
@@ -67,7 +71,13 @@ func (m *Member) maxHandshaking() int { return max(m.cfg.ChannelMaxConns/4, 16) 
 // maxConnGoroutines is how many connections, handshaking, established or
 // dropped but not yet ended, may hold a goroutine (and its memory) at once:
 // the size of Member.connSlots.
-func (m *Member) maxConnGoroutines() int { return m.maxHandshaking() + m.cfg.ChannelMaxConns }
+func (m *Member) maxConnGoroutines() int {
+	return m.maxHandshaking() + m.cfg.ChannelMaxConns + m.maxSpecial()
+}
+
+// maxSpecial is how many connections of serveSpecial (tunnelled Olric
+// traffic, identity questions) may be open at once, beside ChannelMaxConns.
+func (m *Member) maxSpecial() int { return m.cfg.ChannelMaxConns }
 
 // serve accepts owner-channel connections until the member shuts down.
 // Like net/http.Server.Serve, it backs off after a failed Accept (too many
@@ -105,6 +115,11 @@ func (m *Member) serve() {
 			continue
 		}
 		delay = 0
+		if !m.doors.admit(c.RemoteAddr(), m.mono()) {
+			c.Close() // too many failed handshakes from there lately
+			<-m.connSlots
+			continue
+		}
 		nc := &newConn{c: c}
 		var evict net.Conn
 		m.connMu.Lock()
@@ -134,40 +149,62 @@ func (m *Member) serve() {
 
 // handshake authenticates a new connection (TLS when configured, then the
 // preamble) within ChannelIOTimeout and moves it to the established ones,
-// if there is room. It returns the connection to use, or nil.
-func (m *Member) handshake(nc *newConn) net.Conn {
-	raw := nc.c
-	raw.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
-	var first [1]byte
-	if _, err := io.ReadFull(raw, first[:]); err != nil {
-		return nil
-	}
-	nc.spoke.Store(true)
-	var c net.Conn = &prefixConn{Conn: raw, prefix: first[:]}
-	if m.creds.server != nil {
-		tc := tls.Server(c, m.creds.server)
-		if tc.Handshake() != nil {
-			return nil
-		}
-		c = tc
-	}
+// if there is room. It returns the connection to use, or nil, and the
+// preamble it opened with (see serveSpecial). A connection that spoke but
+// failed TLS or the preamble counts against its source (see doors).
+func (m *Member) handshake(nc *newConn) (net.Conn, [len(preamble)]byte) {
 	var p [len(preamble)]byte
-	if _, err := io.ReadFull(c, p[:]); err != nil || p != preamble {
-		return nil
+	c, ok := m.authenticate(nc, &p)
+	if !ok {
+		if nc.spoke.Load() && m.ctx.Err() == nil {
+			m.doors.failed(nc.c.RemoteAddr(), m.mono())
+		}
+		return nil, p
 	}
-	raw.SetDeadline(time.Time{})
+	nc.c.SetDeadline(time.Time{})
 	m.connMu.Lock()
 	defer m.connMu.Unlock()
 	i := slices.Index(m.conns.handshaking, nc)
 	if i < 0 || m.conns.closed {
-		return nil // dropped meanwhile
+		return nil, p // dropped meanwhile
 	}
 	m.conns.handshaking = slices.Delete(m.conns.handshaking, i, i+1)
-	if len(m.conns.established) >= m.cfg.ChannelMaxConns {
-		return nil
+	if p != preamble {
+		if len(m.conns.special) >= m.maxSpecial() {
+			return nil, p
+		}
+		m.conns.special[nc.c] = struct{}{}
+		return c, p
 	}
-	m.conns.established[raw] = struct{}{}
-	return c
+	if len(m.conns.established) >= m.cfg.ChannelMaxConns {
+		return nil, p
+	}
+	m.conns.established[nc.c] = struct{}{}
+	return c, p
+}
+
+// authenticate runs TLS, when configured, and reads the preamble into p;
+// ok is false when either failed.
+func (m *Member) authenticate(nc *newConn, p *[len(preamble)]byte) (c net.Conn, ok bool) {
+	raw := nc.c
+	raw.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
+	var first [1]byte
+	if _, err := io.ReadFull(raw, first[:]); err != nil {
+		return nil, false
+	}
+	nc.spoke.Store(true)
+	c = &prefixConn{Conn: raw, prefix: first[:]}
+	if m.creds.server != nil {
+		tc := tls.Server(c, m.creds.server)
+		if tc.Handshake() != nil {
+			return nil, false
+		}
+		c = tc
+	}
+	if _, err := io.ReadFull(c, p[:]); err != nil || !knownPreamble(*p) {
+		return nil, false
+	}
+	return c, true
 }
 
 // prefixConn is a connection whose first bytes were already read.
@@ -199,10 +236,15 @@ func (m *Member) serveConn(nc *newConn) {
 			m.conns.handshaking = slices.Delete(m.conns.handshaking, i, i+1)
 		}
 		delete(m.conns.established, nc.c)
+		delete(m.conns.special, nc.c)
 		m.connMu.Unlock()
 	}()
-	c := m.handshake(nc)
+	c, p := m.handshake(nc)
 	if c == nil {
+		return
+	}
+	if p != preamble {
+		m.serveSpecial(c, p)
 		return
 	}
 	fr := frameReader{r: bufio.NewReaderSize(c, connBuf), conn: c, idle: m.cfg.ChannelIdleTimeout, step: m.cfg.ChannelIOTimeout}
@@ -448,7 +490,8 @@ func (m *Member) dial(ctx context.Context, name string) (net.Conn, error) {
 	if m.creds.client == nil {
 		return c, nil
 	}
-	tc := tls.Client(c, m.creds.client)
+	host, _, _ := net.SplitHostPort(addr)
+	tc := tls.Client(c, dialTLS(m.creds.client, host))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, err

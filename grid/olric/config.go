@@ -122,18 +122,23 @@ type Config struct {
 	// Olric); 0 means 1<<20, negative disables the cache.
 	CacheEntries int
 
-	// TLS secures the owner channel with mutual TLS 1.3. Its Certificates
-	// (or GetCertificate and GetClientCertificate) are this member's
-	// certificate, presented both when it accepts a connection and when it
-	// dials another member; RootCAs is the cluster CA that verifies the
-	// members it dials, ClientCAs (RootCAs when nil) the members that dial
-	// it. Start uses a clone with MinVersion TLS 1.3 and
-	// RequireAndVerifyClientCert. Host names are not checked: every
-	// certificate the cluster CA issued (for both server and client
-	// authentication, or without extended key usages) is a member, so use
-	// a CA that issues certificates to members only. Nil, with
-	// TLSCertFile, TLSKeyFile and ChannelSecret empty, leaves the channel
-	// unauthenticated.
+	// TLS secures the owner channel with mutual TLS 1.3 and is the root
+	// of the cluster's trust. Its Certificates (or GetCertificate and
+	// GetClientCertificate) are this member's certificate, presented both
+	// when it accepts a connection and when it dials another member;
+	// RootCAs is the cluster CA that verifies the members it dials,
+	// ClientCAs (RootCAs when nil) the members that dial it. Start uses a
+	// clone with MinVersion TLS 1.3 and RequireAndVerifyClientCert. A
+	// member's certificate must be issued by the cluster CA for both server
+	// and client authentication (or without extended key usages) and name
+	// its BindAddr (an IP address or DNS subject alternative name): a node
+	// is admitted into gossip, and so dialled, sent the password, given
+	// partitions or counted as coordinator, only after it proved such a
+	// certificate on its owner channel (see the package documentation).
+	// With TLS on, Olric's own traffic between members runs through the
+	// owner channel's TLS too. Nil, with TLSCertFile, TLSKeyFile and
+	// ChannelSecret empty, leaves the channel unauthenticated and
+	// membership open to whoever holds the gossip key.
 	TLS *tls.Config
 
 	// TLSCertFile, TLSKeyFile and TLSCAFile are PEM files of this member's
@@ -143,24 +148,33 @@ type Config struct {
 
 	// ChannelSecret secures the owner channel without a PKI, an
 	// alternative to TLS: every member derives the same Ed25519 CA key from
-	// the secret (HKDF-SHA256) and signs a certificate of its own with it,
-	// so the channel is mutual TLS 1.3 as above and the secret never
-	// crosses the network. At least 32 bytes, random: a member's
-	// certificate lets whoever connects test guesses offline.
+	// the secret (HKDF-SHA256) and signs a certificate of its own, naming
+	// its BindAddr, with it, so the channel is mutual TLS 1.3 as above and
+	// the secret never crosses the network. Whoever holds the secret can
+	// issue certificates for any name: it is the cluster CA. At least 32
+	// random bytes (`openssl rand 32`): Start refuses printable text (a
+	// passphrase, or a key still in hex or base64) and bytes that repeat
+	// few values with ErrWeakSecret, since a member's certificate lets
+	// whoever connects test guesses offline.
 	ChannelSecret []byte
 
 	// GossipKeys encrypt and authenticate gossip (memberlist's AES-GCM
 	// keyring): GossipKeys[0] encrypts, every key decrypts. Each key is 16,
-	// 24 or 32 bytes. Rotate keys without downtime with Member.AddGossipKey,
-	// UseGossipKey and RemoveGossipKey. Empty leaves gossip in clear text:
-	// anyone who reaches the port can join.
+	// 24 or 32 random bytes (text is refused with ErrWeakSecret, as for
+	// ChannelSecret). Rotate keys without downtime with
+	// Member.AddGossipKey, UseGossipKey and RemoveGossipKey. Empty leaves
+	// gossip in clear text. A gossip key lets its holder take part in
+	// gossip, never become a member: that takes a certificate (TLS).
 	GossipKeys [][]byte
 
 	// Password is required by Olric's own protocol (its AUTH command) from
-	// every client, members included. Olric v0.7.4 has no TLS: the password
-	// and the buckets cross the network in clear text, so BindPort must be
-	// reachable by members only. Empty leaves Olric's port open to anyone
-	// who reaches it.
+	// every client, members included: at least 20 characters, 10 of them
+	// distinct (`openssl rand -base64 24`), or Start fails with
+	// ErrWeakSecret. With TLS on, members send it only inside the owner
+	// channel's TLS. Olric v0.7.4's own listener on BindPort has no TLS and
+	// does not limit AUTH attempts, so BindPort must be reachable by
+	// nothing but the member's host. Empty leaves Olric's port open to
+	// anyone who reaches it.
 	Password string
 
 	// Insecure lets a member whose BindAddr or MemberlistBindAddr is not a
@@ -174,7 +188,8 @@ type Config struct {
 	// serves: established ones (one from each other member, plus
 	// reconnections) and, separately, a quarter as many (at least 16) that
 	// have not finished their handshake; when those are full, the oldest is
-	// dropped for the newest. Default 256.
+	// dropped for the newest. As many again may carry Olric's own traffic
+	// from other members (with TLS on, see TLS). Default 256.
 	ChannelMaxConns int
 
 	// ChannelIdleTimeout closes an owner-channel connection that brought

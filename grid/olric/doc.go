@@ -24,42 +24,70 @@
 //
 // # Ports and security
 //
-// A member listens on three ports of BindAddr, each of which every other
-// member must reach:
+// A member listens on three ports of BindAddr:
 //
 //   - BindPort: Olric's own protocol (RESP): routing tables, bucket writes
-//     to replicas, reads of moved partitions, Olric's pub/sub.
-//   - BindPort+1: the owner channel: bucket requests and answers.
+//     to replicas, reads of moved partitions, Olric's pub/sub. With channel
+//     security on, other members reach it only through the owner channel
+//     (below), so only the member's own host needs it; without, every
+//     other member dials it.
+//   - BindPort+1: the owner channel: bucket requests and answers, the
+//     proofs of membership, and Olric's traffic between members.
 //   - MemberlistBindPort, BindPort+2 by default: gossip (memberlist, TCP
 //     and UDP): membership and failure detection. Peers names these ports.
 //
-// On a network others share, each is secured by its own setting:
+// # Trust
 //
-//   - The owner channel runs mutual TLS 1.3 (Config.TLS, or the PEM files
-//     TLSCertFile, TLSKeyFile, TLSCAFile, or a CA derived from
-//     ChannelSecret): both ends present a certificate of the cluster CA,
-//     and a connection that does not is closed before a request is read.
+// The cluster CA is the one root of trust (Config.TLS, the PEM files
+// TLSCertFile, TLSKeyFile and TLSCAFile, or a CA derived from
+// ChannelSecret). A node is a member only once it proved a certificate of
+// that CA naming its BindAddr: memberlist's Alive and Merge delegates
+// refuse every gossip record until the member that received it dialled the
+// node's owner channel (its name's port + 1), the node completed mutual TLS
+// 1.3 there with such a certificate, and it said over that connection that
+// the record (Olric's metadata, Birthdate included, and its gossip address)
+// is its own. Until then no member dials it, sends it the password, gives
+// it partitions or counts its Birthdate for the coordinator. A record
+// replayed from another gossip address is refused: the node names its own.
+//
+// Around that root, each port has its own defence:
+//
+//   - The owner channel runs mutual TLS 1.3: both ends present a
+//     certificate of the cluster CA, the dialled end's naming the host
+//     dialled, and a connection that does not is closed before a request is
+//     read. Failed handshakes are bounded per source address: 16, then one
+//     a second; beyond, connections from that address are closed at once.
+//   - Olric's traffic between members travels through the owner channel:
+//     Olric's client dials another member's owner channel (mutual TLS, then
+//     a tunnel preamble), which forwards to its own Olric port. Olric v0.7.4
+//     has no TLS on its listener and no hook to give it one, so BindPort
+//     itself still accepts anyone who reaches it, guarded by Password alone
+//     (and Olric does not limit AUTH attempts): let only the member's host
+//     reach it.
 //   - Gossip is encrypted and authenticated with memberlist's AES-GCM
-//     keyring (GossipKeys); a node without the key cannot join. Keys rotate
-//     without downtime: AddGossipKey(new) on every member, then
-//     UseGossipKey(new) on every member, then RemoveGossipKey(old) on every
-//     member.
-//   - Olric's protocol requires Password (its AUTH command) from every
-//     client. Olric v0.7.4 has no TLS: the password, routing tables and
-//     bucket states cross the network in clear text on BindPort. Bind it to
-//     an address only members reach (a private network, a firewall that
-//     admits the members' addresses only); whoever can read that traffic
-//     learns the password and can rewrite buckets.
+//     keyring (GossipKeys); a node without the key cannot take part, and a
+//     node with it but without a certificate can read the member list and
+//     send suspect or dead messages (which the named member refutes), never
+//     join. Keys rotate without downtime: AddGossipKey(new) on every
+//     member, then UseGossipKey(new) on every member, then
+//     RemoveGossipKey(old) on every member.
+//   - Password is Olric's AUTH, defence in depth behind TLS.
 //
 // A member whose BindAddr or MemberlistBindAddr is not a loopback address
 // refuses to start (ErrInsecure) unless all three are configured or
 // Config.Insecure is set; DefaultLocalConfig (loopback only) needs none.
+// ChannelSecret and gossip keys must be random bytes and Password 20
+// characters or more (ErrWeakSecret). A member whose channel TLS or
+// Password differs from its cluster's does not join: Start fails at once
+// with ErrJoin and ErrSecurityMismatch naming the setting. A member
+// without the cluster's gossip key cannot reach the others at all and gets
+// ErrJoin after JoinTimeout.
 //
 // No address an outsider can write decides where requests go: the owner of
-// a key is a member name in Olric's routing table, which only members write
-// (gossip key and password), and its owner channel is at that name's host,
-// port + 1. An answer comes only from a peer that completed the TLS
-// handshake with a certificate of the cluster CA.
+// a key is a member name in Olric's routing table, which only proven
+// members write, and its owner channel is at that name's host, port + 1.
+// An answer comes only from a peer that completed the TLS handshake with a
+// certificate of the cluster CA naming that host.
 //
 // The owner channel limits what a peer, authenticated or not, can cost a
 // member: ChannelMaxConns established connections, a quarter as many (at

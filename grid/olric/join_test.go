@@ -1,10 +1,14 @@
 package olric
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +109,25 @@ func TestSecureByDefault(t *testing.T) {
 		}, ErrSecurity},
 		{"short secret", func(c *Config) { s.secure(t)(c); c.TLS, c.ChannelSecret = nil, randomKey(t, 31) }, ErrSecurity},
 		{"gossip key of 20 bytes", func(c *Config) { s.secure(t)(c); c.GossipKeys = [][]byte{randomKey(t, 20)} }, ErrSecurity},
+		// Secrets that are not random: the 41-character passphrase once
+		// accepted and recovered offline from a member's certificate, a key
+		// still in hex, bytes repeating two values, a gossip key of text,
+		// passwords too short or too repetitive to resist online guessing.
+		{"memorable secret", func(c *Config) {
+			s.secure(t)(c)
+			c.TLS, c.ChannelSecret = nil, []byte("correct horse battery staple rate limiter")
+		}, ErrWeakSecret},
+		{"hex secret", func(c *Config) {
+			s.secure(t)(c)
+			c.TLS, c.ChannelSecret = nil, []byte(hex.EncodeToString(randomKey(t, 32)))
+		}, ErrWeakSecret},
+		{"repetitive secret", func(c *Config) {
+			s.secure(t)(c)
+			c.TLS, c.ChannelSecret = nil, bytes.Repeat([]byte{0x01, 0xfe}, 16)
+		}, ErrWeakSecret},
+		{"text gossip key", func(c *Config) { s.secure(t)(c); c.GossipKeys = [][]byte{[]byte("0123456789abcdef0123456789abcdef")} }, ErrWeakSecret},
+		{"short password", func(c *Config) { s.secure(t)(c); c.Password = "hunter2hunter2" }, ErrWeakSecret},
+		{"repetitive password", func(c *Config) { s.secure(t)(c); c.Password = strings.Repeat("ab", 12) }, ErrWeakSecret},
 		{"TLS without a CA", func(c *Config) { s.secure(t)(c); c.TLS.RootCAs = nil }, ErrSecurity},
 		{"TLS without a certificate", func(c *Config) { s.secure(t)(c); c.TLS.Certificates = nil }, ErrSecurity},
 	} {
@@ -118,6 +141,9 @@ func TestSecureByDefault(t *testing.T) {
 			_, err = c.credentials()
 			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Errorf("%v, want %v", err, tc.want)
+			}
+			if errors.Is(tc.want, ErrWeakSecret) && (!errors.Is(err, ErrSecurity) || !strings.Contains(fmt.Sprint(err), "openssl rand")) {
+				t.Errorf("%v: want ErrSecurity and how to make a secret", err)
 			}
 		})
 	}

@@ -8,12 +8,12 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
-	"github.com/hashicorp/memberlist"
 	olricdb "github.com/olric-data/olric"
 	olricconfig "github.com/olric-data/olric/config"
 	"github.com/olric-data/olric/events"
@@ -45,6 +45,7 @@ type Member struct {
 	sub      *redis.PubSub
 	startErr chan error
 	joined   atomic.Bool // gossip saw another member
+	started  atomic.Bool // Start returned the member
 
 	ctx    context.Context // cancelled by Shutdown
 	cancel context.CancelFunc
@@ -68,6 +69,8 @@ type Member struct {
 
 	ln           net.Listener
 	acceptErrors atomic.Int64 // failed Accepts, for tests
+	doors        *doors       // failed handshakes per source
+	trust        trust        // who proved membership (trust.go)
 	connMu       sync.Mutex
 	conns        conns
 	connSlots    chan struct{} // one per connection goroutine; see maxConnGoroutines
@@ -117,7 +120,8 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		kickCh:   make(chan struct{}, 1),
 		genCh:    make(chan struct{}),
 		stripes:  make([]stripe, cfg.Stripes),
-		conns:    conns{established: map[net.Conn]struct{}{}},
+		conns:    conns{established: map[net.Conn]struct{}{}, special: map[net.Conn]struct{}{}},
+		doors:    newDoors(),
 		peers:    map[string]*peer{},
 		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
 		journal:  journal{entries: map[string]journalEntry{}},
@@ -134,6 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.cancel()
 		return nil, err
 	}
+	m.trust.init(m)
 	oc := m.olricConfig(peers)
 
 	// go-redis, which Olric uses for its connections, logs through a
@@ -149,20 +154,68 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.cancel()
 		return nil, fmt.Errorf("bucketgrid/olric: %w", err)
 	}
-	go func() { m.startErr <- m.db.Start() }()
-	if err := m.start(ctx, peers); err != nil {
+	// The owner channel answers before gossip starts: members verify a
+	// joiner on it (trust.go) while it joins.
+	m.wg.Add(1)
+	go m.serve()
+	for attempt := 1; ; attempt++ {
+		go func() { m.startErr <- m.db.Start() }()
+		err := m.start(ctx, peers)
+		if err == nil {
+			break
+		}
+		if attempt < maxBootstraps && errors.Is(err, errBootstrapRace) && ctx.Err() == nil {
+			if err = m.restartOlric(ctx, peers); err == nil {
+				continue
+			}
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.LeaveTimeout+time.Second)
 		defer cancel()
 		m.Shutdown(sctx)
 		return nil, err
 	}
+	m.started.Store(true)
 	return m, nil
+}
+
+// Members started at the same moment may disagree on who is Olric's
+// coordinator for their first routing table: one that took itself for the
+// oldest pushes its table to one that knows an older member, which refuses
+// it, and Olric's Start fails. Start then leaves and starts Olric again,
+// at most maxBootstraps times in all, within JoinTimeout.
+var errBootstrapRace = errors.New("members disagreed on the coordinator while starting together")
+
+const maxBootstraps = 3
+
+// restartOlric shuts the Olric member of a failed start down and creates
+// a new one (a new Birthdate, so a new gossip record).
+func (m *Member) restartOlric(ctx context.Context, peers []string) error {
+	sctx, cancel := context.WithTimeout(ctx, m.cfg.LeaveTimeout+time.Second)
+	defer cancel()
+	if m.dm != nil {
+		m.dm.Close(sctx)
+		m.dm = nil
+	}
+	m.db.Shutdown(sctx)
+	select {
+	case <-m.startErr:
+	case <-sctx.Done():
+		return fmt.Errorf("bucketgrid/olric: start: %w", sctx.Err())
+	}
+	m.trust.forgetSelf()
+	db, err := olricdb.New(m.olricConfig(peers))
+	if err != nil {
+		return fmt.Errorf("bucketgrid/olric: %w", err)
+	}
+	m.db = db
+	return nil
 }
 
 // olricConfig translates the member's configuration into Olric's.
 func (m *Member) olricConfig(peers []string) *olricconfig.Config {
 	cfg := &m.cfg
 	oc := olricconfig.New(cfg.Env)
+	oc.Client = olricconfig.NewClient()
 	oc.BindAddr = cfg.BindAddr
 	oc.BindPort = cfg.BindPort
 	oc.MemberlistConfig.BindAddr = cfg.MemberlistBindAddr
@@ -170,7 +223,15 @@ func (m *Member) olricConfig(peers []string) *olricconfig.Config {
 	oc.MemberlistConfig.AdvertiseAddr = ""
 	oc.MemberlistConfig.AdvertisePort = cfg.MemberlistBindPort
 	oc.MemberlistConfig.Keyring = m.creds.keyring
-	oc.MemberlistConfig.Alive = aliveWatch{m}
+	// Olric sets memberlist's Delegate and Events itself but leaves Alive
+	// and Merge alone: they admit only members that proved themselves.
+	oc.MemberlistConfig.Alive = gossipGate{m}
+	oc.MemberlistConfig.Merge = gossipGate{m}
+	if m.creds.client != nil {
+		// Olric's own traffic to other members goes through their owner
+		// channel's mutual TLS (tunnel.go).
+		oc.Client.Dialer = m.dialOlric
+	}
 	m.failureDetection(oc.MemberlistConfig)
 	oc.Authentication = &olricconfig.Authentication{Password: m.creds.password}
 	oc.Peers = peers
@@ -191,23 +252,9 @@ func (m *Member) olricConfig(peers []string) *olricconfig.Config {
 	return oc
 }
 
-// aliveWatch notes when gossip first reports a member other than m: the
-// join succeeded.
-type aliveWatch struct{ m *Member }
-
-func (a aliveWatch) NotifyAlive(n *memberlist.Node) error {
-	if n.Name != a.m.name {
-		a.m.joined.Store(true)
-	}
-	a.m.members.note(n)
-	return nil
-}
-
 // start waits for Olric to join and become operable and starts the
 // member's own services.
 func (m *Member) start(ctx context.Context, peers []string) error {
-	m.wg.Add(1)
-	go m.serve()
 	m.client = m.db.NewEmbeddedClient()
 	var err error
 	// Olric is operable once it hands out a DMap and its routing table:
@@ -229,7 +276,12 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 		select {
 		case serr := <-m.startErr:
 			m.startErr <- serr
+			if serr != nil && strings.Contains(serr.Error(), "unrecognized cluster coordinator") {
+				return fmt.Errorf("bucketgrid/olric: start: %w: %w", errBootstrapRace, serr)
+			}
 			return fmt.Errorf("bucketgrid/olric: start: %w", serr)
+		case <-m.trust.refused:
+			return fmt.Errorf("%w: %w", ErrJoin, m.trust.refusal)
 		case <-probe:
 			if len(peers) > 0 && !m.joined.Load() {
 				if err := probeGossip(ctx, peers); err != nil {
@@ -659,6 +711,7 @@ func (m *Member) shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	m.trust.stop()
 	m.ln.Close()
 	m.connMu.Lock()
 	m.conns.closed = true
@@ -666,6 +719,9 @@ func (m *Member) shutdown(ctx context.Context) error {
 		nc.c.Close()
 	}
 	for c := range m.conns.established {
+		c.Close()
+	}
+	for c := range m.conns.special {
 		c.Close()
 	}
 	m.connMu.Unlock()

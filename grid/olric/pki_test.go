@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,8 +52,14 @@ func newTestCA(t testing.TB, name string) *testCA {
 	return &testCA{cert: cert, key: key, pool: pool}
 }
 
-// leaf issues a member certificate, usable as server and as client.
+// leaf issues a member certificate, usable as server and as client, that
+// names the loopback addresses (every test member binds 127.0.0.1).
 func (ca *testCA) leaf(t testing.TB) tls.Certificate {
+	return ca.leafFor(t, net.IPv4(127, 0, 0, 1), net.IPv6loopback)
+}
+
+// leafFor issues a member certificate naming ips.
+func (ca *testCA) leafFor(t testing.TB, ips ...net.IP) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -66,6 +73,7 @@ func (ca *testCA) leaf(t testing.TB) tls.Certificate {
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  ips,
 	}, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -50,9 +51,17 @@ func (c *Config) credentials() (credentials, error) {
 			if err := memberlist.ValidateKey(k); err != nil {
 				return cr, fmt.Errorf("%w: GossipKeys[%d]: %v", ErrSecurity, i, err)
 			}
+			if err := checkRandomKey(fmt.Sprintf("GossipKeys[%d]", i), k, 32); err != nil {
+				return cr, err
+			}
 		}
 		if cr.keyring, err = memberlist.NewKeyring(c.GossipKeys[1:], c.GossipKeys[0]); err != nil {
 			return cr, fmt.Errorf("%w: GossipKeys: %v", ErrSecurity, err)
+		}
+	}
+	if c.Password != "" {
+		if err := checkPassword(c.Password); err != nil {
+			return cr, err
 		}
 	}
 	cr.password = c.Password
@@ -108,15 +117,15 @@ func (c *Config) channelTLS() (*tls.Config, error) {
 		}
 		return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
 	case len(c.ChannelSecret) > 0:
-		return secretTLS(c.ChannelSecret)
+		return secretTLS(c.ChannelSecret, c.BindAddr)
 	}
 	return nil, nil
 }
 
 // mutualTLS derives the two ends of the owner channel from base: TLS 1.3
-// only, client certificates required and verified against the cluster CA,
-// server certificates verified against it too but without a host name
-// (membership is the CA's signature, not a name).
+// only, client certificates required and verified against the cluster CA.
+// client is a template: dialTLS completes it for the host dialled, whose
+// certificate must name it.
 func mutualTLS(base *tls.Config) (server, client *tls.Config, err error) {
 	if len(base.Certificates) == 0 && (base.GetCertificate == nil || base.GetClientCertificate == nil) {
 		return nil, nil, fmt.Errorf("%w: TLS has no certificate", ErrSecurity)
@@ -132,21 +141,20 @@ func mutualTLS(base *tls.Config) (server, client *tls.Config, err error) {
 	}
 	client = base.Clone()
 	client.MinVersion = tls.VersionTLS13
-	client.InsecureSkipVerify = true // replaced by VerifyConnection: no host name
-	roots, next := base.RootCAs, base.VerifyConnection
-	client.VerifyConnection = func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("bucketgrid/olric: owner presented no certificate")
-		}
-		inter := x509.NewCertPool()
-		for _, c := range cs.PeerCertificates[1:] {
-			inter.AddCert(c)
-		}
-		if _, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-			Roots:         roots,
-			Intermediates: inter,
-			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		}); err != nil {
+	return server, client, nil
+}
+
+// dialTLS returns the client configuration for dialling the member on
+// host: the owner must present a certificate of the cluster CA (for server
+// authentication) that names host, as an IP address or DNS name. It
+// replaces the standard verification (InsecureSkipVerify), which would
+// compare the name with the TLS server name, empty for an IP address.
+func dialTLS(template *tls.Config, host string) *tls.Config {
+	c := template.Clone()
+	c.InsecureSkipVerify = true // replaced by VerifyConnection
+	roots, next := template.RootCAs, template.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if err := verifyMember(cs.PeerCertificates, roots, host, x509.ExtKeyUsageServerAuth); err != nil {
 			return err
 		}
 		if next != nil {
@@ -154,7 +162,33 @@ func mutualTLS(base *tls.Config) (server, client *tls.Config, err error) {
 		}
 		return nil
 	}
-	return server, client, nil
+	return c
+}
+
+// errUnnamed reports a member certificate that does not name the member.
+var errUnnamed = errors.New("bucketgrid/olric: the certificate does not name the member")
+
+// verifyMember checks that chain (leaf first) is a certificate of the
+// cluster CA for usage that names host.
+func verifyMember(chain []*x509.Certificate, roots *x509.CertPool, host string, usage x509.ExtKeyUsage) error {
+	if len(chain) == 0 {
+		return errors.New("bucketgrid/olric: member presented no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := chain[0].Verify(x509.VerifyOptions{
+		Roots:         roots,
+		Intermediates: inter,
+		KeyUsages:     []x509.ExtKeyUsage{usage},
+	}); err != nil {
+		return err
+	}
+	if err := chain[0].VerifyHostname(host); err != nil {
+		return fmt.Errorf("%w %s: %v", errUnnamed, host, err)
+	}
+	return nil
 }
 
 // minSecret is the shortest ChannelSecret accepted.
@@ -163,10 +197,13 @@ const minSecret = 32
 // secretTLS builds a TLS configuration from a shared secret: the CA's
 // Ed25519 key is derived from the secret, so every member holding it
 // builds the same CA, and signs a fresh ECDSA P-256 certificate for this
-// member.
-func secretTLS(secret []byte) (*tls.Config, error) {
+// member that names host (its BindAddr).
+func secretTLS(secret []byte, host string) (*tls.Config, error) {
 	if len(secret) < minSecret {
-		return nil, fmt.Errorf("%w: ChannelSecret has %d bytes, need at least %d", ErrSecurity, len(secret), minSecret)
+		return nil, fmt.Errorf("%w: ChannelSecret has %d bytes, need at least %d: make one with `openssl rand %d`", ErrSecurity, len(secret), minSecret, minSecret)
+	}
+	if err := checkRandomKey("ChannelSecret", secret, minSecret); err != nil {
+		return nil, err
 	}
 	seed, err := hkdf.Key(sha256.New, secret, nil, "bucketgrid/olric owner channel CA v1", ed25519.SeedSize)
 	if err != nil {
@@ -198,6 +235,13 @@ func secretTLS(secret []byte) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ips []net.IP
+	var dns []string
+	if ip := net.ParseIP(host); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		dns = []string{host}
+	}
 	now := time.Now()
 	leafDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
 		SerialNumber: serial,
@@ -206,6 +250,8 @@ func secretTLS(secret []byte) (*tls.Config, error) {
 		NotAfter:     now.AddDate(100, 0, 0),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  ips,
+		DNSNames:     dns,
 	}, ca, &key.PublicKey, caKey)
 	if err != nil {
 		return nil, err

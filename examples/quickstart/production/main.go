@@ -16,11 +16,11 @@ import (
 
 func main() {
 	ctx := context.Background()
-	gossipKey, err := os.ReadFile("gossip.key") // 16, 24 or 32 random bytes
+	gossipKey, err := os.ReadFile("gossip.key") // 16, 24 or 32 random bytes: openssl rand 32 > gossip.key
 	if err != nil {
 		log.Fatal(err)
 	}
-	olricPassword, err := os.ReadFile("olric.password") // long and random
+	olricPassword, err := os.ReadFile("olric.password") // long and random: openssl rand -base64 24 > olric.password
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func main() {
 	cfg := olric.DefaultLANConfig()
 	cfg.BindAddr = "10.0.4.17"                                                                    // this host's address on the members' private network
 	cfg.Peers = []string{"10.0.4.11:3322"}                                                        // gossip ports (BindPort+2) of running members; same list everywhere is fine
-	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = "member.pem", "member.key", "cluster-ca.pem" // or cfg.TLS, or cfg.ChannelSecret
+	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = "member.pem", "member.key", "cluster-ca.pem" // member.pem names 10.0.4.17; or cfg.TLS, or cfg.ChannelSecret
 	cfg.GossipKeys = [][]byte{gossipKey}
 	cfg.Password = string(bytes.TrimSpace(olricPassword))
 	member, err := olric.Start(ctx, cfg) // ErrJoin if no peer let it in within JoinTimeout

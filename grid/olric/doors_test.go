@@ -1,0 +1,81 @@
+package olric
+
+import (
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+)
+
+func TestDoorsBudget(t *testing.T) {
+	d := newDoors()
+	a := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}
+	b := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 1}
+	now := int64(time.Hour)
+	for i := range doorBurst {
+		if !d.admit(a, now) {
+			t.Fatalf("refused after %d failures, burst %d", i, doorBurst)
+		}
+		d.failed(a, now)
+	}
+	if d.admit(a, now) {
+		t.Fatal("admitted after the burst")
+	}
+	if !d.admit(b, now) {
+		t.Fatal("another source refused")
+	}
+	if d.admit(a, now+int64(doorCost)-1) || !d.admit(a, now+int64(doorCost)) {
+		t.Fatal("one attempt more per doorCost")
+	}
+	// The table stays bounded.
+	for i := range doorSources + 10 {
+		d.failed(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i)), Port: 1}, now)
+	}
+	if n := len(d.due); n > doorSources {
+		t.Fatalf("%d sources remembered, bound %d", n, doorSources)
+	}
+}
+
+// TestDoorsThrottle makes failed handshakes on a secured member's owner
+// channel from one source (127.0.0.3): after doorBurst of them, its
+// connections are closed before any handshake, while a member from
+// 127.0.0.1 still gets in. Before, every attempt got a handshake (Olric's
+// password could be tried 12,000 times a second on its port).
+func TestDoorsThrottle(t *testing.T) {
+	s := newSecrets(t)
+	m := startCluster(t, 1, s.secure(t))[0]
+	wrong := newSecrets(t)
+	attacker := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}
+	try := func() (handshook bool) {
+		raw, err := attacker.Dial("tcp", m.ChannelAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		raw.SetDeadline(time.Now().Add(10 * time.Second))
+		c := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{wrong.ca.leaf(t)}})
+		c.Handshake() // the client's side completes before the member refuses its certificate
+		var b [1]byte
+		c.Read(b[:]) // the member's alert, or the end
+		return c.ConnectionState().HandshakeComplete
+	}
+	refused := 0
+	for i := range doorBurst + 4 {
+		if !try() {
+			refused++
+			if i < doorBurst {
+				t.Errorf("attempt %d refused before any handshake, burst %d", i, doorBurst)
+			}
+		}
+	}
+	if refused < 3 {
+		t.Errorf("%d of the attempts beyond the burst were refused before a handshake, want ≥ 3", refused)
+	}
+	_, client, err := mutualTLS(s.ca.tlsConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := tlsDial(t, m.ChannelAddr(), dialTLS(client, "127.0.0.1")); c == nil || channelAttempt(t, c, "door-control") == "" {
+		t.Error("a member from another source was refused")
+	}
+}

@@ -1,0 +1,482 @@
+package olric
+
+import (
+	"bufio"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Membership is proven on the owner channel, never taken from gossip.
+//
+// memberlist lets the embedding program veto a node (its Alive and Merge
+// delegates; Olric sets only Delegate and Events). A member admits a node
+// into its gossip view, and so into Olric's member list, routing table and
+// coordinator election, only after it dialled the node's owner channel
+// (the node's name's port + 1), the node proved there a certificate of the
+// cluster CA that names the node's host (mutual TLS 1.3), and the node said
+// over that connection that the gossip record is its own: the same Olric
+// metadata (name, ID, Birthdate) and the same gossip address. A node that
+// holds the gossip key but no certificate is never admitted: no member
+// dials its Olric port, sends it the password, gives it partitions or
+// counts its Birthdate.
+//
+// Replay: a real member's gossip record, replayed from another gossip
+// address, is refused (the member names its own address); replayed from its
+// own address it is the member's own claim and changes nothing. What a
+// holder of the gossip key alone can still do is what memberlist lets any
+// gossip participant do: read the member list and send suspect or dead
+// messages, which the named member refutes (churn, not membership).
+//
+// A joiner's record is verified by the member it joins before their state
+// sync is merged (NotifyMerge, outside memberlist's locks), and by every
+// other member when the joiner's alive message reaches it (NotifyAlive).
+
+// Preambles of the owner channel's other uses (see serveSpecial).
+var (
+	identityPreamble = [5]byte{'B', 'G', 'O', 'I', channelVersion} // who are you?
+	tunnelPreamble   = [5]byte{'B', 'G', 'O', 'T', channelVersion} // Olric's own protocol follows
+)
+
+func knownPreamble(p [5]byte) bool {
+	return p == preamble || p == identityPreamble || p == tunnelPreamble
+}
+
+// ErrSecurityMismatch accompanies ErrJoin when a member of the cluster has
+// security settings this member lacks, or lacks settings this member has:
+// channel TLS or Olric's Password. The member did not join; the error
+// names the setting.
+var ErrSecurityMismatch = errors.New("bucketgrid/olric: security settings differ from the cluster's")
+
+// errUnproven vetoes a gossip record its node has not proved.
+var errUnproven = errors.New("bucketgrid/olric: node has not proved membership")
+
+// Limits of an identity answer.
+const (
+	maxMeta     = 512 // memberlist's MetaMaxSize
+	maxAddr     = 300
+	nonceLen    = 32
+	retryProof  = time.Second // a node whose proof failed is not dialled again sooner
+	proofFlagPw = 1           // the member has Olric's Password
+)
+
+// record is what a node says about itself: its Olric metadata and its
+// gossip address.
+type record struct {
+	meta string
+	addr string
+}
+
+// trust is the member's record of who proved membership.
+type trust struct {
+	m        *Member
+	refused  chan struct{} // closed with refusal set
+	refusal  error
+	mu       sync.Mutex
+	self     *record
+	verified map[string]record    // by node name
+	failedAt map[string]int64     // by node name, m.mono nanoseconds
+	inFlight map[string]chan bool // verifications under way, by name
+	syncDue  int64                // see spend, m.mono nanoseconds
+	closed   bool
+	wg       sync.WaitGroup // background verifications
+	once     sync.Once
+}
+
+func (t *trust) init(m *Member) {
+	t.m = m
+	t.refused = make(chan struct{})
+	t.verified = map[string]record{}
+	t.failedAt = map[string]int64{}
+	t.inFlight = map[string]chan bool{}
+}
+
+// refuse records why this member cannot join; Start fails with it.
+func (t *trust) refuse(err error) {
+	t.once.Do(func() {
+		t.refusal = err
+		close(t.refused)
+	})
+}
+
+// forgetSelf drops this member's own record, for a new Olric member.
+func (t *trust) forgetSelf() {
+	t.mu.Lock()
+	t.self = nil
+	t.mu.Unlock()
+}
+
+// stop waits for background verifications; no new one starts.
+func (t *trust) stop() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// proven reports whether n is a node that proved its record.
+func (t *trust) proven(n *memberlist.Node) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.verified[n.Name]
+	return ok && r.meta == string(n.Meta) && r.addr == n.Address()
+}
+
+// gossipGate is memberlist's Alive and Merge delegate.
+type gossipGate struct{ m *Member }
+
+// NotifyAlive admits this member's own record and the records their nodes
+// proved. It is called with memberlist's node lock held (gossip waits
+// while it runs), so it verifies an unknown node on the spot only within
+// syncProof and while failed verifications on the spot stay within their
+// budget (syncBudget): a legitimate node, which answers in milliseconds, is
+// admitted by the alive message that announced it, and a stream of forged
+// ones (which only a holder of the gossip key can send) delays gossip by at
+// most syncProof every syncRefill. Otherwise it refuses the record and
+// verifies it in the background; the next alive message or state sync that
+// carries it is admitted.
+func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
+	t := &g.m.trust
+	if n.Name == g.m.name {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.self == nil { // memberlist's own, at its start
+			t.self = &record{meta: string(n.Meta), addr: n.Address()}
+		} else if t.self.meta != string(n.Meta) || t.self.addr != n.Address() {
+			return errors.New("bucketgrid/olric: a record under this member's own name")
+		}
+		g.m.members.note(n)
+		return nil
+	}
+	if t.proven(n) {
+		g.admit(n)
+		return nil
+	}
+	if t.spend() {
+		ctx, cancel := context.WithTimeout(g.m.ctx, syncProof)
+		err := t.verify(ctx, n)
+		cancel()
+		if err == nil {
+			g.admit(n)
+			return nil
+		}
+		t.charge()
+		return err
+	}
+	t.background(n)
+	return errUnproven
+}
+
+// admit notes a proven node: the join succeeded, and the membership
+// record (heal.go) knows it.
+func (g gossipGate) admit(n *memberlist.Node) {
+	g.m.joined.Store(true)
+	g.m.members.note(n)
+}
+
+// Verification on the spot, under memberlist's lock: each attempt may
+// take syncProof; failed ones may owe syncBurst attempts, one drained every
+// syncRefill.
+const (
+	syncProof  = 250 * time.Millisecond
+	syncBurst  = 4
+	syncRefill = 5 * time.Second
+)
+
+// spend reports whether an unknown node may be verified on the spot now.
+func (t *trust) spend() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	return t.syncDue-t.m.mono() <= int64(syncBurst-1)*int64(syncRefill)
+}
+
+// charge records a failed verification on the spot.
+func (t *trust) charge() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.syncDue = max(t.syncDue, t.m.mono()) + int64(syncRefill)
+}
+
+// NotifyMerge verifies the unknown alive nodes of a joining state sync,
+// in parallel, before memberlist merges it (each is then admitted or
+// refused by NotifyAlive). It runs outside memberlist's locks. It fails the sync only when this member, still starting, finds that its
+// security settings differ from the cluster's.
+func (g gossipGate) NotifyMerge(nodes []*memberlist.Node) error {
+	t := &g.m.trust
+	ctx, cancel := context.WithTimeout(g.m.ctx, g.m.cfg.ChannelIOTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		if n.State != memberlist.StateAlive || n.Name == g.m.name || t.proven(n) {
+			continue
+		}
+		wg.Go(func() { t.verify(ctx, n) })
+	}
+	wg.Wait()
+	select {
+	case <-t.refused:
+		return t.refusal
+	default:
+	}
+	return nil
+}
+
+// background verifies n unless a verification of it is under way or
+// failed less than retryProof ago.
+func (t *trust) background(n *memberlist.Node) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.inFlight[n.Name] != nil {
+		return
+	}
+	if at, ok := t.failedAt[n.Name]; ok && t.m.mono()-at < int64(retryProof) {
+		return
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithTimeout(t.m.ctx, t.m.cfg.ChannelIOTimeout)
+		defer cancel()
+		t.verify(ctx, n)
+	}()
+}
+
+// verify asks n's owner channel who it is and records n as proven if the
+// answer matches its gossip record. Concurrent verifications of one name
+// share the first one's dial.
+func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
+	want := record{meta: string(n.Meta), addr: n.Address()}
+	t.mu.Lock()
+	if r, ok := t.verified[n.Name]; ok && r == want {
+		t.mu.Unlock()
+		return nil
+	}
+	if ch := t.inFlight[n.Name]; ch != nil {
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if t.proven(n) {
+			return nil
+		}
+		return errUnproven
+	}
+	ch := make(chan bool)
+	t.inFlight[n.Name] = ch
+	t.mu.Unlock()
+	err := t.prove(ctx, n.Name, want)
+	t.mu.Lock()
+	delete(t.inFlight, n.Name)
+	if err == nil {
+		t.verified[n.Name] = want
+		delete(t.failedAt, n.Name)
+	} else {
+		t.failedAt[n.Name] = t.m.mono()
+	}
+	if len(t.failedAt) > 4*doorSources {
+		clear(t.failedAt)
+	}
+	t.mu.Unlock()
+	close(ch)
+	return err
+}
+
+// prove dials the member called name and compares what it says with want.
+// While this member starts, a difference in security settings refuses the
+// join (see ErrSecurityMismatch).
+func (t *trust) prove(ctx context.Context, name string, want record) error {
+	m := t.m
+	var nonce [nonceLen]byte
+	rand.Read(nonce[:])
+	got, flags, mac, err := m.askIdentity(ctx, name, nonce)
+	if err != nil {
+		if !m.started.Load() {
+			if why := m.securityProbe(ctx, name); why != "" {
+				t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
+			}
+		}
+		return fmt.Errorf("%w: %s: %v", errUnproven, name, err)
+	}
+	hasPw := flags&proofFlagPw != 0
+	var why string
+	switch {
+	case hasPw && m.creds.password == "":
+		why = "the cluster's members have a Password; this member has none (missing: Password)"
+	case !hasPw && m.creds.password != "":
+		why = "this member has a Password; the cluster's members have none"
+	case hasPw && !hmac.Equal(mac, passwordMAC(m.creds.password, nonce)):
+		why = "Password differs from the cluster's"
+	}
+	if why != "" {
+		if !m.started.Load() {
+			t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
+		}
+		return fmt.Errorf("%w: %s: %s", errUnproven, name, why)
+	}
+	if got != want {
+		return fmt.Errorf("%w: %s answered another record than gossip's", errUnproven, name)
+	}
+	return nil
+}
+
+// passwordMAC proves knowledge of Olric's password to a member that knows
+// it, without revealing it.
+func passwordMAC(password string, nonce [nonceLen]byte) []byte {
+	h := hmac.New(sha256.New, []byte(password))
+	h.Write([]byte("bucketgrid/olric password v1"))
+	h.Write(nonce[:])
+	return h.Sum(nil)
+}
+
+// askIdentity asks the member called name for its record over its owner
+// channel (mutual TLS when configured; its certificate must name it).
+func (m *Member) askIdentity(ctx context.Context, name string, nonce [nonceLen]byte) (r record, flags byte, mac []byte, err error) {
+	c, err := m.dialSpecial(ctx, name, identityPreamble)
+	if err != nil {
+		return r, 0, nil, err
+	}
+	defer c.Close()
+	if _, err := c.Write(nonce[:]); err != nil {
+		return r, 0, nil, err
+	}
+	br := bufio.NewReader(c)
+	meta, err := readField(br, maxMeta)
+	if err != nil {
+		return r, 0, nil, err
+	}
+	addr, err := readField(br, maxAddr)
+	if err != nil {
+		return r, 0, nil, err
+	}
+	var tail [1 + sha256.Size]byte
+	if _, err := io.ReadFull(br, tail[:]); err != nil {
+		return r, 0, nil, err
+	}
+	if len(meta) == 0 {
+		return r, 0, nil, errors.New("not started yet")
+	}
+	return record{meta: string(meta), addr: string(addr)}, tail[0], tail[1:], nil
+}
+
+// dialSpecial connects to the owner channel of the member called name
+// (TLS when configured) and sends pre; the exchange that follows must end
+// within ChannelIOTimeout.
+func (m *Member) dialSpecial(ctx context.Context, name string, pre [5]byte) (net.Conn, error) {
+	c, err := m.dial(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
+	if _, err := c.Write(pre[:]); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// securityProbe tells, after an identity question to the member called
+// name failed, whether that member's channel security differs from this
+// member's: it answers TLS where this member speaks none, or the plain
+// channel where this member speaks TLS. "" means no difference was seen.
+func (m *Member) securityProbe(ctx context.Context, name string) string {
+	addr, err := channelAddr(name)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ChannelIOTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	c.SetDeadline(dl)
+	if m.creds.client == nil {
+		tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+		if tc.HandshakeContext(ctx) == nil {
+			return "its owner channel requires mutual TLS; this member has none (missing: TLS, TLSCertFile or ChannelSecret)"
+		}
+		return ""
+	}
+	var nonce [nonceLen]byte
+	c.Write(append(identityPreamble[:], nonce[:]...))
+	if meta, err := readField(bufio.NewReader(c), maxMeta); err == nil && len(meta) > 0 {
+		return "its owner channel has no TLS; this member has TLS (the cluster is missing it)"
+	}
+	return ""
+}
+
+// readField reads a uvarint length of at most limit and that many bytes.
+func readField(r *bufio.Reader, limit int) ([]byte, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(limit) {
+		return nil, errFrame
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(r, b)
+	return b, err
+}
+
+func appendField(dst, b []byte) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(b))), b...)
+}
+
+// serveSpecial serves a connection that opened with another preamble than
+// the bucket channel's: an identity question or Olric's tunnelled
+// protocol.
+func (m *Member) serveSpecial(c net.Conn, p [5]byte) {
+	switch p {
+	case identityPreamble:
+		m.serveIdentity(c)
+	case tunnelPreamble:
+		m.serveTunnel(c)
+	}
+}
+
+// serveIdentity answers who this member is: its Olric metadata and gossip
+// address (empty before memberlist started), whether it has a Password and
+// an HMAC with it over the asker's nonce.
+func (m *Member) serveIdentity(c net.Conn) {
+	c.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
+	var nonce [nonceLen]byte
+	if _, err := io.ReadFull(c, nonce[:]); err != nil {
+		return
+	}
+	var self record
+	m.trust.mu.Lock()
+	if m.trust.self != nil {
+		self = *m.trust.self
+	}
+	m.trust.mu.Unlock()
+	out := appendField(nil, []byte(self.meta))
+	out = appendField(out, []byte(self.addr))
+	if m.creds.password != "" {
+		out = append(out, proofFlagPw)
+		out = append(out, passwordMAC(m.creds.password, nonce)...)
+	} else {
+		out = append(out, 0)
+		out = append(out, make([]byte, sha256.Size)...)
+	}
+	c.Write(out)
+}

@@ -1,0 +1,57 @@
+package olric
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Olric v0.7.4 has no TLS on its own port, but its client takes a dialer.
+// With channel security on, a member's Olric reaches every other member
+// through that member's owner channel: mutual TLS 1.3, the owner's
+// certificate naming it, then the tunnel preamble, then Olric's own
+// protocol (AUTH with the password first) to the owner's Olric port on its
+// own host. No password, bucket state or routing table crosses the network
+// in clear between members. Olric's port itself still listens on
+// BindAddr:BindPort (its server has no hook for a listener), so it is
+// guarded by the password alone and must be reachable by nothing but the
+// member's own host: see "Running the grid in production".
+
+// dialOlric is Olric's client dialer: this member's own Olric directly, any
+// other member through its owner channel.
+func (m *Member) dialOlric(ctx context.Context, network, addr string) (net.Conn, error) {
+	if addr == m.name {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	c, err := m.dialSpecial(ctx, addr, tunnelPreamble)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// serveTunnel carries a tunnelled connection to this member's Olric port
+// and back until either side closes.
+func (m *Member) serveTunnel(c net.Conn) {
+	c.SetDeadline(time.Time{})
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.ChannelIOTimeout)
+	var d net.Dialer
+	o, err := d.DialContext(ctx, "tcp", m.name)
+	cancel()
+	if err != nil {
+		return
+	}
+	defer o.Close()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		io.Copy(o, c)
+		o.Close()
+	})
+	io.Copy(c, o)
+	c.Close()
+	wg.Wait()
+}
