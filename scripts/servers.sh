@@ -2,9 +2,10 @@
 # servers.sh start|stop|env|status — the real servers the backend tests use.
 #
 #   start   build (once) and start FerretDB (MongoDB wire protocol, SQLite
-#           handler), gocaves (Couchbase mock cluster) and redis-server on free
-#           127.0.0.1 ports, wait until each is ready and write .servers/env.
-#           Idempotent: servers already running are kept.
+#           handler), gocaves (Couchbase mock cluster), redis-server, and
+#           PostgreSQL with a second FerretDB on it (its PostgreSQL handler)
+#           on free 127.0.0.1 ports, wait until each is ready and write
+#           .servers/env. Idempotent: servers already running are kept.
 #   stop    stop what start started (pid files under .servers/) and remove
 #           .servers/env.
 #   env     print .servers/env, for: eval "$(scripts/servers.sh env)"
@@ -16,7 +17,10 @@
 # when tools/testservers changed. Builds use a private GOCACHE beside them: a
 # shared cache trimmed mid-build breaks them; temporary binaries carry the
 # builder's pid. redis-server comes from apt-get when it is not installed.
-# Set SERVERS_NO_REDIS=1 to skip redis.
+# Set SERVERS_NO_REDIS=1 to skip redis. PostgreSQL comes from apt-get too
+# (Debian's postgresql) and runs as an unprivileged user: the caller, or the
+# package's postgres user when the caller is root; its data directory and
+# socket are under .servers/. Set SERVERS_NO_POSTGRES=1 to skip it.
 #
 # The cache also holds envoyproxy/ratelimit (the peer of cmd/bucketgrid's
 # differential test and benchmark), built once at the pinned pseudo-version
@@ -202,6 +206,96 @@ start_redis() {
 	die "redis-server did not start; see $srv/redis.log"
 }
 
+# pg_bin: the newest installed PostgreSQL's bin directory, installing
+# Debian's postgresql when there is none.
+pg_bin() {
+	local d
+	d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+	if [ -z "$d" ]; then
+		log "installing postgresql with apt-get"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 ||
+			{ apt-get update -qq >/dev/null 2>&1 &&
+				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; } ||
+			return 1
+		d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+	fi
+	[ -n "$d" ] && echo "$d"
+}
+
+# as_pg CMD…: run CMD as the unprivileged user PostgreSQL runs as.
+as_pg() {
+	if [ "$(id -u)" = 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+start_postgres() {
+	[ -n "${SERVERS_NO_POSTGRES:-}" ] && return 0
+	local pgb port i
+	pgb=$(pg_bin) || {
+		log "could not install postgresql; MONGODB_PG_URI stays unset"
+		return 0
+	}
+	if alive "$srv/postgres.pid" postgres && [ -s "$srv/postgres.port" ]; then
+		return 0
+	fi
+	stop_postgres
+	rm -rf "$srv/pg-data" "$srv/pg-run" "$srv/postgres.port"
+	mkdir -p "$srv/pg-data" "$srv/pg-run"
+	if [ "$(id -u)" = 0 ]; then
+		chown postgres: "$srv/pg-data" "$srv/pg-run"
+		as_pg test -w "$srv/pg-data" || die "the postgres user cannot write $srv/pg-data (a parent directory it cannot enter?)"
+	fi
+	as_pg "$pgb/initdb" -D "$srv/pg-data" -U postgres --auth=trust -E UTF8 --no-sync >"$srv/postgres.log" 2>&1 ||
+		die "initdb failed; see $srv/postgres.log"
+	port=$(free_port)
+	# Test data: no fsync, no durability. Loopback and a socket under .servers.
+	local run=()
+	[ "$(id -u)" = 0 ] && run=(runuser -u postgres --)
+	setsid "${run[@]}" "$pgb/postgres" -D "$srv/pg-data" -k "$srv/pg-run" -h 127.0.0.1 -p "$port" \
+		-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 \
+		</dev/null >>"$srv/postgres.log" 2>&1 9>&- &
+	for i in $(seq 300); do
+		if [ -s "$srv/pg-data/postmaster.pid" ] && as_pg "$pgb/pg_isready" -q -h "$srv/pg-run" -p "$port"; then
+			head -1 "$srv/pg-data/postmaster.pid" >"$srv/postgres.pid"
+			as_pg "$pgb/createdb" -h "$srv/pg-run" -p "$port" -U postgres ferretdb >>"$srv/postgres.log" 2>&1 ||
+				die "createdb failed; see $srv/postgres.log"
+			echo "$port" >"$srv/postgres.port"
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "PostgreSQL not ready after 30 s; see $srv/postgres.log"
+}
+
+stop_postgres() {
+	local pgb
+	if alive "$srv/postgres.pid" postgres; then
+		pgb=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+		as_pg "$pgb/pg_ctl" -D "$srv/pg-data" -m fast -w stop >/dev/null 2>&1 || true
+		stop_one "$srv/postgres.pid" postgres
+	fi
+	rm -f "$srv/postgres.pid"
+}
+
+# start_ferretdb_pg: a second FerretDB, on the PostgreSQL above.
+start_ferretdb_pg() {
+	[ -s "$srv/postgres.port" ] || return 0
+	if alive "$srv/ferretdb-pg.pid" "$bin/ferretdb" && [ -s "$srv/ferretdb-pg.uri" ]; then
+		return 0
+	fi
+	stop_one "$srv/ferretdb-pg.pid" "$bin/ferretdb"
+	rm -rf "$srv/ferretdb-pg-data" "$srv/ferretdb-pg.uri"
+	setsid "$bin/ferretdb" --listen-addr=127.0.0.1:0 --data-dir="$srv/ferretdb-pg-data" \
+		--postgresql-url="postgres://postgres@127.0.0.1:$(cat "$srv/postgres.port")/ferretdb" \
+		--uri-file="$srv/ferretdb-pg.uri" --log-level=error \
+		</dev/null >"$srv/ferretdb-pg.log" 2>&1 9>&- &
+	echo $! >"$srv/ferretdb-pg.pid"
+	wait_for "$srv/ferretdb-pg.uri" "$srv/ferretdb-pg.pid" ferretdb-pg
+}
+
 write_env() {
 	{
 		echo "export MONGODB_URI='$(cat "$srv/ferretdb.uri")'"
@@ -211,6 +305,9 @@ write_env() {
 		echo "export ENVOY_RATELIMIT_BIN='$bin/envoy-ratelimit'"
 		# the servers' pids, for benchmarks that report the servers' CPU
 		echo "export FERRETDB_PID=$(cat "$srv/ferretdb.pid") GOCAVES_PID=$(cat "$srv/gocaves.pid")"
+		if [ -s "$srv/ferretdb-pg.uri" ]; then
+			echo "export MONGODB_PG_URI='$(cat "$srv/ferretdb-pg.uri")' FERRETDB_PG_PID=$(cat "$srv/ferretdb-pg.pid") POSTGRES_PID=$(cat "$srv/postgres.pid")"
+		fi
 		if [ -s "$srv/redis.addr" ]; then
 			echo "export REDIS_ADDR='$(cat "$srv/redis.addr")' REDIS_PID=$(cat "$srv/redis.pid")"
 		fi
@@ -228,6 +325,8 @@ start)
 	start_ferretdb
 	start_gocaves
 	start_redis
+	start_postgres
+	start_ferretdb_pg
 	write_env
 	log "ready; source $envfile"
 	;;
@@ -238,8 +337,10 @@ stop)
 	stop_one "$srv/ferretdb.pid" "$bin/ferretdb"
 	stop_one "$srv/gocaves.pid" "$bin/gocaves"
 	stop_one "$srv/redis.pid" redis
-	rm -f "$envfile" "$srv/ferretdb.uri" "$srv/gocaves.connstr" "$srv/redis.addr"
-	rm -rf "$srv/ferretdb-data"
+	stop_one "$srv/ferretdb-pg.pid" "$bin/ferretdb"
+	stop_postgres
+	rm -f "$envfile" "$srv/ferretdb.uri" "$srv/gocaves.connstr" "$srv/redis.addr" "$srv/ferretdb-pg.uri" "$srv/postgres.port"
+	rm -rf "$srv/ferretdb-data" "$srv/ferretdb-pg-data" "$srv/pg-data" "$srv/pg-run"
 	;;
 env)
 	[ -f "$envfile" ] || die "no $envfile; run: scripts/servers.sh start"
@@ -249,6 +350,8 @@ status)
 	alive "$srv/ferretdb.pid" "$bin/ferretdb" && echo "ferretdb: running $(cat "$srv/ferretdb.uri" 2>/dev/null)" || echo "ferretdb: stopped"
 	alive "$srv/gocaves.pid" "$bin/gocaves" && echo "gocaves: running $(cat "$srv/gocaves.connstr" 2>/dev/null)" || echo "gocaves: stopped"
 	alive "$srv/redis.pid" redis && echo "redis: running $(cat "$srv/redis.addr" 2>/dev/null)" || echo "redis: stopped"
+	alive "$srv/postgres.pid" postgres && echo "postgres: running on port $(cat "$srv/postgres.port" 2>/dev/null)" || echo "postgres: stopped"
+	alive "$srv/ferretdb-pg.pid" "$bin/ferretdb" && echo "ferretdb-pg: running $(cat "$srv/ferretdb-pg.uri" 2>/dev/null)" || echo "ferretdb-pg: stopped"
 	;;
 build)
 	mkdir -p "$srv"

@@ -1,7 +1,11 @@
 package mongo_test
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +66,56 @@ func BenchmarkKeys(b *testing.B) {
 		b.Run(fmt.Sprintf("batching/keys=%d", keys), func(b *testing.B) {
 			loadbench.CAS(b, newStoreURI(b, uri, 1).Batching(), 16, keys, cpu)
 		})
+	}
+}
+
+// BenchmarkKeysPostgreSQL is BenchmarkKeys on FerretDB's PostgreSQL handler
+// (MONGODB_PG_URI), over the Batching store, at 1 and 10,000 keys. Server
+// CPU is FerretDB's and PostgreSQL's (the postmaster and its backends).
+//
+//	scripts/servers.sh start && . .servers/env
+//	go test -run '^$' -bench BenchmarkKeysPostgreSQL -benchtime 20000x ./grid/mongo
+func BenchmarkKeysPostgreSQL(b *testing.B) {
+	uri := mongoPGURI(b)
+	cpu := pgServerCPU(b)
+	for _, keys := range []int{1, 10000} {
+		b.Run(fmt.Sprintf("batching/keys=%d", keys), func(b *testing.B) {
+			loadbench.CAS(b, newStoreURI(b, uri, 1).Batching(), 16, keys, cpu)
+		})
+	}
+}
+
+// pgServerCPU is the CPU of FerretDB on PostgreSQL (FERRETDB_PG_PID) and of
+// PostgreSQL (POSTGRES_PID and its children), or nil without the pids.
+func pgServerCPU(b *testing.B) func() time.Duration {
+	ferret, pg := loadbench.PidFromEnv("FERRETDB_PG_PID"), loadbench.PidFromEnv("POSTGRES_PID")
+	if ferret == 0 || pg == 0 {
+		b.Logf("no server pids: server CPU is not reported")
+		return nil
+	}
+	return func() time.Duration {
+		pids := []int{ferret, pg}
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			// the parent pid is the second field after the command's ")"
+			if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 1 && f[1] == strconv.Itoa(pg) {
+				pids = append(pids, pid)
+			}
+		}
+		var sum time.Duration
+		for _, pid := range pids {
+			if d, err := loadbench.ProcessCPU(pid); err == nil {
+				sum += d
+			}
+		}
+		return sum
 	}
 }

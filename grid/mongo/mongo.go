@@ -46,7 +46,10 @@
 // # Keys
 //
 // A key must be valid UTF-8, since BSON strings are (FerretDB stores an
-// invalid one as U+FFFD and never finds it again), and at most MaxKeyLen
+// invalid one as U+FFFD and never finds it again), hold no NUL byte
+// (FerretDB's PostgreSQL handler keeps documents as jsonb, which cannot
+// hold U+0000, and fails such an insert with an InternalError that would
+// read as an outage), and be at most MaxKeyLen
 // (1000) bytes: under the Index Key Limit of MongoDB before 4.2 (an _id
 // index entry must be under 1024 bytes), and far under the 16 MiB document
 // limit of later versions; a bound of the store's own, so a client cannot
@@ -65,6 +68,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -109,6 +113,8 @@ func (s *Store) CheckKey(key string) error {
 		return core.InvalidKey(key, fmt.Sprintf("longer than %d bytes", MaxKeyLen))
 	case !utf8.ValidString(key):
 		return core.InvalidKey(key, "not valid UTF-8")
+	case strings.IndexByte(key, 0) >= 0:
+		return core.InvalidKey(key, "contains a NUL byte")
 	}
 	return nil
 }

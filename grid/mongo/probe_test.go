@@ -27,13 +27,19 @@ func isFerretDB(t testing.TB, c *mongodrv.Client) bool {
 
 // TestProbeDetectsFerretDBLostUpdates is evidence that the TCK's atomicity
 // probe catches a real, third-party non-atomic server: FerretDB v1 evaluates
-// a ReplaceOne filter and then writes by _id alone, so through several
+// a ReplaceOne filter and then writes by _id alone, on its SQLite handler
+// and on its PostgreSQL handler alike, so through several
 // connections concurrent compare-and-swaps both "win" and increments are
 // lost. Through one connection the probe loses nothing (a smaller run: one
 // connection serialises it, and the TCK repeats it). Against a real MongoDB
 // both runs must lose nothing.
 func TestProbeDetectsFerretDBLostUpdates(t *testing.T) {
-	uri := mongoURI(t)
+	for name, uri := range servers(t) {
+		t.Run(name, func(t *testing.T) { probeLostUpdates(t, uri) })
+	}
+}
+
+func probeLostUpdates(t *testing.T, uri string) {
 	const workers, each = 4, 250
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

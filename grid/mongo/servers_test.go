@@ -31,6 +31,28 @@ func mongoURI(t testing.TB) string {
 	return uri
 }
 
+// mongoPGURI returns MONGODB_PG_URI: the FerretDB that scripts/servers.sh
+// runs on PostgreSQL (its PostgreSQL handler). Unset, the test skips,
+// except under CI.
+func mongoPGURI(t testing.TB) string {
+	t.Helper()
+	uri := os.Getenv("MONGODB_PG_URI")
+	if uri == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("MONGODB_PG_URI is not set and CI is: the MongoDB backend's PostgreSQL run needs FerretDB on PostgreSQL; " + startHint)
+		}
+		t.Skip("MONGODB_PG_URI is not set; " + startHint)
+	}
+	return uri
+}
+
+// servers are the MongoDB servers the tests run on: MONGODB_URI, and
+// MONGODB_PG_URI when scripts/servers.sh started FerretDB on PostgreSQL.
+func servers(t testing.TB) map[string]string {
+	t.Helper()
+	return map[string]string{"sqlite": mongoURI(t), "postgresql": mongoPGURI(t)}
+}
+
 // connect opens a client with at most pool connections, closed at cleanup.
 func connect(t testing.TB, uri string, pool uint64) *mongodrv.Client {
 	t.Helper()

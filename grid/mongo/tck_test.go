@@ -22,3 +22,13 @@ func TestTCK(t *testing.T) {
 		return newStoreURI(t, uri, 1).Batching()
 	}, tck.WithContention(4, 50), tck.WithProbe(4, 100))
 }
+
+// TestTCKPostgreSQL runs the whole kit on FerretDB's PostgreSQL handler,
+// through one connection as TestTCK: it is not atomic across connections
+// either (TestProbeDetectsFerretDBLostUpdates).
+func TestTCKPostgreSQL(t *testing.T) {
+	uri := mongoPGURI(t)
+	tck.RunStore(t, func(t *testing.T) cas.Store {
+		return newStoreURI(t, uri, 1).Batching()
+	}, tck.WithContention(4, 50), tck.WithProbe(4, 100))
+}
