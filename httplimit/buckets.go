@@ -3,12 +3,11 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"math"
-	"time"
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // Plan returns the configuration of a client's bucket from the client's key:
@@ -50,22 +49,10 @@ type Usage struct {
 	// Bands, when not nil, holds one Band per bandwidth of Config, in order.
 	// When nil, only the minimum over bandwidths is known (Probe.Remaining),
 	// and the headers say so (see the package documentation).
-	Bands []Band
+	Bands []policy.Band
 	// Degraded reports a decision from a local share of the limit while the
 	// backend was out (see WithDegrade); Config is then the share's.
 	Degraded bool
-}
-
-// Band is the state of one bandwidth after a Take, as the RateLimit field
-// reports it.
-type Band struct {
-	// Available is the bandwidth's tokens (negative in overdraft).
-	Available int64
-	// Wait is how long until the bandwidth holds the request's cost when it
-	// holds less (math.MaxInt64, the largest Duration, when the cost exceeds
-	// its capacity), otherwise until it gains its next token; 0 when it is
-	// full.
-	Wait time.Duration
 }
 
 // Local is Buckets over a bucketgrid.LocalMap: one in-process bucket per
@@ -107,7 +94,7 @@ func (l *Local) Take(ctx context.Context, key string, cost int64) (Usage, error)
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{Probe: p, Config: d.State.Config, Bands: bands(&d, cost, l.clock.Now())}, nil
+	return Usage{Probe: p, Config: d.State.Config, Bands: policy.Bands(&d, cost, l.clock.Now())}, nil
 }
 
 // Managed is Buckets over a bucketgrid.Manager: the client's bucket is the
@@ -155,7 +142,7 @@ func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, erro
 		return Usage{}, err
 	}
 	u := Usage{Probe: p, Config: d.State.Config, ConfigVersion: d.State.ConfigVersion,
-		Bands: bands(&d, cost, s.clock.Now()), Degraded: dec.Degraded()}
+		Bands: policy.Bands(&d, cost, s.clock.Now()), Degraded: dec.Degraded()}
 	if u.Degraded {
 		u.ConfigVersion = 0 // the local share's own version, not the plan's
 	}
@@ -163,35 +150,3 @@ func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, erro
 }
 
 var errNoPlan = errors.New("httplimit: no plan")
-
-// bands computes each bandwidth's Band from a snapshot d of the bucket, at
-// now, a time of the bucket's clock no earlier than the snapshot. It uses
-// core's own arithmetic on single-bandwidth copies of the snapshot; refilling
-// them to now is exact because refill is path-independent. d is consumed.
-func bands(d *core.Diagnostics, cost, now int64) []Band {
-	bws := d.State.Config.Bandwidths
-	if len(bws) == 0 || len(d.State.Bands) != len(bws) {
-		return nil
-	}
-	out := make([]Band, len(bws))
-	for i := range bws {
-		one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]}, Bands: d.State.Bands[i : i+1]}
-		avail := one.AvailableTokens(now)
-		out[i].Available = avail
-		var want int64
-		switch {
-		case avail < cost:
-			want = cost
-		case avail < bws[i].Capacity:
-			want = avail + 1
-		default:
-			continue // full: nothing more to come
-		}
-		if want > bws[i].Capacity {
-			out[i].Wait = math.MaxInt64
-			continue
-		}
-		out[i].Wait = one.EstimateAbilityToConsume(want, now).WaitForRefill
-	}
-	return out
-}

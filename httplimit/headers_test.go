@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 func TestPolicyField(t *testing.T) {
@@ -45,11 +46,11 @@ func TestRateLimitField(t *testing.T) {
 		cost int64
 		want string
 	}{
-		{"bands", Usage{Config: two, Bands: []Band{{3, 400 * time.Millisecond}, {40, 59 * time.Second}}}, 1,
+		{"bands", Usage{Config: two, Bands: []policy.Band{{Available: 3, Wait: 400 * time.Millisecond}, {Available: 40, Wait: 59 * time.Second}}}, 1,
 			`"s";r=3;t=1, "m";r=40;t=59`},
-		{"overdraft written as 0", Usage{Config: one, Bands: []Band{{-4, 5 * time.Second}}}, 1, `"s";r=0;t=5`},
-		{"full", Usage{Config: one, Bands: []Band{{10, 0}}}, 1, `"s";r=10;t=0`},
-		{"never", Usage{Config: one, Bands: []Band{{10, math.MaxInt64}}}, 11, `"s";r=10`},
+		{"overdraft written as 0", Usage{Config: one, Bands: []policy.Band{{Available: -4, Wait: 5 * time.Second}}}, 1, `"s";r=0;t=5`},
+		{"full", Usage{Config: one, Bands: []policy.Band{{Available: 10, Wait: 0}}}, 1, `"s";r=10;t=0`},
+		{"never", Usage{Config: one, Bands: []policy.Band{{Available: 10, Wait: math.MaxInt64}}}, 11, `"s";r=10`},
 		{"probe only, consumed", Usage{Config: two, Probe: core.Probe{Consumed: true, Remaining: 7, WaitForReset: 2500 * time.Millisecond}}, 1,
 			`"s";r=7;t=3, "m";r=7;t=3`},
 		{"probe only, refused", Usage{Config: two, Probe: core.Probe{Remaining: 0, WaitForRefill: 1, WaitForReset: 9e9}}, 1,

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	rules "github.com/bucketgrid/bucketgrid/policy"
 )
 
 // bandState is one bandwidth after a check, as the headers describe it.
@@ -18,29 +19,24 @@ type bandState struct {
 }
 
 // bandStates computes every bandwidth's state from the diagnostics of a
-// verbose response, at now (the time the response was computed at). It
-// uses core's own arithmetic on single-bandwidth copies of the snapshot. It
-// returns nil when the stored bucket's bandwidths are not the policy's (a
-// bucket written by an older configuration of the same version).
+// verbose response (policy.Bands), at now (the host's time). It returns nil
+// when the stored bucket's bandwidths are not the policy's (a bucket written
+// by an older configuration of the same version).
 func bandStates(pol *policy, d *core.Diagnostics, now int64) []bandState {
-	if d == nil {
+	if d == nil || len(d.State.Config.Bandwidths) != len(pol.bands) {
 		return nil
 	}
-	bws := d.State.Config.Bandwidths
-	if len(bws) != len(pol.bands) || len(d.State.Bands) != len(bws) {
+	bs := rules.Bands(d, pol.cost, now)
+	if bs == nil {
 		return nil
 	}
-	out := make([]bandState, len(bws))
-	for i := range bws {
-		one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]}, Bands: d.State.Bands[i : i+1]}
-		avail := one.AvailableTokens(now)
-		var ns int64
-		if avail < pol.cost {
-			ns = int64(one.EstimateAbilityToConsume(pol.cost, now).WaitForRefill)
-		} else {
-			ns = one.TimeToFull(now)
+	out := make([]bandState, len(bs))
+	for i, b := range bs {
+		ns := b.Full
+		if b.Available < pol.cost {
+			ns = b.Wait
 		}
-		out[i] = bandState{r: max(avail, 0) / pol.cost, t: ceilSeconds(ns)}
+		out[i] = bandState{r: max(b.Available, 0) / pol.cost, t: ceilSeconds(int64(ns))}
 	}
 	return out
 }
