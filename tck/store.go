@@ -159,6 +159,11 @@ func checkErrorsAreErrors(e *env) {
 	if _, _, found, err := s.Get(dead, k); !found && err == nil {
 		e.Errorf("Get of an existing key with a cancelled context reported the key absent without an error: a failed read must be an error, or buckets are silently re-created full")
 	}
+	if err := s.Delete(dead, k); err == nil {
+		if _, _, found, err := s.Get(e.ctx, k); err != nil || found {
+			e.Errorf("Delete with a cancelled context returned no error but the key is still there (found=%v, err=%v): a Delete that did not happen must be an error", found, err)
+		}
+	}
 }
 
 // ProbeResult is the outcome of AtomicityProbe.

@@ -13,6 +13,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/grid/couchbase"
 	"github.com/bucketgrid/bucketgrid/httplimit"
 	"github.com/bucketgrid/bucketgrid/internal/harness/keyrule"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 )
 
 // prefix45 returns a key prefix of 45 bytes unique to this call: an API
@@ -74,7 +75,7 @@ func TestKeyRule(t *testing.T) {
 	if err := cluster.Close(nil); err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t)
+	ctx := storetest.Context(t)
 	bad := map[string]string{
 		"one byte over":            strings.Repeat("x", couchbase.MaxKeyLen-len(p)+1),
 		"not UTF-8":                "caf\xe9",

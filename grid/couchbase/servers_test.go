@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/couchbase/gocb/v2"
+
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 )
 
 const startHint = "start the test servers with: scripts/servers.sh start && . .servers/env " +
@@ -24,16 +26,10 @@ type server struct {
 func couchbaseServer(t testing.TB) server {
 	t.Helper()
 	s := server{
-		connstr:  os.Getenv("COUCHBASE_CONNSTR"),
+		connstr:  storetest.Server(t, "COUCHBASE_CONNSTR", "the Couchbase backend tests need a server", startHint),
 		user:     envOr("COUCHBASE_USERNAME", "Administrator"),
 		password: envOr("COUCHBASE_PASSWORD", "password"),
 		bucket:   envOr("COUCHBASE_BUCKET", "default"),
-	}
-	if s.connstr == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("COUCHBASE_CONNSTR is not set and CI is: the Couchbase backend tests need a server; " + startHint)
-		}
-		t.Skip("COUCHBASE_CONNSTR is not set; " + startHint)
 	}
 	return s
 }

@@ -7,12 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/internal/harness/loadbench"
-	"github.com/bucketgrid/bucketgrid/retry"
-	"github.com/bucketgrid/bucketgrid/tck"
 )
 
 // BenchmarkHotKey measures bucket checks (TryConsume of 1 token) on one hot
@@ -26,23 +23,7 @@ import (
 //	go test -run '^$' -bench HotKey -benchtime 400x ./grid/mongo
 func BenchmarkHotKey(b *testing.B) {
 	uri := mongoURI(b)
-	strategies := []struct {
-		name string
-		s    func() retry.Strategy
-	}{
-		{"immediate", func() retry.Strategy { return retry.Immediate(100) }},
-		{"backoff", retry.Default},
-		// A longer budget than the default's 500 ms, for round trips of
-		// several milliseconds.
-		{"backoff-1s", func() retry.Strategy { return retry.Backoff(retry.BackoffConfig{Budget: time.Second}) }},
-	}
-	for _, clients := range []int{1, 8} {
-		for _, st := range strategies {
-			b.Run(fmt.Sprintf("clients=%d/%s", clients, st.name), func(b *testing.B) {
-				tck.BenchmarkHotKey(b, newStoreURI(b, uri, 1), clients, cas.WithRetry(st.s()))
-			})
-		}
-	}
+	loadbench.HotKey(b, func(b *testing.B) cas.Store { return newStoreURI(b, uri, 1) })
 }
 
 // BenchmarkKeys is grid/redis's BenchmarkVersusLua without the Lua side:

@@ -15,6 +15,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
 	"github.com/bucketgrid/bucketgrid/internal/harness/keyrule"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 )
 
 // TestKeyRuleThroughMiddleware: a key one byte over MaxKeyLen, or not UTF-8
@@ -56,7 +57,7 @@ func TestKeyRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t)
+	ctx := storetest.Context(t)
 	for _, key := range []string{strings.Repeat("x", mongo.MaxKeyLen+1), "caf\xe9", "\xff" + strings.Repeat("x", 20)} {
 		before := started.Load()
 		if err := keyrule.Refused(ctx, s, key); err != nil {

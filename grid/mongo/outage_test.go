@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 	"github.com/bucketgrid/bucketgrid/tck"
 )
 
@@ -61,13 +62,7 @@ func (f *ferretServer) kill() {
 // race) within its context's timeout; afterwards calls succeed again and the
 // stored value is intact.
 func TestOutage(t *testing.T) {
-	bin := os.Getenv("FERRETDB_BIN")
-	if bin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("FERRETDB_BIN is not set and CI is: the outage test starts its own FerretDB; " + startHint)
-		}
-		t.Skip("FERRETDB_BIN is not set; " + startHint)
-	}
+	bin := storetest.Server(t, "FERRETDB_BIN", "the outage test starts its own FerretDB", startHint)
 	dir := t.TempDir()
 	srv := startFerret(t, bin, "127.0.0.1:0", dir)
 	addr := strings.TrimSuffix(strings.TrimPrefix(srv.uri, "mongodb://"), "/")

@@ -11,6 +11,8 @@ import (
 
 	mongodrv "go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 )
 
 // startHint says how to get a server when MONGODB_URI is unset.
@@ -21,14 +23,7 @@ const startHint = "start the test servers with: scripts/servers.sh start && . .s
 // a backend test that cannot reach its server must fail.
 func mongoURI(t testing.TB) string {
 	t.Helper()
-	uri := os.Getenv("MONGODB_URI")
-	if uri == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("MONGODB_URI is not set and CI is: the MongoDB backend tests need a server; " + startHint)
-		}
-		t.Skip("MONGODB_URI is not set; " + startHint)
-	}
-	return uri
+	return storetest.Server(t, "MONGODB_URI", "the MongoDB backend tests need a server", startHint)
 }
 
 // mongoPGURI returns MONGODB_PG_URI: the FerretDB that scripts/servers.sh

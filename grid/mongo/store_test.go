@@ -1,8 +1,6 @@
 package mongo_test
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/mongo"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 )
 
 func newStore(t testing.TB, pool uint64, opts ...mongo.Option) *mongo.Store {
@@ -25,157 +24,37 @@ func newStore(t testing.TB, pool uint64, opts ...mongo.Option) *mongo.Store {
 	return s
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// TestContract checks the cas.Store contract directly; TestTCK runs the
-// shared kit on top.
-func TestContract(t *testing.T) {
-	clk := clock.NewFake(time.Now())
-	s := newStore(t, 1, mongo.WithClock(clk))
-	ctx := ctxT(t)
-	mustGet := func(key string) ([]byte, cas.Version, bool) {
-		t.Helper()
-		d, v, found, err := s.Get(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d, v, found
-	}
-	must := func(ok bool, err error) bool {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	}
-
-	if _, _, found := mustGet("k"); found {
-		t.Fatal("absent key found")
-	}
-	if !must(s.Insert(ctx, "k", []byte("a"), 0)) {
-		t.Fatal("insert of an absent key lost")
-	}
-	if must(s.Insert(ctx, "k", []byte("b"), 0)) {
-		t.Fatal("second insert won")
-	}
-	d, v1, found := mustGet("k")
-	if !found || !bytes.Equal(d, []byte("a")) {
-		t.Fatalf("get = %q, %v", d, found)
-	}
-	if must(s.Replace(ctx, "k", []byte("x"), v1+7, 0)) {
-		t.Fatal("replace with a wrong version won")
-	}
-	if !must(s.Replace(ctx, "k", []byte("c"), v1, 0)) {
-		t.Fatal("replace with the current version lost")
-	}
-	d, v2, _ := mustGet("k")
-	if !bytes.Equal(d, []byte("c")) || v2 == v1 {
-		t.Fatalf("after replace: %q, version %d (was %d)", d, v2, v1)
-	}
-	if must(s.Replace(ctx, "k", []byte("y"), v1, 0)) {
-		t.Fatal("replace with a stale version won")
-	}
-
-	if err := s.Delete(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Delete(ctx, "k"); err != nil {
-		t.Fatalf("delete of an absent key: %v", err)
-	}
-	if _, _, found := mustGet("k"); found {
-		t.Fatal("deleted key found")
-	}
-	if must(s.Replace(ctx, "k", []byte("z"), v2, 0)) {
-		t.Fatal("replace after delete won")
-	}
-	// Re-created: the version a client read before the delete must not match.
-	if !must(s.Insert(ctx, "k", []byte("d"), 0)) {
-		t.Fatal("insert after delete lost")
-	}
-	if must(s.Replace(ctx, "k", []byte("z"), v2, 0)) {
-		t.Fatal("replace with a version from before the delete won")
-	}
-
-	// Empty state is a value like any other.
-	if !must(s.Insert(ctx, "empty", nil, 0)) {
-		t.Fatal("insert of empty state lost")
-	}
-	if d, _, found := mustGet("empty"); !found || len(d) != 0 {
-		t.Fatalf("empty state read back as %q, %v", d, found)
-	}
-}
-
-func TestExpiry(t *testing.T) {
-	clk := clock.NewFake(time.Now())
-	s := newStore(t, 1, mongo.WithClock(clk))
-	ctx := ctxT(t)
-
-	if ok, err := s.Insert(ctx, "k", []byte("a"), time.Minute); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	_, v, found, err := s.Get(ctx, "k")
-	if !found || err != nil {
-		t.Fatal(found, err)
-	}
-	// BSON dates have millisecond precision; expiry rounds up, never early.
-	clk.Advance(time.Minute - time.Millisecond)
-	if _, _, found, _ := s.Get(ctx, "k"); !found {
-		t.Fatal("expired early")
-	}
-	clk.Advance(2 * time.Millisecond)
-	if _, _, found, err := s.Get(ctx, "k"); found || err != nil {
-		t.Fatalf("expired document: found=%v err=%v", found, err)
-	}
-	if ok, err := s.Replace(ctx, "k", []byte("b"), v, 0); ok || err != nil {
-		t.Fatalf("replace of an expired document: ok=%v err=%v", ok, err)
-	}
-	// Insert takes the expired document over, once.
-	if ok, err := s.Insert(ctx, "k", []byte("c"), time.Minute); !ok || err != nil {
-		t.Fatalf("insert over an expired document: ok=%v err=%v", ok, err)
-	}
-	if ok, err := s.Insert(ctx, "k", []byte("d"), time.Minute); ok || err != nil {
-		t.Fatalf("second insert over the expired document: ok=%v err=%v", ok, err)
-	}
-	d, v, found, err := s.Get(ctx, "k")
-	if !found || err != nil || string(d) != "c" {
-		t.Fatalf("get = %q %v %v", d, found, err)
-	}
-	// A Replace with ttl 0 clears the expiry.
-	if ok, err := s.Replace(ctx, "k", []byte("e"), v, 0); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	clk.Advance(time.Hour)
-	if d, _, found, _ := s.Get(ctx, "k"); !found || string(d) != "e" {
-		t.Fatalf("ttl 0 replace still expires: %q %v", d, found)
-	}
-	// Every write sets the TTL anew.
-	_, v, _, _ = s.Get(ctx, "k")
-	if ok, err := s.Replace(ctx, "k", []byte("f"), v, time.Second); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	clk.Advance(time.Second + time.Millisecond)
-	if _, _, found, _ := s.Get(ctx, "k"); found {
-		t.Fatal("replace with ttl did not expire")
-	}
-}
-
-func TestSubMillisecondTTL(t *testing.T) {
+// TestExpiryRounding: the store computes expiry on its own clock
+// (WithClock) and keeps it in a BSON date, of millisecond precision: a TTL
+// rounds up to the next millisecond, never down, so nothing expires early —
+// a microsecond TTL too. What a TTL means otherwise (ttl 0, every write
+// restarting it, an expired key absent to Replace and Insert) is tck's.
+func TestExpiryRounding(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
 	s := newStore(t, 1, mongo.WithClock(clk))
-	ctx := ctxT(t)
-	if ok, err := s.Insert(ctx, "k", []byte("a"), time.Microsecond); !ok || err != nil {
-		t.Fatal(ok, err)
+	ctx := storetest.Context(t)
+	for _, tc := range []struct {
+		key string
+		ttl time.Duration
+	}{{"minute", time.Minute}, {"micro", time.Microsecond}} {
+		if ok, err := s.Insert(ctx, tc.key, []byte("a"), tc.ttl); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
 	}
-	if _, _, found, _ := s.Get(ctx, "k"); !found {
+	if _, _, found, _ := s.Get(ctx, "micro"); !found {
 		t.Fatal("1µs ttl read as expired at once")
 	}
 	clk.Advance(time.Millisecond)
-	if _, _, found, _ := s.Get(ctx, "k"); found {
+	if _, _, found, _ := s.Get(ctx, "micro"); found {
 		t.Fatal("1µs ttl alive after 1ms")
+	}
+	clk.Advance(time.Minute - 2*time.Millisecond)
+	if _, _, found, _ := s.Get(ctx, "minute"); !found {
+		t.Fatal("a one-minute ttl expired a millisecond early")
+	}
+	clk.Advance(2 * time.Millisecond)
+	if _, _, found, err := s.Get(ctx, "minute"); found || err != nil {
+		t.Fatalf("a one-minute ttl a millisecond after it ran out: found=%v err=%v", found, err)
 	}
 }
 
@@ -187,7 +66,7 @@ func TestEnsureIndexesAndRemoveExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t)
+	ctx := storetest.Context(t)
 	// Twice: idempotent, and NotImplemented (FerretDB) is no error.
 	for range 2 {
 		if err := s.EnsureIndexes(ctx); err != nil {
@@ -217,7 +96,7 @@ func TestEnsureIndexesAndRemoveExpired(t *testing.T) {
 func TestOptions(t *testing.T) {
 	c := connect(t, mongoURI(t), 1)
 	coll := collection(t, c)
-	ctx := ctxT(t)
+	ctx := storetest.Context(t)
 	s, err := mongo.New(coll,
 		mongo.WithFieldNames("s", "v", "exp"),
 		mongo.WithKeyMapping(func(key string) any { return bson.D{{Key: "tenant", Value: "t1"}, {Key: "key", Value: key}} }))
@@ -268,33 +147,11 @@ func TestOptions(t *testing.T) {
 	}
 }
 
-// TestErrorsAreErrors: a failure is never reported as a lost race.
-func TestErrorsAreErrors(t *testing.T) {
-	s := newStore(t, 1)
-	ctx := ctxT(t)
-	if ok, err := s.Insert(ctx, "k", []byte("a"), 0); !ok || err != nil {
-		t.Fatal(ok, err)
-	}
-	_, v, _, _ := s.Get(ctx, "k")
-
-	dead, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, _, _, err := s.Get(dead, "k"); err == nil {
-		t.Error("Get with a cancelled context: no error")
-	}
-	if ok, err := s.Insert(dead, "k2", []byte("a"), 0); err == nil {
-		t.Errorf("Insert with a cancelled context: ok=%v, no error", ok)
-	}
-	if ok, err := s.Replace(dead, "k", []byte("b"), v, 0); err == nil {
-		t.Errorf("Replace with a cancelled context: ok=%v, no error", ok)
-	}
-	if err := s.Delete(dead, "k"); err == nil {
-		t.Error("Delete with a cancelled context: no error")
-	}
-	if !errors.Is(func() error { _, _, _, err := s.Get(dead, "k"); return err }(), context.Canceled) {
-		t.Error("Get error does not wrap context.Canceled")
-	}
-	// A state field of the wrong type is an error, not garbage.
+// TestForeignDocumentIsCorrupt: a state field of the wrong type is a
+// corrupt record, never garbage state nor an outage. The store contract
+// itself, errors included, is tck's (TestTCK).
+func TestForeignDocumentIsCorrupt(t *testing.T) {
+	ctx := storetest.Context(t)
 	c := connect(t, mongoURI(t), 1)
 	coll := collection(t, c)
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "bad"}, {Key: "state", Value: "text"}, {Key: "version", Value: int64(1)}}); err != nil {

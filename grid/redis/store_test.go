@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 	redis "github.com/bucketgrid/bucketgrid/grid/redis"
 	"github.com/bucketgrid/bucketgrid/httplimit"
+	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 	"github.com/bucketgrid/bucketgrid/tck"
 )
 
@@ -34,14 +34,7 @@ const startHint = `start one with: scripts/servers.sh start && eval "$(scripts/s
 // has to mean the backend really ran.
 func redisAddr(t testing.TB) string {
 	t.Helper()
-	addr := os.Getenv("REDIS_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("REDIS_ADDR is not set and CI is: the Redis backend tests need a server; " + startHint)
-		}
-		t.Skip("REDIS_ADDR is not set; " + startHint)
-	}
-	return addr
+	return storetest.Server(t, "REDIS_ADDR", "the Redis backend tests need a server", startHint)
 }
 
 // runPrefix is unique to this test process, so runs sharing a server never

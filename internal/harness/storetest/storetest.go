@@ -1,4 +1,5 @@
-// Package storetest holds cas.Store decorators for this repository's tests.
+// Package storetest holds what the backend tests of this repository share:
+// cas.Store decorators, and finding the test servers.
 package storetest
 
 import (
