@@ -27,7 +27,9 @@ import (
 // is then charged to the real ones, best effort and never minting: each key
 // once, with wire.OpTryConsumeAsMuchAsPossible of the tokens consumed
 // locally (a bucket is charged at most what it holds, and never gains a
-// token).
+// token). A key's next answer from the executor charges it too, and a key
+// decided locally again within a minute goes on from its share's state
+// rather than a full share.
 //
 // Only outages degrade, as only outages fail open in an HTTP middleware:
 // an executor error other than an invalid key (ErrInvalidKey), a corrupt

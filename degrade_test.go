@@ -338,12 +338,17 @@ func TestDegradeKeepsOtherErrors(t *testing.T) {
 		m.Bucket("k", nine).TryConsume(context.Background(), 1)
 	})
 	t.Run("configuration replacement", func(t *testing.T) {
+		// decided locally too: the share is replaced by the new
+		// configuration's share, never by the whole limit
 		e := &errExecutor{err: errStoreDown}
-		m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{}))
-		cfg, _ := nine(context.Background())
-		err := m.Bucket("k", nine).ReplaceConfiguration(context.Background(), cfg, core.InheritAsIs)
-		if !errors.Is(err, errStoreDown) {
-			t.Fatalf("replacement during an outage: %v, want the outage", err)
+		m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}))
+		h := m.Bucket("k", nine)
+		cfg, _ := core.NewConfig(core.Greedy(30, 30, time.Hour))
+		if err := h.ReplaceConfiguration(context.Background(), cfg, core.InheritReset); err != nil {
+			t.Fatalf("replacement during an outage: %v", err)
+		}
+		if got := consumeAll(t, h, true); got != 10 {
+			t.Fatalf("admitted %d after replacing 9 by 30 over 3 instances, want 10", got)
 		}
 	})
 }
@@ -418,5 +423,104 @@ func TestManagerDegraded(t *testing.T) {
 	}
 	if m.Stats().Degraded != 0 {
 		t.Fatalf("the derived Manager's decisions counted on the original")
+	}
+}
+
+func TestDegradeShareOutlivesAShortReturn(t *testing.T) {
+	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 1000}))
+	ctx := context.Background()
+	h := f.m.Bucket("k", nine)
+	f.store.mode.Store(storeDown)
+	if got := consumeAll(t, h, true); got != 3 {
+		t.Fatalf("admitted %d while down, want 3", got)
+	}
+	f.store.mode.Store(storeUp)
+	if ok, err := h.TryConsume(ctx, 1); !ok || err != nil { // the store answers: 3 charged
+		t.Fatalf("consume with the store back: %v %v", ok, err)
+	}
+	waitFor(t, "the charge", func() bool { return f.m.Stats().Charged == 3 })
+	// down again at once: the spent share goes on, no fresh one
+	f.store.mode.Store(storeDown)
+	if got := consumeAll(t, h, true); got != 0 {
+		t.Fatalf("admitted %d from a share spent a moment ago, want 0", got)
+	}
+	// a new outage after a long healthy spell starts from a full share
+	f.store.mode.Store(storeUp)
+	if _, err := h.TryConsume(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(2 * time.Minute)
+	if _, err := h.TryConsume(ctx, 1); err != nil { // answered: the old share is forgotten
+		t.Fatal(err)
+	}
+	f.store.mode.Store(storeDown)
+	if got := consumeAll(t, h, true); got != 3 {
+		t.Fatalf("admitted %d in a new outage, want a full share of 3", got)
+	}
+}
+
+// BenchmarkDegrade measures what degrade costs a Manager whose backend
+// answers (a memstore: the cost of the executor itself is as small as it
+// gets, so the overhead shows), and what a decision from a local share
+// costs once the breaker is open.
+//
+//	go test -run '^$' -bench Degrade -benchmem .
+func BenchmarkDegrade(b *testing.B) {
+	cfg := func(context.Context) (core.Config, error) {
+		return core.NewConfig(core.Greedy(1<<40, 1<<29, time.Second))
+	}
+	d := bucketgrid.Degrade{Instances: func() int { return 3 }}
+	for _, bc := range []struct {
+		name string
+		down bool
+		opts []bucketgrid.ManagerOption
+	}{
+		{"backend-up/without", false, nil},
+		{"backend-up/degrade", false, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
+		{"breaker-open/degrade", true, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := &outageStore{Store: memstore.New()}
+			m := bucketgrid.NewManager(cas.New(s), bc.opts...)
+			h := m.Bucket("k", cfg)
+			ctx := context.Background()
+			h.TryConsume(ctx, 1)
+			if bc.down {
+				s.mode.Store(storeDown)
+				for m.Stats().OpenBreakers == 0 {
+					h.TryConsume(ctx, 1)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	}
+}
+
+func TestDegradeBatchCarryingItsConfiguration(t *testing.T) {
+	// a rate-limit service sends each check with its rule's configuration
+	// first: locally, that configuration's share decides
+	m := bucketgrid.NewManager(&errExecutor{err: errStoreDown}, bucketgrid.WithEagerConfig(),
+		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}))
+	cfg, _ := nine(context.Background())
+	admitted := 0
+	for range 20 {
+		res, err := m.Bucket("k", nine).Execute(context.Background(),
+			wire.Op{Kind: wire.OpReplaceConfiguration, Config: &cfg, Inheritance: core.InheritAdditive},
+			wire.Op{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[1].OK {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d, want the share of 9 over 3: 3", admitted)
 	}
 }

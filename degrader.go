@@ -37,15 +37,16 @@ type degrader struct {
 
 // share is the local bucket of one key while its backend is out.
 type share struct {
-	key      string // store key
-	stored   []byte // the local bucket, core's encoding
-	cfg      core.Config
-	version  int64       // of cfg, for the charge
-	cut      int         // instances the local bucket's configuration was cut for
-	cutCfg   core.Config // cfg.Share(cut)
-	local    int64       // configuration version of the local bucket, bumped on every re-cut
-	consumed int64       // tokens consumed locally, not yet charged
-	settled  bool        // taken out of the shares, its consumption to be charged
+	key       string // store key
+	stored    []byte // the local bucket, core's encoding
+	cfg       core.Config
+	version   int64       // of cfg, for the charge
+	cut       int         // instances the local bucket's configuration was cut for
+	cutCfg    core.Config // cfg.Share(cut)
+	local     int64       // configuration version of the local bucket, bumped on every re-cut
+	consumed  int64       // tokens consumed locally, not yet charged
+	settled   bool        // the executor answered since: consumed was queued to be charged
+	settledAt int64       // clock time of settling
 }
 
 // charge is consumption to take from a real bucket.
@@ -94,7 +95,7 @@ func (g *degrader) breakerOf(key string) *breaker {
 // the route's breaker is open or the executor fails with an outage.
 func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
 	b := g.breakerOf(h.storeKey)
-	if b.open.Load() && degradable(ops) {
+	if b.open.Load() {
 		if now := g.m.clock.Now(); b.startProbe(now) {
 			go g.probeRoute(b, h.storeKey)
 		}
@@ -116,7 +117,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		}
 		return resp, nil
 	}
-	if !fromExec || ctx.Err() != nil || !g.outage(err) || !degradable(ops) {
+	if !fromExec || ctx.Err() != nil || !g.outage(err) {
 		return resp, err
 	}
 	if b.failed(g.failures, g.m.clock.Now(), g.probe) {
@@ -125,16 +126,31 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	return g.local(ctx, h, ops, verbose)
 }
 
-// degradable reports whether ops may be decided locally: all but an
-// explicit configuration replacement, which would hand the local share the
-// whole limit.
-func degradable(ops []wire.Op) bool {
+// ptrShare returns a pointer to cfg's share of n.
+func ptrShare(cfg *core.Config, n int) *core.Config {
+	c := cfg.Share(n)
+	return &c
+}
+
+// shareOps returns ops for the local share of n instances: a configuration
+// replacement (Bucket.ReplaceConfiguration, or a rule's configuration sent
+// with every check) replaces the share by the new configuration's share,
+// and becomes s's configuration for later re-cuts and the charge. Called
+// with g.mu held.
+func shareOps(s *share, ops []wire.Op, n int) []wire.Op {
+	out := ops
 	for i := range ops {
-		if ops[i].Kind == wire.OpReplaceConfiguration {
-			return false
+		if ops[i].Kind != wire.OpReplaceConfiguration || ops[i].Config == nil {
+			continue
 		}
+		if &out[0] == &ops[0] {
+			out = append([]wire.Op(nil), ops...)
+		}
+		s.cfg = ops[i].Config.Clone()
+		cut := s.cfg.Share(n)
+		out[i].Config = &cut
 	}
-	return true
+	return out
 }
 
 // instanceCount returns the number of instances sharing the limit, ≥ 1.
@@ -156,21 +172,26 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	now := g.m.clock.Now()
 	if cur := g.shares[h.storeKey]; cur != nil {
 		s = cur // another request made it meanwhile
 	} else {
-		if s.settled { // the executor answered meanwhile: start afresh
-			s = &share{key: s.key, cfg: s.cfg, version: s.version}
-		}
 		g.insert(s)
 	}
-	req := wire.Request{Mode: wire.ModeCreateOrReplace, Ops: ops, Verbose: verbose, Inheritance: core.InheritProportionally}
-	if s.stored == nil || s.cut != n {
+	if s.settled {
+		if now-s.settledAt > int64(shareMemory) { // a new outage: start afresh
+			*s = share{key: s.key, cfg: s.cfg, version: s.version}
+		}
+		s.settled = false
+	}
+	req := wire.Request{Mode: wire.ModeCreateOrReplace, Ops: shareOps(s, ops, n), Verbose: verbose,
+		Inheritance: core.InheritProportionally}
+	if s.stored == nil || s.cut != n || !s.cutCfg.Equal(ptrShare(&s.cfg, n)) {
 		s.cut, s.cutCfg = n, s.cfg.Share(n)
 		s.local++ // a new version: Process replaces the configuration, tokens carried over
 	}
 	req.Config, req.ConfigVersion = &s.cutCfg, s.local
-	stored, changed, resp := wire.Process(s.stored, req, g.m.clock.Now())
+	stored, changed, resp := wire.Process(s.stored, req, now)
 	if err := resp.Err(); err != nil {
 		return wire.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
 	}
@@ -220,41 +241,59 @@ func consumedBy(ops []wire.Op, results []wire.Result) int64 {
 	return n
 }
 
-// settle moves key's local share, if any, to the consumption to charge: the
-// executor answered for key again.
+// shareMemory is how long a local share outlives the executor's answer: a
+// key that must be decided locally again within it goes on from the share's
+// state (its consumption so far charged already), so that a backend coming
+// and going, as a grid's keys do while a crashed member's are handed over,
+// never hands out a full share at each return. Past it, a new outage starts
+// from a full share.
+const shareMemory = time.Minute
+
+// settle queues the consumption of key's local share, if any, to be
+// charged: the executor answered for key again.
 func (g *degrader) settle(key string) {
+	now := g.m.clock.Now()
 	g.mu.Lock()
-	s := g.shares[key]
-	if s != nil {
-		delete(g.shares, key)
-		g.n.Store(int32(len(g.shares)))
-		g.settle1(s)
+	queued := false
+	if s := g.shares[key]; s != nil {
+		queued = g.settle1(s, now)
 	}
 	g.mu.Unlock()
-	if s != nil {
+	if queued {
 		g.startCharging()
 	}
 }
 
-// settleAll moves every local share to the consumption to charge: a probe
-// was answered.
+// settleAll queues the consumption of every local share to be charged: a
+// probe was answered.
 func (g *degrader) settleAll() {
+	now := g.m.clock.Now()
 	g.mu.Lock()
-	for k, s := range g.shares {
-		g.settle1(s)
-		delete(g.shares, k)
+	for _, s := range g.shares {
+		g.settle1(s, now)
 	}
-	g.n.Store(0)
 	g.mu.Unlock()
 	g.startCharging()
 }
 
-// settle1 marks s settled and queues its consumption. Called with g.mu held.
-func (g *degrader) settle1(s *share) {
-	s.settled = true
-	if s.consumed > 0 {
-		g.pending = append(g.pending, charge{key: s.key, cfg: s.cfg, version: s.version, consumed: s.consumed})
+// settle1 marks s settled at now and queues its consumption, reporting
+// whether there was any; a share settled longer than shareMemory ago is
+// forgotten. Called with g.mu held.
+func (g *degrader) settle1(s *share, now int64) bool {
+	if s.settled {
+		if now-s.settledAt > int64(shareMemory) {
+			delete(g.shares, s.key)
+			g.n.Store(int32(len(g.shares)))
+		}
+		return false
 	}
+	s.settled, s.settledAt = true, now
+	if s.consumed <= 0 {
+		return false
+	}
+	g.pending = append(g.pending, charge{key: s.key, cfg: s.cfg, version: s.version, consumed: s.consumed})
+	s.consumed = 0
+	return true
 }
 
 // startCharging starts the goroutine that charges pending consumption,

@@ -77,7 +77,11 @@
 // measured with 3 members (see grid/olric's package documentation, "Crash
 // fail-over window"), far longer than DefaultTimeout. Under fail-open those
 // clients are unlimited meanwhile; fail closed, or choose WithTimeout above
-// the window, if that matters more than latency.
+// the window, if that matters more than latency, or degrade: with
+// WithDegrade on NewManaged, outages are decided from a local share of each
+// client's limit (the limit divided by the instances), served or refused
+// with 429, counted in Stats.DegradedAllowed and Stats.DegradedLimited, with
+// headers describing the share; see bucketgrid.Degrade.
 //
 // # What is exact
 //
