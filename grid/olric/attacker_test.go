@@ -30,10 +30,14 @@ import (
 // prints "READY" once every connection was attempted.
 const attackerEnv = "BUCKETGRID_OLRIC_ATTACKER"
 
-// attackerDialer connects from 127.0.0.2, another source than the members'
-// 127.0.0.1, as an attacker on the network would: the member bounds failed
-// handshakes per source address (doors.go).
-var attackerDialer = net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+// attackerDialer connects connections of kind k from 127.0.0.(2+k),
+// sources other than the members' 127.0.0.1, as attackers on the network
+// would: the member bounds failed handshakes per source address (doors.go),
+// so the kinds that fail (announce) are throttled without keeping the
+// others from testing the connection limits.
+func attackerDialer(k int) *net.Dialer {
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+k))}}
+}
 
 func attackerMain() int {
 	f := strings.Fields(os.Getenv(attackerEnv))
@@ -66,7 +70,7 @@ func attackerMain() int {
 			go func() {
 				first := true
 				for {
-					c, err := attackerDialer.Dial("tcp", addr)
+					c, err := attackerDialer(k).Dial("tcp", addr)
 					if err == nil && kind.tls {
 						tc := tls.Client(c, auth)
 						tc.SetDeadline(time.Now().Add(10 * time.Second))

@@ -79,9 +79,10 @@
 // ChannelSecret and gossip keys must be random bytes and Password 20
 // characters or more (ErrWeakSecret). A member whose channel TLS or
 // Password differs from its cluster's does not join: Start fails at once
-// with ErrJoin and ErrSecurityMismatch naming the setting. A member
-// without the cluster's gossip key cannot reach the others at all and gets
-// ErrJoin after JoinTimeout.
+// with ErrJoin and ErrSecurityMismatch naming the setting; one whose
+// GossipKeys differ, which gossip cannot let in, fails the same way a
+// second after it started when its peers use the default ports (the owner
+// channel one below the gossip port), else with ErrJoin after JoinTimeout.
 //
 // No address an outsider can write decides where requests go: the owner of
 // a key is a member name in Olric's routing table, which only proven

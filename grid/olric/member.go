@@ -287,6 +287,7 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 				if err := probeGossip(ctx, peers); err != nil {
 					return err
 				}
+				m.trust.probeKeys(ctx, peers)
 			}
 		case <-ctx.Done():
 			if len(peers) > 0 && !m.joined.Load() {

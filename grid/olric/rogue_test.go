@@ -400,6 +400,8 @@ func TestHalfSecured(t *testing.T) {
 		{"no channel TLS", secured[0], func(c *Config) { s.secure(t)(c); c.TLS = nil }, "missing: TLS"},
 		{"no password", secured[0], func(c *Config) { s.secure(t)(c); c.Password = "" }, "missing: Password"},
 		{"another password", secured[0], func(c *Config) { s.secure(t)(c); c.Password = newSecrets(t).password }, "Password differs"},
+		{"no gossip key", secured[0], func(c *Config) { s.secure(t)(c); c.GossipKeys = nil }, "missing: GossipKeys"},
+		{"another gossip key", secured[0], func(c *Config) { s.secure(t)(c); c.GossipKeys = [][]byte{randomKey(t, 32)} }, "GossipKeys differ"},
 		{"TLS where the cluster has none", open[0], func(c *Config) { s.secure(t)(c); c.Password = "" }, "has no TLS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

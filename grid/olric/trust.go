@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -64,11 +65,12 @@ var errUnproven = errors.New("bucketgrid/olric: node has not proved membership")
 
 // Limits of an identity answer.
 const (
-	maxMeta     = 512 // memberlist's MetaMaxSize
-	maxAddr     = 300
-	nonceLen    = 32
-	retryProof  = time.Second // a node whose proof failed is not dialled again sooner
-	proofFlagPw = 1           // the member has Olric's Password
+	maxMeta         = 512 // memberlist's MetaMaxSize
+	maxAddr         = 300
+	nonceLen        = 32
+	retryProof      = time.Second // a node whose proof failed is not dialled again sooner
+	proofFlagPw     = 1           // the member has Olric's Password
+	proofFlagGossip = 2           // the member has GossipKeys
 )
 
 // record is what a node says about itself: its Olric metadata and its
@@ -335,6 +337,47 @@ func (t *trust) prove(ctx context.Context, name string, want record) error {
 	return nil
 }
 
+// probeKeys runs when gossip has not let this member in a second after it
+// started: for each peer whose owner channel is where the default ports put
+// it (the gossip port - 1), a member that answers there with that gossip
+// address is running, so gossip refused this member for its keys. It
+// refuses the join naming GossipKeys.
+func (t *trust) probeKeys(ctx context.Context, peers []string) {
+	m := t.m
+	for _, p := range peers {
+		host, port, err := net.SplitHostPort(p)
+		if err != nil {
+			continue
+		}
+		gp, err := strconv.Atoi(port)
+		if err != nil || gp < 3 {
+			continue
+		}
+		name := net.JoinHostPort(host, strconv.Itoa(gp-2))
+		var nonce [nonceLen]byte
+		r, flags, _, err := m.askIdentity(ctx, name, nonce)
+		if err != nil {
+			if why := m.securityProbe(ctx, name); why != "" {
+				t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
+				return
+			}
+			continue
+		}
+		if r.addr != p {
+			continue
+		}
+		why := "GossipKeys differ from the cluster's"
+		switch has := flags&proofFlagGossip != 0; {
+		case has && m.creds.keyring == nil:
+			why = "the cluster's members have GossipKeys; this member has none (missing: GossipKeys)"
+		case !has && m.creds.keyring != nil:
+			why = "this member has GossipKeys; the cluster's members have none"
+		}
+		t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
+		return
+	}
+}
+
 // passwordMAC proves knowledge of Olric's password to a member that knows
 // it, without revealing it.
 func passwordMAC(password string, nonce [nonceLen]byte) []byte {
@@ -471,11 +514,15 @@ func (m *Member) serveIdentity(c net.Conn) {
 	m.trust.mu.Unlock()
 	out := appendField(nil, []byte(self.meta))
 	out = appendField(out, []byte(self.addr))
+	var flags byte
+	if m.creds.keyring != nil {
+		flags |= proofFlagGossip
+	}
 	if m.creds.password != "" {
-		out = append(out, proofFlagPw)
+		out = append(out, flags|proofFlagPw)
 		out = append(out, passwordMAC(m.creds.password, nonce)...)
 	} else {
-		out = append(out, 0)
+		out = append(out, flags)
 		out = append(out, make([]byte, sha256.Size)...)
 	}
 	c.Write(out)
