@@ -146,7 +146,7 @@ descriptors:
 `
 
 // TestFixedWindowFleet: on a fixed-window rule the fleet never takes a
-// window's last token, and any minute admits at most the windows it
+// window's reserved tokens, and any minute admits at most the windows it
 // overlaps hold, plus the Period and Delivery before it.
 func TestFixedWindowFleet(t *testing.T) {
 	f := newFleet(t, windowRules, Options{})
