@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // load runs TryConsume(1) on a set of keys from several members until
@@ -38,6 +39,11 @@ type load struct {
 }
 
 func startLoad(t *testing.T, callers []*Member, keys []string, cfg *core.Config, goroutines int) *load {
+	return startLoadOf(t, callers, keys, consumeReq(cfg, 1), goroutines)
+}
+
+// startLoadOf is startLoad with another request than TryConsume(1).
+func startLoadOf(t *testing.T, callers []*Member, keys []string, req wire.Request, goroutines int) *load {
 	l := &load{keys: keys, admitted: make([]atomic.Int64, len(keys)), stopCh: make(chan struct{})}
 	for g := range goroutines {
 		m := callers[g%len(callers)]
@@ -51,7 +57,7 @@ func startLoad(t *testing.T, callers []*Member, keys []string, cfg *core.Config,
 				k := i % len(keys)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				t0 := time.Now()
-				resp, err := m.Execute(ctx, keys[k], consumeReq(cfg, 1))
+				resp, err := m.Execute(ctx, keys[k], req)
 				d := time.Since(t0)
 				cancel()
 				l.calls.Add(1)
