@@ -105,6 +105,11 @@ func (m *Member) refresh(ctx context.Context) error {
 	_, onlySelf := distinct[m.name]
 	onlySelf = onlySelf && len(distinct) == 1
 	gapped := prev != nil && start-prev.start > int64(m.cfg.HandoverGrace-m.cfg.RoutingLease)
+	// A view that went into or out of a split (or lost or regained its
+	// quorum) is a gap too: Olric on a small side may keep a table in which
+	// this member owns what the other side owned meanwhile, so neither the
+	// cached state nor the ownership of the previous read holds any longer.
+	gapped = gapped || prev != nil && (prev.split != nr.split || prev.quorum != nr.quorum)
 	guard := returned + int64(m.cfg.HandoverGrace)
 	for p := range nr.owners {
 		if nr.owners[p] != m.name {
