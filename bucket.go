@@ -107,4 +107,12 @@ var (
 	// ErrExceedsCapacity: a blocking consumption asked for more tokens than a
 	// bandwidth's capacity, so it could never succeed.
 	ErrExceedsCapacity = errors.New("bucketgrid: tokens exceed capacity")
+	// ErrNoQuorum: an executor that guards against split brain refused to
+	// decide because it sees only a minority of its cluster (grid/olric's
+	// Config.Quorum). It is no outage to fail open on — letting everyone
+	// through would admit more than the second capacity the quorum exists to
+	// prevent — so httplimit and the rate-limit service refuse it whatever
+	// their failure mode; a Manager's degraded mode (WithDegrade) decides
+	// from the local share instead.
+	ErrNoQuorum = errors.New("bucketgrid: no quorum")
 )

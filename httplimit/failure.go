@@ -166,13 +166,15 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, err error) (
 
 // outage reports whether err may be an outage, which the failure mode
 // decides, rather than a failure no retry cures: a corrupt stored record, an
-// invalid configuration, a request the executor refuses, or a key so
-// contended that the executor gave up.
+// invalid configuration, a request the executor refuses, a key so contended
+// that the executor gave up, or a member without a quorum (failing open
+// there would admit everyone on the minority side of a split).
 func outage(err error) bool {
 	var cfgErr *core.ConfigError
 	switch {
 	case errors.Is(err, core.ErrCorruptState), errors.As(err, &cfgErr),
-		errors.Is(err, wire.ErrInvalidRequest), errors.Is(err, cas.ErrConflict):
+		errors.Is(err, wire.ErrInvalidRequest), errors.Is(err, cas.ErrConflict),
+		errors.Is(err, bucketgrid.ErrNoQuorum):
 		return false
 	}
 	return true

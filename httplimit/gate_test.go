@@ -21,6 +21,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/internal/harness/storetest"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
@@ -180,6 +181,15 @@ func (s corruptStore) Get(ctx context.Context, k string) ([]byte, cas.Version, b
 	return data, ver, found, err
 }
 
+// noQuorumExecutor answers as a grid member on the minority side of a split
+// does with a quorum set.
+type noQuorumExecutor struct{}
+
+func (noQuorumExecutor) Execute(context.Context, string, wire.Request) (wire.Response, error) {
+	return wire.Response{}, fmt.Errorf("grid: %w", bucketgrid.ErrNoQuorum)
+}
+func (noQuorumExecutor) Remove(context.Context, string) error { return nil }
+
 // alwaysLoses loses every race it can.
 type alwaysLoses struct{ cas.Store }
 
@@ -209,6 +219,7 @@ func TestFailuresThatAreNotOutagesNeverFailOpen(t *testing.T) {
 		{"plan gives an invalid configuration (local)", NewLocal(StaticPlan(core.Config{})), core.ErrNoBandwidths},
 		{"the executor gave up on a contended key", NewManaged(bucketgrid.NewManager(cas.New(conflicted,
 			cas.WithRetry(retry.Immediate(5)))), StaticPlan(cfg)), cas.ErrConflict},
+		{"a grid member without a quorum", NewManaged(bucketgrid.NewManager(noQuorumExecutor{}), StaticPlan(cfg)), bucketgrid.ErrNoQuorum},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bucketgrid/bucketgrid"
 	"github.com/hashicorp/memberlist"
 	olricdb "github.com/olric-data/olric"
 )
@@ -17,7 +18,7 @@ import (
 // does not see a majority of the members it last knew: it is on the small
 // side of a split and refuses to execute rather than admit a second full
 // capacity. The caller's failure mode decides what its clients get.
-var ErrNoQuorum = errors.New("bucketgrid/olric: no quorum (this member sees a minority of the cluster)")
+var ErrNoQuorum = fmt.Errorf("bucketgrid/olric: %w (this member sees a minority of the cluster)", bucketgrid.ErrNoQuorum)
 
 // leaveChannel is the Olric pub/sub channel on which a member announces,
 // just before it leaves gracefully, that it leaves: the others forget it

@@ -98,10 +98,13 @@ func (s *Service) Config() *policy.Rules { return s.cfg.Load() }
 // (an empty domain, no descriptors, too many of them: the route
 // configuration's doing) are InvalidArgument; a missing configuration and
 // backend failures are Unavailable, so Envoy applies its failure_mode_deny.
+// A grid member without a quorum (bucketgrid.ErrNoQuorum) answers OVER_LIMIT
+// too: it is no outage, and failing open there would admit everyone on the
+// minority side of a split.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.answer(ctx, in, "grpc")
 	if err != nil {
-		if clientRefused(err) {
+		if clientRefused(err) || errors.Is(err, bucketgrid.ErrNoQuorum) {
 			return refusal(in), nil
 		}
 		return nil, grpcError(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -227,6 +228,9 @@ func TestClientValuesNeverOpenTheGate(t *testing.T) {
 	}{
 		{"descriptor too large", s, big},
 		{"key the backend cannot hold", newService(t, Options{Manager: bucketgrid.NewManager(keyRefusingExecutor{})}), req("shop", "client", "a")},
+		// Not a client's value, but no outage either: a member on the
+		// minority side of a split.
+		{"no quorum", newService(t, Options{Manager: bucketgrid.NewManager(noQuorumExecutor{})}), req("shop", "client", "a")},
 	} {
 		r, err := tc.s.ShouldRateLimit(ctx, tc.req)
 		if err != nil {
@@ -253,6 +257,14 @@ func (brokenExecutor) Execute(_ context.Context, key string, _ wire.Request) (wi
 	return wire.Response{}, errors.New("store unreachable while reading " + key)
 }
 func (brokenExecutor) Remove(context.Context, string) error { return nil }
+
+// noQuorumExecutor answers as a grid member without a quorum does.
+type noQuorumExecutor struct{}
+
+func (noQuorumExecutor) Execute(context.Context, string, wire.Request) (wire.Response, error) {
+	return wire.Response{}, fmt.Errorf("grid: %w", bucketgrid.ErrNoQuorum)
+}
+func (noQuorumExecutor) Remove(context.Context, string) error { return nil }
 
 // keyRefusingExecutor refuses every key, as a store with a shorter key
 // limit than the service's keys would.
