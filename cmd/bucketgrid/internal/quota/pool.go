@@ -285,9 +285,24 @@ func (s *Server) plan(p *pool, only []*sub, now, next int64, scale float64) (cha
 		}
 		active = append(active, sb)
 	}
+	// an Envoy not measured yet asks for what the measured ones ask on
+	// average, at least an even share: an even share of the capacity
+	// against the others' demands would give a newcomer to a saturated
+	// bucket a fraction of its part until its first periodic report
+	unmeasured := fair
+	var measured, count int64
+	for _, sb := range active {
+		if sb.rate >= 0 {
+			measured += sb.want(s.period, 0)
+			count++
+		}
+	}
+	if count > 0 {
+		unmeasured = max(fair, measured/count)
+	}
 	wants := make([]int64, len(active))
 	for i, sb := range active {
-		wants[i] = sb.want(s.period, fair)
+		wants[i] = sb.want(s.period, unmeasured)
 	}
 	targets := divide(capacity, wants)
 	keepClose(active, targets, capacity)
