@@ -108,6 +108,11 @@ func (f *fleet) settle() {
 		for _, e := range f.envoys {
 			sent += e.reportsSent.Load()
 			received += e.received.Load()
+			if n := e.unenforced.Load(); n > 0 {
+				// Envoy ignores it, leaving the previous assignment to run
+				// unrenewed: the server must never send one
+				f.t.Fatalf("an Envoy received %d requests_per_time_unit assignments", n)
+			}
 		}
 		c := &f.srv.counts // Stats would take the server's lock
 		reports, queued, sent2, dropped := c.reports.Load(), c.queued.Load(), c.sent.Load(), c.dropped.Load()
