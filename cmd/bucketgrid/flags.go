@@ -55,6 +55,7 @@ type limitFlags struct {
 	HTTPMaxHeaderBytes int           // bytes of a request's header
 	HTTPReadTimeout    time.Duration // time to read a request, header and body
 	HTTPIdleTimeout    time.Duration // a keep-alive connection idle for this long is closed
+	MaxInflightBytes   int64         // bytes all requests in flight together may hold (internal/budget)
 }
 
 // degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
@@ -162,6 +163,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.IntVar(&c.Limits.HTTPMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest HTTP request header in `bytes` (431 beyond)")
 	fs.DurationVar(&c.Limits.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "how long reading an HTTP request, header and body, may take")
 	fs.DurationVar(&c.Limits.HTTPIdleTimeout, "http-idle-timeout", time.Minute, "an idle keep-alive HTTP connection is closed after this long")
+	fs.Int64Var(&c.Limits.MaxInflightBytes, "max-inflight-bytes", 256<<20, "`bytes` that all connections' requests in flight together may make the service hold: a gRPC call takes -grpc-window plus -grpc-max-recv until its message is decoded, a /json request its body; one that finds no room is refused at once (gRPC RESOURCE_EXHAUSTED, HTTP 503)")
 	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable, which Envoy's failure_mode_deny turns into unlimited by default. Off by default: a grid holds a key up to its hand-over grace (over a second) when members join, longer than -degrade-timeout, so keys moving are decided from shares then")
 	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or each admits the whole limit)")
 	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long to wait for the backend before deciding locally (below -timeout)")
@@ -232,6 +234,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	if l := c.Limits; l.GRPCMaxConns < 1 || l.GRPCMaxStreams < 1 || l.GRPCMaxRecv < 1 || l.HTTPMaxConns < 1 ||
 		l.HTTPMaxBody < 1 || l.HTTPMaxHeaderBytes < 1 {
 		errs = append(errs, errors.New("-grpc-max-conns, -grpc-max-streams, -grpc-max-recv, -http-max-conns, -http-max-body and -http-max-header-bytes must be positive"))
+	}
+	if l := c.Limits; l.MaxInflightBytes < int64(l.GRPCWindow)+int64(l.GRPCMaxRecv) || l.MaxInflightBytes < l.HTTPMaxBody {
+		errs = append(errs, fmt.Errorf("-max-inflight-bytes %d: want at least -grpc-window plus -grpc-max-recv and at least -http-max-body, or no request fits", l.MaxInflightBytes))
 	}
 	if l := c.Limits; l.GRPCWindow < 65535 || l.GRPCWindow > 1<<30 {
 		errs = append(errs, fmt.Errorf("-grpc-window %d: want 65535 to 1073741824 bytes", l.GRPCWindow))

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/budget"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/service"
@@ -118,7 +119,9 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	// request. A request waits for its bucket's owner most of its time, so
 	// the pool is sized for the requests in flight, not for the cores: gRPC
 	// starts a goroutine for a request that finds every worker busy.
-	opts := append(grpcLimits(c.Limits), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()))
+	inflight := budget.New(c.Limits.MaxInflightBytes)
+	opts := append(grpcLimits(c.Limits), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
+		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRecv)))
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
@@ -140,7 +143,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	var healthy atomic.Bool
 	healthy.Store(true)
 	mux := http.NewServeMux()
-	mux.Handle("POST /json", http.MaxBytesHandler(svc.JSONHandler(), c.Limits.HTTPMaxBody))
+	mux.Handle("POST /json", inflight.HTTP(http.MaxBytesHandler(svc.JSONHandler(), c.Limits.HTTPMaxBody), c.Limits.HTTPMaxBody))
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
 		if !healthy.Load() {
 			http.Error(w, "shutting down", http.StatusInternalServerError)

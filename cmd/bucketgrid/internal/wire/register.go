@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/budget"
 )
 
 // Register registers srv as envoy.service.ratelimit.v3.RateLimitService on
@@ -38,6 +40,9 @@ func (h handler) shouldRateLimit(_ any, stream grpc.ServerStream) error {
 	if err := h.recv(stream, in); err != nil {
 		return err
 	}
+	// The message is decoded: the call holds the request now, not its
+	// window and message buffer.
+	budget.Settle(stream.Context(), requestBytes(in))
 	resp, err := h.srv.ShouldRateLimit(stream.Context(), in)
 	if err != nil {
 		return err
@@ -63,4 +68,17 @@ func (h handler) recv(stream grpc.ServerStream, in *rlspb.RateLimitRequest) erro
 	case <-t.C:
 		return status.Error(codes.DeadlineExceeded, "request message not received within the read timeout")
 	}
+}
+
+// requestBytes is about what a decoded request holds: its strings and a
+// few words for every value around them.
+func requestBytes(in *rlspb.RateLimitRequest) int64 {
+	n := int64(64 + len(in.Domain))
+	for _, d := range in.Descriptors {
+		n += 64
+		for _, e := range d.Entries {
+			n += int64(48 + len(e.Key) + len(e.Value))
+		}
+	}
+	return n
 }

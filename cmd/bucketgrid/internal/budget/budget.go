@@ -1,0 +1,142 @@
+// Package budget bounds the bytes that every connection of the rate-limit
+// service together may make it hold: request messages and bodies in flight.
+// The limits of one connection (its calls, windows, message and body sizes)
+// multiply by the connections; a Budget is the total over all of them.
+//
+// A request takes its worst case from the Budget before the service reads
+// any of it, or is refused at once (gRPC RESOURCE_EXHAUSTED, HTTP 503):
+// nothing waits for room, so a full budget never queues requests, and no
+// request is served without its share. Once its message is decoded, a gRPC
+// call settles for what it still holds; everything goes back when the
+// request ends.
+package budget
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// Budget is a count of bytes that requests in flight take and give back.
+// It is safe for concurrent use.
+type Budget struct {
+	limit    int64
+	used     atomic.Int64
+	refusals atomic.Int64
+}
+
+// New returns a budget of limit bytes.
+func New(limit int64) *Budget { return &Budget{limit: limit} }
+
+// take takes n bytes if they fit, and reports whether they did.
+func (b *Budget) take(n int64) bool {
+	if b.used.Add(n) > b.limit {
+		b.used.Add(-n)
+		b.refusals.Add(1)
+		return false
+	}
+	return true
+}
+
+// give returns n bytes.
+func (b *Budget) give(n int64) { b.used.Add(-n) }
+
+// Used returns the bytes taken now.
+func (b *Budget) Used() int64 { return b.used.Load() }
+
+// Refusals returns how many requests found the budget full.
+func (b *Budget) Refusals() int64 { return b.refusals.Load() }
+
+// grant is what one request holds; held < 0 once given back.
+type grant struct {
+	b    *Budget
+	held atomic.Int64
+}
+
+func (g *grant) settle(n int64) {
+	for {
+		old := g.held.Load()
+		if old < 0 || n >= old {
+			return // given back, or settling would take more
+		}
+		if g.held.CompareAndSwap(old, n) {
+			g.b.give(old - n)
+			return
+		}
+	}
+}
+
+func (g *grant) release() {
+	if old := g.held.Swap(-1); old > 0 {
+		g.b.give(old)
+	}
+}
+
+type grantKey struct{}
+
+// reserve takes n bytes for the request of ctx until ctx ends.
+func (b *Budget) reserve(ctx context.Context, n int64) (context.Context, bool) {
+	if !b.take(n) {
+		return ctx, false
+	}
+	g := &grant{b: b}
+	g.held.Store(n)
+	context.AfterFunc(ctx, g.release)
+	return context.WithValue(ctx, grantKey{}, g), true
+}
+
+// Settle lowers what the request of ctx holds to n bytes, once what it
+// had reserved for is no longer held (a gRPC call's message, decoded). It
+// never raises it, and does nothing for a context without a reservation.
+func Settle(ctx context.Context, n int64) {
+	if g, ok := ctx.Value(grantKey{}).(*grant); ok {
+		g.settle(n)
+	}
+}
+
+// ErrExhausted is the status of a gRPC call refused for want of room.
+var ErrExhausted = status.Error(codes.ResourceExhausted, "the service holds its whole memory budget for requests in flight; retry")
+
+// GRPC returns the server option that takes perCall bytes for every call
+// when its headers arrive, before any of its message is read, and gives
+// them back when the call ends; a call that finds no room is refused with
+// RESOURCE_EXHAUSTED and its stream reset, so its data is never buffered.
+// perCall is what a call can make the server hold: its flow-control window
+// of unread bytes and a message being assembled.
+func (b *Budget) GRPC(perCall int64) grpc.ServerOption {
+	return grpc.InTapHandle(func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+		ctx, ok := b.reserve(ctx, perCall)
+		if !ok {
+			return ctx, ErrExhausted
+		}
+		return ctx, nil
+	})
+}
+
+// HTTP returns h with every request taking its body's bytes (as its
+// Content-Length says, at most maxBody; maxBody when it says nothing) for
+// as long as h runs; a request that finds no room is answered 503 with
+// Retry-After: 1 and its body is never read.
+func (b *Budget) HTTP(h http.Handler, maxBody int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := maxBody
+		if r.ContentLength >= 0 && r.ContentLength < n {
+			n = r.ContentLength
+		}
+		if !b.take(n) {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close") // the unread body goes with the connection
+			http.Error(w, "the service holds its whole memory budget for requests in flight ("+
+				strconv.FormatInt(b.limit, 10)+" bytes); retry", http.StatusServiceUnavailable)
+			return
+		}
+		defer b.give(n)
+		h.ServeHTTP(w, r)
+	})
+}
