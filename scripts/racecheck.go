@@ -39,6 +39,14 @@ var known = []signature{{
 	name: "olric v0.7.4: routing-table push served after RoutingTable.Shutdown's wg.Wait",
 	a:    "olric/internal/cluster/routingtable.(*RoutingTable).updateRoutingCommandHandler",
 	b:    "olric/internal/cluster/routingtable.(*RoutingTable).Shutdown",
+}, {
+	// memberlist v0.5.3 (issue 306) with Olric v0.7.4: Members hands out
+	// pointers to the nodes that aliveNode rewrites in place, under its
+	// lock, on an alive message of a higher incarnation (a refuted
+	// suspicion); Olric's Discovery.GetMembers reads them without it.
+	name: "memberlist v0.5.3: aliveNode rewrites the nodes Members handed out, which Olric v0.7.4 reads",
+	a:    "hashicorp/memberlist.(*Memberlist).aliveNode",
+	b:    "olric/internal/discovery.(*Discovery).GetMembers",
 }}
 
 var (
