@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +34,7 @@ descriptors:
   - key: k
     rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket}
 `})
-	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-backend", "memory", "-rlqs")
+	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-backend", "memory", "-rlqs")
 	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecureCreds()))
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +75,51 @@ descriptors:
 	if r.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("RLS answered %v to 10 hits after the quota took the bucket's tokens, want OVER_LIMIT", r.GetOverallCode())
 	}
+	// and /metrics tells: one stream open, one report, one token bucket
+	// sent, its tokens paid from the grid bucket
+	m := metricValues(t, "http://"+in.httpAddr+"/metrics")
+	for name, want := range map[string]float64{
+		`bucketgrid_rlqs_streams_open`:                             1,
+		`bucketgrid_rlqs_reports_total`:                            1,
+		`bucketgrid_rlqs_buckets`:                                  1,
+		`bucketgrid_rlqs_assignments_total{action="token_bucket"}`: 1,
+		`bucketgrid_rlqs_assignments_total{action="allow_all"}`:    0,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (exported %v), want %v", name, got, ok, want)
+		}
+	}
+	if paid := m["bucketgrid_rlqs_tokens_paid_total"]; paid < 10 {
+		t.Errorf("%v tokens paid from the grid, want at least the assignment's 10", paid)
+	}
+}
+
+// metricValues reads the text exposition at url: every series line's
+// value by its name and labels as printed.
+func metricValues(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		if line == "" || line[0] == '#' || i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("exposition line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
 }
 
 // readmeBlock returns the code block after marker in README.md.

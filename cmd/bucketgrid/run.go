@@ -133,6 +133,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		if rlqs, err = quota.Register(gs, quota.Options{Manager: mgr, Config: svc.Config, Logger: log}); err != nil {
 			return err
 		}
+		m.Quota(rlqs.Stats)
 	}
 	reflection.Register(gs)
 

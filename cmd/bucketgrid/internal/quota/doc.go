@@ -20,14 +20,17 @@
 // Every Period (5 s, Envoy's report interval) the server divides the rule's
 // rate among the Envoys reporting the bucket by their demand (allowed plus
 // denied requests per second, from their reports, with a fifth of headroom;
-// an Envoy not yet measured asks for an even share, and every Envoy gets at
-// least a token while the rate lasts), and sends each a token bucket of
+// an Envoy not yet measured asks for what the measured ones ask on average,
+// at least an even share, and every Envoy gets at least a token while the
+// rate lasts), and sends each a token bucket of
 // tokens_per_fill = its share per Period, fill_interval = Period, max_tokens
 // = Burst of its rate, time to live TTL (2 Periods). A share within a tenth
 // of the Envoy's current one is kept, since Envoy restarts its bucket
 // whenever the numbers change. A new bucket id is answered at once; an
 // Envoy with nothing left to share gets DENY_ALL; a bucket an Envoy stopped
-// using for IdleAfter is abandoned.
+// using for IdleAfter is abandoned. It never sends requests_per_time_unit:
+// Envoy's filter ignores such an assignment (the previous one runs on,
+// unrenewed) and admits every request under it as a fallback.
 //
 // # The bound
 //

@@ -75,6 +75,7 @@ type envoy struct {
 	buckets    map[string]*envoyBucket
 
 	reportsSent, received atomic.Int64
+	unenforced            atomic.Int64 // requests_per_time_unit actions received (and ignored)
 	allowed, denied       atomic.Int64
 }
 
@@ -286,6 +287,9 @@ func (e *envoy) apply(resp *rlqspb.RateLimitQuotaResponse) {
 			if b.tb == nil || !sameTokenBucket(b.action.GetTokenBucket(), s.GetTokenBucket()) {
 				b.tb = newEnvoyTokenBucket(s.GetTokenBucket(), now, b.tb)
 			}
+		case *typev3.RateLimitStrategy_RequestsPerTimeUnit_:
+			e.unenforced.Add(1) // "not yet supported": the previous action and its expiry stay
+			continue
 		default:
 			continue
 		}

@@ -226,3 +226,77 @@ descriptors:
 		}
 	}
 }
+
+const fleet50Rules = `
+domain: fleet
+descriptors:
+  - key: tenant
+    value: shared
+    rate_limit: {unit: second, requests_per_unit: 500, algorithm: token_bucket}
+`
+
+// TestFleet50: fifty Envoys asking 6.9 times a 500/s limit, in unequal
+// parts, decide locally: over every minute the fleet admits within
+// ε = 5% of the limit after the first two periods, never above the
+// package doc's bound (nor above the grid bucket's B + R·t from the
+// start), and a 51st Envoy that starts late holds a token bucket of its
+// part of the limit within one report interval of its first request, and
+// admits its part in the interval after.
+func TestFleet50(t *testing.T) {
+	f := newFleet(t, fleet50Rules, Options{})
+	deny := &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	var loads []*load
+	var demand float64
+	for i := range 50 {
+		e := f.envoy("fleet")
+		e.noAssign = deny // nothing admitted before an assignment: the bound is exact
+		l := &load{e: e, rate: float64(20 + 2*i), start: time.Duration(i) * 97 * time.Millisecond}
+		loads = append(loads, l)
+		demand += l.rate
+	}
+	const (
+		limit = 500.0
+		join  = 120*time.Second + 2300*time.Millisecond
+		d     = 180 * time.Second
+	)
+	late := &load{e: f.envoy("fleet"), rate: 60, start: join}
+	late.e.noAssign = deny
+	loads = append(loads, late)
+	demand += late.rate
+	per := simulate(f, loads, join+envoyReportInterval)
+	s, known := late.e.assignment(tenant)
+	share := limit * late.rate / demand // its demand's part, per second
+	perPeriod := share * envoyReportInterval.Seconds()
+	if !known || s.GetTokenBucket() == nil || float64(s.GetTokenBucket().GetTokensPerFill().GetValue()) < 0.75*perPeriod {
+		t.Fatalf("one report interval after its first request the new Envoy holds %v, want a token bucket of about %.0f tokens per 5 s", s, perPeriod)
+	}
+	per = append(per, simulate(f, loads, envoyReportInterval)...) // simulate counts each load's admissions anew
+	lateGot := float64(sum(late.admitted)) / envoyReportInterval.Seconds()
+	if lateGot < 0.75*share || lateGot > 1.5*share {
+		t.Errorf("the new Envoy admitted %.1f/s in the interval after, want about its part %.1f/s", lateGot, share)
+	}
+	per = append(per, simulate(f, loads, d-join-2*envoyReportInterval)...)
+
+	var run int64
+	for i, v := range per {
+		run += v
+		if bound := limit + limit*float64(i+1)*simStep.Seconds(); float64(run) > bound {
+			t.Fatalf("%d admitted by %v, above the grid bucket's %v", run, time.Duration(i+1)*simStep, bound)
+		}
+	}
+	const w, eps = 60 * time.Second, 0.05
+	o := f.srv.opts
+	hi, _ := worst(per, 0, w)
+	if bound := fleetBound(limit, limit, 51, w, o); float64(hi) > bound {
+		t.Fatalf("worst minute admitted %d, above the bound %v", hi, bound)
+	}
+	_, lo := worst(per, int(2*o.Period/simStep), w)
+	if got := float64(hi) / (limit * w.Seconds()); got > 1+eps {
+		t.Errorf("worst minute at %.3f of the limit, above 1+ε = %.2f", got, 1+eps)
+	}
+	if got := float64(lo) / (limit * w.Seconds()); got < 1-eps {
+		t.Errorf("slowest minute after warm-up at %.3f of the limit, below 1-ε = %.2f", got, 1-eps)
+	}
+	t.Logf("worst minute %d, slowest %d (limit %v per minute); total %d in %v; the new Envoy admitted %.1f/s, its part %.1f/s",
+		hi, lo, limit*w.Seconds(), sum(per), d, lateGot, share)
+}

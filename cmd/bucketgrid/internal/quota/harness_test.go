@@ -108,17 +108,23 @@ func (f *fleet) settle() {
 		for _, e := range f.envoys {
 			sent += e.reportsSent.Load()
 			received += e.received.Load()
+			if n := e.unenforced.Load(); n > 0 {
+				// Envoy ignores it, leaving the previous assignment to run
+				// unrenewed: the server must never send one
+				f.t.Fatalf("an Envoy received %d requests_per_time_unit assignments", n)
+			}
 		}
-		st := f.srv.Stats()
-		if st.Dropped > 0 {
-			f.t.Fatalf("server dropped %d responses", st.Dropped)
+		c := &f.srv.counts // Stats would take the server's lock
+		reports, queued, sent2, dropped := c.reports.Load(), c.queued.Load(), c.sent.Load(), c.dropped.Load()
+		if dropped > 0 {
+			f.t.Fatalf("server dropped %d responses", dropped)
 		}
-		if st.Reports == sent && st.Sent == st.Queued && received == st.Sent {
+		if reports == sent && sent2 == queued && received == sent2 {
 			return
 		}
 		if time.Now().After(deadline) {
 			f.t.Fatalf("not settled: %d reports sent, %d handled; responses %d queued, %d sent, %d received",
-				sent, st.Reports, st.Queued, st.Sent, received)
+				sent, reports, queued, sent2, received)
 		}
 		// the server and the Envoys run in this process: yield to them
 		// first, sleep only if they take long

@@ -110,6 +110,7 @@ type change struct {
 	sb      *sub
 	kind    assigned
 	abandon bool
+	idle    bool // abandon: no request for IdleAfter (else: no longer reported)
 	ghost   bool // a ghost's supply through the period: paid, not sent
 	g, max  int64
 	paid    int64
@@ -278,15 +279,30 @@ func (s *Server) plan(p *pool, only []*sub, now, next int64, scale float64) (cha
 	for _, sb := range live {
 		// Envoy reports every bucket it holds every 5 s: one unreported
 		// for two periods is gone (an abandon crossed its report)
-		if now-sb.lastActive >= int64(s.opts.IdleAfter) || now-sb.lastSeen > 2*s.period {
-			changes = append(changes, change{sb: sb, abandon: true, credit: s.credit(sb, now)})
+		if idle := now-sb.lastActive >= int64(s.opts.IdleAfter); idle || now-sb.lastSeen > 2*s.period {
+			changes = append(changes, change{sb: sb, abandon: true, idle: idle, credit: s.credit(sb, now)})
 			continue
 		}
 		active = append(active, sb)
 	}
+	// an Envoy not measured yet asks for what the measured ones ask on
+	// average, at least an even share: an even share of the capacity
+	// against the others' demands would give a newcomer to a saturated
+	// bucket a fraction of its part until its first periodic report
+	unmeasured := fair
+	var measured, count int64
+	for _, sb := range active {
+		if sb.rate >= 0 {
+			measured += sb.want(s.period, 0)
+			count++
+		}
+	}
+	if count > 0 {
+		unmeasured = max(fair, measured/count)
+	}
 	wants := make([]int64, len(active))
 	for i, sb := range active {
-		wants[i] = sb.want(s.period, fair)
+		wants[i] = sb.want(s.period, unmeasured)
 	}
 	targets := divide(capacity, wants)
 	keepClose(active, targets, capacity)
@@ -396,6 +412,8 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 			sb.paid = c.paid
 			if sb.sent+s.ttl+s.delivery <= now {
 				delete(p.members, sb) // expired on its Envoy: nothing left to pay
+				s.ghosts--
+				s.counts.expired.Add(1)
 			}
 			continue
 		}
@@ -404,6 +422,11 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 			continue
 		}
 		if c.abandon {
+			if c.idle {
+				s.counts.abandonedIdle.Add(1)
+			} else {
+				s.counts.abandonedUnreported.Add(1)
+			}
 			delete(p.members, sb)
 			delete(sb.st.subs, sb.key)
 			sb.pool = nil
@@ -434,15 +457,18 @@ func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	}
 	res, err := h.Execute(ctx, ops...)
 	if err != nil {
+		s.counts.gridErrors.Add(1)
 		return 0, err
 	}
 	got := res[0].Tokens
 	if back := min(b.reserved-res[len(res)-1].Tokens, got); b.window && back > 0 {
 		got -= back
 		if _, err := h.Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: back}); err != nil {
+			s.counts.gridErrors.Add(1)
 			s.opts.Logger.Warn("rate limit quota: giving a window's reserved tokens back failed", "rule", b.path, "err", err)
 		}
 	}
+	s.counts.paid.Add(got)
 	return got, nil
 }
 
@@ -455,8 +481,11 @@ func (s *Server) give(ctx context.Context, b binding, n int64) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	if _, err := s.handle(b).Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: n}); err != nil {
+		s.counts.gridErrors.Add(1)
 		s.opts.Logger.Warn("rate limit quota: giving tokens back failed", "rule", b.path, "err", err)
+		return
 	}
+	s.counts.returned.Add(n)
 }
 
 func (s *Server) handle(b binding) interface {

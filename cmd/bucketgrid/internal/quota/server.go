@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -68,11 +67,12 @@ type Server struct {
 	streams map[*stream]struct{}
 	pools   map[string]*pool
 	next    int64 // when the next period starts
+	ghosts  int   // subs of closed streams still paid for
 
 	stop     chan struct{}
 	stopOnce sync.Once
 
-	reports, queued, sent, dropped atomic.Int64
+	counts counters
 }
 
 // ErrOptions reports unusable Options.
@@ -159,7 +159,7 @@ type stream struct {
 
 // StreamRateLimitQuotas implements the RLQS API: every report's new bucket
 // ids are answered at once, the rest at each period.
-func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]) error {
+func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]) (err error) {
 	st := &stream{out: make(chan *rlqspb.RateLimitQuotaResponse, 64), subs: map[string]*sub{}}
 	s.mu.Lock()
 	select {
@@ -170,7 +170,9 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLi
 	}
 	s.streams[st] = struct{}{}
 	s.mu.Unlock()
+	s.counts.streamsOpened.Add(1)
 	defer s.close(st)
+	defer func() { s.counts.streamEnded(err) }()
 
 	ctx := gs.Context()
 	recvErr := make(chan error, 1)
@@ -190,7 +192,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLi
 			if err := gs.Send(resp); err != nil {
 				return err
 			}
-			s.sent.Add(1)
+			s.counts.sentActions(resp)
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -210,9 +212,9 @@ func (s *Server) push(st *stream, acts []*rlqspb.RateLimitQuotaResponse_BucketAc
 	}
 	select {
 	case st.out <- &rlqspb.RateLimitQuotaResponse{BucketAction: acts}:
-		s.queued.Add(1)
+		s.counts.queued.Add(1)
 	default:
-		s.dropped.Add(1)
+		s.counts.dropped.Add(1)
 	}
 }
 
@@ -229,6 +231,7 @@ func (s *Server) close(st *stream) {
 		}
 		if sb.kind == bucketAssigned && sb.g > 0 {
 			sb.ghost = true
+			s.ghosts++
 			continue
 		}
 		delete(sb.pool.members, sb)
@@ -238,7 +241,8 @@ func (s *Server) close(st *stream) {
 // report handles one usage report: new bucket ids subscribe and are
 // answered now; known ones update their Envoy's demand.
 func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuotaUsageReports) {
-	defer s.reports.Add(1)
+	defer s.counts.reports.Add(1)
+	s.counts.usages.Add(int64(len(r.GetBucketQuotaUsages())))
 	now := s.opts.Clock.Now()
 	cfg := s.opts.Config()
 	var acts []*rlqspb.RateLimitQuotaResponse_BucketAction
@@ -276,6 +280,7 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 			continue
 		}
 		if len(st.subs) >= s.opts.MaxBuckets {
+			s.counts.refusedStream.Add(1)
 			acts = append(acts, blanketAction(id, false, s.opts.TTL))
 			continue
 		}
@@ -312,20 +317,6 @@ func (s *Server) bindSub(sb *sub, cfg *policy.Rules) {
 	p.b = sb.b
 	p.members[sb] = struct{}{}
 	sb.pool = p
-}
-
-// Stats are the server's counters.
-type Stats struct {
-	// Reports is the usage reports handled (their immediate answers queued).
-	Reports int64
-	// Queued, Sent and Dropped count responses: queued for a stream, sent
-	// on it, and lost because the stream's queue was full.
-	Queued, Sent, Dropped int64
-}
-
-// Stats returns the counters.
-func (s *Server) Stats() Stats {
-	return Stats{Reports: s.reports.Load(), Queued: s.queued.Load(), Sent: s.sent.Load(), Dropped: s.dropped.Load()}
 }
 
 // Register creates a server and registers it on gs; call its Run.
