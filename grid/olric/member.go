@@ -82,8 +82,11 @@ type Member struct {
 	members membership   // gossip's view beyond routing: healing, quorum
 	deaths  deaths       // members proven dead by a refused connection
 	shrinks atomic.Int64 // routing reads with fewer members than the one before
-	journal journal      // buckets written while the cluster was split
-	leases  *leaseTable  // nil unless Config.Leases.Enabled
+	// handovers counts the partitions this member guarded after a routing
+	// read (acquired, or possibly changed across a gap or a split).
+	handovers atomic.Int64
+	journal   journal     // buckets written while the cluster was split
+	leases    *leaseTable // nil unless Config.Leases.Enabled
 
 	shutdownOnce sync.Once
 	shutdownErr  error
