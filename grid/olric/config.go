@@ -226,6 +226,10 @@ type Config struct {
 	ProbeInterval, ProbeTimeout time.Duration
 	SuspicionMult               int
 
+	// Leases configures token leases: off unless Leases.Enabled; see
+	// LeaseConfig and "Token leases" in the package documentation.
+	Leases LeaseConfig
+
 	// listen opens the owner channel's listener; nil means net.Listen.
 	// Tests inject failures through it.
 	listen func(network, addr string) (net.Listener, error)
@@ -369,6 +373,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.listen == nil {
 		c.listen = net.Listen
 	}
+	c.Leases = c.Leases.withDefaults()
 	return c, nil
 }
 

@@ -56,6 +56,17 @@ func (d *deaths) provenSince(name string, since int64) bool {
 	return ok && at >= since
 }
 
+// allProvenSince reports whether every member of names was proven dead
+// after mono time since.
+func (d *deaths) allProvenSince(names []string, since int64) bool {
+	for _, name := range names {
+		if !d.provenSince(name, since) {
+			return false
+		}
+	}
+	return true
+}
+
 // probeDeath dials name's owner channel once, unless a probe of it is in
 // flight, and records a refusal as proof of its death.
 func (m *Member) probeDeath(name string) {

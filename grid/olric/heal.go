@@ -132,6 +132,24 @@ func (ms *membership) missing(self string, r *routes) []string {
 	return out
 }
 
+// absent returns the names of the members seen alive before that own
+// nothing in the routing table whose owners are given.
+func (ms *membership) absent(self string, owners []string) []string {
+	present := map[string]bool{}
+	for _, o := range owners {
+		present[o] = true
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	var out []string
+	for name := range ms.seen {
+		if name != self && !present[name] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // healer asks the members this one misses to let it in again, every
 // HealInterval: the configured and discovered peers it is not connected
 // to and every member it saw alive that gossip now counts dead. A

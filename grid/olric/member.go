@@ -82,7 +82,11 @@ type Member struct {
 	members membership   // gossip's view beyond routing: healing, quorum
 	deaths  deaths       // members proven dead by a refused connection
 	shrinks atomic.Int64 // routing reads with fewer members than the one before
-	journal journal      // buckets written while the cluster was split
+	// handovers counts the partitions this member guarded after a routing
+	// read (acquired, or possibly changed across a gap or a split).
+	handovers atomic.Int64
+	journal   journal     // buckets written while the cluster was split
+	leases    *leaseTable // nil unless Config.Leases.Enabled
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -128,6 +132,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
 	}
 	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
+	if cfg.Leases.Enabled {
+		m.leases = newLeaseTable(cfg.Leases)
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.chanAddr, err = channelAddr(m.name); err != nil {
 		m.cancel()
@@ -380,7 +387,8 @@ type outcome struct {
 	removed bool
 	hold    int64 // nanoseconds, for kindHold
 	err     error
-	retry   bool // for kindError: the request may be retried elsewhere
+	retry   bool   // for kindError: the request may be retried elsewhere
+	grant   *grant // for kindOK of a lease request: the lease granted
 }
 
 // execOwner runs a request as the owner of key (hash h): under the key's
@@ -389,91 +397,47 @@ type outcome struct {
 // the key and holds (kindHold) during a hand-over, on a stale routing read
 // or while shutting down.
 func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool) outcome {
-	m.gate.RLock()
-	defer m.gate.RUnlock()
-	if m.leaving.Load() {
-		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}
+	return m.execOwnerLease(ctx, key, h, req, remove, nil)
+}
+
+// execOwnerLease is execOwner with, for a lease request, lx run just
+// before Process under the key's lock (lease.go).
+func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, lx *leaseExec) outcome {
+	o, refused, ok := m.hold(ctx, h)
+	if !ok {
+		return refused
 	}
-	p := h % m.cfg.PartitionCount
-	st := &m.stripes[(h>>32)%uint64(len(m.stripes))]
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	r := m.routes.Load()
-	if r == nil { // still starting
-		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}
-	}
-	if r.owners[p] != m.name {
-		m.kick()
-		return outcome{kind: kindNotOwner}
-	}
-	now := m.mono()
-	if now-r.start >= int64(m.cfg.RoutingLease) {
-		m.kick()
-		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh / 4)}
-	}
-	if g := r.guardUntil[p]; now < g {
-		return outcome{kind: kindHold, hold: g - now}
-	}
-	if !r.quorum {
-		return outcome{kind: kindNoQuorum}
-	}
-	// Olric calls end with the lease (or the caller's deadline, if
-	// earlier), so that none lands after the next owner took over.
-	if d, ok := ctx.Deadline(); !ok || !d.Before(r.leaseEnd) {
-		ctx = r.lease
-	}
+	defer m.release(&o)
 	if remove {
-		delete(st.cache, key)
+		delete(o.st.cache, key)
 		m.journal.drop(key)
-		if _, err := m.dm.Delete(ctx, key); err != nil {
+		if _, err := m.dm.Delete(o.ctx, key); err != nil {
 			return outcome{kind: kindError, err: err, retry: true}
 		}
 		return outcome{kind: kindOK, removed: true}
 	}
-	epoch := r.epoch[p]
-	stored, ok := st.get(key, epoch, now)
-	var expiresAt int64 // of a state read from Olric: Unix ms, 0 for never
+	s, failed, ok := m.read(&o, key)
 	if !ok {
-		gr, err := m.dm.Get(ctx, key)
-		switch {
-		case errors.Is(err, olricdb.ErrKeyNotFound):
-		case err != nil:
-			return outcome{kind: kindError, err: err, retry: true}
-		default:
-			if stored, err = gr.Byte(); err != nil {
-				return outcome{kind: kindError, err: err}
+		return failed
+	}
+	now := m.cfg.Clock.Now()
+	if lx != nil {
+		lx.prepare(s.state, req, now, o.epoch)
+	}
+	newStored, changed, resp := wire.Process(s.state, *req, now)
+	if !changed {
+		if !s.cached && s.state != nil {
+			if f, failed := m.replicate(o.ctx, o.st, key, s.state, s.expiresAt, o.epoch); failed {
+				return f
 			}
-			expiresAt = gr.TTL()
 		}
+		return outcome{kind: kindOK, resp: resp}
 	}
-	newStored, changed, resp := wire.Process(stored, *req, m.cfg.Clock.Now())
-	if !ok && !changed && stored != nil {
-		if o, failed := m.replicate(ctx, st, key, stored, expiresAt, epoch); failed {
-			return o
-		}
+	if err := m.write(&o, key, newStored, resp.TTL); err != nil {
+		return outcome{kind: kindError, err: err, retry: true}
 	}
-	if changed {
-		var err error
-		if resp.TTL > 0 {
-			err = m.dm.Put(ctx, key, newStored, olricdb.PX(time.Duration(resp.TTL)))
-		} else {
-			err = m.dm.Put(ctx, key, newStored)
-		}
-		if err != nil {
-			delete(st.cache, key)
-			return outcome{kind: kindError, err: err, retry: true}
-		}
-		stored = newStored
-		if r.split {
-			m.journal.put(key, stored, resp.TTL, m.cfg.Clock.Now())
-		}
-	}
-	if changed && m.cfg.CacheEntries > 0 {
-		expires := int64(0)
-		if resp.TTL > 0 {
-			expires = m.mono() + resp.TTL
-		}
-		st.put(key, cached{state: stored, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(m.stripes))
+	if o.r.split {
+		m.journal.put(key, newStored, resp.TTL, m.cfg.Clock.Now())
 	}
 	return outcome{kind: kindOK, resp: resp}
 }
@@ -542,6 +506,11 @@ func checkKey(key string) error {
 func (m *Member) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	if err := checkKey(key); err != nil {
 		return wire.Response{}, err
+	}
+	if m.leases != nil {
+		if resp, ok, err := m.executeLeased(ctx, key, &req); ok {
+			return resp, err
+		}
 	}
 	o, err := m.do(ctx, key, &req, kindExecute, nil)
 	return o.resp, err

@@ -3,12 +3,8 @@ package olric
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"slices"
 	"sync"
-	"time"
-
-	olricdb "github.com/olric-data/olric"
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
 )
@@ -166,71 +162,21 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 	if err != nil || len(incoming) == 0 {
 		return outcome{kind: kindError, err: errFrame}
 	}
-	m.gate.RLock()
-	defer m.gate.RUnlock()
-	if m.leaving.Load() {
-		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}
-	}
-	p := h % m.cfg.PartitionCount
-	st := &m.stripes[(h>>32)%uint64(len(m.stripes))]
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	r := m.routes.Load()
-	if r == nil {
-		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}
-	}
-	if r.owners[p] != m.name {
-		m.kick()
-		return outcome{kind: kindNotOwner}
-	}
-	now := m.mono()
-	if now-r.start >= int64(m.cfg.RoutingLease) {
-		m.kick()
-		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh / 4)}
-	}
-	if g := r.guardUntil[p]; now < g {
-		return outcome{kind: kindHold, hold: g - now}
-	}
-	if !r.quorum {
-		return outcome{kind: kindNoQuorum}
-	}
-	if d, ok := ctx.Deadline(); !ok || !d.Before(r.leaseEnd) {
-		ctx = r.lease
-	}
-	epoch := r.epoch[p]
-	stored, ok := st.get(key, epoch, now)
+	o, refused, ok := m.hold(ctx, h)
 	if !ok {
-		gr, err := m.dm.Get(ctx, key)
-		switch {
-		case errors.Is(err, olricdb.ErrKeyNotFound):
-		case err != nil:
-			return outcome{kind: kindError, err: err, retry: true}
-		default:
-			if stored, err = gr.Byte(); err != nil {
-				return outcome{kind: kindError, err: err}
-			}
-		}
+		return refused
 	}
-	wall := m.cfg.Clock.Now()
-	if !fewerTokens(incoming, stored, wall) {
+	defer m.release(&o)
+	s, failed, ok := m.read(&o, key)
+	if !ok {
+		return failed
+	}
+	if !fewerTokens(incoming, s.state, m.cfg.Clock.Now()) {
 		return outcome{kind: kindOK, removed: true}
 	}
 	incoming = slices.Clone(incoming) // the connection's read buffer; the cache keeps it
-	if ttl > 0 {
-		err = m.dm.Put(ctx, key, incoming, olricdb.PX(time.Duration(ttl)))
-	} else {
-		err = m.dm.Put(ctx, key, incoming)
-	}
-	if err != nil {
-		delete(st.cache, key)
+	if err := m.write(&o, key, incoming, int64(ttl)); err != nil {
 		return outcome{kind: kindError, err: err, retry: true}
-	}
-	if m.cfg.CacheEntries > 0 {
-		expires := int64(0)
-		if ttl > 0 {
-			expires = m.mono() + int64(ttl)
-		}
-		st.put(key, cached{state: incoming, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(m.stripes))
 	}
 	return outcome{kind: kindOK, removed: true}
 }

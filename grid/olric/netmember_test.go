@@ -49,8 +49,10 @@ import (
 //	TOKENS p n [ms]   the available tokens of p0 … p(n-1), each check bounded
 //	                  by ms (5000), -1 where it failed: "TOKENS t0 t1 …"
 //	OWNKEY p n        one of p0 … p(n-1) this member owns: "OWNKEY key"
-//	OUTAGE key        checks key, each attempt bounded by 100 ms, until one
-//	                  succeeds: "OUTAGE ms"
+//	OUTAGE k0 k1 …    checks each key, each attempt bounded by 100 ms, until
+//	                  one succeeds, the keys at once: "OUTAGE ms0 ms1 … held",
+//	                  held the ms k0's failed attempts spent held by a
+//	                  hand-over guard
 //	LOAD p n s        4 goroutines check p0 … p(n-1) (TryConsume(1), each
 //	                  bounded by 2 s) for s seconds: "LOAD checks failed
 //	                  noquorum admitted0 … admitted(n-1)"
@@ -62,6 +64,8 @@ import (
 //	SHRINKS           how many routing reads showed fewer members than the
 //	                  read before (hand-overs after a member was lost):
 //	                  "SHRINKS n"
+//	HANDOVERS         how many partitions this member guarded after a
+//	                  routing read: "HANDOVERS n"
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -87,6 +91,7 @@ type netSpec struct {
 	Refresh, Lease, Grace time.Duration
 	LeaveTimeout          time.Duration
 	Quorum                bool
+	Probe                 time.Duration
 }
 
 // netPort is the Olric port of every test-bed member: each host has its own
@@ -113,6 +118,9 @@ func netMemberMain() int {
 	c.RoutingRefresh, c.RoutingLease, c.HandoverGrace = s.Refresh, s.Lease, s.Grace
 	c.LeaveTimeout = s.LeaveTimeout
 	c.Quorum = s.Quorum
+	if s.Probe > 0 {
+		c.ProbeInterval, c.ProbeTimeout = s.Probe, s.Probe/4
+	}
 	if os.Getenv("NETBED_LOG") != "" {
 		c.LogOutput = os.Stderr
 	}
@@ -299,16 +307,32 @@ func netMemberMain() int {
 			}
 			fmt.Println("OWNKEY", key)
 		case "OUTAGE":
-			start := time.Now()
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-				_, err := m.Execute(ctx, f[1], availableReq(&cfg))
-				cancel()
-				if err == nil {
-					break
-				}
+			// Each key checked until one check succeeds, all at once.
+			out := make([]string, len(f)-1)
+			var held atomic.Int64
+			var wg sync.WaitGroup
+			for i, key := range f[1:] {
+				wg.Go(func() {
+					start := time.Now()
+					for {
+						t0 := time.Now()
+						ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+						_, err := m.Execute(ctx, key, availableReq(&cfg))
+						cancel()
+						if err == nil {
+							break
+						}
+						if i == 0 && strings.Contains(err.Error(), "hand-over") {
+							held.Add(int64(time.Since(t0)))
+						}
+					}
+					out[i] = strconv.FormatInt(time.Since(start).Milliseconds(), 10)
+				})
 			}
-			fmt.Println("OUTAGE", time.Since(start).Milliseconds())
+			wg.Wait()
+			fmt.Println("OUTAGE", strings.Join(out, " "), time.Duration(held.Load()).Milliseconds())
+		case "HANDOVERS":
+			fmt.Println("HANDOVERS", m.handovers.Load())
 		case "STOP":
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			err := m.Shutdown(ctx)
@@ -342,6 +366,9 @@ type netTimings struct {
 	Env                   string
 	Refresh, Lease, Grace time.Duration
 	Quorum                bool
+	// Probe is gossip's probe interval (ProbeInterval; ProbeTimeout a
+	// quarter of it), 0 for DefaultLANConfig's.
+	Probe time.Duration
 }
 
 // startNetCluster starts one member on each of n hosts of a new test bed,
@@ -376,7 +403,7 @@ func startNetCluster(t *testing.T, n int, tm netTimings) *netCluster {
 		s := netSpec{
 			Addr: h.Addr, Peers: peers, Cert: cert, Key: key, CA: caFile,
 			Gossip: gossip, Password: password, Replicas: tm.Replicas, Env: tm.Env,
-			Refresh: tm.Refresh, Lease: tm.Lease, Grace: tm.Grace, LeaveTimeout: time.Second, Quorum: tm.Quorum,
+			Refresh: tm.Refresh, Lease: tm.Lease, Grace: tm.Grace, LeaveTimeout: time.Second, Quorum: tm.Quorum, Probe: tm.Probe,
 		}
 		c.specs = append(c.specs, s)
 		c.start(t, h.Index)

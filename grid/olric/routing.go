@@ -2,6 +2,8 @@ package olric
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +27,12 @@ type routes struct {
 	// backups[p] names partition p's backup owners, for a partition this
 	// member owns.
 	backups []string
+	// history[p], for a partition this member owns, is p's owner list in
+	// Olric's table: the previous owners that still hold data of p, then
+	// this member (see refresh, on gaps).
+	history []string
+	// memberSet lists the distinct owners, sorted.
+	memberSet string
 	// epoch[p] changes whenever this member (re)acquires partition p or p's
 	// backups change (so a read-only bucket is written again, see
 	// replicate); a
@@ -39,6 +47,10 @@ type routes struct {
 	// it executes may diverge from another side's; those buckets are
 	// journaled and merged once everyone is back (see journal).
 	split bool
+	// splitSince is when the split began (m.mono), and absent the members
+	// missing from the routing table at some read since, while split.
+	splitSince int64
+	absent     []string
 	// lease ends at leaseEnd, RoutingLease after start: the owner's Olric
 	// calls under this read are bounded by it.
 	lease       context.Context
@@ -60,9 +72,7 @@ func (m *Member) mono() int64 { return int64(time.Since(m.base)) }
 // read, which showed it owning p and therefore started before the change,
 // is younger than RoutingLease; so it stops before the change plus
 // RoutingLease, and the new owner starts after the change plus
-// HandoverGrace. A gap between reads longer than HandoverGrace-RoutingLease
-// could hide an ownership that came and went in between, so it guards every
-// owned partition.
+// HandoverGrace. Gaps between reads and splits: see the comments inside.
 func (m *Member) refresh(ctx context.Context) error {
 	start := m.mono()
 	rt, err := m.client.RoutingTable(ctx)
@@ -77,6 +87,7 @@ func (m *Member) refresh(ctx context.Context) error {
 		guardUntil: make([]int64, n),
 		from:       make([]string, n),
 		backups:    make([]string, n),
+		history:    make([]string, n),
 		epoch:      make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
@@ -91,10 +102,12 @@ func (m *Member) refresh(ctx context.Context) error {
 			distinct[o] = struct{}{}
 			if o == m.name {
 				nr.backups[p] = strings.Join(r.ReplicaOwners, ",")
+				nr.history[p] = strings.Join(r.PrimaryOwners, ",")
 			}
 		}
 	}
 	nr.members = len(distinct)
+	nr.memberSet = strings.Join(slices.Sorted(maps.Keys(distinct)), ",")
 	nr.quorum, nr.split = true, false
 	if m.members.ml != nil {
 		alive, known := m.members.count(m.name)
@@ -102,34 +115,66 @@ func (m *Member) refresh(ctx context.Context) error {
 		nr.quorum = !m.cfg.Quorum || 2*alive > known
 	}
 	prev := m.routes.Load()
+	if nr.split {
+		m.noteAbsent(nr, prev, returned)
+	}
 	_, onlySelf := distinct[m.name]
 	onlySelf = onlySelf && len(distinct) == 1
-	gapped := prev != nil && start-prev.start > int64(m.cfg.HandoverGrace-m.cfg.RoutingLease)
-	// A view that went into or out of a split (or lost or regained its
-	// quorum) is a gap too: Olric on a small side may keep a table in which
-	// this member owns what the other side owned meanwhile, so neither the
-	// cached state nor the ownership of the previous read holds any longer.
-	gapped = gapped || prev != nil && (prev.split != nr.split || prev.quorum != nr.quorum)
+	// Coming out of a split (or losing or regaining a quorum) is a
+	// hand-over of everything: Olric on a small side may keep a table in
+	// which this member owns what the other side owned meanwhile, so
+	// neither the cached state nor the ownership of the previous read
+	// holds any longer. Unless every member missing during the split was
+	// proven dead meanwhile: a crash, and a dead process executed nothing
+	// (a restarted one starts without partitions). Going into a split
+	// changes nothing this member owns; it only starts new epochs.
+	transition := prev != nil && (prev.quorum != nr.quorum ||
+		prev.split && !nr.split && !m.deaths.allProvenSince(prev.absent, prev.splitSince))
+	sideChange := prev != nil && prev.split != nr.split
+	// A gap between reads longer than HandoverGrace-RoutingLease could
+	// hide an ownership that came and went in between. Another member
+	// could have executed partition p in the gap only by owning it longer
+	// than that; one that wrote to p keeps data of it, so Olric keeps it
+	// in p's owner list until that data moved back here and a later
+	// routing update pruned it, and one that only read changed nothing.
+	// So a gap guards the partitions whose owner list, backups or set of
+	// members changed across it, and a gap longer than 2*HandoverGrace
+	// (room for those further updates) guards everything. Starvation of
+	// this process alone (a scheduler that did not run the refresher)
+	// changes none of them.
+	gap := int64(0)
+	if prev != nil {
+		gap = start - prev.start
+	}
+	gapped := gap > int64(m.cfg.HandoverGrace-m.cfg.RoutingLease)
+	far := gap > int64(2*m.cfg.HandoverGrace)
 	guard := returned + int64(m.cfg.HandoverGrace)
 	for p := range nr.owners {
 		if nr.owners[p] != m.name {
 			continue
 		}
+		changed := prev != nil && (prev.owners[p] != m.name || transition || far ||
+			gapped && (nr.history[p] != prev.history[p] || nr.backups[p] != prev.backups[p] || nr.memberSet != prev.memberSet))
 		switch {
 		case prev == nil && onlySelf:
 			// A new cluster: nobody else can hold a lease.
 			nr.epoch[p] = m.epochs.Add(1)
-		case prev == nil || gapped || prev.owners[p] != m.name:
+		case prev == nil || changed:
 			nr.guardUntil[p] = guard
 			nr.epoch[p] = m.epochs.Add(1)
-			if prev != nil && !gapped {
-				nr.from[p] = prev.owners[p]
+			if prev != nil {
+				m.handovers.Add(1)
+				if !gapped && !transition {
+					nr.from[p] = prev.owners[p]
+				}
 			}
 		default:
 			nr.guardUntil[p] = prev.guardUntil[p]
 			nr.epoch[p] = prev.epoch[p]
 			nr.from[p] = prev.from[p]
-			if nr.backups[p] != prev.backups[p] {
+			if nr.backups[p] != prev.backups[p] || gapped || sideChange {
+				// The cached state is re-read from Olric: what another
+				// member wrote back or merged in is there.
 				nr.epoch[p] = m.epochs.Add(1)
 			}
 		}
@@ -143,6 +188,28 @@ func (m *Member) refresh(ctx context.Context) error {
 		m.shipJournal()
 	}
 	return nil
+}
+
+// noteAbsent records, in a read made during a split, when the split began
+// and which members have been missing from the routing table since, and
+// probes those not yet proven dead since it began (see deaths): a split
+// all of whose missing members died is a crash, and its end hands
+// nothing over.
+func (m *Member) noteAbsent(nr, prev *routes, returned int64) {
+	nr.splitSince = returned
+	if prev != nil && prev.split {
+		nr.splitSince, nr.absent = prev.splitSince, slices.Clip(prev.absent)
+	}
+	for _, name := range m.members.absent(m.name, nr.owners) {
+		if !slices.Contains(nr.absent, name) {
+			nr.absent = append(nr.absent, name)
+		}
+	}
+	for _, name := range nr.absent {
+		if !m.deaths.provenSince(name, nr.splitSince) {
+			m.probeDeath(name)
+		}
+	}
 }
 
 // refresher re-reads the routing table every RoutingRefresh and whenever

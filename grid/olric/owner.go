@@ -1,0 +1,134 @@
+package olric
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	olricdb "github.com/olric-data/olric"
+)
+
+// ownerHold is an owner-side execution's hold on one key: the member's
+// gate (read-held) and the key's stripe lock, under a routing read in which
+// this member owns the key's partition and may execute for it now.
+type ownerHold struct {
+	st    *stripe
+	r     *routes
+	epoch uint64 // the partition's epoch in r
+	now   int64  // m.mono when the hold was taken
+	// ctx bounds the execution's Olric calls: the caller's context, or the
+	// routing read's lease when that ends first, so that no call lands
+	// after the next owner took over.
+	ctx context.Context
+}
+
+// hold takes the gate and the stripe lock of the key hashed h, then checks
+// that this member owns the key's partition in its newest routing read and
+// may execute for it now. If so it returns the hold (end it with
+// m.release); if not, it returns false with the outcome to answer, holding
+// nothing: kindNotOwner when another member owns the key, kindHold during a
+// hand-over, on a stale routing read or while shutting down, kindNoQuorum
+// without a quorum.
+func (m *Member) hold(ctx context.Context, h uint64) (ownerHold, outcome, bool) {
+	m.gate.RLock()
+	if m.leaving.Load() {
+		m.gate.RUnlock()
+		return ownerHold{}, outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}, false
+	}
+	p := h % m.cfg.PartitionCount
+	st := &m.stripes[(h>>32)%uint64(len(m.stripes))]
+	st.mu.Lock()
+	r, now := m.routes.Load(), m.mono()
+	if o, ok := m.mayExecute(r, p, now); !ok {
+		st.mu.Unlock()
+		m.gate.RUnlock()
+		return ownerHold{}, o, false
+	}
+	if d, ok := ctx.Deadline(); !ok || !d.Before(r.leaseEnd) {
+		ctx = r.lease
+	}
+	return ownerHold{st: st, r: r, epoch: r.epoch[p], now: now, ctx: ctx}, outcome{}, true
+}
+
+// mayExecute checks, under the partition's stripe lock, whether this
+// member may execute for partition p at now (m.mono) under routing read r;
+// see hold.
+func (m *Member) mayExecute(r *routes, p uint64, now int64) (outcome, bool) {
+	if r == nil { // still starting
+		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}, false
+	}
+	if r.owners[p] != m.name {
+		m.kick()
+		return outcome{kind: kindNotOwner}, false
+	}
+	if now-r.start >= int64(m.cfg.RoutingLease) {
+		m.kick()
+		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh / 4)}, false
+	}
+	if g := r.guardUntil[p]; now < g {
+		return outcome{kind: kindHold, hold: g - now}, false
+	}
+	if !r.quorum {
+		return outcome{kind: kindNoQuorum}, false
+	}
+	return outcome{}, true
+}
+
+// release ends a hold.
+func (m *Member) release(o *ownerHold) {
+	o.st.mu.Unlock()
+	m.gate.RUnlock()
+}
+
+// ownedState is a bucket's state as its owner reads it.
+type ownedState struct {
+	state []byte // nil when the bucket does not exist
+	// expiresAt is when the Olric entry expires, Unix milliseconds (0 for
+	// never, or when cached).
+	expiresAt int64
+	cached    bool // the state came from the owner's cache, not Olric
+}
+
+// read returns key's state under o: the cached copy while it is valid,
+// else Olric's. failed reports an error outcome to answer with.
+func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, ok bool) {
+	if state, hit := o.st.get(key, o.epoch, o.now); hit {
+		return ownedState{state: state, cached: true}, outcome{}, true
+	}
+	gr, err := m.dm.Get(o.ctx, key)
+	switch {
+	case errors.Is(err, olricdb.ErrKeyNotFound):
+		return ownedState{}, outcome{}, true
+	case err != nil:
+		return ownedState{}, outcome{kind: kindError, err: err, retry: true}, false
+	}
+	if s.state, err = gr.Byte(); err != nil {
+		return ownedState{}, outcome{kind: kindError, err: err}, false
+	}
+	s.expiresAt = gr.TTL()
+	return s, outcome{}, true
+}
+
+// write stores key's new state under o, expiring after ttl nanoseconds (0
+// for never), and caches it. The cache keeps state: the caller must not
+// change it afterwards.
+func (m *Member) write(o *ownerHold, key string, state []byte, ttl int64) error {
+	var err error
+	if ttl > 0 {
+		err = m.dm.Put(o.ctx, key, state, olricdb.PX(time.Duration(ttl)))
+	} else {
+		err = m.dm.Put(o.ctx, key, state)
+	}
+	if err != nil {
+		delete(o.st.cache, key)
+		return err
+	}
+	if m.cfg.CacheEntries > 0 {
+		expires := int64(0)
+		if ttl > 0 {
+			expires = m.mono() + ttl
+		}
+		o.st.put(key, cached{state: state, epoch: o.epoch, expires: expires}, m.cfg.CacheEntries/len(m.stripes))
+	}
+	return nil
+}
