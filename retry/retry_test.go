@@ -16,7 +16,7 @@ func TestImmediate(t *testing.T) {
 
 func TestBackoffGrowsCapsAndRespectsBudget(t *testing.T) {
 	maxRand := func(n int64) int64 { return n - 1 } // the top of the jitter range
-	s := Backoff(BackoffConfig{Base: time.Millisecond, Cap: 8 * time.Millisecond, Budget: 20 * time.Millisecond, Rand: maxRand})
+	s := Backoff(BackoffConfig{Base: time.Millisecond, Cap: 8 * time.Millisecond, Budget: 20 * time.Millisecond, MinAttempts: 3, Rand: maxRand})
 	tests := []struct {
 		attempt   int
 		elapsed   time.Duration
@@ -29,8 +29,10 @@ func TestBackoffGrowsCapsAndRespectsBudget(t *testing.T) {
 		{4, 0, 8 * time.Millisecond, false},
 		{10, 0, 8 * time.Millisecond, false},                     // capped
 		{10, 17 * time.Millisecond, 3 * time.Millisecond, false}, // bounded by what is left
-		{2, 20 * time.Millisecond, 0, true},                      // budget spent
-		{2, 25 * time.Millisecond, 0, true},
+		{3, 20 * time.Millisecond, 0, true},                      // budget spent
+		{3, 25 * time.Millisecond, 0, true},
+		{1, 25 * time.Millisecond, time.Millisecond, false}, // budget spent, under the floor of attempts
+		{2, time.Second, 2 * time.Millisecond, false},
 	}
 	for _, tt := range tests {
 		d := s.Next(Metadata{Attempt: tt.attempt, Start: 100, Now: 100 + int64(tt.elapsed)})
@@ -59,5 +61,25 @@ func TestBackoffJitterIsFull(t *testing.T) {
 	}
 	if !lo || !hi {
 		t.Fatalf("jitter does not span the range (low seen %v, high seen %v)", lo, hi)
+	}
+}
+
+// TestDefaultBackoffOutlastsAStarvedProcess: on a loaded host a process may
+// wait longer than the whole budget for a CPU between two attempts; the
+// default still makes its floor of attempts before giving up.
+func TestDefaultBackoffOutlastsAStarvedProcess(t *testing.T) {
+	s := Default()
+	min := DefaultBackoffConfig().MinAttempts
+	if min < 2 {
+		t.Fatalf("default MinAttempts %d: the budget alone decides", min)
+	}
+	starved := int64(600 * time.Millisecond) // more than the 500 ms budget, after one lost race
+	for attempt := 1; attempt < min; attempt++ {
+		if d := s.Next(Metadata{Attempt: attempt, Start: 0, Now: starved * int64(attempt)}); d.Action == Stop {
+			t.Fatalf("stopped after %d lost races; want at least %d attempts", attempt, min)
+		}
+	}
+	if d := s.Next(Metadata{Attempt: min, Start: 0, Now: starved}); d.Action != Stop {
+		t.Fatalf("after %d attempts past the budget: %+v, want Stop", min, d)
 	}
 }

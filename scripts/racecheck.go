@@ -39,6 +39,14 @@ var known = []signature{{
 	name: "olric v0.7.4: routing-table push served after RoutingTable.Shutdown's wg.Wait",
 	a:    "olric/internal/cluster/routingtable.(*RoutingTable).updateRoutingCommandHandler",
 	b:    "olric/internal/cluster/routingtable.(*RoutingTable).Shutdown",
+}, {
+	// Olric v0.7.4 with memberlist v0.5.3: Discovery.GetMembers reads the
+	// *Node records memberlist.Members returned after memberlist released
+	// nodeLock, while aliveNode rewrites an existing record's Meta under
+	// it (a member that joins again, or gossips a new incarnation).
+	name: "olric v0.7.4: Discovery.GetMembers reads node metadata memberlist's aliveNode rewrites",
+	a:    "olric/internal/discovery.(*Discovery).GetMembers",
+	b:    "memberlist.(*Memberlist).aliveNode",
 }}
 
 var (

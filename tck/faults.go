@@ -259,7 +259,7 @@ func checkStrategyHonoured(e *env) {
 	// a budget: endless conflicts end after the budget, not before or long after
 	budget := 50 * time.Millisecond
 	y := newFixture(e, "budget", retry.Backoff(retry.BackoffConfig{Base: 4 * time.Millisecond, Cap: 8 * time.Millisecond,
-		Budget: budget, Rand: func(n int64) int64 { return n - 1 }}))
+		Budget: budget, MinAttempts: 1, Rand: func(n int64) int64 { return n - 1 }}))
 	y.reset()
 	y.fs.set(func(f *faultStore) { f.conflicts = 1 << 30 })
 	t0 := e.clock.Now()

@@ -31,7 +31,7 @@ descriptors:
 
 // hammer sends n requests for descriptor (key, value) from 16 goroutines,
 // each instance in turn, and returns how many were admitted and how many
-// failed.
+// failed (an error, or a refusal the bucket did not decide).
 func hammer(t *testing.T, clients []rlspb.RateLimitServiceClient, n int, key, value string) (admitted, failed int64) {
 	t.Helper()
 	return hammerDomain(t, clients, n, "cluster", key, value)
@@ -54,7 +54,7 @@ func hammerDomain(t *testing.T, clients []rlspb.RateLimitServiceClient, n int, d
 				r, err := clients[i%int64(len(clients))].ShouldRateLimit(ctx, req(domain, key, value))
 				cancel()
 				switch {
-				case err != nil:
+				case err != nil, refusedWithoutBucket(r):
 					bad.Add(1)
 				case r.OverallCode == rlspb.RateLimitResponse_OK:
 					ok.Add(1)
@@ -64,6 +64,14 @@ func hammerDomain(t *testing.T, clients []rlspb.RateLimitServiceClient, n int, d
 	}
 	wg.Wait()
 	return ok.Load(), bad.Load()
+}
+
+// refusedWithoutBucket reports whether r is OVER_LIMIT with no limit
+// described: the service's answer to a request it could not decide from the
+// bucket (a key too contended, no quorum), which refuses rather than fail
+// open but is no decision of the limit.
+func refusedWithoutBucket(r *rlspb.RateLimitResponse) bool {
+	return r.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && len(r.Statuses) > 0 && r.Statuses[0].CurrentLimit == nil
 }
 
 // TestClusterServesOneLimit: three instances in three processes form one

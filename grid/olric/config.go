@@ -226,6 +226,10 @@ type Config struct {
 	ProbeInterval, ProbeTimeout time.Duration
 	SuspicionMult               int
 
+	// Leases configures token leases: off unless Leases.Enabled; see
+	// LeaseConfig and "Token leases" in the package documentation.
+	Leases LeaseConfig
+
 	// listen opens the owner channel's listener; nil means net.Listen.
 	// Tests inject failures through it.
 	listen func(network, addr string) (net.Listener, error)
@@ -377,6 +381,7 @@ func (c Config) withDefaults() (Config, error) {
 		var d net.Dialer
 		c.dial = d.DialContext
 	}
+	c.Leases = c.Leases.withDefaults()
 	return c, nil
 }
 

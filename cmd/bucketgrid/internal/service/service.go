@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/core"
@@ -98,18 +99,26 @@ func (s *Service) Config() *policy.Rules { return s.cfg.Load() }
 // (an empty domain, no descriptors, too many of them: the route
 // configuration's doing) are InvalidArgument; a missing configuration and
 // backend failures are Unavailable, so Envoy applies its failure_mode_deny.
-// A grid member without a quorum (bucketgrid.ErrNoQuorum) answers OVER_LIMIT
-// too: it is no outage, and failing open there would admit everyone on the
-// minority side of a split.
+// A grid member without a quorum (bucketgrid.ErrNoQuorum) and a key too
+// contended to update (cas.ErrConflict: the retries lost every race) answer
+// OVER_LIMIT too: neither is an outage, and failing open there would admit
+// everyone on the minority side of a split, or every request of a client
+// that hammers its own key from enough places at once.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	resp, err := s.answer(ctx, in, "grpc")
 	if err != nil {
-		if clientRefused(err) || errors.Is(err, bucketgrid.ErrNoQuorum) {
+		if refused(err) {
 			return refusal(in), nil
 		}
 		return nil, grpcError(err)
 	}
 	return resp, nil
+}
+
+// refused reports whether err is answered OVER_LIMIT rather than an error
+// (see ShouldRateLimit).
+func refused(err error) bool {
+	return clientRefused(err) || errors.Is(err, bucketgrid.ErrNoQuorum) || errors.Is(err, cas.ErrConflict)
 }
 
 // clientRefused reports whether err is a request error that a client's own

@@ -231,6 +231,9 @@ func TestClientValuesNeverOpenTheGate(t *testing.T) {
 		// Not a client's value, but no outage either: a member on the
 		// minority side of a split.
 		{"no quorum", newService(t, Options{Manager: bucketgrid.NewManager(noQuorumExecutor{})}), req("shop", "client", "a")},
+		// Nor a key so contended that every retry lost its race: a client
+		// hammering its own key from many instances must not unlimit itself.
+		{"contended key", newService(t, Options{Manager: bucketgrid.NewManager(conflictExecutor{})}), req("shop", "client", "a")},
 	} {
 		r, err := tc.s.ShouldRateLimit(ctx, tc.req)
 		if err != nil {
@@ -265,6 +268,14 @@ func (noQuorumExecutor) Execute(context.Context, string, wire.Request) (wire.Res
 	return wire.Response{}, fmt.Errorf("grid: %w", bucketgrid.ErrNoQuorum)
 }
 func (noQuorumExecutor) Remove(context.Context, string) error { return nil }
+
+// conflictExecutor answers as a CAS executor whose retries all lost.
+type conflictExecutor struct{}
+
+func (conflictExecutor) Execute(context.Context, string, wire.Request) (wire.Response, error) {
+	return wire.Response{}, fmt.Errorf("x: %w", cas.ErrConflict)
+}
+func (conflictExecutor) Remove(context.Context, string) error { return nil }
 
 // keyRefusingExecutor refuses every key, as a store with a shorter key
 // limit than the service's keys would.
