@@ -317,3 +317,45 @@ func TestLeaseCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseDecidesServiceShapes: the batches the rate-limit service sends
+// (an equal configuration, then its consumption and estimate) are decided
+// on a lease; a different configuration, an estimate alone and an
+// addition are not.
+func TestLeaseDecidesServiceShapes(t *testing.T) {
+	w := int64(1 << 32)
+	window, _ := core.NewConfig(core.IntervallyAligned(w, w, time.Second, time.Unix(0, 0)).WithID("window"))
+	bucket, _ := core.NewConfig(core.Greedy(100, 100, time.Second).WithID("bucket"))
+	other, _ := core.NewConfig(core.Greedy(50, 100, time.Second).WithID("bucket"))
+	at := int64(time.Hour) + 3e8
+	replace := func(c *core.Config) wire.Op {
+		return wire.Op{Kind: wire.OpReplaceConfiguration, Config: c, Inheritance: core.InheritAdditive}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  *core.Config
+		ops  []wire.Op
+		ok   bool
+	}{
+		{"fixed window", &window, []wire.Op{replace(&window), {Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: 1}, {Kind: wire.OpEstimate, Tokens: w}}, true},
+		{"token bucket", &bucket, []wire.Op{replace(&bucket), {Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1}}, true},
+		{"other configuration", &bucket, []wire.Op{replace(&other), {Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1}}, false},
+		{"estimate alone", &bucket, []wire.Op{{Kind: wire.OpEstimate, Tokens: 1}}, false},
+		{"addition", &bucket, []wire.Op{{Kind: wire.OpAddTokens, Tokens: 1}, {Kind: wire.OpTryConsume, Tokens: 1}}, false},
+	} {
+		st := core.NewState(*tc.cfg, at)
+		st.Refill(at)
+		l := lease{view: st, budget: 10, sent: 0, expires: int64(time.Millisecond * 50), at: at}
+		req := wire.Request{Mode: wire.ModeCreateOrReplace, Config: tc.cfg, Ops: tc.ops}
+		resp, n, ok := l.decide(&req, int64(time.Millisecond))
+		if ok != tc.ok {
+			t.Fatalf("%s: decided on the lease %v, want %v", tc.name, ok, tc.ok)
+		}
+		if ok && (n != 1 || len(resp.Results) != len(tc.ops)) {
+			t.Fatalf("%s: consumed %d, %d results", tc.name, n, len(resp.Results))
+		}
+		if tc.name == "fixed window" && ok && resp.Results[2].Wait != int64(time.Second)-3e8-int64(time.Millisecond) {
+			t.Fatalf("fixed window: estimate waits %d ns for the window's end", resp.Results[2].Wait)
+		}
+	}
+}
