@@ -505,8 +505,7 @@ func (m *Member) dial(ctx context.Context, name string) (net.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ChannelIOTimeout)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := m.cfg.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -233,6 +233,10 @@ type Config struct {
 	// listen opens the owner channel's listener; nil means net.Listen.
 	// Tests inject failures through it.
 	listen func(network, addr string) (net.Listener, error)
+	// dial opens the TCP connection to another member's owner channel
+	// (requests, and Olric's traffic tunnelled through it); nil means a
+	// net.Dialer. The test bed routes it through a delaying proxy.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // DefaultLocalConfig returns a configuration for a member on the loopback
@@ -372,6 +376,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.listen == nil {
 		c.listen = net.Listen
+	}
+	if c.dial == nil {
+		var d net.Dialer
+		c.dial = d.DialContext
 	}
 	c.Leases = c.Leases.withDefaults()
 	return c, nil
