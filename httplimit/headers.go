@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // Headers selects the rate-limit header fields the middleware writes.
@@ -81,31 +82,6 @@ func policyName(bws []core.Bandwidth, i int) string {
 	return strconv.Itoa(i)
 }
 
-// appendSFString appends s as an RFC 9651 String. Bytes a String cannot hold
-// (controls, DEL, non-ASCII) are replaced by '?'.
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
-func appendParam(b []byte, name string, v int64) []byte {
-	b = append(b, ';')
-	b = append(b, name...)
-	b = append(b, '=')
-	return strconv.AppendInt(b, clampSF(v), 10)
-}
-
 // PolicyField returns the RateLimit-Policy field value of cfg: one item per
 // bandwidth, "name";q=capacity;w=seconds to refill from empty to full.
 func PolicyField(cfg core.Config) string {
@@ -113,16 +89,15 @@ func PolicyField(cfg core.Config) string {
 	return string(appendPolicy(buf[:0], cfg.Bandwidths))
 }
 
+// appendPolicy appends the RateLimit-Policy value of bws, rendered by
+// package policy as every front door renders it.
 func appendPolicy(b []byte, bws []core.Bandwidth) []byte {
+	var buf [4]policy.Quota
+	qs := buf[:0]
 	for i := range bws {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = appendSFString(b, policyName(bws, i))
-		b = appendParam(b, "q", bws[i].Capacity)
-		b = appendParam(b, "w", windowSeconds(&bws[i]))
+		qs = append(qs, policy.Quota{Name: policyName(bws, i), Limit: bws[i].Capacity, Window: windowSeconds(&bws[i])})
 	}
-	return b
+	return policy.AppendPolicyField(b, qs)
 }
 
 // RateLimitField returns the RateLimit field value of u for a request of
@@ -133,20 +108,17 @@ func RateLimitField(u Usage, cost int64) string {
 	return string(appendRateLimit(buf[:0], &u, cost))
 }
 
+// appendRateLimit appends the RateLimit value of u, rendered by package
+// policy (a t below 0, "never", is left out).
 func appendRateLimit(b []byte, u *Usage, cost int64) []byte {
 	bws := u.Config.Bandwidths
+	var buf [4]policy.Quota
+	qs := buf[:0]
 	for i := range bws {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = appendSFString(b, policyName(bws, i))
 		r, t := itemValues(u, i, cost)
-		b = appendParam(b, "r", r)
-		if t >= 0 {
-			b = appendParam(b, "t", t)
-		}
+		qs = append(qs, policy.Quota{Name: policyName(bws, i), Remaining: r, Reset: t})
 	}
-	return b
+	return policy.AppendRateLimitField(b, qs)
 }
 
 // itemValues returns r and t of bandwidth i; t < 0 means "never" (the cost
@@ -212,9 +184,9 @@ func fired(u *Usage, cost int64) []string {
 	return nil
 }
 
-// writeHeaders sets the rate-limit fields of u on h. policy is the
+// writeHeaders sets the rate-limit fields of u on h. policyValue is the
 // RateLimit-Policy value, cached by the caller.
-func writeHeaders(h http.Header, u *Usage, cost int64, which Headers, policy string) {
+func writeHeaders(h http.Header, u *Usage, cost int64, which Headers, policyValue string) {
 	bws := u.Config.Bandwidths
 	if len(bws) == 0 {
 		return
@@ -222,7 +194,7 @@ func writeHeaders(h http.Header, u *Usage, cost int64, which Headers, policy str
 	if which&IETFHeaders != 0 {
 		var buf [256]byte
 		vals := make([]string, 2) // one allocation for both fields
-		vals[0], vals[1] = policy, string(appendRateLimit(buf[:0], u, cost))
+		vals[0], vals[1] = policyValue, string(appendRateLimit(buf[:0], u, cost))
 		h[hPolicy], h[hRateLimit] = vals[0:1:1], vals[1:2:2]
 	}
 	if which&XRateLimitHeaders != 0 {

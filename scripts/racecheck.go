@@ -40,13 +40,13 @@ var known = []signature{{
 	a:    "olric/internal/cluster/routingtable.(*RoutingTable).updateRoutingCommandHandler",
 	b:    "olric/internal/cluster/routingtable.(*RoutingTable).Shutdown",
 }, {
-	// memberlist v0.5.3 (issue 306) with Olric v0.7.4: Members hands out
-	// pointers to the nodes that aliveNode rewrites in place, under its
-	// lock, on an alive message of a higher incarnation (a refuted
-	// suspicion); Olric's Discovery.GetMembers reads them without it.
-	name: "memberlist v0.5.3: aliveNode rewrites the nodes Members handed out, which Olric v0.7.4 reads",
-	a:    "hashicorp/memberlist.(*Memberlist).aliveNode",
-	b:    "olric/internal/discovery.(*Discovery).GetMembers",
+	// Olric v0.7.4 with memberlist v0.5.3: Discovery.GetMembers reads the
+	// *Node records memberlist.Members returned after memberlist released
+	// nodeLock, while aliveNode rewrites an existing record's Meta under
+	// it (a member that joins again, or gossips a new incarnation).
+	name: "olric v0.7.4: Discovery.GetMembers reads node metadata memberlist's aliveNode rewrites",
+	a:    "olric/internal/discovery.(*Discovery).GetMembers",
+	b:    "memberlist.(*Memberlist).aliveNode",
 }}
 
 var (

@@ -168,30 +168,18 @@ func decodeMatcher(d *decoder) rules.HeaderMatcher {
 		case "name":
 			d.str(&m.Name)
 			m.Name = strings.ToLower(m.Name)
-		case "exact_match":
-			set(rules.MatchExact, d)
-		case "prefix_match":
-			set(rules.MatchPrefix, d)
-		case "suffix_match":
-			set(rules.MatchSuffix, d)
-		case "contains_match":
-			set(rules.MatchContains, d)
+		case "exact_match", "prefix_match", "suffix_match", "contains_match":
+			set(stringMatch(name[:len(name)-len("_match")]), d)
 		case "present_match":
 			kinds++
 			m.Kind = rules.MatchPresent
 			d.bool(&m.Present)
 		case "string_match":
 			d.object(func(d *decoder, name string) bool {
-				switch name {
-				case "exact":
-					set(rules.MatchExact, d)
-				case "prefix":
-					set(rules.MatchPrefix, d)
-				case "suffix":
-					set(rules.MatchSuffix, d)
-				case "contains":
-					set(rules.MatchContains, d)
-				case "ignore_case":
+				switch k := stringMatch(name); {
+				case k != 0:
+					set(k, d)
+				case name == "ignore_case":
 					d.bool(&m.IgnoreCase)
 				default:
 					return false
@@ -214,6 +202,23 @@ func decodeMatcher(d *decoder) rules.HeaderMatcher {
 		d.fail("want exactly one of exact_match, prefix_match, suffix_match, contains_match, present_match and string_match (safe_regex_match and range_match are not supported)")
 	}
 	return m
+}
+
+// stringMatch returns the kind of one of Envoy's string matchers by the
+// name StringMatcher gives it (exact, prefix, suffix, contains; the
+// deprecated HeaderMatcher members add "_match"), 0 for any other name.
+func stringMatch(name string) rules.MatchKind {
+	switch name {
+	case "exact":
+		return rules.MatchExact
+	case "prefix":
+		return rules.MatchPrefix
+	case "suffix":
+		return rules.MatchSuffix
+	case "contains":
+		return rules.MatchContains
+	}
+	return 0
 }
 
 // decodeDocument reads one rule document of envoyproxy/ratelimit's format,

@@ -56,6 +56,10 @@ func gridConfig(g gridFlags) (olric.Config, error) {
 	}
 	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = g.TLSCert, g.TLSKey, g.TLSCA
 	cfg.Insecure = g.Insecure
+	cfg.Leases.Enabled = g.Leases
+	if g.LeaseLifetime > 0 {
+		cfg.Leases.Lifetime = g.LeaseLifetime
+	}
 	if g.SecretFile != "" {
 		if cfg.ChannelSecret, err = readBase64Secret(g.SecretFile); err != nil {
 			return cfg, fmt.Errorf("-grid-secret-file: %w", err)

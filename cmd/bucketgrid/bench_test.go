@@ -52,8 +52,8 @@ const (
 	userLimit    = 3
 )
 
-// BenchmarkRLS compares bucketgrid (three instances forming one grid, and
-// one alone) with
+// BenchmarkRLS compares bucketgrid (three instances forming one grid,
+// with and without -grid-leases, and one alone) with
 // envoyproxy/ratelimit (one instance, and three on one Redis) under the same
 // gRPC load client: 16 callers, each sending to the instances in turn, on one
 // hot descriptor and on 10,000 descriptors. It reports checks per second,
@@ -75,10 +75,11 @@ const (
 // check with perf stat (Linux perf with tracepoint access).
 func BenchmarkRLS(b *testing.B) {
 	files := map[string]string{"bench.yaml": benchConfig}
-	bucketgrid := func(n int) func(b *testing.B) servers {
+	bucketgrid := func(n int, extra ...string) func(b *testing.B) servers {
 		return func(b *testing.B) servers {
 			args := []string{"-config", writeConfig(b, b.TempDir(),
 				map[string]string{"bench.yaml": benchConfig, "tb.yaml": benchConfigTB}), "-headers", "none"}
+			args = append(args, extra...)
 			if os.Getenv("BENCH_PROFILE_DIR") != "" {
 				args = append(args, "-debug-addr", "127.0.0.1:0")
 			}
@@ -111,6 +112,8 @@ func BenchmarkRLS(b *testing.B) {
 		{"bucketgrid-1", "bench", bucketgrid(1)},
 		{"bucketgrid-3", "bench", bucketgrid(3)},
 		{"bucketgrid-3-token-bucket", "bench-tb", bucketgrid(3)},
+		{"bucketgrid-3-leases", "bench", bucketgrid(3, "-grid-leases")},
+		{"bucketgrid-3-token-bucket-leases", "bench-tb", bucketgrid(3, "-grid-leases")},
 		{"envoy-ratelimit-1", "bench", envoy(1)},
 		{"envoy-ratelimit-3", "bench", envoy(3)},
 	}

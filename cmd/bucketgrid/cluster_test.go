@@ -111,6 +111,41 @@ func TestClusterServesOneLimit(t *testing.T) {
 	}
 }
 
+// TestClusterLeases: with -grid-leases, three instances still serve one
+// limit for both algorithms (limits that neither refill nor end a window
+// during the test, so the exact answer is the limit itself): tokens a lease
+// still holds when requests stop are only late, never minted, so
+// requests are sent in rounds until the limit is reached, and no round may
+// find more admitted than the limit.
+func TestClusterLeases(t *testing.T) {
+	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
+	procs := startCluster(t, 3, "-config", dir, "-grid-leases", "-grid-lease-lifetime", "50ms")
+	var clients []rlspb.RateLimitServiceClient
+	for _, p := range procs {
+		clients = append(clients, client(t, p.grpcAddr))
+	}
+	for _, key := range []string{"fixed", "bucket"} {
+		value := "v" + randHex(4)
+		year := time.Now().UTC().YearDay()
+		var admitted int64
+		rounds := 0
+		for ; rounds < 20 && admitted < 200; rounds++ {
+			a, failed := hammer(t, clients, 300, key, value)
+			if failed > 0 {
+				t.Fatalf("%s: %d of 300 requests failed", key, failed)
+			}
+			admitted += a
+		}
+		if admitted != 200 {
+			if key == "fixed" && time.Now().UTC().YearDay() != year {
+				t.Skip("a fixed window of a year may have ended during the test (a day boundary passed)")
+			}
+			t.Fatalf("%s: %d admitted after %d rounds of 300 requests, want exactly the limit, 200", key, admitted, rounds)
+		}
+		t.Logf("%s: 200 admitted in %d rounds of 300 requests over 3 instances with leases", key, rounds)
+	}
+}
+
 // TestClusterSurvivesACrash: one of three instances is killed while
 // requests for 30 descriptors flow to all three. The survivors keep
 // answering, and no descriptor admits more than the grid's documented bound
@@ -234,6 +269,13 @@ func TestGridConfig(t *testing.T) {
 		string(cfg.ChannelSecret) != strings.Repeat("s", 40) || cfg.Password != "pw" ||
 		len(cfg.GossipKeys) != 2 || len(cfg.GossipKeys[0]) != 16 || len(cfg.GossipKeys[1]) != 32 {
 		t.Fatalf("%+v", cfg)
+	}
+	if cfg.Leases.Enabled {
+		t.Errorf("leases on without -grid-leases: %+v", cfg.Leases)
+	}
+	cfg, err = gridConfig(gridFlags{Bind: "127.0.0.1:4000", Leases: true, LeaseLifetime: 30 * time.Millisecond})
+	if err != nil || !cfg.Leases.Enabled || cfg.Leases.Lifetime != 30*time.Millisecond {
+		t.Fatalf("-grid-leases -grid-lease-lifetime 30ms: %+v %v", cfg.Leases, err)
 	}
 	for _, g := range []gridFlags{
 		{Bind: "127.0.0.1:4000", SecretFile: f("missing")},

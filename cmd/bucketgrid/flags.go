@@ -83,6 +83,11 @@ type gridFlags struct {
 	GossipKeyFile          string // base64 keys, one a line; the first encrypts
 	PasswordFile           string // Olric's AUTH password
 	Insecure               bool   // allow a non-loopback member without security
+
+	// token leases (olric.LeaseConfig): off unless Leases; LeaseLifetime 0
+	// keeps the grid's default lifetime
+	Leases        bool
+	LeaseLifetime time.Duration
 }
 
 // tlsFlags configure TLS on the gRPC listener.
@@ -142,6 +147,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.StringVar(&c.Grid.GossipKeyFile, "grid-gossip-key-file", "", "`file` of gossip encryption keys (16, 24 or 32 bytes, base64, one a line; the first encrypts)")
 	fs.StringVar(&c.Grid.PasswordFile, "grid-password-file", "", "`file` holding the password of Olric's own port")
 	fs.BoolVar(&c.Grid.Insecure, "grid-insecure", false, "let a member on a non-loopback address run without the settings above (a network only the instances reach)")
+	fs.BoolVar(&c.Grid.Leases, "grid-leases", false, "decide checks of a busy descriptor on this instance from a lease of tokens taken from its bucket's owner, instead of one hop each: fixed windows stay exact; a token bucket may admit up to rate × -grid-lease-lifetime more in any interval")
+	fs.DurationVar(&c.Grid.LeaseLifetime, "grid-lease-lifetime", 0, "how long a lease of -grid-leases lives; 0 keeps the grid's default")
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "gRPC server certificate `file` (PEM); with -tls-key enables TLS")
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")
 	fs.StringVar(&c.TLS.ClientCA, "tls-client-ca", "", "CA `file` (PEM) that client certificates must chain to (mutual TLS)")
@@ -220,6 +227,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		}
 		if n := countSet(c.Grid.TLSCert, c.Grid.TLSKey, c.Grid.TLSCA); n != 0 && n != 3 {
 			errs = append(errs, errors.New("-grid-tls-cert, -grid-tls-key and -grid-tls-ca go together"))
+		}
+		if c.Grid.LeaseLifetime < 0 || (c.Grid.LeaseLifetime > 0 && !c.Grid.Leases) {
+			errs = append(errs, errors.New("-grid-lease-lifetime must not be negative, and needs -grid-leases"))
 		}
 		if c.Grid.TLSCert != "" && c.Grid.SecretFile != "" {
 			errs = append(errs, errors.New("-grid-tls-* and -grid-secret-file are alternatives: give one"))

@@ -161,6 +161,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"-config", "x", "-grid-tls-cert", "c", "-grid-tls-key", "k", "-grid-tls-ca", "a", "-grid-secret-file", "s"}, "alternatives"},
 		{[]string{"-config", "x", "-degrade-timeout", "1s"}, "-degrade-timeout positive and below -timeout"},
 		{[]string{"-config", "x", "-degrade-instances", "-1"}, "-degrade-instances must not be negative"},
+		{[]string{"-config", "x", "-grid-lease-lifetime", "50ms"}, "needs -grid-leases"},
+		{[]string{"-config", "x", "-grid-leases", "-grid-lease-lifetime", "-1s"}, "-grid-lease-lifetime must not be negative"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)

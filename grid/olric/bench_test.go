@@ -59,6 +59,11 @@ func BenchmarkCheck(b *testing.B) {
 			timings(c)
 			s.secure(b)(c)
 		}),
+		"leases": startCluster(b, 3, func(c *Config) {
+			timings(c)
+			c.Leases.Enabled = true
+		}),
+		"single": startCluster(b, 1, timings),
 	}
 	ctx := context.Background()
 	var locks, data [3]olricdb.DMap
@@ -77,15 +82,22 @@ func BenchmarkCheck(b *testing.B) {
 	}
 	req := consumeReq(&cfg, 1)
 	for _, keys := range []int{1, 10000} {
-		for _, security := range []string{"off", "on"} {
-			ms := clusters[security]
+		for _, cluster := range []string{"off", "on", "leases", "single"} {
+			ms := clusters[cluster]
+			security, exec := cluster, "executor"
+			switch cluster {
+			case "leases":
+				security, exec = "off", "executor-leases"
+			case "single":
+				security, exec = "off", "executor-1-member"
+			}
 			mechanisms := []struct {
 				name string
 				do   rmw
-			}{{"executor", func(ctx context.Context, caller int, key string, req wire.Request) (wire.Response, error) {
-				return ms[caller%3].Execute(ctx, key, req)
+			}{{exec, func(ctx context.Context, caller int, key string, req wire.Request) (wire.Response, error) {
+				return ms[caller%len(ms)].Execute(ctx, key, req)
 			}}}
-			if security == "off" {
+			if cluster == "off" {
 				mechanisms = append(mechanisms, struct {
 					name string
 					do   rmw
@@ -101,7 +113,7 @@ func BenchmarkCheck(b *testing.B) {
 				prefix := fmt.Sprintf("%s-%s-%d-", mech.name, security, keys)
 				names := keySet(prefix, keys)
 				admitted := make([]atomic.Int64, keys)
-				var local [3][]bool // local[m][k]: member m owns key k
+				var local [3][]bool // local[m][k]: member m owns key k (m < len(ms))
 				for i, m := range ms {
 					for _, k := range names {
 						local[i] = append(local[i], m.Owner(k) == m.Name())
@@ -115,6 +127,7 @@ func BenchmarkCheck(b *testing.B) {
 					start, cpu0 := time.Now(), cpuTime()
 					reads0, writes0 := ioCalls()
 					wait0 := runqueueWait()
+					leased0 := leasedChecks(ms)
 					for c := range benchCallers {
 						// Every caller does the same share of the checks.
 						n := b.N / benchCallers
@@ -128,7 +141,7 @@ func BenchmarkCheck(b *testing.B) {
 								resp, err := mech.do(ctx, c, names[k], req)
 								d := time.Since(t0)
 								lat[c] = append(lat[c], d)
-								if !local[c%3][k] {
+								if !local[c%len(ms)][k] {
 									remote[c] = append(remote[c], d)
 								}
 								if err != nil {
@@ -149,6 +162,7 @@ func BenchmarkCheck(b *testing.B) {
 					all, rem := slices.Concat(lat...), slices.Concat(remote...)
 					slices.Sort(all)
 					slices.Sort(rem)
+					leased := leasedChecks(ms) - leased0
 					var over int64
 					for k := range keys {
 						if admitted[k].Load() == 0 {
@@ -192,11 +206,28 @@ func BenchmarkCheck(b *testing.B) {
 					b.ReportMetric(us(rem, 0.5), "remote-p50-µs")
 					b.ReportMetric(us(rem, 0.99), "remote-p99-µs")
 					b.ReportMetric(100*float64(len(all)-len(rem))/float64(max(len(all), 1)), "local-%")
-					b.ReportMetric(float64(over), "over-admitted")
+					// Tokens leases took and have not handed out count
+					// against over: report them apart.
+					b.ReportMetric(float64(max(over, 0)), "over-admitted")
+					if cluster == "leases" {
+						b.ReportMetric(float64(-min(over, 0)), "lease-held")
+						b.ReportMetric(100*float64(leased)/float64(max(b.N, 1)), "leased-%")
+					}
 				})
 			}
 		}
 	}
+}
+
+// leasedChecks returns the checks ms decided on leases so far.
+func leasedChecks(ms []*Member) int64 {
+	var n int64
+	for _, m := range ms {
+		if m.leases != nil {
+			n += m.leases.local.Load()
+		}
+	}
+	return n
 }
 
 // lockedRMW is the lock-based alternative: Lock (in a DMap of its own, so

@@ -263,7 +263,7 @@ func (m *Member) serveConn(nc *newConn) {
 			received = m.mono()
 		}
 		id, kind, payload, err := parseFrame(buf)
-		if err != nil || (kind != kindExecute && kind != kindRemove && kind != kindMerge) {
+		if err != nil || (kind != kindExecute && kind != kindRemove && kind != kindMerge && kind != kindLease) {
 			return
 		}
 		budget, payload, err := parseUvarint(payload)
@@ -275,7 +275,12 @@ func (m *Member) serveConn(nc *newConn) {
 			return
 		}
 		var req wire.Request
-		if err = checkKey(key); err == nil && kind == kindExecute {
+		var want int64
+		var give giveBack
+		if err = checkKey(key); err == nil && kind == kindLease {
+			want, give, rest, err = parseLeaseParams(rest)
+		}
+		if err == nil && (kind == kindExecute || kind == kindLease) {
 			req, err = wire.DecodeRequest(rest)
 		}
 		switch {
@@ -285,6 +290,9 @@ func (m *Member) serveConn(nc *newConn) {
 			out = appendErrorFrame(out[:0], id, errExpired)
 		case kind == kindMerge:
 			o := m.execMerge(m.ctx, key, m.hash(key), rest)
+			out = o.appendFrame(out[:0], id)
+		case kind == kindLease:
+			o := m.execLease(m.ctx, key, m.hash(key), &req, want, give)
 			out = o.appendFrame(out[:0], id)
 		default:
 			o := m.execOwner(m.ctx, key, m.hash(key), &req, kind == kindRemove)
@@ -330,6 +338,12 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 	start := len(dst)
 	switch o.kind {
 	case kindOK:
+		if o.grant != nil {
+			dst = appendFrameHeader(dst, id, kindLeased)
+			dst = appendGrant(dst, o.grant)
+			dst = wire.AppendResponse(dst, &o.resp)
+			break
+		}
 		dst = appendFrameHeader(dst, id, kindOK)
 		if !o.removed {
 			dst = wire.AppendResponse(dst, &o.resp)
@@ -361,6 +375,8 @@ type reply struct {
 	hold int64         // kindHold: nanoseconds to wait
 	msg  string        // kindError: the owner's message
 	err  error         // the connection failed, or the answer did not decode
+	// grant is a kindLeased answer's lease (kind is then kindOK)
+	grant *grant
 }
 
 // decodeReply decodes an answer's payload; it keeps no reference to it.
@@ -375,6 +391,16 @@ func decodeReply(kind byte, payload []byte) reply {
 			return reply{err: err}
 		}
 		return reply{kind: kindOK, resp: resp, body: true}
+	case kindLeased:
+		g, rest, err := parseGrant(payload)
+		if err != nil {
+			return reply{err: err}
+		}
+		resp, err := wire.DecodeResponse(rest)
+		if err != nil {
+			return reply{err: err}
+		}
+		return reply{kind: kindOK, resp: resp, body: true, grant: g}
 	case kindNotOwner:
 		return reply{kind: kindNotOwner}
 	case kindNoQuorum:
@@ -479,8 +505,7 @@ func (m *Member) dial(ctx context.Context, name string) (net.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ChannelIOTimeout)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := m.cfg.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
@@ -656,7 +681,7 @@ func (m *Member) remote(ctx context.Context, name string, kind byte, key string,
 		if !r.body {
 			return outcome{kind: kindError, err: errFrame}
 		}
-		return outcome{kind: kindOK, resp: r.resp}
+		return outcome{kind: kindOK, resp: r.resp, grant: r.grant}
 	case kindNotOwner:
 		return outcome{kind: kindNotOwner}
 	case kindNoQuorum:

@@ -226,9 +226,17 @@ type Config struct {
 	ProbeInterval, ProbeTimeout time.Duration
 	SuspicionMult               int
 
+	// Leases configures token leases: off unless Leases.Enabled; see
+	// LeaseConfig and "Token leases" in the package documentation.
+	Leases LeaseConfig
+
 	// listen opens the owner channel's listener; nil means net.Listen.
 	// Tests inject failures through it.
 	listen func(network, addr string) (net.Listener, error)
+	// dial opens the TCP connection to another member's owner channel
+	// (requests, and Olric's traffic tunnelled through it); nil means a
+	// net.Dialer. The test bed routes it through a delaying proxy.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // DefaultLocalConfig returns a configuration for a member on the loopback
@@ -369,6 +377,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.listen == nil {
 		c.listen = net.Listen
 	}
+	if c.dial == nil {
+		var d net.Dialer
+		c.dial = d.DialContext
+	}
+	c.Leases = c.Leases.withDefaults()
 	return c, nil
 }
 

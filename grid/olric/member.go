@@ -85,7 +85,8 @@ type Member struct {
 	// handovers counts the partitions this member guarded after a routing
 	// read (acquired, or possibly changed across a gap or a split).
 	handovers atomic.Int64
-	journal   journal // buckets written while the cluster was split
+	journal   journal     // buckets written while the cluster was split
+	leases    *leaseTable // nil unless Config.Leases.Enabled
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -131,6 +132,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
 	}
 	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
+	if cfg.Leases.Enabled {
+		m.leases = newLeaseTable(cfg.Leases)
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.chanAddr, err = channelAddr(m.name); err != nil {
 		m.cancel()
@@ -383,7 +387,8 @@ type outcome struct {
 	removed bool
 	hold    int64 // nanoseconds, for kindHold
 	err     error
-	retry   bool // for kindError: the request may be retried elsewhere
+	retry   bool   // for kindError: the request may be retried elsewhere
+	grant   *grant // for kindOK of a lease request: the lease granted
 }
 
 // execOwner runs a request as the owner of key (hash h): under the key's
@@ -392,6 +397,12 @@ type outcome struct {
 // the key and holds (kindHold) during a hand-over, on a stale routing read
 // or while shutting down.
 func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool) outcome {
+	return m.execOwnerLease(ctx, key, h, req, remove, nil)
+}
+
+// execOwnerLease is execOwner with, for a lease request, lx run just
+// before Process under the key's lock (lease.go).
+func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, lx *leaseExec) outcome {
 	o, refused, ok := m.hold(ctx, h)
 	if !ok {
 		return refused
@@ -409,7 +420,11 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.
 	if !ok {
 		return failed
 	}
-	newStored, changed, resp := wire.Process(s.state, *req, m.cfg.Clock.Now())
+	now := m.cfg.Clock.Now()
+	if lx != nil {
+		lx.prepare(s.state, req, now, o.epoch)
+	}
+	newStored, changed, resp := wire.Process(s.state, *req, now)
 	if !changed {
 		if !s.cached && s.state != nil {
 			if f, failed := m.replicate(o.ctx, o.st, key, s.state, s.expiresAt, o.epoch); failed {
@@ -491,6 +506,11 @@ func checkKey(key string) error {
 func (m *Member) Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error) {
 	if err := checkKey(key); err != nil {
 		return wire.Response{}, err
+	}
+	if m.leases != nil {
+		if resp, ok, err := m.executeLeased(ctx, key, &req); ok {
+			return resp, err
+		}
 	}
 	o, err := m.do(ctx, key, &req, kindExecute, nil)
 	return o.resp, err

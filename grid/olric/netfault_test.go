@@ -74,6 +74,7 @@ func shrinks(t *testing.T, kids []*child) []int {
 // must form one cluster again by themselves, read one routing table, and
 // no bucket may end with more tokens than either side left it.
 func TestNetPartitionHeals(t *testing.T) {
+	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{})
 	const n = 60
 	if f := consume(t, c.kids[0], "split", n, 10); f > 0 {
@@ -136,12 +137,14 @@ func TestNetPartitionHeals(t *testing.T) {
 
 // TestNetCrashWindow kills the owner of a key (SIGKILL) again and again and
 // measures, from another host, how long the key stays unavailable (each
-// check attempt bounded by 100 ms), and how long a key of the measuring
-// host itself does (a bystander); the killed member is restarted between
-// rounds. The p99 of both must be under a second. A kill that took longer
+// check attempt bounded by 100 ms), and, every other kill, the longest
+// wait between successful checks of a key of the measuring host itself (a
+// bystander) from the kill until 1.6 s after the killed owner's key
+// answered; the killed member is restarted between rounds. The p99 of both must be under a second. A kill that took longer
 // without being held by a hand-over guard (detection slowed by load) is
 // measured again, at most four times; one held by the guard never is.
 func TestNetCrashWindow(t *testing.T) {
+	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{})
 	var windows, bystander []time.Duration
 	kills, again := 8, 0
@@ -157,11 +160,19 @@ func TestNetCrashWindow(t *testing.T) {
 		}
 		c.procs[victim].Kill()
 		c.procs[victim].Wait()
-		c.kids[0].send(t, "OUTAGE "+key+" "+own)
+		// Every other kill, a key of the measuring host is checked too.
+		cmd := "OUTAGE " + key
+		if r%2 == 0 {
+			cmd += " " + own
+		}
+		c.kids[0].send(t, cmd)
 		f := strings.Fields(c.kids[0].expect(t, "OUTAGE"))
 		ms, _ := strconv.Atoi(f[0])
-		bms, _ := strconv.Atoi(f[1])
-		held, _ := strconv.Atoi(f[2])
+		held, _ := strconv.Atoi(f[len(f)-1])
+		bms := -1
+		if len(f) == 3 {
+			bms, _ = strconv.Atoi(f[1])
+		}
 		w := time.Duration(ms) * time.Millisecond
 		c.start(t, victim)
 		c.kids[victim].expect(t, "UP")
@@ -173,12 +184,14 @@ func TestNetCrashWindow(t *testing.T) {
 			continue
 		}
 		windows = append(windows, w)
-		bystander = append(bystander, time.Duration(bms)*time.Millisecond)
+		if bms >= 0 {
+			bystander = append(bystander, time.Duration(bms)*time.Millisecond)
+		}
 	}
 	p99 := func(d []time.Duration) time.Duration { return d[(len(d)*99+99)/100-1] }
 	slices.Sort(windows)
 	slices.Sort(bystander)
-	t.Logf("a killed owner's key was unavailable for %v (sorted, %d kills), a key of the measuring host for %v", windows, len(windows), bystander)
+	t.Logf("a killed owner's key was unavailable for %v (sorted, %d kills), a key of the measuring host waited at most %v", windows, len(windows), bystander)
 	if w := p99(windows); w > time.Second {
 		t.Errorf("p99 of the window %v, want under 1 s", w)
 	}
@@ -193,6 +206,7 @@ func TestNetCrashWindow(t *testing.T) {
 // the owner) instead of admitting a second capacity, the majority goes on,
 // and after the heal every bucket holds what the majority left.
 func TestNetQuorum(t *testing.T) {
+	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{Quorum: true})
 	const n = 60
 	if f := consume(t, c.kids[0], "q", n, 10); f > 0 {
@@ -229,13 +243,15 @@ func TestNetQuorum(t *testing.T) {
 // a member and the partitions guarded as hand-overs: with no fault there
 // must be none of either (gossip's fast failure detection must not suspect
 // a member that is only starved, and a routing read that starvation
-// delayed must not guard what did not change).
+// delayed must not guard what did not change). It runs before the other
+// test-bed tests, which run two at a time (t.Parallel), and not beside
+// them: its busy loops would starve theirs.
 func TestNetNoFalseHandover(t *testing.T) {
 	c := startNetCluster(t, 3, netTimings{})
 	for range 2 {
 		c.bed.Start(c.bed.Hosts[0].Command("sh", "-c", "while :; do :; done"))
 	}
-	const seconds = 8
+	const seconds = 6
 	before := handovers(t, c.kids)
 	for _, k := range c.kids {
 		k.send(t, fmt.Sprintf("LOAD busy 100 %d", seconds))
@@ -271,6 +287,7 @@ func TestNetNoFalseHandover(t *testing.T) {
 // suspicion would take over 1 s to become a death). No routing read may
 // lose a member and no partition may be guarded: nothing changed.
 func TestNetStarvedMember(t *testing.T) {
+	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{Probe: 500 * time.Millisecond})
 	pause := 700 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -322,6 +339,53 @@ func TestNetStarvedMember(t *testing.T) {
 	c.stop(t)
 }
 
+// TestNetSlowLinks routes every member's traffic to the others (the owner
+// channel, and Olric's traffic through it) through proxies that delay each
+// direction by 5 ms, then 25 ms, then 50 ms, and times checks of a key
+// owned by another host: the p99 must stay within one round trip plus a
+// margin (25 ms; measured again with 100 ms where the first try misses,
+// as a loaded machine may), and no member may lose another or guard a
+// partition.
+func TestNetSlowLinks(t *testing.T) {
+	t.Parallel()
+	c := startNetCluster(t, 3, netTimings{Delay: 5 * time.Millisecond})
+	c.kids[1].send(t, "OWNKEY slow 1000")
+	key := c.kids[1].expect(t, "OWNKEY")
+	before := handovers(t, c.kids)
+	for _, d := range []time.Duration{5 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond} {
+		for _, p := range c.proxies {
+			p.SetDelay(d)
+		}
+		for _, margin := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond} {
+			n := int(2 * time.Second / (2*d + margin))
+			c.kids[0].send(t, fmt.Sprintf("LATENCY %s %d", key, n))
+			f := strings.Fields(c.kids[0].expect(t, "LATENCY"))
+			p50, _ := strconv.Atoi(f[0])
+			p99, _ := strconv.Atoi(f[1])
+			failed, _ := strconv.Atoi(f[2])
+			rtt := 2 * d
+			t.Logf("one-way delay %v: %d checks of a remote key, p50 %v, p99 %v, %d failed", d, n,
+				time.Duration(p50)*time.Microsecond, time.Duration(p99)*time.Microsecond, failed)
+			if failed > 0 {
+				t.Errorf("%d checks failed with a one-way delay of %v", failed, d)
+			}
+			if time.Duration(p99)*time.Microsecond <= rtt+margin {
+				break
+			}
+			if margin == 100*time.Millisecond {
+				t.Errorf("p99 %v with a round trip of %v, want under %v", time.Duration(p99)*time.Microsecond, rtt, rtt+margin)
+			}
+		}
+	}
+	lost, hand := shrinks(t, c.kids), handovers(t, c.kids)
+	for i := range hand {
+		if hand[i] -= before[i]; lost[i] != 0 || hand[i] != 0 {
+			t.Errorf("member %d lost a member %d times and guarded %d partitions on slow links", i, lost[i], hand[i])
+		}
+	}
+	c.stop(t)
+}
+
 // hammered is what a HAMMER command reports.
 type hammered struct {
 	admitted, failed int64
@@ -351,10 +415,11 @@ func hammerResult(t *testing.T, k *child) hammered {
 // lease ran out, so it holds until it has read the new routing. Nothing is
 // admitted beyond what the bucket allowed over the whole run.
 func TestNetPausedOwner(t *testing.T) {
+	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{Replicas: 2})
 	c.kids[1].send(t, "OWNKEY pause 1000")
 	key := c.kids[1].expect(t, "OWNKEY")
-	const seconds = 16
+	const seconds = 14
 	for _, i := range []int{0, 2} {
 		c.kids[i].send(t, fmt.Sprintf("HAMMER %s %d", key, seconds))
 	}
@@ -397,6 +462,7 @@ func TestNetPausedOwner(t *testing.T) {
 // 50 buckets dry: no bucket may lose what was consumed from it, and none
 // may admit more than its capacity.
 func TestNetRollingRestart(t *testing.T) {
+	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{Replicas: 2})
 	const n = 50
 	admitted := make([]int64, n)

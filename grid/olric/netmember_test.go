@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,8 +50,10 @@ import (
 //	TOKENS p n [ms]   the available tokens of p0 … p(n-1), each check bounded
 //	                  by ms (5000), -1 where it failed: "TOKENS t0 t1 …"
 //	OWNKEY p n        one of p0 … p(n-1) this member owns: "OWNKEY key"
-//	OUTAGE k0 k1 …    checks each key, each attempt bounded by 100 ms, until
-//	                  one succeeds, the keys at once: "OUTAGE ms0 ms1 … held",
+//	OUTAGE k0 k1 …    checks k0, each attempt bounded by 100 ms, until one
+//	                  succeeds, and the other keys at the same time until 1.6 s
+//	                  later: "OUTAGE ms0 ms1 … held", ms0 k0's wait, ms1 …
+//	                  the others' longest wait between successful checks,
 //	                  held the ms k0's failed attempts spent held by a
 //	                  hand-over guard
 //	LOAD p n s        4 goroutines check p0 … p(n-1) (TryConsume(1), each
@@ -64,6 +67,8 @@ import (
 //	SHRINKS           how many routing reads showed fewer members than the
 //	                  read before (hand-overs after a member was lost):
 //	                  "SHRINKS n"
+//	LATENCY key n     n checks of key, one after the other, each bounded by
+//	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	HANDOVERS         how many partitions this member guarded after a
 //	                  routing read: "HANDOVERS n"
 //	STOP              shuts the member down and exits
@@ -92,6 +97,9 @@ type netSpec struct {
 	LeaveTimeout          time.Duration
 	Quorum                bool
 	Probe                 time.Duration
+	// Via maps another member's owner-channel address to the address of
+	// the proxy this member reaches it through.
+	Via map[string]string
 }
 
 // netPort is the Olric port of every test-bed member: each host has its own
@@ -118,6 +126,15 @@ func netMemberMain() int {
 	c.RoutingRefresh, c.RoutingLease, c.HandoverGrace = s.Refresh, s.Lease, s.Grace
 	c.LeaveTimeout = s.LeaveTimeout
 	c.Quorum = s.Quorum
+	if len(s.Via) > 0 {
+		c.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if v, ok := s.Via[addr]; ok {
+				addr = v
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	}
 	if s.Probe > 0 {
 		c.ProbeInterval, c.ProbeTimeout = s.Probe, s.Probe/4
 	}
@@ -307,30 +324,64 @@ func netMemberMain() int {
 			}
 			fmt.Println("OWNKEY", key)
 		case "OUTAGE":
-			// Each key checked until one check succeeds, all at once.
+			// k0 checked until one check succeeds; the other keys checked
+			// meanwhile and 1.6 s longer (a hand-over guard that came later
+			// would hold them then), for their longest wait between
+			// successful checks.
 			out := make([]string, len(f)-1)
 			var held atomic.Int64
 			var wg sync.WaitGroup
+			done := make(chan struct{})
+			var end atomic.Int64
 			for i, key := range f[1:] {
 				wg.Go(func() {
 					start := time.Now()
+					last, worst := start, time.Duration(0)
 					for {
 						t0 := time.Now()
 						ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 						_, err := m.Execute(ctx, key, availableReq(&cfg))
 						cancel()
-						if err == nil {
-							break
+						if i == 0 && err == nil {
+							out[0] = strconv.FormatInt(time.Since(start).Milliseconds(), 10)
+							end.Store(time.Now().Add(1600 * time.Millisecond).UnixNano())
+							close(done)
+							return
 						}
-						if i == 0 && strings.Contains(err.Error(), "hand-over") {
+						if err == nil {
+							worst, last = max(worst, time.Since(last)), time.Now()
+						} else if i == 0 && strings.Contains(err.Error(), "hand-over") {
 							held.Add(int64(time.Since(t0)))
 						}
+						select {
+						case <-done:
+							if time.Now().UnixNano() > end.Load() {
+								out[i] = strconv.FormatInt(max(worst, time.Since(last)).Milliseconds(), 10)
+								return
+							}
+						default:
+						}
 					}
-					out[i] = strconv.FormatInt(time.Since(start).Milliseconds(), 10)
 				})
 			}
 			wg.Wait()
 			fmt.Println("OUTAGE", strings.Join(out, " "), time.Duration(held.Load()).Milliseconds())
+		case "LATENCY":
+			// n checks of key one after the other.
+			var took []time.Duration
+			failed := 0
+			for range arg(2) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				t0 := time.Now()
+				_, err := m.Execute(ctx, f[1], availableReq(&cfg))
+				took = append(took, time.Since(t0))
+				cancel()
+				if err != nil {
+					failed++
+				}
+			}
+			slices.Sort(took)
+			fmt.Println("LATENCY", took[len(took)/2].Microseconds(), took[(len(took)*99+99)/100-1].Microseconds(), failed)
 		case "HANDOVERS":
 			fmt.Println("HANDOVERS", m.handovers.Load())
 		case "STOP":
@@ -353,10 +404,11 @@ func init() { children[netMemberEnv] = netMemberMain }
 
 // netCluster is a cluster of members, one per host of a test bed.
 type netCluster struct {
-	bed   *netbed.Bed
-	kids  []*child
-	procs []*netbed.Proc
-	specs []netSpec
+	bed     *netbed.Bed
+	proxies []*netbed.Proxy
+	kids    []*child
+	procs   []*netbed.Proc
+	specs   []netSpec
 }
 
 // netTimings are a test-bed cluster's settings; zero fields keep
@@ -369,6 +421,11 @@ type netTimings struct {
 	// Probe is gossip's probe interval (ProbeInterval; ProbeTimeout a
 	// quarter of it), 0 for DefaultLANConfig's.
 	Probe time.Duration
+	// Delay, when not 0, routes every member's connections to the others'
+	// owner channels (requests, and Olric's traffic tunnelled through
+	// them) through a proxy on its own host that delays each direction by
+	// Delay (netCluster.proxies; UDP gossip is not slowed).
+	Delay time.Duration
 }
 
 // startNetCluster starts one member on each of n hosts of a new test bed,
@@ -398,12 +455,26 @@ func startNetCluster(t *testing.T, n int, tm netTimings) *netCluster {
 	for _, h := range bed.Hosts {
 		peers = append(peers, net.JoinHostPort(h.Addr, strconv.Itoa(netPort+2)))
 	}
+	via := make([]map[string]string, n)
+	if tm.Delay > 0 {
+		for _, h := range bed.Hosts {
+			via[h.Index] = map[string]string{}
+			for _, o := range bed.Hosts {
+				if o != h {
+					target := net.JoinHostPort(o.Addr, strconv.Itoa(netPort+1))
+					p := bed.Proxy(h, net.JoinHostPort(h.Addr, "0"), h, target, tm.Delay)
+					via[h.Index][target] = p.Addr()
+					c.proxies = append(c.proxies, p)
+				}
+			}
+		}
+	}
 	for _, h := range bed.Hosts {
 		cert, key, caFile := ca.hostFiles(t, h.Addr)
 		s := netSpec{
 			Addr: h.Addr, Peers: peers, Cert: cert, Key: key, CA: caFile,
 			Gossip: gossip, Password: password, Replicas: tm.Replicas, Env: tm.Env,
-			Refresh: tm.Refresh, Lease: tm.Lease, Grace: tm.Grace, LeaveTimeout: time.Second, Quorum: tm.Quorum, Probe: tm.Probe,
+			Refresh: tm.Refresh, Lease: tm.Lease, Grace: tm.Grace, LeaveTimeout: time.Second, Quorum: tm.Quorum, Probe: tm.Probe, Via: via[h.Index],
 		}
 		c.specs = append(c.specs, s)
 		c.start(t, h.Index)
@@ -542,6 +613,7 @@ func (ca *testCA) hostFiles(t testing.TB, addr string) (cert, key, caFile string
 // and has each consume from one bucket concurrently: exactly the capacity
 // is admitted across hosts.
 func TestNetCluster(t *testing.T) {
+	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{})
 	// 3 hosts × 4 goroutines × 500 = 6000 attempts on capacity 1000.
 	for _, k := range c.kids {

@@ -2,7 +2,6 @@ package olric
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -31,8 +30,6 @@ type routes struct {
 	// Olric's table: the previous owners that still hold data of p, then
 	// this member (see refresh, on gaps).
 	history []string
-	// memberSet lists the distinct owners, sorted.
-	memberSet string
 	// epoch[p] changes whenever this member (re)acquires partition p or p's
 	// backups change (so a read-only bucket is written again, see
 	// replicate); a
@@ -107,7 +104,6 @@ func (m *Member) refresh(ctx context.Context) error {
 		}
 	}
 	nr.members = len(distinct)
-	nr.memberSet = strings.Join(slices.Sorted(maps.Keys(distinct)), ",")
 	nr.quorum, nr.split = true, false
 	if m.members.ml != nil {
 		alive, known := m.members.count(m.name)
@@ -137,8 +133,8 @@ func (m *Member) refresh(ctx context.Context) error {
 	// than that; one that wrote to p keeps data of it, so Olric keeps it
 	// in p's owner list until that data moved back here and a later
 	// routing update pruned it, and one that only read changed nothing.
-	// So a gap guards the partitions whose owner list, backups or set of
-	// members changed across it, and a gap longer than 2*HandoverGrace
+	// So a gap guards the partitions whose owner list or backups changed
+	// across it, and a gap longer than 2*HandoverGrace
 	// (room for those further updates) guards everything. Starvation of
 	// this process alone (a scheduler that did not run the refresher)
 	// changes none of them.
@@ -154,7 +150,7 @@ func (m *Member) refresh(ctx context.Context) error {
 			continue
 		}
 		changed := prev != nil && (prev.owners[p] != m.name || transition || far ||
-			gapped && (nr.history[p] != prev.history[p] || nr.backups[p] != prev.backups[p] || nr.memberSet != prev.memberSet))
+			gapped && (nr.history[p] != prev.history[p] || nr.backups[p] != prev.backups[p]))
 		switch {
 		case prev == nil && onlySelf:
 			// A new cluster: nobody else can hold a lease.
@@ -164,7 +160,10 @@ func (m *Member) refresh(ctx context.Context) error {
 			nr.epoch[p] = m.epochs.Add(1)
 			if prev != nil {
 				m.handovers.Add(1)
-				if !gapped && !transition {
+				// Across a gap, the owner of the previous read handed p
+				// over only if no other owner holds data of p: one that
+				// only read in between changed nothing.
+				if !transition && (!gapped || nr.history[p] == m.name) {
 					nr.from[p] = prev.owners[p]
 				}
 			}

@@ -34,7 +34,14 @@ import (
 // (uvarint budget, uvarint key length, key, uvarint TTL nanoseconds, a
 // bucket state), a bucket written on another side of a split that the
 // owner merges (kindOK, empty); an owner without a quorum answers
-// kindNoQuorum.
+// kindNoQuorum. A caller with leases on (LeaseConfig) may send kindLease
+// (uvarint budget, uvarint key length, key, uvarint tokens wanted, the
+// give-back of its previous lease: uvarint unused tokens, uvarint epoch,
+// uvarint grant time, uvarint configuration fingerprint; then core request
+// bytes), which the owner answers like kindExecute or with kindLeased
+// (uvarint tokens granted, uvarint grant time, uvarint epoch, uvarint
+// fingerprint, uvarint state length, the bucket state before the grant,
+// then core response bytes).
 const (
 	kindExecute byte = iota + 1
 	kindRemove
@@ -44,6 +51,8 @@ const (
 	kindError
 	kindMerge
 	kindNoQuorum
+	kindLease
+	kindLeased
 )
 
 // channelVersion is the owner channel's wire version; version 1 had no

@@ -26,7 +26,8 @@ var quotaSeries = []struct{ name, help, label string }{
 	{"assignments_total", "Bucket actions sent, by action (token_bucket, allow_all, deny_all, abandon).", "action"},
 	{"abandons_total", "Abandons decided, by reason (idle: no request for a minute; unreported: the Envoy stopped reporting the bucket).", "reason"},
 	{"expired_total", "Assignments of closed streams that ran to their expiry.", ""},
-	{"refused_buckets_total", "New bucket ids answered DENY_ALL without being tracked, by reason (stream_limit).", "reason"},
+	{"refused_buckets_total", "New bucket ids answered DENY_ALL without being tracked, by reason (stream_limit, server_limit, too_large).", "reason"},
+	{"tracked_bytes", "What the tracked bucket ids cost against the server's memory budget.", ""},
 	{"tokens_paid_total", "Tokens consumed from grid buckets to pay for assignments.", ""},
 	{"tokens_returned_total", "Tokens given back to grid buckets.", ""},
 	{"debt_tokens", "Tokens the grid buckets are owed now (closed streams' supply not yet covered).", ""},
@@ -78,6 +79,9 @@ func (c *quotaCollector) Collect(ch chan<- prometheus.Metric) {
 	emit("abandons_total", counter, s.AbandonedUnreported, "unreported")
 	emit("expired_total", counter, s.Expired)
 	emit("refused_buckets_total", counter, s.Refused.StreamLimit, "stream_limit")
+	emit("refused_buckets_total", counter, s.Refused.ServerLimit, "server_limit")
+	emit("refused_buckets_total", counter, s.Refused.TooLarge, "too_large")
+	emit("tracked_bytes", gauge, s.TrackedBytes)
 	emit("tokens_paid_total", counter, s.TokensPaid)
 	emit("tokens_returned_total", counter, s.TokensReturned)
 	emit("debt_tokens", gauge, s.Debt)

@@ -19,7 +19,8 @@
 //
 // Every Period (5 s, Envoy's report interval) the server divides the rule's
 // rate among the Envoys reporting the bucket by their demand (allowed plus
-// denied requests per second, from their reports, with a fifth of headroom;
+// denied requests per second, from their reports, with a fifth of headroom,
+// never more than the whole rate, since a demand is a client's claim;
 // an Envoy not yet measured asks for what the measured ones ask on average,
 // at least an even share, and every Envoy gets at least a token while the
 // rate lasts), and sends each a token bucket of

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +33,7 @@ type fleet struct {
 	srv    *Server
 	conn   *grpc.ClientConn
 	envoys []*envoy
+	raws   []*rawStream
 	cfg    *policy.Rules
 	start  int64
 	ticks  int64 // periods run
@@ -114,6 +117,10 @@ func (f *fleet) settle() {
 				f.t.Fatalf("an Envoy received %d requests_per_time_unit assignments", n)
 			}
 		}
+		for _, r := range f.raws {
+			sent += r.sent.Load()
+			received += r.received.Load()
+		}
 		c := &f.srv.counts // Stats would take the server's lock
 		reports, queued, sent2, dropped := c.reports.Load(), c.queued.Load(), c.sent.Load(), c.dropped.Load()
 		if dropped > 0 {
@@ -140,3 +147,60 @@ func (f *fleet) settle() {
 func (f *fleet) elapsed() time.Duration { return time.Duration(f.clk.Now() - f.start) }
 
 func (f *fleet) String() string { return fmt.Sprintf("fleet at %v", f.elapsed()) }
+
+// rawStream is a client of the server that is not Envoy: it sends what
+// the test builds and keeps every response.
+type rawStream struct {
+	t              testing.TB
+	st             grpc.BidiStreamingClient[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]
+	sent, received atomic.Int64
+	mu             sync.Mutex
+	got            []*rlqspb.RateLimitQuotaResponse
+}
+
+// raw opens a rawStream on the fleet's server.
+func (f *fleet) raw() *rawStream {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	f.t.Cleanup(cancel)
+	st, err := rlqspb.NewRateLimitQuotaServiceClient(f.conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	r := &rawStream{t: f.t, st: st}
+	f.raws = append(f.raws, r)
+	go func() {
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			r.got = append(r.got, resp)
+			r.mu.Unlock()
+			r.received.Add(1)
+		}
+	}()
+	return r
+}
+
+// send sends one report.
+func (r *rawStream) send(rep *rlqspb.RateLimitQuotaUsageReports) {
+	r.t.Helper()
+	if err := r.st.Send(rep); err != nil {
+		r.t.Fatal(err)
+	}
+	r.sent.Add(1)
+}
+
+// actions returns every bucket action received so far, and forgets them.
+func (r *rawStream) actions() []*rlqspb.RateLimitQuotaResponse_BucketAction {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*rlqspb.RateLimitQuotaResponse_BucketAction
+	for _, resp := range r.got {
+		out = append(out, resp.GetBucketAction()...)
+	}
+	r.got = nil
+	return out
+}

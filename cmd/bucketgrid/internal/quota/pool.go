@@ -34,7 +34,7 @@ type sub struct {
 	pool *pool
 
 	// demand: requests (allowed and denied) per second, from reports
-	pending    uint64
+	pending    uint64  // saturating
 	lastReport int64   // of the last demand sample
 	lastSeen   int64   // of the last report
 	rate       float64 // < 0 until measured
@@ -48,6 +48,11 @@ type sub struct {
 	sent  int64 // when the assignment was last sent
 	ghost bool  // the stream closed; the assignment runs until it expires
 	fresh bool  // the Envoy (re)created its bucket: the next assignment is new
+	// freshAt is when a re-creation was last answered; seq the stream's
+	// report that last answered it
+	freshAt int64
+	seq     uint64
+	cost    int64 // subCost, counted in Server.tracked
 }
 
 // observe counts n requests reported at now. A report less than half a
@@ -58,7 +63,7 @@ func (sb *sub) observe(n uint64, now, period int64) {
 	if n > 0 {
 		sb.lastActive = now
 	}
-	sb.pending += n
+	sb.pending = satAdd(sb.pending, n)
 	dt := now - sb.lastReport
 	if dt < period/2 {
 		return
@@ -291,9 +296,12 @@ func (s *Server) plan(p *pool, only []*sub, now, next int64, scale float64) (cha
 	// bucket a fraction of its part until its first periodic report
 	unmeasured := fair
 	var measured, count int64
+	// and no Envoy asks for more than the whole capacity: a demand is a
+	// client's claim, and one of 2^64 requests must not take the others'
+	// parts
 	for _, sb := range active {
 		if sb.rate >= 0 {
-			measured += sb.want(s.period, 0)
+			measured += min(sb.want(s.period, 0), p.b.perPeriod)
 			count++
 		}
 	}
@@ -302,7 +310,7 @@ func (s *Server) plan(p *pool, only []*sub, now, next int64, scale float64) (cha
 	}
 	wants := make([]int64, len(active))
 	for i, sb := range active {
-		wants[i] = sb.want(s.period, unmeasured)
+		wants[i] = min(sb.want(s.period, unmeasured), p.b.perPeriod)
 	}
 	targets := divide(capacity, wants)
 	keepClose(active, targets, capacity)
@@ -413,6 +421,7 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 			if sb.sent+s.ttl+s.delivery <= now {
 				delete(p.members, sb) // expired on its Envoy: nothing left to pay
 				s.ghosts--
+				s.tracked -= sb.cost
 				s.counts.expired.Add(1)
 			}
 			continue
@@ -429,6 +438,7 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 			}
 			delete(p.members, sb)
 			delete(sb.st.subs, sb.key)
+			s.tracked -= sb.cost
 			sb.pool = nil
 			out = append(out, sendable{sb.st, abandonAction(sb.id)})
 			continue

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math"
 	"sync"
 	"time"
 
@@ -51,6 +53,14 @@ type Options struct {
 	// come from request values); beyond it new ones are answered DENY_ALL
 	// and not tracked. Default 10,000.
 	MaxBuckets int
+	// MaxTrackedBytes bounds the memory all streams' buckets hold
+	// together, counting 2 bytes per byte of a bucket id's keys and
+	// values plus 2.5 KiB (TestTrackedBytesBound checks the heap stays
+	// within it); beyond it new bucket ids are answered DENY_ALL and not
+	// tracked. Default 1 GiB: about 400,000 buckets of short ids. Bucket
+	// ids beyond the RLS's bounds (more than 32 entries, more than 4096
+	// bytes) are never tracked.
+	MaxTrackedBytes int64
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -68,6 +78,7 @@ type Server struct {
 	pools   map[string]*pool
 	next    int64 // when the next period starts
 	ghosts  int   // subs of closed streams still paid for
+	tracked int64 // subCost of every sub held, ghosts included
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -108,6 +119,9 @@ func New(o Options) (*Server, error) {
 	if o.MaxBuckets == 0 {
 		o.MaxBuckets = 10_000
 	}
+	if o.MaxTrackedBytes == 0 {
+		o.MaxTrackedBytes = 1 << 30
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -116,7 +130,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("%w: Period %v: want whole seconds (Envoy reads only those)", ErrOptions, o.Period)
 	case o.TTL%time.Second != 0 || o.TTL < o.Period+time.Second:
 		return nil, fmt.Errorf("%w: TTL %v: want whole seconds, at least Period + 1s", ErrOptions, o.TTL)
-	case o.Delivery < 0 || o.Delivery >= o.Period || o.Burst <= 0 || o.IdleAfter <= 0 || o.Timeout <= 0 || o.MaxBuckets < 0:
+	case o.Delivery < 0 || o.Delivery >= o.Period || o.Burst <= 0 || o.IdleAfter <= 0 || o.Timeout <= 0 || o.MaxBuckets < 0 || o.MaxTrackedBytes < 0:
 		return nil, fmt.Errorf("%w: Delivery below Period, Burst, IdleAfter, Timeout and MaxBuckets positive", ErrOptions)
 	}
 	return &Server{opts: o, period: int64(o.Period), ttl: int64(o.TTL), delivery: int64(o.Delivery),
@@ -155,6 +169,7 @@ type stream struct {
 	domain string
 	subs   map[string]*sub // by canonical bucket id
 	closed bool
+	seq    uint64 // reports handled
 }
 
 // StreamRateLimitQuotas implements the RLQS API: every report's new bucket
@@ -235,6 +250,8 @@ func (s *Server) close(st *stream) {
 			continue
 		}
 		delete(sb.pool.members, sb)
+		delete(st.subs, sb.key) // a ghost holds the stream, so free the rest now
+		s.tracked -= sb.cost
 	}
 }
 
@@ -256,6 +273,7 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 		st.domain = r.GetDomain()
 	}
 	next := s.next
+	st.seq++
 	for _, u := range r.GetBucketQuotaUsages() {
 		id := u.GetBucketId()
 		if len(id.GetBucket()) == 0 {
@@ -264,33 +282,51 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 		key := canonical(id)
 		sb := st.subs[key]
 		if sb != nil {
-			sb.observe(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), now, s.period)
-			if u.GetTimeElapsed().GetSeconds() > 0 {
+			sb.observe(satAdd(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()), now, s.period)
+			if u.GetTimeElapsed().GetSeconds() > 0 || sb.seq == st.seq || (sb.freshAt != 0 && now-sb.freshAt < s.period) {
+				// a periodic report; or the id again in one report, or a
+				// second re-creation within a period: a client's, not
+				// Envoy's (each new assignment costs its max_tokens)
 				continue
 			}
 			// under a second since the Envoy last reported it: the
 			// immediate report of a bucket it (re)created, perhaps after
 			// an abandon that crossed a report; answer it now, as new
-			sb.fresh = true
+			sb.fresh, sb.freshAt, sb.seq = true, now, st.seq
 			if sb.pool != nil {
 				byPool[sb.pool] = append(byPool[sb.pool], sb)
 			} else {
-				acts = append(acts, blanketAction(id, sb.b.kind == allowAll, s.opts.TTL))
+				acts = append(acts, blanketAction(sb.id, sb.b.kind == allowAll, s.opts.TTL))
 			}
 			continue
 		}
-		if len(st.subs) >= s.opts.MaxBuckets {
-			s.counts.refusedStream.Add(1)
-			acts = append(acts, blanketAction(id, false, s.opts.TTL))
+		refused := &s.counts.refusedStream
+		cost := subCost(key)
+		switch {
+		case len(id.GetBucket()) > policy.MaxEntries || len(key) > policy.MaxDescriptorBytes+2*policy.MaxEntries:
+			refused = &s.counts.refusedSize
+		case len(st.subs) >= s.opts.MaxBuckets:
+		case s.tracked+cost > s.opts.MaxTrackedBytes:
+			refused = &s.counts.refusedServer
+		default:
+			refused = nil
+		}
+		if refused != nil {
+			// DENY_ALL, not tracked: Envoy reports the bucket again and
+			// gets the same answer, until there is room
+			refused.Add(1)
+			acts = append(acts, blanketAction(bareID(id), false, s.opts.TTL))
 			continue
 		}
-		sb = &sub{st: st, id: id, key: key, rate: -1, lastReport: now, lastSeen: now, lastActive: now}
+		sb = &sub{st: st, id: bareID(id), key: key, rate: -1, lastReport: now, lastSeen: now, lastActive: now,
+			seq: st.seq, cost: cost}
+		s.tracked += cost
 		st.subs[key] = sb
 		s.bindSub(sb, cfg)
 		if sb.pool != nil {
 			byPool[sb.pool] = append(byPool[sb.pool], sb)
 		} else {
-			acts = append(acts, blanketAction(id, sb.b.kind == allowAll, s.opts.TTL))
+			acts = append(acts, blanketAction(sb.id, sb.b.kind == allowAll, s.opts.TTL))
 		}
 	}
 	s.mu.Unlock()
@@ -300,6 +336,30 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 		}
 	}
 	s.push(st, acts)
+}
+
+// bareID is a copy of id holding its entries only: a client's unknown
+// fields are neither kept nor echoed in every answer.
+func bareID(id *rlqspb.BucketId) *rlqspb.BucketId {
+	return &rlqspb.BucketId{Bucket: maps.Clone(id.GetBucket())}
+}
+
+// subOverhead is what a tracked bucket holds beyond its id's bytes (the
+// sub, its id's map, the entries of the stream's and the pool's maps, and
+// for an id of its own grid bucket the pool and the memory grid's bucket),
+// rounded up from TestTrackedBytesBound's measurement (1.9 KB).
+const subOverhead = 2560
+
+// subCost is what tracking the bucket of canonical key costs: its key, the
+// copy of its entries, and the overhead.
+func subCost(key string) int64 { return 2*int64(len(key)) + subOverhead }
+
+// satAdd is a + b, saturating: a client's counts may be anything.
+func satAdd(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
 }
 
 // bindSub binds sb under cfg and joins it to its pool; s.mu must be held.

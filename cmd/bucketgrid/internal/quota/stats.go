@@ -25,11 +25,13 @@ type Stats struct {
 	// Reports is the usage reports handled (their immediate answers
 	// queued); Usages the bucket usages they held.
 	Reports, Usages int64
-	// Buckets is the bucket ids the open streams subscribed, tracked now;
+	// Buckets is the bucket ids the open streams subscribed, tracked now
+	// (TrackedBytes their cost against MaxTrackedBytes, ghosts included);
 	// GridBuckets the grid buckets their Envoys share; Ghosts the token
 	// buckets of closed streams still paid for until they expire on their
 	// Envoy.
 	Buckets, GridBuckets, Ghosts int
+	TrackedBytes                 int64
 	// Refused counts new bucket ids answered DENY_ALL without being
 	// tracked, by reason.
 	Refused Refusals
@@ -64,13 +66,19 @@ type Actions struct {
 type Refusals struct {
 	// StreamLimit: the stream already tracks MaxBuckets.
 	StreamLimit int64
+	// ServerLimit: all streams' buckets hold MaxTrackedBytes already.
+	ServerLimit int64
+	// TooLarge: the id is beyond the RLS's bounds (more than 32 entries,
+	// more than 4096 bytes of keys and values).
+	TooLarge int64
 }
 
 // counters are the running totals behind Stats.
 type counters struct {
 	streamsOpened, streamErrors         atomic.Int64
 	reports, usages                     atomic.Int64
-	refusedStream                       atomic.Int64
+	refusedStream, refusedServer        atomic.Int64
+	refusedSize                         atomic.Int64
 	queued, sent, dropped               atomic.Int64
 	tokenBucket, allowAll, denyAll      atomic.Int64
 	abandon                             atomic.Int64
@@ -119,8 +127,9 @@ func (s *Server) Stats() Stats {
 	st := Stats{
 		StreamsOpened: c.streamsOpened.Load(), StreamErrors: c.streamErrors.Load(),
 		Reports: c.reports.Load(), Usages: c.usages.Load(),
-		Refused: Refusals{StreamLimit: c.refusedStream.Load()},
-		Queued:  c.queued.Load(), Sent: c.sent.Load(), Dropped: c.dropped.Load(),
+		Refused: Refusals{StreamLimit: c.refusedStream.Load(), ServerLimit: c.refusedServer.Load(),
+			TooLarge: c.refusedSize.Load()},
+		Queued: c.queued.Load(), Sent: c.sent.Load(), Dropped: c.dropped.Load(),
 		Actions: Actions{TokenBucket: c.tokenBucket.Load(), AllowAll: c.allowAll.Load(),
 			DenyAll: c.denyAll.Load(), Abandon: c.abandon.Load()},
 		AbandonedIdle: c.abandonedIdle.Load(), AbandonedUnreported: c.abandonedUnreported.Load(),
@@ -129,7 +138,7 @@ func (s *Server) Stats() Stats {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st.Streams, st.GridBuckets, st.Ghosts = len(s.streams), len(s.pools), s.ghosts
+	st.Streams, st.GridBuckets, st.Ghosts, st.TrackedBytes = len(s.streams), len(s.pools), s.ghosts, s.tracked
 	for str := range s.streams {
 		st.Buckets += len(str.subs)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
@@ -42,7 +44,8 @@ func TestStats(t *testing.T) {
 	st := f.srv.Stats()
 	tb, _ := e.assignment(tenant)
 	want := Stats{StreamsOpened: 1, Streams: 1, Reports: 2, Usages: 2, Buckets: 2, GridBuckets: 1,
-		Queued: 2, Sent: 2, Actions: Actions{TokenBucket: 1, AllowAll: 1}}
+		Queued: 2, Sent: 2, Actions: Actions{TokenBucket: 1, AllowAll: 1},
+		TrackedBytes: subCost(canonical(&rlqspb.BucketId{Bucket: tenant})) + subCost(canonical(&rlqspb.BucketId{Bucket: free}))}
 	got := st
 	got.TokensPaid, got.TokensReturned = 0, 0
 	if got != want {
@@ -78,9 +81,9 @@ func TestStats(t *testing.T) {
 		f.step(envoyReportInterval)
 	}
 	st = f.srv.Stats()
-	if st.AbandonedIdle != 3 || st.Actions.Abandon != 3 || st.Buckets != 0 || st.AbandonedUnreported != 0 {
-		t.Fatalf("after 40 s idle: abandoned %d idle, %d unreported, %d abandons sent, %d buckets tracked; want 3, 0, 3, 0",
-			st.AbandonedIdle, st.AbandonedUnreported, st.Actions.Abandon, st.Buckets)
+	if st.AbandonedIdle != 3 || st.Actions.Abandon != 3 || st.Buckets != 0 || st.AbandonedUnreported != 0 || st.TrackedBytes != 0 {
+		t.Fatalf("after 40 s idle: abandoned %d idle, %d unreported, %d abandons sent, %d buckets tracked (%d bytes); want 3, 0, 3, 0 (0)",
+			st.AbandonedIdle, st.AbandonedUnreported, st.Actions.Abandon, st.Buckets, st.TrackedBytes)
 	}
 	if st.Dropped != 0 || st.GridErrors != 0 {
 		t.Fatalf("dropped %d, grid errors %d, want none", st.Dropped, st.GridErrors)

@@ -33,6 +33,7 @@ func (s *Server) tick(ctx context.Context) {
 			}
 			if now-sb.lastActive >= int64(s.opts.IdleAfter) {
 				delete(st.subs, sb.key)
+				s.tracked -= sb.cost
 				s.counts.abandonedIdle.Add(1)
 				acts[st] = append(acts[st], abandonAction(sb.id))
 				continue

@@ -1,0 +1,537 @@
+package olric
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+)
+
+// LeaseConfig configures token leases (see "Token leases" in the package
+// documentation). The zero value is leases off.
+type LeaseConfig struct {
+	// Enabled lets a member that consumes from a key often take a lease of
+	// the key's tokens from its owner and decide consumptions locally. Off
+	// by default: with leases, a greedy bucket may admit up to its refill
+	// rate × Lifetime more in an interval than the exact bucket would, and
+	// the remaining tokens and waits a leased decision reports are those of
+	// the bucket as it was at the grant, less the lease's own consumption.
+	// Every member of a cluster must run a build that knows leases before
+	// any enables them (an older owner closes the connection on a lease
+	// request; the caller then sends the request again as a plain one).
+	Enabled bool
+	// Lifetime is the longest a lease is used, counted from when the
+	// member sent the request that obtained it; a lease of a bucket with an
+	// intervally refilled bandwidth also ends before that bandwidth's next
+	// refill by the owner's clock. Default 100ms.
+	Lifetime time.Duration
+	// MinDemand is how many tokens a member must have consumed from a key
+	// within its last one to two Lifetimes before it asks for a lease;
+	// below it every check goes to the owner, as without leases. Default 8.
+	MinDemand int64
+	// MaxKeys bounds the keys a member tracks for leasing (their demand and
+	// lease); an arbitrary one is forgotten (its lease dropped, never
+	// given back) to make room. Default 65536.
+	MaxKeys int
+}
+
+func (c LeaseConfig) withDefaults() LeaseConfig {
+	if c.Lifetime <= 0 {
+		c.Lifetime = 100 * time.Millisecond
+	}
+	if c.MinDemand <= 0 {
+		c.MinDemand = 8
+	}
+	if c.MaxKeys <= 0 {
+		c.MaxKeys = 65536
+	}
+	return c
+}
+
+// lease is tokens a member took from a key's owner, and the owner's bucket
+// as it was just before they were taken. Decisions on a lease run core on
+// view at the owner's time as the holder estimates it (never earlier than
+// the owner's clock reads) and may take at most budget tokens; their
+// results are those the owner would have given had the lease's checks all
+// come at the instant of the grant.
+type lease struct {
+	view    core.State
+	budget  int64  // tokens still to hand out
+	sent    int64  // holder's m.mono when the request that obtained it was sent
+	expires int64  // holder's m.mono from which it is not used
+	at      int64  // owner's clock when it granted the lease
+	owner   string // who granted it, under epoch
+	epoch   uint64
+	fp      uint64 // fingerprint of the configuration it was granted under
+}
+
+// valid reports whether l may still decide at holder time now.
+func (l *lease) valid(now int64) bool { return l.budget > 0 && now < l.expires }
+
+// leaseable reports whether req may be decided on a lease of view (nil:
+// on some lease): it consumes, every operation is a consumption, an
+// estimate, a read of the available tokens or a replacement of the
+// configuration by an equal one that changes nothing, and it asks for no
+// diagnostics or newer configuration. Everything else goes to the owner.
+func leaseable(req *wire.Request, view *core.State) bool {
+	if req.Verbose || len(req.Ops) > wire.MaxOps-2 || (view != nil && req.ConfigVersion > view.ConfigVersion) {
+		return false
+	}
+	consumes := false
+	for i := range req.Ops {
+		op := &req.Ops[i]
+		switch op.Kind {
+		case wire.OpTryConsume, wire.OpTryConsumeAndReturnRemaining, wire.OpTryConsumeAsMuchAsPossible:
+			if op.Tokens <= 0 {
+				return false
+			}
+			consumes = true
+		case wire.OpEstimate, wire.OpAvailableTokens:
+		case wire.OpReplaceConfiguration:
+			if view != nil && !replacesNothing(op, view) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return consumes
+}
+
+// replacesNothing reports whether a replacement leaves view as it is (see
+// wire.OpReplaceConfiguration).
+func replacesNothing(op *wire.Op, view *core.State) bool {
+	if op.Config == nil || op.Inheritance == core.InheritReset || !view.Config.Equal(op.Config) {
+		return false
+	}
+	for i := range view.Bands {
+		if view.Bands[i].Size > view.Config.Bandwidths[i].Capacity {
+			return false
+		}
+	}
+	return true
+}
+
+// decide runs req on l at holder time now (m.mono). It answers only when
+// every consumption of req succeeded in full within l's budget; otherwise
+// it changes nothing and the request goes to the owner, whose answer is
+// exact (refusals are never decided on a lease). consumed is what it took.
+func (l *lease) decide(req *wire.Request, now int64) (resp wire.Response, consumed int64, ok bool) {
+	if !l.valid(now) || !leaseable(req, &l.view) {
+		return wire.Response{}, 0, false
+	}
+	t := l.at + (now - l.sent)
+	var saved [4]core.BandState
+	keep := append(saved[:0], l.view.Bands...)
+	l.view.Refill(t)
+	before := l.view.Bands[0].Size
+	results := make([]wire.Result, len(req.Ops))
+	for i := range req.Ops {
+		op := &req.Ops[i]
+		if op.Kind == wire.OpReplaceConfiguration {
+			results[i] = wire.Result{OK: true} // an equal configuration: a refill, done
+			continue
+		}
+		results[i], _ = wire.Apply(&l.view, op, t)
+		full := results[i].OK
+		if op.Kind == wire.OpTryConsumeAsMuchAsPossible {
+			full = results[i].Tokens == op.Tokens
+		}
+		if !full && op.Kind != wire.OpEstimate && op.Kind != wire.OpAvailableTokens {
+			copy(l.view.Bands, keep)
+			return wire.Response{}, 0, false
+		}
+	}
+	consumed = before - l.view.Bands[0].Size
+	if consumed <= 0 || consumed > l.budget {
+		copy(l.view.Bands, keep)
+		return wire.Response{}, 0, false
+	}
+	l.budget -= consumed
+	return wire.Response{Status: wire.StatusOK, Results: results}, consumed, true
+}
+
+// windowEnd returns how long after owner time at (b refilled at at) the
+// first refill of an intervally refilled bandwidth of b comes; MaxInt64
+// when b has none.
+func windowEnd(b *core.State, at int64) int64 {
+	end := int64(math.MaxInt64)
+	for i := range b.Bands {
+		bw := &b.Config.Bandwidths[i]
+		if bw.Style == core.RefillGreedy {
+			continue
+		}
+		next := b.Bands[i].LastRefill + int64(bw.RefillPeriod)
+		end = min(end, max(next-at, 0))
+	}
+	return end
+}
+
+// fingerprint identifies a bucket's configuration and its version: a
+// give-back is applied only to the configuration its lease was taken
+// from.
+func fingerprint(b *core.State) uint64 {
+	var buf [256]byte
+	p := wire.AppendConfig(buf[:0], &b.Config)
+	p = binary.AppendUvarint(p, uint64(b.ConfigVersion))
+	return xxhash.Sum64(p)
+}
+
+// refillBound returns an upper bound of the tokens bandwidth bw (state s,
+// refilled at now) can have gained by refill after since: greedy refill
+// adds at most ⌈refillTokens×(now−since)/period⌉ + 1 (the +1 for the
+// fraction carried from before since), intervally refill refillTokens at
+// each period boundary after since, the last of which is s.LastRefill.
+func refillBound(bw *core.Bandwidth, s *core.BandState, since, now int64) int64 {
+	period := uint64(bw.RefillPeriod)
+	if bw.Style == core.RefillGreedy {
+		if now <= since {
+			return 0
+		}
+		hi, lo := bits.Mul64(uint64(bw.RefillTokens), uint64(now)-uint64(since))
+		if hi >= period {
+			return math.MaxInt64
+		}
+		q, r := bits.Div64(hi, lo, period)
+		if r != 0 {
+			q++
+		}
+		if q >= math.MaxInt64-1 {
+			return math.MaxInt64
+		}
+		return int64(q) + 1
+	}
+	if s.LastRefill <= since {
+		return 0
+	}
+	k := (uint64(s.LastRefill)-uint64(since)-1)/period + 1
+	hi, lo := bits.Mul64(k, uint64(bw.RefillTokens))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}
+
+// giveBackCap returns how many of unused tokens, left of a lease granted
+// at owner time since, go back into b (refilled at now) without the bucket
+// ever holding more than it would have, had the lease taken only what it
+// used: unused minus what refill may have added since the grant, the
+// smallest over the bandwidths, at least 0. The package documentation
+// ("Token leases") has the proof.
+func giveBackCap(b *core.State, unused, since, now int64) int64 {
+	a := unused
+	for i := range b.Bands {
+		a = min(a, max(0, unused-refillBound(&b.Config.Bandwidths[i], &b.Bands[i], since, now)))
+	}
+	return a
+}
+
+// giveBack is what a holder returns of a lease with its next lease request.
+type giveBack struct {
+	unused int64
+	epoch  uint64
+	at     int64
+	fp     uint64
+}
+
+// leaseExec is the owner's part of a lease request, which execOwner runs
+// under the key's lock just before Process (prepare) with the owner's time.
+type leaseExec struct {
+	give  giveBack
+	now   int64  // the owner's clock at execution
+	epoch uint64 // the partition's epoch at execution
+}
+
+// leaseRequest builds the request an owner runs for a lease: the give-back
+// (an OpAddTokens prepare sizes, or a read), the caller's operations, then
+// the grant (as many tokens as possible up to want), verbose so that the
+// answer carries the bucket.
+func leaseRequest(req *wire.Request, want int64) wire.Request {
+	g := *req
+	g.Ops = make([]wire.Op, 0, len(req.Ops)+2)
+	g.Ops = append(g.Ops, wire.Op{Kind: wire.OpAvailableTokens})
+	g.Ops = append(g.Ops, req.Ops...)
+	g.Ops = append(g.Ops, wire.Op{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: max(want, 1)})
+	g.Verbose = true
+	return g
+}
+
+// prepare turns the first operation of a lease request into the capped
+// give-back: only for a lease this owner granted in the partition's
+// current epoch, from a bucket of the same configuration, and never more
+// than giveBackCap. Called with the key's lock held.
+func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch uint64) {
+	x.now, x.epoch = now, epoch
+	req.Ops[0] = wire.Op{Kind: wire.OpAvailableTokens}
+	if x.give.unused <= 0 || x.give.epoch != epoch || len(stored) == 0 {
+		return
+	}
+	b, err := wire.DecodeState(stored)
+	if err != nil || fingerprint(&b) != x.give.fp {
+		return
+	}
+	b.Refill(now)
+	if a := giveBackCap(&b, x.give.unused, x.give.at, now); a > 0 {
+		req.Ops[0] = wire.Op{Kind: wire.OpAddTokens, Tokens: a}
+	}
+}
+
+// grant is a lease as the owner hands it out.
+type grant struct {
+	granted int64
+	at      int64
+	epoch   uint64
+	fp      uint64
+	view    core.State
+}
+
+// execLease runs a lease request on this owner: req as execOwner would,
+// with the give-back before it and the grant of up to want tokens after
+// it. The outcome's response answers req alone; o.grant is nil when the
+// request failed or nothing could be granted.
+func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.Request, want int64, give giveBack) outcome {
+	if !leaseable(req, nil) {
+		return m.execOwner(ctx, key, h, req, false)
+	}
+	g := leaseRequest(req, want)
+	x := leaseExec{give: give}
+	o := m.execOwnerLease(ctx, key, h, &g, false, &x)
+	return splitLease(o, len(req.Ops), &x)
+}
+
+// splitLease separates a lease request's outcome into the answer to the
+// caller's n operations and the grant.
+func splitLease(o outcome, n int, x *leaseExec) outcome {
+	if o.kind != kindOK || o.resp.Status != wire.StatusOK || len(o.resp.Results) != n+2 {
+		o.resp.Diagnostics = nil
+		return o
+	}
+	d := o.resp.Diagnostics
+	granted := o.resp.Results[n+1].Tokens
+	o.resp.Results = o.resp.Results[1 : n+1]
+	o.resp.Diagnostics = nil
+	if d == nil || granted <= 0 {
+		return o
+	}
+	view := d.State
+	for i := range view.Bands {
+		view.Bands[i].Size += granted
+	}
+	o.grant = &grant{granted: granted, at: x.now, epoch: x.epoch, fp: fingerprint(&view), view: view}
+	return o
+}
+
+// appendGrant encodes a grant after the frame header of a kindLeased
+// answer; the response follows it.
+func appendGrant(dst []byte, g *grant) []byte {
+	dst = binary.AppendUvarint(dst, uint64(g.granted))
+	dst = binary.AppendUvarint(dst, uint64(g.at))
+	dst = binary.AppendUvarint(dst, g.epoch)
+	dst = binary.AppendUvarint(dst, g.fp)
+	st := wire.AppendState(nil, &g.view)
+	dst = binary.AppendUvarint(dst, uint64(len(st)))
+	return append(dst, st...)
+}
+
+// parseGrant decodes what appendGrant wrote and returns the rest.
+func parseGrant(p []byte) (*grant, []byte, error) {
+	var v [5]uint64
+	var err error
+	for i := range v {
+		if v[i], p, err = parseUvarint(p); err != nil {
+			return nil, nil, err
+		}
+	}
+	if v[0] == 0 || v[0] > math.MaxInt64 || v[4] > uint64(len(p)) {
+		return nil, nil, errFrame
+	}
+	view, err := wire.DecodeState(p[:v[4]])
+	if err != nil {
+		return nil, nil, err
+	}
+	return &grant{granted: int64(v[0]), at: int64(v[1]), epoch: v[2], fp: v[3], view: view}, p[v[4]:], nil
+}
+
+// appendLeaseParams encodes a lease request's want and give-back, which
+// precede the core request in its payload.
+func appendLeaseParams(dst []byte, want int64, g giveBack) []byte {
+	dst = binary.AppendUvarint(dst, uint64(want))
+	dst = binary.AppendUvarint(dst, uint64(g.unused))
+	dst = binary.AppendUvarint(dst, g.epoch)
+	dst = binary.AppendUvarint(dst, uint64(g.at))
+	return binary.AppendUvarint(dst, g.fp)
+}
+
+// parseLeaseParams decodes what appendLeaseParams wrote.
+func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error) {
+	var v [5]uint64
+	for i := range v {
+		if v[i], p, err = parseUvarint(p); err != nil {
+			return 0, giveBack{}, nil, err
+		}
+	}
+	if v[0] == 0 || v[0] > math.MaxInt64 || v[1] > math.MaxInt64 {
+		return 0, giveBack{}, nil, errFrame
+	}
+	return int64(v[0]), giveBack{unused: int64(v[1]), epoch: v[2], at: int64(v[3]), fp: v[4]}, p, nil
+}
+
+// ---- holder side ----
+
+// leaseTable is a member's leases and demand, per key.
+type leaseTable struct {
+	cfg    LeaseConfig
+	shards [64]leaseShard
+	local  atomic.Int64 // checks decided on a lease, for tests and benchmarks
+}
+
+type leaseShard struct {
+	mu   sync.Mutex
+	keys map[string]*leaseKey
+}
+
+// leaseKey is what a member knows of one key: its lease and its demand,
+// the tokens it consumed in the current and the previous Lifetime.
+type leaseKey struct {
+	mu        sync.Mutex
+	l         lease
+	asking    bool // a lease request is in flight
+	winStart  int64
+	cur, prev int64
+}
+
+func newLeaseTable(cfg LeaseConfig) *leaseTable {
+	t := &leaseTable{cfg: cfg}
+	for i := range t.shards {
+		t.shards[i].keys = map[string]*leaseKey{}
+	}
+	return t
+}
+
+// entry returns key's record, creating it.
+func (t *leaseTable) entry(key string, h uint64) *leaseKey {
+	s := &t.shards[(h>>40)%uint64(len(t.shards))]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[key]
+	if e == nil {
+		if len(s.keys) >= max(t.cfg.MaxKeys/len(t.shards), 1) {
+			for k := range s.keys {
+				delete(s.keys, k)
+				break
+			}
+		}
+		e = &leaseKey{}
+		s.keys[key] = e
+	}
+	return e
+}
+
+// record counts n tokens consumed at now in e's demand. Called with e.mu
+// held.
+func (e *leaseKey) record(n, now, lifetime int64) {
+	switch {
+	case now-e.winStart >= 2*lifetime:
+		e.prev, e.cur, e.winStart = 0, 0, now
+	case now-e.winStart >= lifetime:
+		e.prev, e.cur, e.winStart = e.cur, 0, now
+	}
+	e.cur += n
+}
+
+// demand returns the tokens consumed in the last one to two lifetimes.
+// Called with e.mu held.
+func (e *leaseKey) demand(now, lifetime int64) int64 {
+	e.record(0, now, lifetime)
+	return max(e.prev, e.cur)
+}
+
+// consumedBy returns the tokens resp says req consumed.
+func consumedBy(req *wire.Request, resp *wire.Response) int64 {
+	var n int64
+	for i := range req.Ops {
+		if i >= len(resp.Results) {
+			break
+		}
+		switch req.Ops[i].Kind {
+		case wire.OpTryConsume, wire.OpTryConsumeAndReturnRemaining:
+			if resp.Results[i].OK {
+				n += req.Ops[i].Tokens
+			}
+		case wire.OpTryConsumeAsMuchAsPossible:
+			n += resp.Results[i].Tokens
+		}
+	}
+	return n
+}
+
+// executeLeased runs req for key when leases apply to it: on the key's
+// lease when one holds the tokens, else on the owner, asking for a lease
+// with the request when this member's demand for the key is high enough.
+// handled is false when leases do not apply (this member owns the key, or
+// req is not a consumption): the caller runs req as usual.
+func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Request) (resp wire.Response, handled bool, err error) {
+	t := m.leases
+	h := m.hash(key)
+	owner := m.routes.Load().owners[h%m.cfg.PartitionCount]
+	if owner == m.name || owner == "" || !leaseable(req, nil) {
+		return wire.Response{}, false, nil
+	}
+	life := int64(t.cfg.Lifetime)
+	e := t.entry(key, h)
+	e.mu.Lock()
+	now := m.mono()
+	if r, n, ok := e.l.decide(req, now); ok {
+		e.record(n, now, life)
+		e.mu.Unlock()
+		t.local.Add(1)
+		return r, true, nil
+	}
+	demand := e.demand(now, life)
+	ask := !e.asking && demand >= t.cfg.MinDemand
+	var give giveBack
+	if ask {
+		e.asking = true
+		if e.l.budget > 0 && e.l.owner == owner {
+			give = giveBack{unused: e.l.budget, epoch: e.l.epoch, at: e.l.at, fp: e.l.fp}
+		}
+		e.l = lease{}
+	}
+	e.mu.Unlock()
+	var o outcome
+	sent := m.mono()
+	if ask {
+		budget := time.Time{}
+		if _, ok := ctx.Deadline(); !ok {
+			budget = time.Now().Add(m.cfg.RequestTimeout)
+		}
+		raw := wire.AppendRequest(appendLeaseParams(nil, 2*demand, give), req)
+		o = m.remote(ctx, owner, kindLease, key, nil, raw, remaining(ctx, budget))
+	}
+	if o.kind != kindOK {
+		// No lease asked, or anything but an answer: a plain request,
+		// with its retries.
+		o, err = m.do(ctx, key, req, kindExecute, nil)
+	}
+	e.mu.Lock()
+	if ask {
+		e.asking = false
+	}
+	if err == nil {
+		e.record(consumedBy(req, &o.resp), m.mono(), life)
+	}
+	if g := o.grant; g != nil {
+		e.l = lease{view: g.view, budget: g.granted, sent: sent,
+			expires: sent + min(life, windowEnd(&g.view, g.at)), at: g.at, owner: owner, epoch: g.epoch, fp: g.fp}
+	}
+	e.mu.Unlock()
+	return o.resp, true, err
+}
