@@ -320,6 +320,15 @@
 // Give-backs are fenced by the epoch: a new owner, or the old one owning
 // the partition again, drops them.
 //
+// Operations that add tokens or change the bucket (a reset, an addition,
+// a configuration replacement) go to the owner and do not revoke leases
+// already granted: for up to one Lifetime after such an operation, the
+// holders may still spend what their leases hold, tokens paid from the
+// bucket before it. So in that Lifetime a window refilled by a reset can
+// admit its tokens plus those outstanding in leases (each lease at most
+// twice its holder's recent demand). Only checks without such operations
+// get the exact bounds above; no test covers this case yet.
+//
 // Leases are off by default: they relax the exact contract above for
 // greedy buckets by r×Lifetime and report remaining tokens as of the
 // grant, and a cluster must run a build that knows them on every member.
