@@ -121,7 +121,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	// starts a goroutine for a request that finds every worker busy.
 	inflight := budget.New(c.Limits.MaxInflightBytes)
 	opts := append(grpcLimits(c.Limits), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
-		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRecv)))
+		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRecv), wire.ShouldRateLimit))
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}

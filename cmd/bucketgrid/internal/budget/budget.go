@@ -4,7 +4,8 @@
 // multiply by the connections; a Budget is the total over all of them.
 //
 // A request takes its worst case from the Budget before the service reads
-// any of it, or is refused at once (gRPC RESOURCE_EXHAUSTED, HTTP 503):
+// any of it, or is refused at once (gRPC RESOURCE_EXHAUSTED, or an answer
+// of the call's own that refuses, HTTP 503):
 // nothing waits for room, so a full budget never queues requests, and no
 // request is served without its share. Once its message is decoded, a gRPC
 // call settles for what it still holds; everything goes back when the
@@ -109,14 +110,37 @@ var ErrExhausted = status.Error(codes.ResourceExhausted, "the service holds its 
 // RESOURCE_EXHAUSTED and its stream reset, so its data is never buffered.
 // perCall is what a call can make the server hold: its flow-control window
 // of unread bytes and a message being assembled.
-func (b *Budget) GRPC(perCall int64) grpc.ServerOption {
-	return grpc.InTapHandle(func(ctx context.Context, _ *tap.Info) (context.Context, error) {
-		ctx, ok := b.reserve(ctx, perCall)
-		if !ok {
-			return ctx, ErrExhausted
+//
+// Calls of the methods named in answer (full names, "/package.Service/Method")
+// are not refused with an error when they find no room: they reach their
+// handler with Exhausted true, and the handler answers them without reading
+// their message. An error is what a proxy may let through (Envoy's
+// failure_mode_deny: false does), so a method whose answer can refuse (a
+// rate-limit check answered OVER_LIMIT) must not get one from a client
+// that fills the budget.
+func (b *Budget) GRPC(perCall int64, answer ...string) grpc.ServerOption {
+	return grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		rctx, ok := b.reserve(ctx, perCall)
+		if ok {
+			return rctx, nil
 		}
-		return ctx, nil
+		for _, m := range answer {
+			if info.FullMethodName == m {
+				return context.WithValue(ctx, exhaustedKey{}, true), nil
+			}
+		}
+		return ctx, ErrExhausted
 	})
+}
+
+type exhaustedKey struct{}
+
+// Exhausted reports whether the call of ctx found the budget full and was
+// let through to its handler (a method named to GRPC's answer) only to be
+// answered at once: its handler must not read its message.
+func Exhausted(ctx context.Context) bool {
+	v, _ := ctx.Value(exhaustedKey{}).(bool)
+	return v
 }
 
 // HTTP returns h with every request taking its body's bytes (as its

@@ -19,7 +19,10 @@ import (
 // and what the stream had buffered is freed. gRPC's own unary handler
 // waits for the message as long as the connection lives, so a client that
 // starts many calls and never finishes their messages would hold their
-// buffers forever. On the wire the call is the same unary call.
+// buffers forever. A call that found the service's memory budget full
+// (budget.Exhausted; see budget.Budget.GRPC with ShouldRateLimit) is
+// answered OVER_LIMIT without its message being read. On the wire the call
+// is the same unary call.
 func Register(s *grpc.Server, srv rlspb.RateLimitServiceServer, readTimeout time.Duration) {
 	h := handler{srv: srv, readTimeout: readTimeout}
 	s.RegisterService(&grpc.ServiceDesc{
@@ -35,7 +38,17 @@ type handler struct {
 	readTimeout time.Duration
 }
 
+// ShouldRateLimit is the full name of the rate-limit check, as a call's
+// headers name it.
+const ShouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
 func (h handler) shouldRateLimit(_ any, stream grpc.ServerStream) error {
+	if budget.Exhausted(stream.Context()) {
+		// No room to read the message: refuse the request rather than fail
+		// the call, which Envoy's default failure_mode_deny: false would
+		// let through. The unread message goes with the stream's reset.
+		return stream.SendMsg(&rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT})
+	}
 	in := new(rlspb.RateLimitRequest)
 	if err := h.recv(stream, in); err != nil {
 		return err
