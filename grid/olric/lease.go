@@ -496,11 +496,19 @@ func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Reques
 		return r, true, nil
 	}
 	demand := e.demand(now, life)
-	ask := !e.asking && demand >= t.cfg.MinDemand
+	// A lease that ended with tokens left asks again whatever the demand,
+	// so that they go back: a key whose demand fell (its checks refused)
+	// would otherwise hold them until the member forgets the key.
+	pending := e.l.budget > 0 && e.l.owner == owner
+	ask := !e.asking && (demand >= t.cfg.MinDemand || pending)
+	want := 2 * demand
+	if demand < t.cfg.MinDemand {
+		want = 0 // only the give-back (and at most one token)
+	}
 	var give giveBack
 	if ask {
 		e.asking = true
-		if e.l.budget > 0 && e.l.owner == owner {
+		if pending {
 			give = giveBack{unused: e.l.budget, epoch: e.l.epoch, at: e.l.at, fp: e.l.fp}
 		}
 		e.l = lease{}
@@ -513,7 +521,7 @@ func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Reques
 		if _, ok := ctx.Deadline(); !ok {
 			budget = time.Now().Add(m.cfg.RequestTimeout)
 		}
-		raw := wire.AppendRequest(appendLeaseParams(nil, 2*demand, give), req)
+		raw := wire.AppendRequest(appendLeaseParams(nil, want, give), req)
 		o = m.remote(ctx, owner, kindLease, key, nil, raw, remaining(ctx, budget))
 	}
 	if o.kind != kindOK {
