@@ -3,6 +3,7 @@ package bucketgrid
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -111,11 +112,20 @@ func WithDegrade(d Degrade) ManagerOption {
 // Decision reports how the operations run under a context were decided:
 // pass one with WithDecision and read it after the call. The zero value is
 // ready to use; it is safe for concurrent use.
-type Decision struct{ degraded atomic.Bool }
+type Decision struct {
+	degraded  atomic.Bool
+	instances atomic.Int32
+}
 
 // Degraded reports whether an operation under the context was decided from
 // a local share (see Degrade) rather than by the executor.
 func (d *Decision) Degraded() bool { return d.degraded.Load() }
+
+// Instances returns the number of instances the local share was cut for
+// (core.Config.Share of it) when an operation was decided locally, the last
+// one's when several were; 0 when none was. A caller that describes the
+// limit (response headers, a status) divides it by the same number.
+func (d *Decision) Instances() int { return int(d.instances.Load()) }
 
 type decisionKey struct{}
 
@@ -126,9 +136,11 @@ func WithDecision(ctx context.Context, d *Decision) context.Context {
 	return context.WithValue(ctx, decisionKey{}, d)
 }
 
-// markDegraded records a local decision in ctx's Decision, if any.
-func markDegraded(ctx context.Context) {
+// markDegraded records in ctx's Decision, if any, a local decision from a
+// share cut for n instances.
+func markDegraded(ctx context.Context, n int) {
 	if d, ok := ctx.Value(decisionKey{}).(*Decision); ok {
+		d.instances.Store(int32(min(n, math.MaxInt32)))
 		d.degraded.Store(true)
 	}
 }

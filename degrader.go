@@ -200,7 +200,7 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 	}
 	s.consumed = max(s.consumed+consumedBy(ops, resp.Results), 0)
 	g.degraded.Add(1)
-	markDegraded(ctx)
+	markDegraded(ctx, n)
 	return resp, nil
 }
 

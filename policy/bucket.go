@@ -267,7 +267,7 @@ func (it *Item) Decide(results []wire.Result, now time.Time) (Status, error) {
 func (it *Item) decideWindow(res []wire.Result, now time.Time) Status {
 	n := uint64(it.Rule.RequestsPerUnit)
 	h := it.Hits
-	w := windowTokens(it.Rule.Unit)
+	w := it.window()
 	est := res[len(res)-1]
 	t := min(max(est.Tokens, 0), w)
 	var took int64
@@ -284,7 +284,10 @@ func (it *Item) decideWindow(res []wire.Result, now time.Time) Status {
 	// as envoyproxy/ratelimit counts it; a window nothing was counted in
 	// (a check of 0 hits) has no end to report, and takes now's
 	reset := time.Duration(ceilSeconds(time.Duration(est.Wait))) * time.Second
-	if est.Wait <= 0 {
+	// a share holds less than the whole window the estimate asks for, so
+	// its wait is never: its window ends at the unit's boundary on now,
+	// the deciding side's clock
+	if est.Wait <= 0 || it.shares > 1 {
 		unit := it.Rule.Unit.Seconds()
 		reset = time.Duration(unit-now.Unix()%unit) * time.Second
 	}

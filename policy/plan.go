@@ -95,6 +95,7 @@ type Item struct {
 	Key string
 
 	nearRatio float32
+	shares    uint32            // the instances of a share (see Share); 0 for the whole bucket
 	config    core.Config       // BucketConfig, once built
 	band      [1]core.Bandwidth // config's bandwidth, without an allocation
 }
