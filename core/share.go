@@ -60,6 +60,16 @@ func shareRefill(b *Bandwidth, k int64) (int64, time.Duration) {
 }
 
 // ceilShare returns ⌈a/k⌉ for a ≥ 0, k ≥ 1, without overflow.
+// ShareOf returns one of n instances' share of a count of tokens, as Share
+// divides a capacity: ⌈a/n⌉, 0 for a = 0, a itself for n ≤ 1. Layers that
+// describe a shared bucket (a limit, a window's tokens) round with it.
+func ShareOf(a int64, n int) int64 {
+	if n <= 1 {
+		return a
+	}
+	return ceilShare(a, int64(n))
+}
+
 func ceilShare(a, k int64) int64 {
 	if a == 0 {
 		return 0

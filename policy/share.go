@@ -19,28 +19,15 @@ func (it *Item) Share(n int) Item {
 		return out
 	}
 	k := uint32(min(n, 1<<31))
-	out.Rule.RequestsPerUnit = ceilShare(it.Rule.RequestsPerUnit, k)
-	out.Rule.Burst = ceilShare(it.Rule.Burst, k)
+	out.Rule.RequestsPerUnit = uint32(core.ShareOf(int64(it.Rule.RequestsPerUnit), int(k)))
+	out.Rule.Burst = uint32(core.ShareOf(int64(it.Rule.Burst), int(k)))
 	out.shares = k
 	out.config = core.Config{} // rebuilt on out's own band, never it's
 	return out
 }
 
-// ceilShare returns ⌈a/k⌉, 0 for a = 0 (core.Config.Share's rounding).
-func ceilShare(a, k uint32) uint32 {
-	if a == 0 {
-		return 0
-	}
-	return (a-1)/k + 1
-}
-
 // window returns the tokens of it's window bucket as it is decided: W, or
 // ⌈W/n⌉ for a share of n.
 func (it *Item) window() int64 {
-	w := windowTokens(it.Rule.Unit)
-	if it.shares > 1 {
-		k := int64(it.shares)
-		w = (w-1)/k + 1
-	}
-	return w
+	return core.ShareOf(windowTokens(it.Rule.Unit), int(it.shares))
 }
