@@ -120,6 +120,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	// the pool is sized for the requests in flight, not for the cores: gRPC
 	// starts a goroutine for a request that finds every worker busy.
 	inflight := budget.New(c.Limits.MaxInflightBytes)
+	m.Budget(inflight)
 	opts := append(grpcLimits(c.Limits), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
 		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRecv), wire.ShouldRateLimit))
 	if creds != nil {
