@@ -29,7 +29,8 @@ type ManagerStats struct {
 	Dropped      int64
 	// Charged counts the tokens consumed locally that were charged to the
 	// real buckets once their backend answered again; ChargeFailed counts
-	// keys whose charge failed and was given up.
+	// background charges that failed (their tokens stay to be charged with
+	// the key's next request).
 	Charged      int64
 	ChargeFailed int64
 	// Instances is the number of instances a local share is cut for now
