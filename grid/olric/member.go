@@ -255,7 +255,24 @@ func (m *Member) olricConfig(peers []string) *olricconfig.Config {
 	oc.LogVerbosity = 1
 	oc.LeaveTimeout = cfg.LeaveTimeout
 	oc.EnableClusterEventsChannel = true
-	oc.BootstrapTimeout = cfg.JoinTimeout
+	// A new owner's reads merge the copies of the previous owners and
+	// backups its own Olric routing table lists, and that table can miss
+	// one: the coordinator drops an owner it finds empty while computing a
+	// table, the owner writes meanwhile (its routing lease still runs), and
+	// the coordinator, told so with the push, keeps it in its own table
+	// only, until the next push (a minute later, or the next membership
+	// change). The data reaches the new owner only when the old owner's
+	// balancer moves it, every 15 s by default: long after HandoverGrace,
+	// so the new owner's first read found the bucket absent and started it
+	// full. Balancing every RoutingRefresh moves it within the grace; a
+	// balancer run that finds nothing to move only counts the entries of
+	// the member's partitions.
+	oc.TriggerBalancerInterval = cfg.RoutingRefresh
+	// How long an Olric call waits for the member's first routing table.
+	// Start retries until JoinTimeout; and the balancer, which runs every
+	// RoutingRefresh, waits this long in a member that never got one (a
+	// failed start), which its Shutdown then waits for.
+	oc.BootstrapTimeout = min(cfg.JoinTimeout, cfg.RoutingLease)
 	oc.Hasher = hasher.NewDefaultHasher()
 	return oc
 }
