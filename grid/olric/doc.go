@@ -67,8 +67,8 @@
 //   - Gossip is encrypted and authenticated with memberlist's AES-GCM
 //     keyring (GossipKeys); a node without the key cannot take part, and a
 //     node with it but without a certificate can read the member list and
-//     send suspect or dead messages (which the named member refutes), never
-//     join. Keys rotate without downtime: AddGossipKey(new) on every
+//     send suspect or dead messages or another record under a member's name
+//     (which the named member refutes), never join. Keys rotate without downtime: AddGossipKey(new) on every
 //     member, then UseGossipKey(new) on every member, then
 //     RemoveGossipKey(old) on every member.
 //   - Password is Olric's AUTH, defence in depth behind TLS.

@@ -201,6 +201,30 @@ func TestNetCrashWindow(t *testing.T) {
 	c.stop(t)
 }
 
+// TestNetKillRestart kills a member (SIGKILL) and starts it again on the
+// same host at once, before gossip declared the old process dead: the
+// others still take the old process's record for alive (the new one
+// answers its probes), and ignore the new one's records until it refutes
+// the old record with a higher incarnation. It must be let in and the
+// cluster read one routing table of three again; before the refutation was
+// allowed, the restarted member failed to start within JoinTimeout.
+func TestNetKillRestart(t *testing.T) {
+	t.Parallel()
+	c := startNetCluster(t, 3, netTimings{Replicas: 2})
+	for r := range 2 {
+		victim := 1 + r
+		c.procs[victim].Kill()
+		c.procs[victim].Wait()
+		start := time.Now()
+		c.start(t, victim)
+		c.kids[victim].expect(t, "UP")
+		up := time.Since(start)
+		c.wait(t, 3, c.kids...)
+		t.Logf("member %d killed and restarted at once: up after %v, one routing table of 3 after %v", victim, up.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	}
+	c.stop(t)
+}
+
 // TestNetQuorum is TestNetPartitionHeals with Config.Quorum: the cut host,
 // a minority, refuses every check (ErrNoQuorum where it would have been
 // the owner) instead of admitting a second capacity, the majority goes on,

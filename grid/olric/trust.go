@@ -38,7 +38,8 @@ import (
 // own address it is the member's own claim and changes nothing. What a
 // holder of the gossip key alone can still do is what memberlist lets any
 // gossip participant do: read the member list and send suspect or dead
-// messages, which the named member refutes (churn, not membership).
+// messages, or another record under a member's name, which the named
+// member refutes (churn, not membership).
 //
 // A joiner's record is verified by the member it joins before their state
 // sync is merged (NotifyMerge, outside memberlist's locks), and by every
@@ -156,7 +157,17 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 		if t.self == nil { // memberlist's own, at its start
 			t.self = &record{meta: string(n.Meta), addr: n.Address()}
 		} else if t.self.meta != string(n.Meta) || t.self.addr != n.Address() {
-			return errors.New("bucketgrid/olric: a record under this member's own name")
+			// Another record under this member's name: most often its
+			// previous process's, which the others still take for alive
+			// (its leave lost), or a forgery. memberlist never adopts a
+			// record about the local node from the network: it refutes it,
+			// announcing this member's own record with a higher
+			// incarnation. Refusing it here would stop that refutation,
+			// and the others, which ignore this member's records of lower
+			// incarnations, would keep the old process's record while this
+			// one answers its probes, so the restarted member would not be
+			// let in for as long as that lasts.
+			return nil
 		}
 		g.m.members.note(n)
 		return nil
