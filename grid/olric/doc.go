@@ -158,7 +158,14 @@
 //     nothing (TestNetRollingRestart, 50 drained buckets: 0 lost, 0
 //     over-admitted). Olric copies a bucket to a partition's new backup
 //     only when it is written, so an owner writes back, once per ownership
-//     or backup change, a bucket it read and did not change.
+//     or backup change, a bucket it read and did not change. Olric moves a
+//     previous owner's data to the new owner in its balancer, which the
+//     member runs every RoutingRefresh (Olric's default is 15 s), so the
+//     data is there when the new owner's HandoverGrace ends: its reads
+//     merge only the previous owners its own Olric table lists, which can
+//     miss one that wrote just as the table changed. A member restarted
+//     at its old address before the others declared the old process dead
+//     refutes the old gossip record and is let in (TestNetKillRestart).
 //   - A member leaves gracefully (Shutdown) with ReplicaCount 2: nothing; the
 //     backups take over. Measured: 0 buckets lost, over-admission 0 in every
 //     run but one slowed down by the race detector, where one bucket of 100
