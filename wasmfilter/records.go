@@ -35,6 +35,9 @@ func (r *slotRecord) live(now int64) bool {
 }
 
 func appendSlot(dst []byte, gen uint32, expires int64, key string, data []byte) []byte {
+	if n := 13 + binary.MaxVarintLen64 + len(key) + len(data); cap(dst)-len(dst) < n {
+		dst = append(make([]byte, 0, len(dst)+n), dst...)
+	}
 	dst = append(dst, slotFormat)
 	dst = le.AppendUint32(dst, gen)
 	dst = le.AppendUint64(dst, uint64(expires))
@@ -66,6 +69,9 @@ type dirEntry struct {
 }
 
 func appendDirectory(dst []byte, es []dirEntry) []byte {
+	if n := 1 + 12*len(es); cap(dst)-len(dst) < n {
+		dst = append(make([]byte, 0, len(dst)+n), dst...) // one allocation, not one per doubling
+	}
 	dst = append(dst, directoryFormat)
 	for _, e := range es {
 		dst = le.AppendUint32(le.AppendUint32(le.AppendUint32(dst, e.fp), e.slot), e.gen)

@@ -309,9 +309,10 @@
 // at or below E, and from equal or fewer tokens the same requests leave
 // fewer or equal (TestLeaseGiveBackNeverMints replays E). A give-back is
 // applied only by the owner that granted the lease, in the same routing
-// epoch of the partition, to a bucket of the same configuration and
-// version; otherwise, or when the member forgets the key, the tokens are
-// dropped, which loses them and never mints.
+// epoch of the partition and the key's lease generation (see the fence
+// below), to a bucket of the same configuration and version; otherwise,
+// or when the member forgets the key, the tokens are dropped, which loses
+// them and never mints.
 //
 // Membership changes. A lease's tokens were consumed from the owner's
 // bucket and written before the grant was answered, so the bucket that
@@ -320,18 +321,43 @@
 // Give-backs are fenced by the epoch: a new owner, or the old one owning
 // the partition again, drops them.
 //
-// Operations that add tokens or change the bucket (a reset, an addition,
-// a configuration replacement) go to the owner and do not revoke leases
-// already granted: for up to one Lifetime after such an operation, the
-// holders may still spend what their leases hold, tokens paid from the
-// bucket before it. So in that Lifetime a window refilled by a reset can
-// admit its tokens plus those outstanding in leases (each lease at most
-// twice its holder's recent demand). Only checks without such operations
-// get the exact bounds above; no test covers this case yet.
+// The fence. An operation that can give a bucket tokens otherwise than
+// by refill (a reset, an addition, a replacement of the configuration
+// that changes anything, explicit or by a newer configuration version,
+// and a removal, after which the bucket is created anew) would otherwise
+// let holders spend, on top of what it gives, tokens paid before it. So
+// the owner keeps, in memory, a record of each key it granted leases on:
+// the instant from which none of them is used any more (the grant's
+// execution plus the Lifetime it allowed, which the holder counts from
+// its earlier send) and the key's lease generation. Such an operation
+// waits (the caller is answered "hold" and tries again, as during a
+// hand-over) until that instant, while the owner grants no lease on the
+// key; it then runs, and the key takes a new generation: a give-back
+// carrying an older one is dropped. An owner also cannot know the leases
+// a previous owner of the partition granted, so it holds such operations
+// until one Lifetime after its own first execution in the partition's
+// epoch: the hand-over lets the previous owner execute nothing after the
+// new one's first execution, so every lease it granted has ended by then.
+// The bound, exactly: when such an operation runs, no lease granted
+// before it can be used again, and no token of one comes back; the checks
+// after it are decided on the bucket it left and on leases taken from
+// that bucket, so the bounds above hold across it. The price: such an
+// operation on a key with leases in use, or just after a partition moved,
+// waits up to one Lifetime (up to two when it arrives just after the move
+// and the new owner granted leases meanwhile), and give-backs of leases
+// granted before it are lost (the bucket refuses early, never admits
+// more). It relies on every member using the same Lifetime; an owner with
+// leases off grants none, so that every lease is fenced
+// (TestLeaseFence shows a reset, an addition, a replacement and a removal
+// admit their bucket and no more, where without the fence the holders'
+// leases came on top). The records are bounded by MaxKeys per member; a
+// lease request that finds no room is answered without a grant.
 //
 // Leases are off by default: they relax the exact contract above for
-// greedy buckets by r×Lifetime and report remaining tokens as of the
-// grant, and a cluster must run a build that knows them on every member.
+// greedy buckets by r×Lifetime, report remaining tokens as of the grant
+// and delay resets, additions, replacements and removals of leased keys
+// by up to a Lifetime, and a cluster must run a build that knows them on
+// every member.
 // See README.md for what they save.
 //
 // # Performance

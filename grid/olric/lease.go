@@ -31,7 +31,11 @@ type LeaseConfig struct {
 	// Lifetime is the longest a lease is used, counted from when the
 	// member sent the request that obtained it; a lease of a bucket with an
 	// intervally refilled bandwidth also ends before that bandwidth's next
-	// refill by the owner's clock. Default 100ms.
+	// refill by the owner's clock, and no later than the owner's own
+	// Lifetime allows. Every member of a cluster must use the same
+	// Lifetime: a new owner of a partition fences leases its predecessor
+	// granted by waiting out its own (see "The fence" in the package
+	// documentation). Default 100ms.
 	Lifetime time.Duration
 	// MinDemand is how many tokens a member must have consumed from a key
 	// within its last one to two Lifetimes before it asks for a lease;
@@ -71,6 +75,7 @@ type lease struct {
 	owner   string // who granted it, under epoch
 	epoch   uint64
 	fp      uint64 // fingerprint of the configuration it was granted under
+	gen     uint64 // the key's lease generation at the owner when granted
 }
 
 // valid reports whether l may still decide at holder time now.
@@ -240,6 +245,7 @@ type giveBack struct {
 	epoch  uint64
 	at     int64
 	fp     uint64
+	gen    uint64
 }
 
 // leaseExec is the owner's part of a lease request, which execOwner runs
@@ -248,6 +254,11 @@ type leaseExec struct {
 	give  giveBack
 	now   int64  // the owner's clock at execution
 	epoch uint64 // the partition's epoch at execution
+	// rec is the key's record (fence.go); nil when the owner keeps no room
+	// for it, and then nothing is granted.
+	rec     *leaseRecord
+	noGrant bool  // the grant operation was turned into a read
+	life    int64 // the Lifetime the owner allows the grant
 }
 
 // leaseRequest builds the request an owner runs for a lease: the give-back
@@ -266,12 +277,19 @@ func leaseRequest(req *wire.Request, want int64) wire.Request {
 
 // prepare turns the first operation of a lease request into the capped
 // give-back: only for a lease this owner granted in the partition's
-// current epoch, from a bucket of the same configuration, and never more
-// than giveBackCap. Called with the key's lock held.
-func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch uint64) {
-	x.now, x.epoch = now, epoch
+// current epoch and the key's current lease generation (rec's), from a
+// bucket of the same configuration, and never more than giveBackCap. It
+// turns the grant into a read when the owner has no record for the key
+// or a fence blocks grants at mono (m.mono). Called with the key's lock
+// held.
+func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch uint64, rec *leaseRecord, mono int64) {
+	x.now, x.epoch, x.rec = now, epoch, rec
 	req.Ops[0] = wire.Op{Kind: wire.OpAvailableTokens}
-	if x.give.unused <= 0 || x.give.epoch != epoch || len(stored) == 0 {
+	if rec == nil || mono < rec.blocked {
+		x.noGrant = true
+		req.Ops[len(req.Ops)-1] = wire.Op{Kind: wire.OpAvailableTokens}
+	}
+	if x.give.unused <= 0 || x.give.epoch != epoch || rec == nil || x.give.gen != rec.gen || len(stored) == 0 {
 		return
 	}
 	b, err := wire.DecodeState(stored)
@@ -284,12 +302,26 @@ func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch u
 	}
 }
 
+// granted notes in the key's record that a lease granted by resp, the
+// answer to the prepared request, may be used until mono (m.mono) plus
+// life. Called with the key's lock held, after the bucket was written.
+func (x *leaseExec) granted(resp *wire.Response, mono, life int64) {
+	n := len(resp.Results)
+	if x.noGrant || resp.Status != wire.StatusOK || n == 0 || resp.Results[n-1].Tokens <= 0 {
+		return
+	}
+	x.life = life
+	x.rec.liveUntil = max(x.rec.liveUntil, mono+life)
+}
+
 // grant is a lease as the owner hands it out.
 type grant struct {
 	granted int64
 	at      int64
 	epoch   uint64
 	fp      uint64
+	gen     uint64 // the key's lease generation
+	life    int64  // the longest the holder may use it
 	view    core.State
 }
 
@@ -298,7 +330,9 @@ type grant struct {
 // it. The outcome's response answers req alone; o.grant is nil when the
 // request failed or nothing could be granted.
 func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.Request, want int64, give giveBack) outcome {
-	if !leaseable(req, nil) {
+	if !leaseable(req, nil) || m.leases == nil {
+		// An owner with leases off keeps no records to fence them by, so
+		// it grants none.
 		return m.execOwner(ctx, key, h, req, false)
 	}
 	g := leaseRequest(req, want)
@@ -318,14 +352,14 @@ func splitLease(o outcome, n int, x *leaseExec) outcome {
 	granted := o.resp.Results[n+1].Tokens
 	o.resp.Results = o.resp.Results[1 : n+1]
 	o.resp.Diagnostics = nil
-	if d == nil || granted <= 0 {
+	if d == nil || granted <= 0 || x.noGrant || x.life <= 0 {
 		return o
 	}
 	view := d.State
 	for i := range view.Bands {
 		view.Bands[i].Size += granted
 	}
-	o.grant = &grant{granted: granted, at: x.now, epoch: x.epoch, fp: fingerprint(&view), view: view}
+	o.grant = &grant{granted: granted, at: x.now, epoch: x.epoch, fp: fingerprint(&view), gen: x.rec.gen, life: x.life, view: view}
 	return o
 }
 
@@ -336,6 +370,8 @@ func appendGrant(dst []byte, g *grant) []byte {
 	dst = binary.AppendUvarint(dst, uint64(g.at))
 	dst = binary.AppendUvarint(dst, g.epoch)
 	dst = binary.AppendUvarint(dst, g.fp)
+	dst = binary.AppendUvarint(dst, g.gen)
+	dst = binary.AppendUvarint(dst, uint64(g.life))
 	st := wire.AppendState(nil, &g.view)
 	dst = binary.AppendUvarint(dst, uint64(len(st)))
 	return append(dst, st...)
@@ -343,21 +379,21 @@ func appendGrant(dst []byte, g *grant) []byte {
 
 // parseGrant decodes what appendGrant wrote and returns the rest.
 func parseGrant(p []byte) (*grant, []byte, error) {
-	var v [5]uint64
+	var v [7]uint64
 	var err error
 	for i := range v {
 		if v[i], p, err = parseUvarint(p); err != nil {
 			return nil, nil, err
 		}
 	}
-	if v[0] == 0 || v[0] > math.MaxInt64 || v[4] > uint64(len(p)) {
+	if v[0] == 0 || v[0] > math.MaxInt64 || v[5] == 0 || v[5] > math.MaxInt64 || v[6] > uint64(len(p)) {
 		return nil, nil, errFrame
 	}
-	view, err := wire.DecodeState(p[:v[4]])
+	view, err := wire.DecodeState(p[:v[6]])
 	if err != nil {
 		return nil, nil, err
 	}
-	return &grant{granted: int64(v[0]), at: int64(v[1]), epoch: v[2], fp: v[3], view: view}, p[v[4]:], nil
+	return &grant{granted: int64(v[0]), at: int64(v[1]), epoch: v[2], fp: v[3], gen: v[4], life: int64(v[5]), view: view}, p[v[6]:], nil
 }
 
 // appendLeaseParams encodes a lease request's want and give-back, which
@@ -367,12 +403,13 @@ func appendLeaseParams(dst []byte, want int64, g giveBack) []byte {
 	dst = binary.AppendUvarint(dst, uint64(g.unused))
 	dst = binary.AppendUvarint(dst, g.epoch)
 	dst = binary.AppendUvarint(dst, uint64(g.at))
-	return binary.AppendUvarint(dst, g.fp)
+	dst = binary.AppendUvarint(dst, g.fp)
+	return binary.AppendUvarint(dst, g.gen)
 }
 
 // parseLeaseParams decodes what appendLeaseParams wrote.
 func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error) {
-	var v [5]uint64
+	var v [6]uint64
 	for i := range v {
 		if v[i], p, err = parseUvarint(p); err != nil {
 			return 0, giveBack{}, nil, err
@@ -381,7 +418,7 @@ func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error)
 	if v[0] == 0 || v[0] > math.MaxInt64 || v[1] > math.MaxInt64 {
 		return 0, giveBack{}, nil, errFrame
 	}
-	return int64(v[0]), giveBack{unused: int64(v[1]), epoch: v[2], at: int64(v[3]), fp: v[4]}, p, nil
+	return int64(v[0]), giveBack{unused: int64(v[1]), epoch: v[2], at: int64(v[3]), fp: v[4], gen: v[5]}, p, nil
 }
 
 // ---- holder side ----
@@ -389,6 +426,7 @@ func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error)
 // leaseTable is a member's leases and demand, per key.
 type leaseTable struct {
 	cfg    LeaseConfig
+	fence  *fenceRecords // the owner side: what this member granted
 	shards [64]leaseShard
 	local  atomic.Int64 // checks decided on a lease, for tests and benchmarks
 }
@@ -509,7 +547,7 @@ func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Reques
 	if ask {
 		e.asking = true
 		if pending {
-			give = giveBack{unused: e.l.budget, epoch: e.l.epoch, at: e.l.at, fp: e.l.fp}
+			give = giveBack{unused: e.l.budget, epoch: e.l.epoch, at: e.l.at, fp: e.l.fp, gen: e.l.gen}
 		}
 		e.l = lease{}
 	}
@@ -538,7 +576,7 @@ func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Reques
 	}
 	if g := o.grant; g != nil {
 		e.l = lease{view: g.view, budget: g.granted, sent: sent,
-			expires: sent + min(life, windowEnd(&g.view, g.at)), at: g.at, owner: owner, epoch: g.epoch, fp: g.fp}
+			expires: sent + min(life, g.life, windowEnd(&g.view, g.at)), at: g.at, owner: owner, epoch: g.epoch, fp: g.fp, gen: g.gen}
 	}
 	e.mu.Unlock()
 	return o.resp, true, err

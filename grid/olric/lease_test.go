@@ -31,6 +31,7 @@ type leaseSim struct {
 	grants   []simGrant
 	ownerAdm []int64 // owner times of the admissions the owner decided
 	leased   int     // checks decided on a lease
+	rec      leaseRecord
 }
 
 type simHolder struct {
@@ -55,7 +56,7 @@ func newLeaseSim(t *testing.T, bw core.Bandwidth, holders int, life time.Duratio
 	}
 	st := core.NewState(cfg, 0)
 	s := &leaseSim{cfg: cfg, stored: wire.AppendState(nil, &st), life: int64(life), minDem: 2,
-		holders: make([]simHolder, holders)}
+		holders: make([]simHolder, holders), rec: leaseRecord{gen: 1}}
 	for i := range s.holders {
 		s.holders[i].grant = -1
 	}
@@ -66,7 +67,7 @@ func newLeaseSim(t *testing.T, bw core.Bandwidth, holders int, life time.Duratio
 func (s *leaseSim) owner(t *testing.T, req *wire.Request, lx *leaseExec) outcome {
 	t.Helper()
 	if lx != nil {
-		lx.prepare(s.stored, req, s.now, 1)
+		lx.prepare(s.stored, req, s.now, 1, &s.rec, s.now)
 	}
 	newStored, changed, resp := wire.Process(s.stored, *req, s.now)
 	if resp.Status != wire.StatusOK {
@@ -74,6 +75,9 @@ func (s *leaseSim) owner(t *testing.T, req *wire.Request, lx *leaseExec) outcome
 	}
 	if changed {
 		s.stored = newStored
+	}
+	if lx != nil {
+		lx.granted(&resp, s.now, s.life)
 	}
 	b, _ := wire.DecodeState(s.stored)
 	s.avail = append(s.avail, simPoint{s.now, b.AvailableTokens(s.now)})
@@ -99,7 +103,7 @@ func (s *leaseSim) check(t *testing.T, i int) {
 	} else {
 		var give giveBack
 		if e.l.budget > 0 {
-			give = giveBack{unused: e.l.budget, epoch: e.l.epoch, at: e.l.at, fp: e.l.fp}
+			give = giveBack{unused: e.l.budget, epoch: e.l.epoch, at: e.l.at, fp: e.l.fp, gen: e.l.gen}
 		}
 		e.l = lease{}
 		h.grant = -1
@@ -108,7 +112,7 @@ func (s *leaseSim) check(t *testing.T, i int) {
 		o = splitLease(s.owner(t, &g, &x), 1, &x)
 		if gr := o.grant; gr != nil {
 			e.l = lease{view: gr.view, budget: gr.granted, sent: s.now,
-				expires: s.now + min(s.life, windowEnd(&gr.view, gr.at)), at: gr.at, epoch: gr.epoch, fp: gr.fp}
+				expires: s.now + min(s.life, windowEnd(&gr.view, gr.at)), at: gr.at, epoch: gr.epoch, fp: gr.fp, gen: gr.gen}
 			s.grants = append(s.grants, simGrant{at: s.now, granted: gr.granted})
 			h.grant = len(s.grants) - 1
 		}

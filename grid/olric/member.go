@@ -134,6 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
 	if cfg.Leases.Enabled {
 		m.leases = newLeaseTable(cfg.Leases)
+		m.leases.fence = newFenceRecords(cfg.Leases, cfg.PartitionCount, cfg.Stripes)
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.chanAddr, err = channelAddr(m.name); err != nil {
@@ -409,6 +410,11 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	}
 	defer m.release(&o)
 	if remove {
+		if m.leases != nil {
+			if f, held := m.leases.fence.fence(o.st, key, h%m.cfg.PartitionCount, o.epoch, o.now, nil, nil); held {
+				return f
+			}
+		}
 		delete(o.st.cache, key)
 		m.journal.drop(key)
 		if _, err := m.dm.Delete(o.ctx, key); err != nil {
@@ -420,9 +426,18 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	if !ok {
 		return failed
 	}
+	var rec *leaseRecord
+	if m.leases != nil {
+		if f, held := m.leases.fence.fence(o.st, key, h%m.cfg.PartitionCount, o.epoch, o.now, req, s.state); held {
+			return f
+		}
+		if lx != nil {
+			rec = m.leases.fence.record(o.st, key, o.now)
+		}
+	}
 	now := m.cfg.Clock.Now()
 	if lx != nil {
-		lx.prepare(s.state, req, now, o.epoch)
+		lx.prepare(s.state, req, now, o.epoch, rec, o.now)
 	}
 	newStored, changed, resp := wire.Process(s.state, *req, now)
 	if !changed {
@@ -439,6 +454,9 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	if o.r.split {
 		m.journal.put(key, newStored, resp.TTL, m.cfg.Clock.Now())
 	}
+	if lx != nil {
+		lx.granted(&resp, m.mono(), m.leases.fence.life)
+	}
 	return outcome{kind: kindOK, resp: resp}
 }
 
@@ -446,6 +464,9 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 type stripe struct {
 	mu    sync.Mutex
 	cache map[string]cached
+	// leased holds the records of the leases this member granted on the
+	// stripe's keys (fence.go); nil with leases off.
+	leased map[string]*leaseRecord
 }
 
 // cached is the last state this member wrote for a bucket it owns. The

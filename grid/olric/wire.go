@@ -37,11 +37,12 @@ import (
 // kindNoQuorum. A caller with leases on (LeaseConfig) may send kindLease
 // (uvarint budget, uvarint key length, key, uvarint tokens wanted, the
 // give-back of its previous lease: uvarint unused tokens, uvarint epoch,
-// uvarint grant time, uvarint configuration fingerprint; then core request
-// bytes), which the owner answers like kindExecute or with kindLeased
-// (uvarint tokens granted, uvarint grant time, uvarint epoch, uvarint
-// fingerprint, uvarint state length, the bucket state before the grant,
-// then core response bytes).
+// uvarint grant time, uvarint configuration fingerprint, uvarint lease
+// generation; then core request bytes), which the owner answers like
+// kindExecute or with kindLeased (uvarint tokens granted, uvarint grant
+// time, uvarint epoch, uvarint fingerprint, uvarint lease generation,
+// uvarint lifetime nanoseconds, uvarint state length, the bucket state
+// before the grant, then core response bytes).
 const (
 	kindExecute byte = iota + 1
 	kindRemove

@@ -27,9 +27,9 @@ import (
 // Budget is a count of bytes that requests in flight take and give back.
 // It is safe for concurrent use.
 type Budget struct {
-	limit    int64
-	used     atomic.Int64
-	refusals atomic.Int64
+	limit                            int64
+	used                             atomic.Int64
+	answered, exhausted, unavailable atomic.Int64 // refusals, by answer (see Refusals)
 }
 
 // New returns a budget of limit bytes.
@@ -39,7 +39,6 @@ func New(limit int64) *Budget { return &Budget{limit: limit} }
 func (b *Budget) take(n int64) bool {
 	if b.used.Add(n) > b.limit {
 		b.used.Add(-n)
-		b.refusals.Add(1)
 		return false
 	}
 	return true
@@ -51,8 +50,29 @@ func (b *Budget) give(n int64) { b.used.Add(-n) }
 // Used returns the bytes taken now.
 func (b *Budget) Used() int64 { return b.used.Load() }
 
+// Limit returns the bytes the budget holds.
+func (b *Budget) Limit() int64 { return b.limit }
+
+// Refusals counts the requests that found the budget full, by how they
+// were answered.
+type Refusals struct {
+	// Answered counts calls of a method named to GRPC's answer, let
+	// through to be answered at once without their message being read
+	// (a rate-limit check answered OVER_LIMIT).
+	Answered int64
+	// Exhausted counts the other gRPC calls, refused RESOURCE_EXHAUSTED.
+	Exhausted int64
+	// HTTP counts HTTP requests answered 503.
+	HTTP int64
+}
+
+// Total returns every refusal, however answered.
+func (r Refusals) Total() int64 { return r.Answered + r.Exhausted + r.HTTP }
+
 // Refusals returns how many requests found the budget full.
-func (b *Budget) Refusals() int64 { return b.refusals.Load() }
+func (b *Budget) Refusals() Refusals {
+	return Refusals{Answered: b.answered.Load(), Exhausted: b.exhausted.Load(), HTTP: b.unavailable.Load()}
+}
 
 // grant is what one request holds; held < 0 once given back.
 type grant struct {
@@ -126,9 +146,11 @@ func (b *Budget) GRPC(perCall int64, answer ...string) grpc.ServerOption {
 		}
 		for _, m := range answer {
 			if info.FullMethodName == m {
+				b.answered.Add(1)
 				return context.WithValue(ctx, exhaustedKey{}, true), nil
 			}
 		}
+		b.exhausted.Add(1)
 		return ctx, ErrExhausted
 	})
 }
@@ -154,6 +176,7 @@ func (b *Budget) HTTP(h http.Handler, maxBody int64) http.Handler {
 			n = r.ContentLength
 		}
 		if !b.take(n) {
+			b.unavailable.Add(1)
 			w.Header().Set("Retry-After", "1")
 			w.Header().Set("Connection", "close") // the unread body goes with the connection
 			http.Error(w, "the service holds its whole memory budget for requests in flight ("+

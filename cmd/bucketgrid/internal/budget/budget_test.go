@@ -62,8 +62,8 @@ func TestGRPCCallsShareOneBudget(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a call over the budget: %v, want RESOURCE_EXHAUSTED", err)
 	}
-	if b.Refusals() != 1 {
-		t.Fatalf("refusals %d, want 1", b.Refusals())
+	if got := b.Refusals(); got != (Refusals{Exhausted: 1}) {
+		t.Fatalf("refusals %+v, want one RESOURCE_EXHAUSTED", got)
 	}
 	stops[0]()
 	// The ended call's room comes back (poll: its end reaches the server
@@ -168,5 +168,8 @@ func TestHTTPBodiesShareOneBudget(t *testing.T) {
 	}
 	if b.Used() != 0 {
 		t.Fatalf("%d bytes held after every request ended", b.Used())
+	}
+	if got := b.Refusals(); got != (Refusals{HTTP: 1}) {
+		t.Fatalf("refusals %+v, want one 503", got)
 	}
 }

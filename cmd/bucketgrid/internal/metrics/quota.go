@@ -27,6 +27,7 @@ var quotaSeries = []struct{ name, help, label string }{
 	{"abandons_total", "Abandons decided, by reason (idle: no request for a minute; unreported: the Envoy stopped reporting the bucket).", "reason"},
 	{"expired_total", "Assignments of closed streams that ran to their expiry.", ""},
 	{"refused_buckets_total", "New bucket ids answered DENY_ALL without being tracked, by reason (stream_limit, server_limit, too_large).", "reason"},
+	{"evicted_buckets_total", "Tracked bucket ids forgotten (answered DENY_ALL) to make room for new ones, by rule (ghost: a closed stream's; largest_stream: the least recently active of the stream holding the most; idle: the new id's own stream's, unused for two periods).", "rule"},
 	{"tracked_bytes", "What the tracked bucket ids cost against the server's memory budget.", ""},
 	{"tokens_paid_total", "Tokens consumed from grid buckets to pay for assignments.", ""},
 	{"tokens_returned_total", "Tokens given back to grid buckets.", ""},
@@ -81,6 +82,9 @@ func (c *quotaCollector) Collect(ch chan<- prometheus.Metric) {
 	emit("refused_buckets_total", counter, s.Refused.StreamLimit, "stream_limit")
 	emit("refused_buckets_total", counter, s.Refused.ServerLimit, "server_limit")
 	emit("refused_buckets_total", counter, s.Refused.TooLarge, "too_large")
+	emit("evicted_buckets_total", counter, s.Evicted.Ghost, "ghost")
+	emit("evicted_buckets_total", counter, s.Evicted.Largest, "largest_stream")
+	emit("evicted_buckets_total", counter, s.Evicted.Idle, "idle")
 	emit("tracked_bytes", gauge, s.TrackedBytes)
 	emit("tokens_paid_total", counter, s.TokensPaid)
 	emit("tokens_returned_total", counter, s.TokensReturned)

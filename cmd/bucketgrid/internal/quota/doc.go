@@ -33,6 +33,20 @@
 // Envoy's filter ignores such an assignment (the previous one runs on,
 // unrenewed) and admits every request under it as a fallback.
 //
+// # A full table
+//
+// Bucket ids come from request values, so the table of tracked buckets
+// (MaxBuckets a stream, MaxTrackedBytes in all) is the clients' to fill. A
+// new id finding it full takes the room of a closed stream's assignment
+// (all it may still spend charged to its grid bucket at once), else of the
+// least recently used bucket of the stream holding the most bytes while
+// that stream still holds at least as much as the newcomer's, else of a
+// bucket of its own stream no request used for two periods; else it is
+// answered DENY_ALL and not tracked. A stream holding at most an even share
+// of MaxTrackedBytes among the open streams, less a bucket, keeps it all.
+// An evicted bucket is answered DENY_ALL, its token bucket settled as a
+// replaced one's.
+//
 // # The bound
 //
 // Every token an assignment can let through is consumed from the grid

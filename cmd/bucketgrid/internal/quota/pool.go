@@ -53,6 +53,8 @@ type sub struct {
 	freshAt int64
 	seq     uint64
 	cost    int64 // subCost, counted in Server.tracked
+	// prev and next link the stream's subs by recent activity (room.go)
+	prev, next *sub
 }
 
 // observe counts n requests reported at now. A report less than half a
@@ -117,10 +119,12 @@ type change struct {
 	abandon bool
 	idle    bool // abandon: no request for IdleAfter (else: no longer reported)
 	ghost   bool // a ghost's supply through the period: paid, not sent
-	g, max  int64
-	paid    int64
-	cost    int64 // tokens to consume for it
-	credit  int64 // tokens the old assignment no longer needs
+	// ghostCost is what that supply costs (counted in plan's ghosts)
+	ghostCost int64
+	g, max    int64
+	paid      int64
+	cost      int64 // tokens to consume for it
+	credit    int64 // tokens the old assignment no longer needs
 }
 
 // sendable is an action for a stream.
@@ -266,7 +270,7 @@ func (s *Server) plan(p *pool, only []*sub, now, next int64, scale float64) (cha
 		}
 		c := mulDiv(sb.g, gEnd-sb.paid, s.period, true)
 		ghosts += c
-		changes = append(changes, change{sb: sb, ghost: true, paid: sb.paid + mulDiv(c, s.period, sb.g, false)})
+		changes = append(changes, change{sb: sb, ghost: true, ghostCost: c, paid: sb.paid + mulDiv(c, s.period, sb.g, false)})
 	}
 	fair := p.b.perPeriod / int64(max(len(live), 1))
 	if only != nil {
@@ -417,11 +421,18 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 		c := &changes[i]
 		sb := c.sb
 		if c.ghost {
+			if sb.pool != p {
+				// evicted meanwhile, all it may spend charged then: what
+				// this settle paid for it is the pool's
+				p.debt -= c.ghostCost
+				continue
+			}
 			sb.paid = c.paid
 			if sb.sent+s.ttl+s.delivery <= now {
 				delete(p.members, sb) // expired on its Envoy: nothing left to pay
-				s.ghosts--
-				s.tracked -= sb.cost
+				sb.pool = nil
+				s.dropGhost(sb)
+				s.untrack(sb)
 				s.counts.expired.Add(1)
 			}
 			continue
@@ -437,8 +448,7 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 				s.counts.abandonedUnreported.Add(1)
 			}
 			delete(p.members, sb)
-			delete(sb.st.subs, sb.key)
-			s.tracked -= sb.cost
+			s.untrack(sb)
 			sb.pool = nil
 			out = append(out, sendable{sb.st, abandonAction(sb.id)})
 			continue

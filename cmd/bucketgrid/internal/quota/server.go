@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -50,16 +52,20 @@ type Options struct {
 	// Timeout bounds one grid operation; default 1s.
 	Timeout time.Duration
 	// MaxBuckets bounds the buckets one stream may subscribe (bucket ids
-	// come from request values); beyond it new ones are answered DENY_ALL
-	// and not tracked. Default 10,000.
+	// come from request values); beyond it a new one takes the room of the
+	// stream's least recently used bucket if no request used that for two
+	// periods, else it is answered DENY_ALL and not tracked. Default
+	// 10,000.
 	MaxBuckets int
 	// MaxTrackedBytes bounds the memory all streams' buckets hold
 	// together, counting 2 bytes per byte of a bucket id's keys and
 	// values plus 2.5 KiB (TestTrackedBytesBound checks the heap stays
-	// within it); beyond it new bucket ids are answered DENY_ALL and not
-	// tracked. Default 1 GiB: about 400,000 buckets of short ids. Bucket
-	// ids beyond the RLS's bounds (more than 32 entries, more than 4096
-	// bytes) are never tracked.
+	// within it); beyond it a new bucket id takes the room of a bucket
+	// already tracked, by rules no client can turn against the others
+	// (room.go), or is answered DENY_ALL and not tracked. Default 1 GiB:
+	// about 400,000 buckets of short ids. Bucket ids beyond the RLS's
+	// bounds (more than 32 entries, more than 4096 bytes) are never
+	// tracked.
 	MaxTrackedBytes int64
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
@@ -77,8 +83,11 @@ type Server struct {
 	streams map[*stream]struct{}
 	pools   map[string]*pool
 	next    int64 // when the next period starts
-	ghosts  int   // subs of closed streams still paid for
 	tracked int64 // subCost of every sub held, ghosts included
+	// ghostSet is the subs of closed streams still paid for
+	ghostSet map[*sub]struct{}
+	// byBytes is the open streams by the bytes they hold (room.go)
+	byBytes streamHeap
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -134,7 +143,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("%w: Delivery below Period, Burst, IdleAfter, Timeout and MaxBuckets positive", ErrOptions)
 	}
 	return &Server{opts: o, period: int64(o.Period), ttl: int64(o.TTL), delivery: int64(o.Delivery),
-		streams: map[*stream]struct{}{}, pools: map[string]*pool{}, stop: make(chan struct{}),
+		streams: map[*stream]struct{}{}, pools: map[string]*pool{}, ghostSet: map[*sub]struct{}{}, stop: make(chan struct{}),
 		next: o.Clock.Now() + int64(o.Period)}, nil
 }
 
@@ -170,12 +179,19 @@ type stream struct {
 	subs   map[string]*sub // by canonical bucket id
 	closed bool
 	seq    uint64 // reports handled
+	// bytes is the subCost of its subs (ghosts included); heapAt its
+	// place in Server.byBytes (-1 once closed)
+	bytes  int64
+	heapAt int
+	// lruFront and lruBack are its subs from the most to the least
+	// recently active
+	lruFront, lruBack *sub
 }
 
 // StreamRateLimitQuotas implements the RLQS API: every report's new bucket
 // ids are answered at once, the rest at each period.
 func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]) (err error) {
-	st := &stream{out: make(chan *rlqspb.RateLimitQuotaResponse, 64), subs: map[string]*sub{}}
+	st := &stream{out: make(chan *rlqspb.RateLimitQuotaResponse, 64), subs: map[string]*sub{}, heapAt: -1}
 	s.mu.Lock()
 	select {
 	case <-s.stop:
@@ -184,6 +200,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLi
 	default:
 	}
 	s.streams[st] = struct{}{}
+	heap.Push(&s.byBytes, st)
 	s.mu.Unlock()
 	s.counts.streamsOpened.Add(1)
 	defer s.close(st)
@@ -240,18 +257,17 @@ func (s *Server) close(st *stream) {
 	defer s.mu.Unlock()
 	st.closed = true
 	delete(s.streams, st)
+	heap.Remove(&s.byBytes, st.heapAt)
 	for _, sb := range st.subs {
-		if sb.pool == nil {
-			continue
-		}
-		if sb.kind == bucketAssigned && sb.g > 0 {
+		if sb.pool != nil && sb.kind == bucketAssigned && sb.g > 0 {
 			sb.ghost = true
-			s.ghosts++
+			s.ghostSet[sb] = struct{}{}
 			continue
 		}
-		delete(sb.pool.members, sb)
-		delete(st.subs, sb.key) // a ghost holds the stream, so free the rest now
-		s.tracked -= sb.cost
+		if sb.pool != nil {
+			delete(sb.pool.members, sb)
+		}
+		s.untrack(sb) // a ghost holds the stream, so free the rest now
 	}
 }
 
@@ -264,6 +280,7 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 	cfg := s.opts.Config()
 	var acts []*rlqspb.RateLimitQuotaResponse_BucketAction
 	byPool := map[*pool][]*sub{}
+	evicted := map[*stream][]*rlqspb.RateLimitQuotaResponse_BucketAction{}
 	s.mu.Lock()
 	if st.closed {
 		s.mu.Unlock()
@@ -282,7 +299,12 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 		key := canonical(id)
 		sb := st.subs[key]
 		if sb != nil {
-			sb.observe(satAdd(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()), now, s.period)
+			if n := satAdd(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied()); n > 0 {
+				st.active(sb)
+				sb.observe(n, now, s.period)
+			} else {
+				sb.observe(0, now, s.period)
+			}
 			if u.GetTimeElapsed().GetSeconds() > 0 || sb.seq == st.seq || (sb.freshAt != 0 && now-sb.freshAt < s.period) {
 				// a periodic report; or the id again in one report, or a
 				// second re-creation within a period: a client's, not
@@ -300,16 +322,12 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 			}
 			continue
 		}
-		refused := &s.counts.refusedStream
 		cost := subCost(key)
-		switch {
-		case len(id.GetBucket()) > policy.MaxEntries || len(key) > policy.MaxDescriptorBytes+2*policy.MaxEntries:
+		var refused *atomic.Int64
+		if len(id.GetBucket()) > policy.MaxEntries || len(key) > policy.MaxDescriptorBytes+2*policy.MaxEntries {
 			refused = &s.counts.refusedSize
-		case len(st.subs) >= s.opts.MaxBuckets:
-		case s.tracked+cost > s.opts.MaxTrackedBytes:
-			refused = &s.counts.refusedServer
-		default:
-			refused = nil
+		} else if ok, r := s.makeRoom(st, cost, now, evicted); !ok {
+			refused = r
 		}
 		if refused != nil {
 			// DENY_ALL, not tracked: Envoy reports the bucket again and
@@ -320,8 +338,7 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 		}
 		sb = &sub{st: st, id: bareID(id), key: key, rate: -1, lastReport: now, lastSeen: now, lastActive: now,
 			seq: st.seq, cost: cost}
-		s.tracked += cost
-		st.subs[key] = sb
+		s.track(sb)
 		s.bindSub(sb, cfg)
 		if sb.pool != nil {
 			byPool[sb.pool] = append(byPool[sb.pool], sb)
@@ -330,6 +347,13 @@ func (s *Server) report(ctx context.Context, st *stream, r *rlqspb.RateLimitQuot
 		}
 	}
 	s.mu.Unlock()
+	for other, a := range evicted {
+		if other == st {
+			acts = append(acts, a...)
+		} else {
+			s.push(other, a)
+		}
+	}
 	for p, subs := range byPool {
 		for _, a := range s.settle(ctx, p, subs, now, next) {
 			acts = append(acts, a.act)

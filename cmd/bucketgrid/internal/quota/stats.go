@@ -35,6 +35,9 @@ type Stats struct {
 	// Refused counts new bucket ids answered DENY_ALL without being
 	// tracked, by reason.
 	Refused Refusals
+	// Evicted counts tracked buckets forgotten to make room for new ids,
+	// by rule (room.go).
+	Evicted Evictions
 	// Queued, Sent and Dropped count responses: queued for a stream, sent
 	// on it, and lost because the stream's queue was full.
 	Queued, Sent, Dropped int64
@@ -73,6 +76,18 @@ type Refusals struct {
 	TooLarge int64
 }
 
+// Evictions counts buckets evicted for a new bucket id, by rule.
+type Evictions struct {
+	// Ghost: a closed stream's assignment, charged in full to its pool.
+	Ghost int64
+	// Largest: the least recently active bucket of the stream holding the
+	// most bytes, for a stream holding less.
+	Largest int64
+	// Idle: a bucket of the new id's own stream no request used for two
+	// periods.
+	Idle int64
+}
+
 // counters are the running totals behind Stats.
 type counters struct {
 	streamsOpened, streamErrors         atomic.Int64
@@ -84,6 +99,8 @@ type counters struct {
 	abandon                             atomic.Int64
 	abandonedIdle, abandonedUnreported  atomic.Int64
 	expired, paid, returned, gridErrors atomic.Int64
+	evictedGhost, evictedLargest        atomic.Int64
+	evictedIdle                         atomic.Int64
 }
 
 // sentActions counts the actions of one response sent.
@@ -129,7 +146,8 @@ func (s *Server) Stats() Stats {
 		Reports: c.reports.Load(), Usages: c.usages.Load(),
 		Refused: Refusals{StreamLimit: c.refusedStream.Load(), ServerLimit: c.refusedServer.Load(),
 			TooLarge: c.refusedSize.Load()},
-		Queued: c.queued.Load(), Sent: c.sent.Load(), Dropped: c.dropped.Load(),
+		Evicted: Evictions{Ghost: c.evictedGhost.Load(), Largest: c.evictedLargest.Load(), Idle: c.evictedIdle.Load()},
+		Queued:  c.queued.Load(), Sent: c.sent.Load(), Dropped: c.dropped.Load(),
 		Actions: Actions{TokenBucket: c.tokenBucket.Load(), AllowAll: c.allowAll.Load(),
 			DenyAll: c.denyAll.Load(), Abandon: c.abandon.Load()},
 		AbandonedIdle: c.abandonedIdle.Load(), AbandonedUnreported: c.abandonedUnreported.Load(),
@@ -138,7 +156,7 @@ func (s *Server) Stats() Stats {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st.Streams, st.GridBuckets, st.Ghosts, st.TrackedBytes = len(s.streams), len(s.pools), s.ghosts, s.tracked
+	st.Streams, st.GridBuckets, st.Ghosts, st.TrackedBytes = len(s.streams), len(s.pools), len(s.ghostSet), s.tracked
 	for str := range s.streams {
 		st.Buckets += len(str.subs)
 	}

@@ -32,8 +32,7 @@ func (s *Server) tick(ctx context.Context) {
 				continue
 			}
 			if now-sb.lastActive >= int64(s.opts.IdleAfter) {
-				delete(st.subs, sb.key)
-				s.tracked -= sb.cost
+				s.untrack(sb)
 				s.counts.abandonedIdle.Add(1)
 				acts[st] = append(acts[st], abandonAction(sb.id))
 				continue

@@ -73,8 +73,8 @@ func TestFullBudgetIsOverLimit(t *testing.T) {
 	if n := srv.calls.Load(); n != 0 {
 		t.Fatalf("the service decided %d checks it had no room for", n)
 	}
-	if b.Refusals() != 1 {
-		t.Fatalf("refusals %d, want 1", b.Refusals())
+	if got := b.Refusals(); got != (budget.Refusals{Answered: 1}) {
+		t.Fatalf("refusals %+v, want one check answered", got)
 	}
 
 	hold()
