@@ -25,12 +25,18 @@ import (
 // at once, and one probe at a time (a read of a key's configuration) is sent
 // in the background, at most every Probe, while operations keep coming. The
 // breaker closes when a probe is answered. What the local buckets consumed
-// is then charged to the real ones, best effort and never minting: each key
-// once, with wire.OpTryConsumeAsMuchAsPossible of the tokens consumed
-// locally (a bucket is charged at most what it holds, and never gains a
-// token). A key's next answer from the executor charges it too, and a key
-// decided locally again within a minute goes on from its share's state
-// rather than a full share.
+// is then charged to the real ones, never minting: with
+// wire.OpTryConsumeAsMuchAsPossible of the tokens consumed locally (a bucket
+// is charged at most what it holds, and never gains a token), sent in the
+// key's next request to the executor ahead of the caller's operations, so
+// that the charge and the operations are one atomic batch and nothing this
+// instance asks of the real bucket is decided before the charge. Keys with
+// no request within Timeout of the executor's answer are charged by a
+// background sweep, one at a time; a request for a key being swept waits
+// for its charge. A charge that fails stays for the key's next request; one
+// whose answer was lost may be charged twice (refusing early, never
+// admitting more). A key decided locally again within a minute goes on from
+// its share's state rather than a full share.
 //
 // Only outages degrade, as only outages fail open in an HTTP middleware:
 // an executor error other than an invalid key (ErrInvalidKey), a corrupt

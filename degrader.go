@@ -25,12 +25,13 @@ type degrader struct {
 
 	breakers breakers
 
-	mu      sync.Mutex
-	shares  map[string]*share // by store key; guarded by mu
-	pending []charge          // consumption waiting to be charged; guarded by mu
-	n       atomic.Int32      // len(shares), read without mu on the hot path
+	mu     sync.Mutex
+	shares map[string]*share // by store key; guarded by mu
+	n      atomic.Int32      // len(shares), read without mu on the hot path
 
-	charging atomic.Bool // a goroutine is charging pending
+	// sweeping: a goroutine charges settled shares nobody carried;
+	// sweepAgain: a share was settled since its last pass began.
+	sweeping, sweepAgain atomic.Bool
 
 	degraded, opened, charged, chargeFailed, dropped atomic.Int64
 }
@@ -40,21 +41,14 @@ type share struct {
 	key       string // store key
 	stored    []byte // the local bucket, core's encoding
 	cfg       core.Config
-	version   int64       // of cfg, for the charge
-	cut       int         // instances the local bucket's configuration was cut for
-	cutCfg    core.Config // cfg.Share(cut)
-	local     int64       // configuration version of the local bucket, bumped on every re-cut
-	consumed  int64       // tokens consumed locally, not yet charged
-	settled   bool        // the executor answered since: consumed was queued to be charged
-	settledAt int64       // clock time of settling
-}
-
-// charge is consumption to take from a real bucket.
-type charge struct {
-	key      string
-	cfg      core.Config
-	version  int64
-	consumed int64
+	version   int64         // of cfg, for the charge
+	cut       int           // instances the local bucket's configuration was cut for
+	cutCfg    core.Config   // cfg.Share(cut)
+	local     int64         // configuration version of the local bucket, bumped on every re-cut
+	consumed  int64         // tokens consumed locally, not yet charged nor being charged
+	inflight  chan struct{} // closed when the request charging this share's consumption ends; nil when none is
+	settled   bool          // the executor answered since the share was last used
+	settledAt int64         // clock time of settling
 }
 
 func newDegrader(m *Manager, d Degrade) *degrader {
@@ -101,14 +95,35 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		}
 		return g.local(ctx, h, ops, verbose)
 	}
+	var s *share
+	var carry int64
+	if g.n.Load() > 0 && len(ops) < wire.MaxOps {
+		var err error
+		if s, carry, err = g.claim(ctx, h.storeKey); err != nil {
+			return wire.Response{}, err
+		}
+	}
+	sent := ops
+	if carry > 0 {
+		sent = make([]wire.Op, 0, len(ops)+1)
+		sent = append(sent, wire.Op{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: carry})
+		sent = append(sent, ops...)
+	}
 	rctx, cancel := ctx, context.CancelFunc(nil)
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > g.timeout {
 		rctx, cancel = context.WithTimeout(ctx, g.timeout)
 	}
 	var fromExec bool
-	resp, err := h.remote(rctx, ops, verbose, &fromExec)
+	resp, err := h.remote(rctx, sent, verbose, &fromExec)
 	if cancel != nil {
 		cancel()
+	}
+	if carry > 0 {
+		if err == nil {
+			g.charged.Add(resp.Results[0].Tokens)
+			resp.Results = resp.Results[1:]
+		}
+		g.release(s, carry, err == nil)
 	}
 	if err == nil {
 		b.succeeded()
@@ -124,6 +139,53 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		g.opened.Add(1)
 	}
 	return g.local(ctx, h, ops, verbose)
+}
+
+// claim takes the consumption of key's local share that is still to be
+// charged, for the caller to charge atomically before its own operations,
+// after waiting for a charge of the share already under way: so nothing
+// this instance asks of key's real bucket is decided before what it
+// consumed locally was taken from it. The caller must release s when the
+// claimed consumption is more than 0.
+func (g *degrader) claim(ctx context.Context, key string) (*share, int64, error) {
+	g.mu.Lock()
+	for {
+		s := g.shares[key]
+		if s == nil {
+			g.mu.Unlock()
+			return nil, 0, nil
+		}
+		if w := s.inflight; w != nil {
+			g.mu.Unlock()
+			select {
+			case <-w:
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			}
+			g.mu.Lock()
+			continue
+		}
+		c := s.consumed
+		if c > 0 {
+			s.consumed, s.inflight = 0, make(chan struct{})
+		}
+		g.mu.Unlock()
+		return s, c, nil
+	}
+}
+
+// release ends the charge of c tokens claimed from s: when it did not
+// reach the executor (or may not have), they stay to be charged with the
+// key's next request, so an answer lost after the charge was applied
+// charges twice (refusing early, never minting).
+func (g *degrader) release(s *share, c int64, charged bool) {
+	g.mu.Lock()
+	if !charged {
+		s.consumed += c
+	}
+	close(s.inflight)
+	s.inflight = nil
+	g.mu.Unlock()
 }
 
 // ptrShare returns a pointer to cfg's share of n.
@@ -180,7 +242,7 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 	}
 	if s.settled {
 		if now-s.settledAt > int64(shareMemory) { // a new outage: start afresh
-			*s = share{key: s.key, cfg: s.cfg, version: s.version}
+			*s = share{key: s.key, cfg: s.cfg, version: s.version, consumed: s.consumed, inflight: s.inflight}
 		}
 		s.settled = false
 	}
@@ -249,82 +311,107 @@ func consumedBy(ops []wire.Op, results []wire.Result) int64 {
 // from a full share.
 const shareMemory = time.Minute
 
-// settle queues the consumption of key's local share, if any, to be
-// charged: the executor answered for key again.
+// settle marks key's local share, if any, settled: the executor answered
+// for key again. What it consumed locally goes with the key's next request
+// (claim); a sweep charges it if none comes soon.
 func (g *degrader) settle(key string) {
 	now := g.m.clock.Now()
 	g.mu.Lock()
-	queued := false
+	left := false
 	if s := g.shares[key]; s != nil {
-		queued = g.settle1(s, now)
+		left = g.settle1(s, now)
 	}
 	g.mu.Unlock()
-	if queued {
-		g.startCharging()
+	if left {
+		g.startSweep()
 	}
 }
 
-// settleAll queues the consumption of every local share to be charged: a
-// probe was answered.
+// settleAll marks every local share settled: a probe was answered.
 func (g *degrader) settleAll() {
 	now := g.m.clock.Now()
 	g.mu.Lock()
+	left := false
 	for _, s := range g.shares {
-		g.settle1(s, now)
+		left = g.settle1(s, now) || left
 	}
 	g.mu.Unlock()
-	g.startCharging()
+	if left {
+		g.startSweep()
+	}
 }
 
-// settle1 marks s settled at now and queues its consumption, reporting
-// whether there was any; a share settled longer than shareMemory ago is
-// forgotten. Called with g.mu held.
+// settle1 marks s settled at now, reporting whether consumption of it is
+// left to charge; a share settled longer than shareMemory ago, with
+// nothing left to charge, is forgotten. Called with g.mu held.
 func (g *degrader) settle1(s *share, now int64) bool {
-	if s.settled {
-		if now-s.settledAt > int64(shareMemory) {
-			delete(g.shares, s.key)
-			g.n.Store(int32(len(g.shares)))
-		}
+	if !s.settled {
+		s.settled, s.settledAt = true, now
+	} else if now-s.settledAt > int64(shareMemory) && s.consumed == 0 && s.inflight == nil {
+		delete(g.shares, s.key)
+		g.n.Store(int32(len(g.shares)))
 		return false
 	}
-	s.settled, s.settledAt = true, now
-	if s.consumed <= 0 {
-		return false
-	}
-	g.pending = append(g.pending, charge{key: s.key, cfg: s.cfg, version: s.version, consumed: s.consumed})
-	s.consumed = 0
-	return true
+	return s.consumed > 0
 }
 
-// startCharging starts the goroutine that charges pending consumption,
-// unless it runs already.
-func (g *degrader) startCharging() {
-	if g.charging.CompareAndSwap(false, true) {
-		go g.chargePending()
+// startSweep makes a goroutine charge, after Degrade.Timeout, the settled
+// shares whose consumption no request carried meanwhile, unless one runs
+// already (it then makes another pass).
+func (g *degrader) startSweep() {
+	g.sweepAgain.Store(true)
+	if g.sweeping.CompareAndSwap(false, true) {
+		go g.sweep()
 	}
 }
 
-// chargePending charges pending consumption, one key at a time, until none
-// is left.
-func (g *degrader) chargePending() {
+// sweep charges the consumption left in settled shares, one key at a time,
+// a pass each time startSweep asked for one. A request for a key being
+// charged waits for the charge (claim); a charge that fails stays for the
+// key's next request or pass.
+func (g *degrader) sweep() {
 	for {
+		time.Sleep(g.timeout) // a key in use carries its own charge meanwhile
+		g.sweepAgain.Store(false)
 		g.mu.Lock()
-		if len(g.pending) == 0 {
-			g.charging.Store(false)
+		var left []*share
+		for _, s := range g.shares {
+			if s.settled && s.consumed > 0 {
+				left = append(left, s)
+			}
+		}
+		g.mu.Unlock()
+		for _, s := range left {
+			g.mu.Lock()
+			if !s.settled || s.consumed <= 0 || s.inflight != nil || g.shares[s.key] != s {
+				g.mu.Unlock()
+				continue
+			}
+			c := charge{key: s.key, cfg: s.cfg, version: s.version, consumed: s.consumed}
+			s.consumed, s.inflight = 0, make(chan struct{})
 			g.mu.Unlock()
+			g.release(s, c.consumed, g.charge(c))
+		}
+		g.sweeping.Store(false)
+		if !g.sweepAgain.Load() || !g.sweeping.CompareAndSwap(false, true) {
 			return
 		}
-		c := g.pending[len(g.pending)-1]
-		g.pending = g.pending[:len(g.pending)-1]
-		g.mu.Unlock()
-		g.charge(c)
 	}
+}
+
+// charge is consumption to take from a real bucket.
+type charge struct {
+	key      string
+	cfg      core.Config
+	version  int64
+	consumed int64
 }
 
 // charge takes what was consumed locally from the real bucket, at most
 // what it holds, creating it from the configuration when it is gone (a
-// crashed owner's keys): best effort, never minting.
-func (g *degrader) charge(s charge) {
+// crashed owner's keys): never minting. It reports whether the executor
+// answered.
+func (g *degrader) charge(s charge) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
 	cfg := s.cfg
@@ -333,9 +420,10 @@ func (g *degrader) charge(s charge) {
 	resp, err := g.exec.Execute(ctx, s.key, req)
 	if err != nil || resp.Status != wire.StatusOK {
 		g.chargeFailed.Add(1)
-		return
+		return false
 	}
 	g.charged.Add(resp.Results[0].Tokens)
+	return true
 }
 
 // probeRoute asks the executor for key's configuration, a read that changes

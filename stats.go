@@ -29,9 +29,13 @@ type ManagerStats struct {
 	Dropped      int64
 	// Charged counts the tokens consumed locally that were charged to the
 	// real buckets once their backend answered again; ChargeFailed counts
-	// keys whose charge failed and was given up.
+	// background charges that failed (their tokens stay to be charged with
+	// the key's next request).
 	Charged      int64
 	ChargeFailed int64
+	// Instances is the number of instances a local share is cut for now
+	// (Degrade.Instances, or the executor's LiveCounter).
+	Instances int
 }
 
 // Stats returns the counters so far.
@@ -41,6 +45,7 @@ func (m *Manager) Stats() ManagerStats {
 		s.Degraded, s.BreakerOpens, s.OpenBreakers = g.degraded.Load(), g.opened.Load(), g.breakers.openCount()
 		s.LocalBuckets, s.Dropped = int(g.n.Load()), g.dropped.Load()
 		s.Charged, s.ChargeFailed = g.charged.Load(), g.chargeFailed.Load()
+		s.Instances = g.instanceCount()
 	}
 	return s
 }

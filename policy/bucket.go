@@ -155,7 +155,10 @@ func (it *Item) Ops() []wire.Op {
 	if l.Algorithm == TokenBucket {
 		c := int64(l.Capacity())
 		if it.Hits == 0 {
-			return []wire.Op{replace, {Kind: wire.OpEstimate, Tokens: 1}, {Kind: wire.OpEstimate, Tokens: c}}
+			// the last is refused on every bucket (more than the rule's
+			// capacity, so more than any share's) and reports the time
+			// until full of whichever bucket runs it
+			return []wire.Op{replace, {Kind: wire.OpEstimate, Tokens: 1}, {Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: c + 1}}
 		}
 		// more than the capacity is refused whatever the state
 		return []wire.Op{replace, {Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)}}
@@ -329,7 +332,7 @@ func (it *Item) decideBucket(res []wire.Result) Status {
 	var avail uint64
 	if h == 0 {
 		avail = uint64(max(res[1].Tokens, 0))
-		s = Status{Over: !res[1].OK, ResetAfter: time.Duration(res[2].Wait), RetryAfter: time.Duration(res[1].Wait)}
+		s = Status{Over: !res[1].OK, ResetAfter: time.Duration(res[2].Reset), RetryAfter: time.Duration(res[1].Wait)}
 		if !s.Over {
 			s.Remaining = uint32(min(avail, math.MaxUint32))
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/cas/presence"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
 
@@ -64,8 +65,10 @@ type limitFlags struct {
 // degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
 type degradeFlags struct {
 	On        bool
-	Instances int // 0: the grid's live members (1 for a store)
+	Instances int // 0: the grid's live members (1 for a store); with Count, the least count
 	Timeout   time.Duration
+	Count     bool          // count the instances sharing the store (cas/presence)
+	CountTTL  time.Duration // of a presence record
 }
 
 // gridFlags configure the embedded grid member (-backend grid). Secrets are
@@ -178,7 +181,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.DurationVar(&c.Limits.HTTPIdleTimeout, "http-idle-timeout", time.Minute, "an idle keep-alive HTTP connection is closed after this long")
 	fs.Int64Var(&c.Limits.MaxInflightBytes, "max-inflight-bytes", 256<<20, "`bytes` that all connections' requests in flight together may make the service hold: a gRPC call takes -grpc-window plus -grpc-max-recv until its message is decoded, a /json request its body; one that finds no room is refused at once (a check OVER_LIMIT, unread; other gRPC calls RESOURCE_EXHAUSTED; HTTP 503)")
 	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable, which Envoy's failure_mode_deny turns into unlimited by default. Off by default: a grid holds a key up to its hand-over grace (over a second) when members join, longer than -degrade-timeout, so keys moving are decided from shares then")
-	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or each admits the whole limit)")
+	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or count them with -degrade-count, or each admits the whole limit); with -degrade-count, the least count")
+	fs.BoolVar(&c.Degrade.Count, "degrade-count", false, "with a store URI and -degrade, count the instances sharing the store: each keeps a presence record in it with a TTL of -degrade-count-ttl, refreshed every quarter of it; while the store is out, the last count seen")
+	fs.DurationVar(&c.Degrade.CountTTL, "degrade-count-ttl", presence.DefaultTTL, "under -degrade-count, how long a stopped instance is still counted at most (its record's TTL)")
 	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long to wait for the backend before deciding locally (below -timeout)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -215,6 +220,17 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	}
 	if c.Degrade.Instances < 0 || c.Degrade.Timeout <= 0 || c.Degrade.Timeout >= c.Timeout {
 		errs = append(errs, errors.New("-degrade-instances must not be negative, -degrade-timeout positive and below -timeout"))
+	}
+	if c.Degrade.Count {
+		switch {
+		case !c.Degrade.On:
+			errs = append(errs, errors.New("-degrade-count needs -degrade"))
+		case c.Backend == "grid" || c.Backend == "memory":
+			errs = append(errs, fmt.Errorf("-degrade-count counts the instances sharing a store URI, not -backend %s (the grid counts its members)", c.Backend))
+		}
+		if c.Degrade.CountTTL < 2*time.Second {
+			errs = append(errs, fmt.Errorf("-degrade-count-ttl %v: want at least 2s (Couchbase expires whole seconds)", c.Degrade.CountTTL))
+		}
 	}
 	if c.Backend == "grid" {
 		if _, port, err := splitHostPort(c.Grid.Bind); err != nil || port < 1 || port > 65533 {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cas/presence"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/budget"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/metrics"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/quota"
@@ -106,7 +107,21 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	mopts := []bucketgrid.ManagerOption{bucketgrid.WithExpiration(bucketgrid.ExpireAfterRefill(expiryMargin)),
 		bucketgrid.WithEagerConfig()}
 	if c.Degrade.On {
-		mopts = append(mopts, bucketgrid.WithDegrade(degrade(c.Degrade)))
+		d := degrade(c.Degrade)
+		if c.Degrade.Count {
+			counter, err := presence.New(be.store, presence.Config{TTL: c.Degrade.CountTTL, Floor: c.Degrade.Instances})
+			if err != nil {
+				return fmt.Errorf("-degrade-count: %w", err)
+			}
+			// the record is withdrawn before the backend closes (defers
+			// run last first)
+			cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+			counted := make(chan struct{})
+			go func() { defer close(counted); _ = counter.Run(cctx) }()
+			defer func() { stop(); <-counted }()
+			d.Instances = counter.LiveInstances
+		}
+		mopts = append(mopts, bucketgrid.WithDegrade(d))
 	}
 	mgr := bucketgrid.NewManager(be.exec, mopts...)
 	m.Manager(mgr.Stats)
