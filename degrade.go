@@ -64,7 +64,7 @@ type Degrade struct {
 	// Probe is the least time between probes of an open breaker, on the
 	// Manager's clock (DefaultDegradeProbe when 0).
 	Probe time.Duration
-	// MaxKeys bounds the local buckets (DefaultMaxEntries when 0). Past it,
+	// MaxKeys bounds the local buckets (DefaultDegradeMaxKeys when 0). Past it,
 	// an arbitrary local bucket is dropped, and with it the consumption it
 	// would have charged.
 	MaxKeys int
@@ -82,6 +82,9 @@ const (
 	// answers resume within about a quarter of a second of the backend's
 	// return.
 	DefaultDegradeProbe = 250 * time.Millisecond
+	// DefaultDegradeMaxKeys bounds the local buckets of a degraded Manager
+	// at the size of a typical Spring Boot service's Caffeine cache.
+	DefaultDegradeMaxKeys = 100_000
 )
 
 // LiveCounter is implemented by executors that know how many instances

@@ -64,7 +64,7 @@ func newDegrader(m *Manager, d Degrade) *degrader {
 		g.probe = int64(DefaultDegradeProbe)
 	}
 	if g.maxKeys <= 0 {
-		g.maxKeys = DefaultMaxEntries
+		g.maxKeys = DefaultDegradeMaxKeys
 	}
 	if g.instances == nil {
 		if lc, ok := m.exec.(LiveCounter); ok {
