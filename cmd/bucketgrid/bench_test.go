@@ -85,7 +85,7 @@ func BenchmarkRLS(b *testing.B) {
 			}
 			var s servers
 			for _, p := range startCluster(b, n, args...) {
-				s.addrs, s.pids = append(s.addrs, p.grpcAddr), append(s.pids, p.cmd.Process.Pid)
+				s.addrs, s.pids = append(s.addrs, p.grpcAddr), append(s.pids, p.Pid())
 				if p.debugAddr != "" {
 					s.debug = append(s.debug, p.debugAddr)
 				}
