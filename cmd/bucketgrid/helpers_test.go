@@ -134,6 +134,7 @@ func writeConfig(t testing.TB, dir string, files map[string]string) string {
 type instance struct {
 	grpcAddr, httpAddr string
 	ready              string // the ready line
+	rlqsAddr           string // with -rlqs
 	cancel             context.CancelFunc
 	done               chan error
 }
@@ -162,7 +163,7 @@ func startInstance(t testing.TB, args ...string) *instance {
 		t.Fatalf("bucketgrid did not start: %v", err)
 	}
 	go io.Copy(io.Discard, pr)
-	in.grpcAddr, in.httpAddr, in.ready = field(line, "grpc="), field(line, "http="), line
+	in.grpcAddr, in.httpAddr, in.rlqsAddr, in.ready = field(line, "grpc="), field(line, "http="), field(line, "rlqs="), line
 	t.Cleanup(func() {
 		cancel()
 		if err := <-in.done; err != nil {

@@ -49,6 +49,10 @@ type tally struct {
 	limits           map[uint32]int // current_limit.requests_per_unit of the answers
 }
 
+// checkWait is a check's deadline: the client's, which the service keeps
+// (Envoy's rate-limit filter gives up after 20 ms unless configured).
+var checkWait = 10 * time.Second
+
 // checkAll sends n checks of one descriptor to c at once and counts the
 // answers.
 func checkAll(c rlspb.RateLimitServiceClient, key, value string, n int) tally {
@@ -57,7 +61,7 @@ func checkAll(c rlspb.RateLimitServiceClient, key, value string, n int) tally {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), checkWait)
 			defer cancel()
 			r, err := c.ShouldRateLimit(ctx, req("share", key, value))
 			mu.Lock()
@@ -178,7 +182,7 @@ func redisSharedOutage(t testing.TB, degrade bool) sharedOutage {
 	for range 4 {
 		wg.Go(func() {
 			for n := 0; n < 1000 || time.Now().Before(until); n++ {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), checkWait)
 				start := time.Now()
 				r, err := clients[0].ShouldRateLimit(ctx, req("share", "bucket", openValues[n%len(openValues)]))
 				d := time.Since(start)
@@ -324,13 +328,18 @@ func TestRedisHangSharedByCountedInstances(t *testing.T) {
 // -benchtime=1x (each run is a whole outage). It reports per instance and
 // descriptor the checks admitted, refused and failed of 20 sent at once
 // (without degrade every one fails after -timeout and goes to Envoy's
-// failure_mode_deny), the latency of checks once the breaker is open, and
-// how soon answers came from Redis again.
+// failure_mode_deny; the checks' deadline is then 1 s, not 10 s), the
+// latency of checks once the breaker is open, and how soon answers came
+// from Redis again.
 //
 //	go test -run '^$' -bench RedisHang -benchtime=1x ./cmd/bucketgrid
 func BenchmarkRedisHang(b *testing.B) {
 	for _, degrade := range []bool{false, true} {
 		b.Run("degrade="+strconv.FormatBool(degrade), func(b *testing.B) {
+			if !degrade { // every check waits for its deadline: a short one
+				defer func(d time.Duration) { checkWait = d }(checkWait)
+				checkWait = time.Second
+			}
 			for range b.N {
 				res := redisSharedOutage(b, degrade)
 				var ok, over, failed int
