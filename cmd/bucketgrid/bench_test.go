@@ -103,7 +103,7 @@ func BenchmarkRLS(b *testing.B) {
 				map[string]string{"bench.yaml": benchConfig, "tb.yaml": benchConfigTB}), "-headers", "none",
 				"-backend", "redis://" + need(b, "REDIS_ADDR") + "?prefix=bgbench_" + randHex(6) + ":"}
 			p := startProc(b, gridPort(b), nil, append(args, extra...)...)
-			return servers{addrs: []string{p.grpcAddr}, pids: []int{p.cmd.Process.Pid, redisPid(b)}}
+			return servers{addrs: []string{p.grpcAddr}, pids: []int{p.Pid(), redisPid(b)}}
 		}
 	}
 	envoy := func(n int) func(b *testing.B) servers {
