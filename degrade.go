@@ -44,7 +44,11 @@ import (
 // (*core.ConfigError), a request refused (wire.ErrInvalidRequest) or one the
 // executor itself says is no outage (see OutageClassifier). Those errors,
 // the configuration function's errors and the caller's own context ending
-// are returned as they are; a panic is not recovered.
+// are returned as they are; a panic is not recovered. An executor that
+// answers only after Timeout, although told the deadline (a grid member
+// whose store waits on a dead replica), is an outage even when the
+// caller's later deadline passed meanwhile: decided locally too, unless the
+// caller canceled.
 type Degrade struct {
 	// Instances returns the number of instances sharing the limit, read
 	// whenever a local bucket is made or used (a change re-cuts the local
