@@ -36,7 +36,8 @@ type config struct {
 	DrainGrace     time.Duration
 	LogLevel       slog.Level
 	Version        bool // print the version and exit
-	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
+	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too, on RLQSAddr
+	RLQSAddr       string
 	Degrade        degradeFlags
 	Limits         limitFlags
 }
@@ -57,6 +58,8 @@ type limitFlags struct {
 	HTTPReadTimeout    time.Duration // time to read a request, header and body
 	HTTPIdleTimeout    time.Duration // a keep-alive connection idle for this long is closed
 	MaxInflightBytes   int64         // bytes all requests in flight together may hold (internal/budget)
+	RLQSMaxRecv        int           // bytes of one usage report
+	RLQSMaxBytes       int64         // bytes all quota streams together may hold
 }
 
 // degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
@@ -160,7 +163,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown, once the listeners close")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
+	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -rlqs-addr, from the same rules and buckets")
+	fs.StringVar(&c.RLQSAddr, "rlqs-addr", "127.0.0.1:8082", "gRPC listen `address` of the Rate Limit Quota Service (with -rlqs; health too): its own port, since a usage report is far larger than a check")
+	fs.IntVar(&c.Limits.RLQSMaxRecv, "rlqs-max-recv", 4<<20, "largest usage report in `bytes`: Envoy reports all its buckets in one message every 5 s (about 40 bytes plus the id's keys and values each), so 4 MiB is 10,000 buckets (a stream's most) of ids up to 380 bytes")
+	fs.Int64Var(&c.Limits.RLQSMaxBytes, "rlqs-max-inflight-bytes", 1<<30, "`bytes` all quota streams together may make the service hold: a stream takes -grpc-window plus -rlqs-max-recv for as long as it is open (a report may arrive at any time); one that finds no room is refused RESOURCE_EXHAUSTED (Envoy retries at its next report). Apart from -max-inflight-bytes, so quota streams never take the checks' room")
 	fs.IntVar(&c.Limits.GRPCMaxConns, "grpc-max-conns", 1024, "gRPC connections served at once; further ones wait to be accepted")
 	fs.IntVar(&c.Limits.GRPCMaxStreams, "grpc-max-streams", 100, "concurrent calls one gRPC connection may have (announced to the client)")
 	fs.IntVar(&c.Limits.GRPCMaxRecv, "grpc-max-recv", 64<<10, "largest request message in `bytes` (a RateLimitRequest is a few hundred; at most 64 descriptors of 4096 bytes are decided)")
@@ -263,6 +269,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	}
 	if l := c.Limits; l.MaxInflightBytes < int64(l.GRPCWindow)+int64(l.GRPCMaxRecv) || l.MaxInflightBytes < l.HTTPMaxBody {
 		errs = append(errs, fmt.Errorf("-max-inflight-bytes %d: want at least -grpc-window plus -grpc-max-recv and at least -http-max-body, or no request fits", l.MaxInflightBytes))
+	}
+	if l := c.Limits; c.RLQS && (l.RLQSMaxRecv < 1 || l.RLQSMaxBytes < int64(l.GRPCWindow)+int64(l.RLQSMaxRecv)) {
+		errs = append(errs, fmt.Errorf("-rlqs-max-recv %d, -rlqs-max-inflight-bytes %d: want a positive size and room for at least one stream (-grpc-window plus -rlqs-max-recv)", l.RLQSMaxRecv, l.RLQSMaxBytes))
+	}
+	if c.RLQS && c.RLQSAddr == "" {
+		errs = append(errs, errors.New("-rlqs needs -rlqs-addr"))
 	}
 	if l := c.Limits; l.GRPCWindow < 65535 || l.GRPCWindow > 1<<30 {
 		errs = append(errs, fmt.Errorf("-grpc-window %d: want 65535 to 1073741824 bytes", l.GRPCWindow))
