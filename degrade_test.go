@@ -396,6 +396,9 @@ func TestDegradeUsesLiveCounter(t *testing.T) {
 	if got := consumeAll(t, m.Bucket("k", nine), true); got != 2 {
 		t.Fatalf("admitted %d with 5 live instances, want ⌈9/5⌉ = 2", got)
 	}
+	if st := m.Stats(); st.Instances != 5 {
+		t.Fatalf("Stats().Instances = %d, want the 5 live instances", st.Instances)
+	}
 }
 
 type liveExecutor struct{ *errExecutor }

@@ -33,6 +33,9 @@ type ManagerStats struct {
 	// the key's next request).
 	Charged      int64
 	ChargeFailed int64
+	// Instances is the number of instances a local share is cut for now
+	// (Degrade.Instances, or the executor's LiveCounter).
+	Instances int
 }
 
 // Stats returns the counters so far.
@@ -42,6 +45,7 @@ func (m *Manager) Stats() ManagerStats {
 		s.Degraded, s.BreakerOpens, s.OpenBreakers = g.degraded.Load(), g.opened.Load(), g.breakers.openCount()
 		s.LocalBuckets, s.Dropped = int(g.n.Load()), g.dropped.Load()
 		s.Charged, s.ChargeFailed = g.charged.Load(), g.chargeFailed.Load()
+		s.Instances = g.instanceCount()
 	}
 	return s
 }

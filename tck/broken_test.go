@@ -116,8 +116,9 @@ var brokenStores = []struct {
 	}, nil},
 	// TTLs
 	{"ignores TTL", func() cas.Store { return ttlIgnoring{memstore.New()} }, map[string]string{
-		"StoreTTL":   "ignores or stretches the TTL",
-		"Expiration": "still exists",
+		"StoreTTL":      "ignores or stretches the TTL",
+		"Expiration":    "still exists",
+		"InstanceCount": "outlived its TTL",
 	}, nil},
 	{"TTL 1000× too short (milliseconds where seconds were meant)", variantOf(flaws{scaleTTL: func(d time.Duration) time.Duration { return d / 1000 }}), map[string]string{
 		"StoreTTL": "10× too short",
@@ -132,7 +133,8 @@ var brokenStores = []struct {
 		"StoreTTL": "expired early",
 	}, nil},
 	{"TTL halved", variantOf(flaws{scaleTTL: func(d time.Duration) time.Duration { return d / 2 }}), map[string]string{
-		"StoreTTL": "halved",
+		"StoreTTL":      "halved",
+		"InstanceCount": "before its record's TTL",
 	}, nil},
 	{"Replace drops the TTL", variantOf(flaws{replaceDropsTTL: true}), map[string]string{
 		"StoreTTL":   "Replace must set the TTL it is given",

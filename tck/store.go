@@ -33,6 +33,7 @@ var storeChecks = []check{
 	{name: "TTLFollowsStrategy", run: checkTTLFollowsStrategy},
 	{name: "MemoryNeverDecides", run: checkMemoryNeverDecides},
 	{name: "MemoryAfterExpiry", needs: "ttl", background: true, run: checkMemoryAfterExpiry},
+	{name: "InstanceCount", needs: "ttl", background: true, run: checkInstanceCount},
 }
 
 // contractValue is binary, with zero bytes inside and at the end: a store

@@ -18,6 +18,7 @@ import (
 // backend is where the buckets live.
 type backend struct {
 	exec     bucketgrid.Executor
+	store    cas.Store // the store under exec, when a store URI names it
 	close    func(context.Context) error
 	describe string // appended to the ready line
 }

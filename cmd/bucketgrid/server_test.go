@@ -161,6 +161,10 @@ func TestFlags(t *testing.T) {
 		{[]string{"-config", "x", "-grid-tls-cert", "c", "-grid-tls-key", "k", "-grid-tls-ca", "a", "-grid-secret-file", "s"}, "alternatives"},
 		{[]string{"-config", "x", "-degrade-timeout", "1s"}, "-degrade-timeout positive and below -timeout"},
 		{[]string{"-config", "x", "-degrade-instances", "-1"}, "-degrade-instances must not be negative"},
+		{[]string{"-config", "x", "-backend", "redis://h:1", "-degrade-count"}, "-degrade-count needs -degrade"},
+		{[]string{"-config", "x", "-degrade", "-degrade-count"}, "not -backend grid (the grid counts its members)"},
+		{[]string{"-config", "x", "-backend", "memory", "-degrade", "-degrade-count"}, "not -backend memory"},
+		{[]string{"-config", "x", "-backend", "redis://h:1", "-degrade", "-degrade-count", "-degrade-count-ttl", "1s"}, "-degrade-count-ttl 1s: want at least 2s"},
 		{[]string{"-config", "x", "-grid-lease-lifetime", "50ms"}, "needs -grid-leases"},
 		{[]string{"-config", "x", "-grid-leases", "-grid-lease-lifetime", "-1s"}, "-grid-lease-lifetime must not be negative"},
 	} {

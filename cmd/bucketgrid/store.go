@@ -142,7 +142,7 @@ func openMongo(ctx context.Context, u storeURI) (*backend, error) {
 			}
 		}
 	}()
-	return &backend{exec: cas.New(store), describe: " collection=" + db + "." + collName,
+	return &backend{exec: cas.New(store), store: store, describe: " collection=" + db + "." + collName,
 		close: func(ctx context.Context) error {
 			stopSweep()
 			<-swept
@@ -168,7 +168,7 @@ func openRedis(ctx context.Context, u storeURI) (*backend, error) {
 		client.Close()
 		return nil, err
 	}
-	return &backend{exec: cas.New(store), describe: " prefix=" + prefix,
+	return &backend{exec: cas.New(store), store: store, describe: " prefix=" + prefix,
 		close: func(context.Context) error { return client.Close() }}, nil
 }
 
@@ -201,5 +201,5 @@ func openCouchbase(ctx context.Context, u storeURI) (*backend, error) {
 		closeCluster(ctx)
 		return nil, err
 	}
-	return &backend{exec: cas.New(store), describe: " bucket=" + bucket, close: closeCluster}, nil
+	return &backend{exec: cas.New(store), store: store, describe: " bucket=" + bucket, close: closeCluster}, nil
 }

@@ -1,16 +1,3 @@
-//go:build !race
-
-// The race detector is off for this test (scripts/test runs it in its pass
-// without -race): Olric v0.7.4 reads the memberlist nodes that
-// Memberlist.Members hands out (Discovery.GetMembers) without memberlist's
-// lock, while memberlist rewrites them in place on every alive message of a
-// higher incarnation (aliveNode), a race of the two dependencies
-// (known and still open upstream) that no code of this module takes part
-// in. A member refutes a suspicion with such a message, and under load the
-// demo's 50 ms probe timeout makes suspicions common: with 8 busy loops on
-// 2 cores, 4 runs of 4 reported it, from Olric's own routing goroutines as
-// well as from the routing reads of grid/olric's Member.
-
 package main
 
 import (

@@ -183,24 +183,7 @@ func netMemberMain() int {
 				time.Sleep(10 * time.Millisecond)
 			}
 		case "GO":
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for range arg(3) {
-				wg.Go(func() {
-					for range arg(2) {
-						resp, err := m.Execute(context.Background(), f[1], consumeReq(&cfg, 1))
-						if err != nil {
-							fmt.Println("ERROR", err)
-							return
-						}
-						if resp.Results[0].OK {
-							admitted.Add(1)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			fmt.Println("GO", admitted.Load())
+			fmt.Println("GO", consumeConcurrently(m, f[1], &cfg, arg(2), arg(3)))
 		case "LOAD":
 			n := arg(2)
 			admitted := make([]atomic.Int64, n)
@@ -398,14 +381,7 @@ func netMemberMain() int {
 		case "DEGRADE":
 			netDegrade(m, f[1], arg(2), arg(3), arg(4))
 		case "STOP":
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			err := m.Shutdown(ctx)
-			cancel()
-			if err != nil {
-				fmt.Println("ERROR", err)
-				return 1
-			}
-			return 0
+			return stopMember(m, 20*time.Second)
 		default:
 			fmt.Println("ERROR unknown command", f[0])
 		}

@@ -24,14 +24,34 @@ import (
 func (m *Member) dialOlric(ctx context.Context, network, addr string) (net.Conn, error) {
 	if addr == m.name {
 		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return olricConn{c}, nil
 	}
 	c, err := m.dialSpecial(ctx, addr, tunnelPreamble)
 	if err != nil {
 		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	return c, nil
+	return olricConn{c}, nil
+}
+
+// olricConn is a connection of Olric's client whose Close never fails.
+// When a member leaves, Olric closes its client for the member's address
+// and forgets the client only if closing returned no error; otherwise it
+// keeps the closed client, and every later call to that address (a member
+// restarted there included) fails with "client is closed" for good. A TLS
+// connection whose peer is gone fails to send its close_notify alert and
+// says so from Close, though the connection is closed all the same: so
+// the error is dropped here, and Olric forgets the client.
+type olricConn struct{ net.Conn }
+
+// Close closes the connection and reports no error (see olricConn).
+func (c olricConn) Close() error {
+	c.Conn.Close()
+	return nil
 }
 
 // serveTunnel carries a tunnelled connection to this member's Olric port

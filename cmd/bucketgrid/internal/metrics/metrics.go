@@ -275,6 +275,9 @@ func (m *Metrics) Manager(stats func() bucketgrid.ManagerStats) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "bucketgrid_rls", Name: "breakers_open",
 			Help: "Circuit breakers open now: backends (grid members, or the store) decided around (-degrade)."},
 			func() float64 { return float64(stats().OpenBreakers) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "bucketgrid_rls", Name: "degrade_instances",
+			Help: "Instances each limit is shared by while the backend is out (-degrade): stated, counted (-degrade-count) or the grid's members."},
+			func() float64 { return float64(stats().Instances) }),
 	)
 }
 
