@@ -51,8 +51,10 @@ type Degrade struct {
 	// buckets' shares, tokens carried over proportionally). Nil asks the
 	// executor (see LiveCounter: a grid knows its members); an executor
 	// that cannot tell counts as one instance, which admits the whole limit
-	// on every instance: a CAS deployment of several instances must say how
-	// many it runs. Values below 1 count as 1.
+	// on every instance: a CAS deployment of several instances says how
+	// many it runs, or counts them with a cas/presence Counter on its store
+	// (pass its LiveInstances, an atomic read that keeps the last count
+	// while the store is out). Values below 1 count as 1.
 	Instances func() int
 	// Timeout bounds the wait for the executor before an operation is
 	// decided locally (DefaultDegradeTimeout when 0). It applies only when
