@@ -181,7 +181,7 @@ func redisSharedOutage(t testing.TB, degrade bool) sharedOutage {
 	}
 	for range 4 {
 		wg.Go(func() {
-			for n := 0; n < 1000 || time.Now().Before(until); n++ {
+			for n := 0; n < 250 || time.Now().Before(until); n++ {
 				ctx, cancel := context.WithTimeout(context.Background(), checkWait)
 				start := time.Now()
 				r, err := clients[0].ShouldRateLimit(ctx, req("share", "bucket", openValues[n%len(openValues)]))

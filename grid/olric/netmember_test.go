@@ -71,6 +71,9 @@ import (
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	HANDOVERS         how many partitions this member guarded after a
 //	                  routing read: "HANDOVERS n"
+//	OWNED p n         which of p0 … p(n-1) this member owns: "OWNED i …"
+//	DEGRADE p n s ms  checks with degrade on and off for s seconds, saying
+//	                  when ms have passed (see netDegrade)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -367,6 +370,16 @@ func netMemberMain() int {
 			fmt.Println("LATENCY", took[len(took)/2].Microseconds(), took[(len(took)*99+99)/100-1].Microseconds(), failed)
 		case "HANDOVERS":
 			fmt.Println("HANDOVERS", m.handovers.Load())
+		case "OWNED":
+			out := []string{"OWNED"}
+			for i := range arg(2) {
+				if m.Owner(f[1]+strconv.Itoa(i)) == m.Name() {
+					out = append(out, strconv.Itoa(i))
+				}
+			}
+			fmt.Println(strings.Join(out, " "))
+		case "DEGRADE":
+			netDegrade(m, f[1], arg(2), arg(3), arg(4))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:
