@@ -86,7 +86,7 @@ func BenchmarkRLS(b *testing.B) {
 			}
 			var s servers
 			for _, p := range startCluster(b, n, args...) {
-				s.addrs, s.pids = append(s.addrs, p.grpcAddr), append(s.pids, p.cmd.Process.Pid)
+				s.addrs, s.pids = append(s.addrs, p.grpcAddr), append(s.pids, p.Pid())
 				if p.debugAddr != "" {
 					s.debug = append(s.debug, p.debugAddr)
 				}
@@ -103,7 +103,7 @@ func BenchmarkRLS(b *testing.B) {
 				map[string]string{"bench.yaml": benchConfig, "tb.yaml": benchConfigTB}), "-headers", "none",
 				"-backend", "redis://" + need(b, "REDIS_ADDR") + "?prefix=bgbench_" + randHex(6) + ":"}
 			p := startProc(b, gridPort(b), nil, append(args, extra...)...)
-			return servers{addrs: []string{p.grpcAddr}, pids: []int{p.cmd.Process.Pid, redisPid(b)}}
+			return servers{addrs: []string{p.grpcAddr}, pids: []int{p.Pid(), redisPid(b)}}
 		}
 	}
 	envoy := func(n int) func(b *testing.B) servers {

@@ -30,7 +30,7 @@ const shareLimit = 12
 // store: clients wait for replies that do not come.
 func (r *redisServer) pause(t testing.TB) {
 	t.Helper()
-	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := r.proc.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -38,7 +38,7 @@ func (r *redisServer) pause(t testing.TB) {
 // resume lets a paused server go on.
 func (r *redisServer) resume(t testing.TB) {
 	t.Helper()
-	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := r.proc.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -160,7 +160,7 @@ func redisSharedOutage(t testing.TB, degrade bool) sharedOutage {
 			res.during[i][d] = checkAll(clients[i], key, values[d], 20)
 		}
 	}
-	procs[2].kill()
+	procs[2].Kill()
 	killed := time.Now()
 	if degrade {
 		for i := range 2 {
@@ -181,7 +181,7 @@ func redisSharedOutage(t testing.TB, degrade bool) sharedOutage {
 	}
 	for range 4 {
 		wg.Go(func() {
-			for n := 0; n < 1000 || time.Now().Before(until); n++ {
+			for n := 0; n < 250 || time.Now().Before(until); n++ {
 				ctx, cancel := context.WithTimeout(context.Background(), checkWait)
 				start := time.Now()
 				r, err := clients[0].ShouldRateLimit(ctx, req("share", "bucket", openValues[n%len(openValues)]))
