@@ -44,15 +44,21 @@ import (
 // (*core.ConfigError), a request refused (wire.ErrInvalidRequest) or one the
 // executor itself says is no outage (see OutageClassifier). Those errors,
 // the configuration function's errors and the caller's own context ending
-// are returned as they are; a panic is not recovered.
+// are returned as they are; a panic is not recovered. An executor that
+// answers only after Timeout, although told the deadline (a grid member
+// whose store waits on a dead replica), is an outage even when the
+// caller's later deadline passed meanwhile: decided locally too, unless the
+// caller canceled.
 type Degrade struct {
 	// Instances returns the number of instances sharing the limit, read
 	// whenever a local bucket is made or used (a change re-cuts the local
 	// buckets' shares, tokens carried over proportionally). Nil asks the
 	// executor (see LiveCounter: a grid knows its members); an executor
 	// that cannot tell counts as one instance, which admits the whole limit
-	// on every instance: a CAS deployment of several instances must say how
-	// many it runs. Values below 1 count as 1.
+	// on every instance: a CAS deployment of several instances says how
+	// many it runs, or counts them with a cas/presence Counter on its store
+	// (pass its LiveInstances, an atomic read that keeps the last count
+	// while the store is out). Values below 1 count as 1.
 	Instances func() int
 	// Timeout bounds the wait for the executor before an operation is
 	// decided locally (DefaultDegradeTimeout when 0). It applies only when
@@ -64,7 +70,7 @@ type Degrade struct {
 	// Probe is the least time between probes of an open breaker, on the
 	// Manager's clock (DefaultDegradeProbe when 0).
 	Probe time.Duration
-	// MaxKeys bounds the local buckets (DefaultMaxEntries when 0). Past it,
+	// MaxKeys bounds the local buckets (DefaultDegradeMaxKeys when 0). Past it,
 	// an arbitrary local bucket is dropped, and with it the consumption it
 	// would have charged.
 	MaxKeys int
@@ -82,6 +88,9 @@ const (
 	// answers resume within about a quarter of a second of the backend's
 	// return.
 	DefaultDegradeProbe = 250 * time.Millisecond
+	// DefaultDegradeMaxKeys bounds the local buckets of a degraded Manager
+	// at the size of a typical Spring Boot service's Caffeine cache.
+	DefaultDegradeMaxKeys = 100_000
 )
 
 // LiveCounter is implemented by executors that know how many instances

@@ -2,6 +2,7 @@ package bucketgrid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -64,7 +65,7 @@ func newDegrader(m *Manager, d Degrade) *degrader {
 		g.probe = int64(DefaultDegradeProbe)
 	}
 	if g.maxKeys <= 0 {
-		g.maxKeys = DefaultMaxEntries
+		g.maxKeys = DefaultDegradeMaxKeys
 	}
 	if g.instances == nil {
 		if lc, ok := m.exec.(LiveCounter); ok {
@@ -110,8 +111,10 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		sent = append(sent, ops...)
 	}
 	rctx, cancel := ctx, context.CancelFunc(nil)
+	var deadline time.Time // of the timeout, when it is ours
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > g.timeout {
 		rctx, cancel = context.WithTimeout(ctx, g.timeout)
+		deadline, _ = rctx.Deadline()
 	}
 	var fromExec bool
 	resp, err := h.remote(rctx, sent, verbose, &fromExec)
@@ -132,7 +135,12 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		}
 		return resp, nil
 	}
-	if !fromExec || ctx.Err() != nil || !g.outage(err) {
+	// An executor that overran the timeout (a grid member whose store
+	// waits on a dead replica) may have let the caller's own deadline,
+	// later than the timeout's, pass meanwhile: that is the outage's, and
+	// decided locally too. A caller that canceled gets its error.
+	overran := !deadline.IsZero() && !time.Now().Before(deadline) && !errors.Is(ctx.Err(), context.Canceled)
+	if !fromExec || (ctx.Err() != nil && !overran) || !g.outage(err) {
 		return resp, err
 	}
 	if b.failed(g.failures, g.m.clock.Now(), g.probe) {
@@ -143,7 +151,8 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 
 // claim takes the consumption of key's local share that is still to be
 // charged, for the caller to charge atomically before its own operations,
-// after waiting for a charge of the share already under way: so nothing
+// after waiting for a charge of the share already under way (at most
+// Degrade.Timeout: one still running then is left behind): so nothing
 // this instance asks of key's real bucket is decided before what it
 // consumed locally was taken from it. The caller must release s when the
 // claimed consumption is more than 0.
@@ -157,10 +166,17 @@ func (g *degrader) claim(ctx context.Context, key string) (*share, int64, error)
 		}
 		if w := s.inflight; w != nil {
 			g.mu.Unlock()
+			t := time.NewTimer(g.timeout)
 			select {
 			case <-w:
+				t.Stop()
 			case <-ctx.Done():
+				t.Stop()
 				return nil, 0, ctx.Err()
+			case <-t.C:
+				// the charge is stuck (an executor past its timeout):
+				// go on without it rather than wait with it
+				return nil, 0, nil
 			}
 			g.mu.Lock()
 			continue
@@ -355,8 +371,8 @@ func (g *degrader) settle1(s *share, now int64) bool {
 	return s.consumed > 0
 }
 
-// startSweep makes a goroutine charge, after Degrade.Timeout, the settled
-// shares whose consumption no request carried meanwhile, unless one runs
+// startSweep makes a goroutine charge, after Degrade.Timeout, the shares
+// whose consumption no request carried meanwhile, unless one runs
 // already (it then makes another pass).
 func (g *degrader) startSweep() {
 	g.sweepAgain.Store(true)
@@ -365,8 +381,9 @@ func (g *degrader) startSweep() {
 	}
 }
 
-// sweep charges the consumption left in settled shares, one key at a time,
-// a pass each time startSweep asked for one. A request for a key being
+// sweep charges the consumption left in the shares whose route's breaker
+// is closed, one key at a time, a pass each time startSweep asked for one
+// (the executor answered). A request for a key being
 // charged waits for the charge (claim); a charge that fails stays for the
 // key's next request or pass.
 func (g *degrader) sweep() {
@@ -376,14 +393,14 @@ func (g *degrader) sweep() {
 		g.mu.Lock()
 		var left []*share
 		for _, s := range g.shares {
-			if s.settled && s.consumed > 0 {
+			if s.consumed > 0 {
 				left = append(left, s)
 			}
 		}
 		g.mu.Unlock()
 		for _, s := range left {
 			g.mu.Lock()
-			if !s.settled || s.consumed <= 0 || s.inflight != nil || g.shares[s.key] != s {
+			if s.consumed <= 0 || s.inflight != nil || g.shares[s.key] != s || g.breakerOf(s.key).open.Load() {
 				g.mu.Unlock()
 				continue
 			}

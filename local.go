@@ -24,8 +24,10 @@ type Local struct {
 	mu sync.Mutex
 	b  core.State // guarded by mu
 	// env is nil for the defaults: the monotonic clock, read without an
-	// interface call, and no listener. A LocalMap's buckets share theirs.
+	// interface call, and no listener. A LocalGroup's buckets share theirs.
 	env *localEnv
+	// one holds the state of a single-bandwidth bucket of a LocalGroup.
+	one [1]core.BandState
 }
 
 // localEnv is the clock and listener of one or more local buckets.

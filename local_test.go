@@ -549,8 +549,6 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := NewLocalMap(func(string) (core.Config, error) { return cfg, nil })
-	m.Bucket("client")
 	var cl CountingListener
 	withListener, _ := NewLocal(cfg, WithListener(&cl))
 	paths := map[string]func(){
@@ -558,10 +556,6 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		"Local.TryConsumeAndReturnRemaining": func() { l.TryConsumeAndReturnRemaining(ctx, 1) },
 		"Local.EstimateAbilityToConsume":     func() { l.EstimateAbilityToConsume(ctx, 1) },
 		"Local.TryConsume with a listener":   func() { withListener.TryConsume(ctx, 1) },
-		"LocalMap.TryConsume":                func() { m.TryConsume(ctx, "client", 1) },
-		"LocalMap.TryConsumeAndReturnRemaining": func() {
-			m.TryConsumeAndReturnRemaining(ctx, "client", 1)
-		},
 	}
 	for name, f := range paths {
 		if n := testing.AllocsPerRun(1000, f); n != 0 {

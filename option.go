@@ -3,7 +3,6 @@ package bucketgrid
 import (
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
@@ -15,11 +14,9 @@ import (
 // WithListener return an Option, which every constructor but Manager.Bucket
 // takes; WithListener's is a ListenerOption, which Manager.Bucket takes too.
 type (
-	// LocalOption configures NewLocal: WithClock, WithListener.
+	// LocalOption configures NewLocal and NewLocalGroup: WithClock,
+	// WithListener.
 	LocalOption interface{ applyLocal(*options) }
-	// LocalMapOption configures NewLocalMap: WithClock, WithListener,
-	// WithMaxEntries, WithIdleTimeout.
-	LocalMapOption interface{ applyLocalMap(*options) }
 	// ManagerOption configures NewManager: WithClock, WithListener,
 	// WithRecovery, WithExpiration, WithFitKeys, WithLogger,
 	// WithEagerConfig, WithDegrade.
@@ -27,12 +24,11 @@ type (
 	// HandleOption configures one handle (Manager.Bucket): WithListener,
 	// WithConfigVersion.
 	HandleOption interface{ applyHandle(*options) }
-	// Option is an option of NewLocal, NewLocalMap and NewManager alike
+	// Option is an option of NewLocal, NewLocalGroup and NewManager alike
 	// (WithClock, WithListener), so that it means the same thing wherever
 	// it is passed.
 	Option interface {
 		LocalOption
-		LocalMapOption
 		ManagerOption
 	}
 	// ListenerOption is WithListener's option: an Option that Manager.Bucket
@@ -46,38 +42,32 @@ type (
 // The concrete options, one type for each set of constructors that take an
 // option.
 type (
-	commonOption   func(*options) // NewLocal, NewLocalMap, NewManager
+	commonOption   func(*options) // NewLocal, NewLocalGroup, NewManager
 	listenerOption func(*options) // and Manager.Bucket
-	mapOption      func(*options) // NewLocalMap
 	managerOption  func(*options) // NewManager
 	handleOption   func(*options) // Manager.Bucket
 )
 
-func (f commonOption) applyLocal(o *options)      { f(o) }
-func (f commonOption) applyLocalMap(o *options)   { f(o) }
-func (f commonOption) applyManager(o *options)    { f(o) }
-func (f listenerOption) applyLocal(o *options)    { f(o) }
-func (f listenerOption) applyLocalMap(o *options) { f(o) }
-func (f listenerOption) applyManager(o *options)  { f(o) }
-func (f listenerOption) applyHandle(o *options)   { f(o) }
-func (f mapOption) applyLocalMap(o *options)      { f(o) }
-func (f managerOption) applyManager(o *options)   { f(o) }
-func (f handleOption) applyHandle(o *options)     { f(o) }
+func (f commonOption) applyLocal(o *options)     { f(o) }
+func (f commonOption) applyManager(o *options)   { f(o) }
+func (f listenerOption) applyLocal(o *options)   { f(o) }
+func (f listenerOption) applyManager(o *options) { f(o) }
+func (f listenerOption) applyHandle(o *options)  { f(o) }
+func (f managerOption) applyManager(o *options)  { f(o) }
+func (f handleOption) applyHandle(o *options)    { f(o) }
 
 // options is what the options set; set records which were given.
 type options struct {
-	set        optionSet
-	clock      clock.Clock
-	listener   Listener
-	maxEntries int
-	idle       time.Duration
-	recovery   RecoveryStrategy
-	expiry     wire.Expiry
-	version    int64
-	inherit    core.TokensInheritance
-	fitKeys    int
-	logger     *slog.Logger
-	degrade    Degrade
+	set      optionSet
+	clock    clock.Clock
+	listener Listener
+	recovery RecoveryStrategy
+	expiry   wire.Expiry
+	version  int64
+	inherit  core.TokensInheritance
+	fitKeys  int
+	logger   *slog.Logger
+	degrade  Degrade
 }
 
 // optionSet is a set of options, one bit each.
@@ -86,8 +76,6 @@ type optionSet uint16
 const (
 	optClock optionSet = 1 << iota
 	optListener
-	optMaxEntries
-	optIdleTimeout
 	optRecovery
 	optExpiration
 	optConfigVersion
@@ -99,14 +87,14 @@ const (
 
 // collect applies opts, each with apply, over the defaults.
 func collect[O any](opts []O, apply func(O, *options)) options {
-	o := options{maxEntries: DefaultMaxEntries}
+	var o options
 	for _, opt := range opts {
 		apply(opt, &o)
 	}
 	return o
 }
 
-// WithClock makes buckets tell time by c (NewLocal, NewLocalMap; default
+// WithClock makes buckets tell time by c (NewLocal, NewLocalGroup; default
 // clock.Monotonic()), or sets the clock a Manager's blocking calls wait on
 // (NewManager; default clock.Wall(): distributed bucket time always comes
 // from the side that executes the request). Aligned refill styles need a
@@ -119,28 +107,11 @@ func WithClock(c clock.Clock) Option {
 }
 
 // WithListener makes buckets report their events to l (NewLocal,
-// NewLocalMap: every bucket of the map; NewManager: every handle that does
+// NewLocalGroup: every bucket of the group; NewManager: every handle that does
 // not set its own; Manager.Bucket: that handle). A nil l reports nothing,
 // the default. See Listener for when each event is reported.
 func WithListener(l Listener) ListenerOption {
 	return listenerOption(func(o *options) { o.set |= optListener; o.listener = l })
-}
-
-// WithMaxEntries bounds the number of buckets a LocalMap holds (NewLocalMap);
-// n < 1 means 1. The default is DefaultMaxEntries. The map is split into
-// shards of n/shards entries each, so it may begin evicting slightly before
-// it holds n buckets, never after.
-func WithMaxEntries(n int) LocalMapOption {
-	return mapOption(func(o *options) { o.set |= optMaxEntries; o.maxEntries = max(n, 1) })
-}
-
-// WithIdleTimeout expires a LocalMap bucket that has not been looked up for
-// d (NewLocalMap; Caffeine's expireAfterAccess); d ≤ 0, the default, expires
-// nothing for idleness (the bound still applies). Lookups record their time
-// only when the record lags by d/64 (at most 1 ms), so a bucket may expire up
-// to that much early.
-func WithIdleTimeout(d time.Duration) LocalMapOption {
-	return mapOption(func(o *options) { o.set |= optIdleTimeout; o.idle = max(d, 0) })
 }
 
 // WithRecovery sets what a Manager's handles do when their bucket disappears

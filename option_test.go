@@ -3,7 +3,6 @@ package bucketgrid_test
 import (
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
@@ -19,8 +18,7 @@ func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
 		name string
 		typ  reflect.Type
 	}{
-		{"NewLocal", reflect.TypeFor[bucketgrid.LocalOption]()},
-		{"NewLocalMap", reflect.TypeFor[bucketgrid.LocalMapOption]()},
+		{"NewLocal, NewLocalGroup", reflect.TypeFor[bucketgrid.LocalOption]()},
 		{"NewManager", reflect.TypeFor[bucketgrid.ManagerOption]()},
 		{"Manager.Bucket", reflect.TypeFor[bucketgrid.HandleOption]()},
 	}
@@ -29,10 +27,8 @@ func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
 		opt   any
 		takes []string
 	}{
-		{"WithClock", bucketgrid.WithClock(clock.Wall()), []string{"NewLocal", "NewLocalMap", "NewManager"}},
-		{"WithListener", bucketgrid.WithListener(nil), []string{"NewLocal", "NewLocalMap", "NewManager", "Manager.Bucket"}},
-		{"WithMaxEntries", bucketgrid.WithMaxEntries(3), []string{"NewLocalMap"}},
-		{"WithIdleTimeout", bucketgrid.WithIdleTimeout(time.Second), []string{"NewLocalMap"}},
+		{"WithClock", bucketgrid.WithClock(clock.Wall()), []string{"NewLocal, NewLocalGroup", "NewManager"}},
+		{"WithListener", bucketgrid.WithListener(nil), []string{"NewLocal, NewLocalGroup", "NewManager", "Manager.Bucket"}},
 		{"WithRecovery", bucketgrid.WithRecovery(bucketgrid.RecoveryFail), []string{"NewManager"}},
 		{"WithExpiration", bucketgrid.WithExpiration(bucketgrid.ExpireNever()), []string{"NewManager"}},
 		{"WithFitKeys", bucketgrid.WithFitKeys(core.DigestKeyLen), []string{"NewManager"}},

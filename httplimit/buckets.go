@@ -7,6 +7,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/localmap"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
 
@@ -55,11 +56,11 @@ type Usage struct {
 	Degraded bool
 }
 
-// Local is Buckets over a bucketgrid.LocalMap: one in-process bucket per
+// Local is Buckets over a localmap.Map: one in-process bucket per
 // client key, bounded in number and expired when idle, so memory never grows
 // with every client ever seen. Create it with NewLocal.
 type Local struct {
-	m     *bucketgrid.LocalMap
+	m     *localmap.Map
 	clock clock.Clock
 }
 
@@ -71,16 +72,12 @@ func NewLocal(plan Plan, opts ...LocalOption) *Local {
 	if c == nil {
 		c = clock.Monotonic()
 	}
-	mapOpts := []bucketgrid.LocalMapOption{
-		bucketgrid.WithClock(c),
-		bucketgrid.WithMaxEntries(o.maxClients),
-		bucketgrid.WithIdleTimeout(o.idle),
-	}
-	return &Local{m: bucketgrid.NewLocalMap(plan, mapOpts...), clock: c}
+	m := localmap.New(plan, localmap.WithClock(c), localmap.WithMaxEntries(o.maxClients), localmap.WithIdleTimeout(o.idle))
+	return &Local{m: m, clock: c}
 }
 
 // Map returns the underlying map, for its Len, Remove and Sweep.
-func (l *Local) Map() *bucketgrid.LocalMap { return l.m }
+func (l *Local) Map() *localmap.Map { return l.m }
 
 // Take takes cost tokens from key's bucket, creating the bucket from the plan
 // on the key's first use. The decision and the per-bandwidth snapshot are

@@ -1,5 +1,5 @@
 // Package httplimit is net/http middleware that gives every client its own
-// token bucket, local (NewLocal, over a bounded bucketgrid.LocalMap) or
+// token bucket, local (NewLocal, over a bounded localmap.Map) or
 // distributed (NewManaged, over any bucketgrid.Manager), and tells the client
 // where it stands in the IETF RateLimit header fields.
 //

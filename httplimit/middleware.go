@@ -10,6 +10,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/localmap"
 )
 
 // Option configures the middleware (New). The buckets' constructors take
@@ -76,7 +77,7 @@ func collect[O any](opts []O, apply func(O, *options)) options {
 		timeout:    DefaultTimeout,
 		failOpen:   true,
 		problem:    "about:blank",
-		maxClients: bucketgrid.DefaultMaxEntries,
+		maxClients: localmap.DefaultMaxEntries,
 	}
 	for _, opt := range opts {
 		apply(opt, &o)
@@ -192,7 +193,7 @@ func WithClock(c clock.Clock) SourceOption {
 }
 
 // WithMaxClients bounds the number of buckets NewLocal holds, evicting the
-// least recently used beyond it (default bucketgrid.DefaultMaxEntries).
+// least recently used beyond it (default localmap.DefaultMaxEntries).
 // Choose it above the number of concurrently active clients.
 func WithMaxClients(n int) LocalOption {
 	return localOption(func(o *options) { o.maxClients = n })

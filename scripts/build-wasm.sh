@@ -11,7 +11,8 @@
 # With --sizes it also says where the bytes go: it builds a copy that keeps
 # wasm's name section (no -s) and prints the sections and the code size of
 # each Go package (wasmfilter/cmd/wasmsize; `go tool nm` cannot read wasm).
-# The size goal is 3,000,000 bytes, guarded by TestWasmImportsWithinEnvoy.
+# The size goal is 3,000,000 bytes with 100 KB of margin: TestWasmImportsWithinEnvoy
+# holds it to 2,900,000.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root/wasmfilter"

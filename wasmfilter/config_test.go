@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -91,62 +90,35 @@ func repeatedMember(raw []byte) bool {
 	return walk(v)
 }
 
+// configSeeds hold no rule documents: decodeDocument records each
+// document's path as its name, which encoding/json cannot.
 var configSeeds = []string{
-	basicConfig,
-	exampleConfig,
-	`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
-	`{"policies": [{"name": "a", "cost": 2, "slots": 8, "version": 3, "key": ["header:X", ":path"],
-	  "match": {"path_prefix": "/x"}, "bandwidths": [{"id": "b", "capacity": 10, "refill_tokens": 2, "period": "1h", "style": "intervally"}]}],
-	  "failure_mode": "closed", "table_full": "reject", "max_attempts": 3, "headers": {"ietf": false, "x_ratelimit": true},
-	  "deny": {"body": null, "content_type": "application/json"}, "path": {"normalize": false, "ignore_case": true},
-	  "shared_data_prefix": "x", "stat_prefix": "y"}`,
-	`{"policies": null, "headers": null}`,
-	`{"deny": {"body": "\u00e9\ud83d\ude00\n\"\\\/\b\f\r\t"}, "policies": []}`,
-	`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1e3, "period": "1s"}]}]}`,
-	`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1.0, "period": "1s"}]}]}`,
-	`{"policies": [{"name": "a", "bandwidths": [{"capacity": -0, "period": "1s"}]}]}`,
-	`{"policies": [{"name": "a", "bandwidths": [{"capacity": 99999999999999999999, "period": "1s"}]}]}`,
-	`{"policies": [{"name": "a", "bandwidths": [{"capacity": "1", "period": "1s"}]}]}`,
-	`{"policies": [{"name": "a", "name": "b"}]}`,
-	`{"Policies": []}`,
-	`{"policies": [], }`,
+	`{"domain": "d", "slots": 8, "failure_mode": "closed", "table_full": "reject", "max_attempts": 3,
+	  "headers": {"ietf": false, "x_ratelimit": true, "draft": true},
+	  "deny": {"body": null, "content_type": "application/json"}, "shared_data_prefix": "x", "stat_prefix": "y"}`,
+	`{"domain": null, "slots": null, "headers": null}`,
+	`{"deny": {"body": "\u00e9\ud83d\ude00\n\"\\\/\b\f\r\t"}, "rate_limits": []}`,
+	`{"slots": 1e3}`,
+	`{"slots": 1.0}`,
+	`{"slots": -0}`,
+	`{"slots": 99999999999999999999}`,
+	`{"slots": "1"}`,
+	`{"domain": "a", "domain": "b"}`,
+	`{"Domain": "a"}`,
+	`{"rules": [], }`,
 	`[1, 2]`,
-	` {"policies":[]} `,
-	`{"policies": [{"name": "\ud800"}]}`,
+	` {"rules":[]} `,
+	`{"domain": "\ud800"}`,
 	"{\"deny\": {\"body\": \"\xff\"}}",
 	`{"a": {"b": {"c": {"d": {}}}}}`,
 	`{"max_attempts": 01}`,
 	`{"max_attempts": -}`,
-	`{"path": {"normalize": 1}}`,
+	`{"headers": {"ietf": 1}}`,
+	`{"policies": []}`,
 	`"x"`,
 	`nul`,
 	``,
 }
-
-// exampleConfig is the plugin configuration of examples/envoy/envoy.yaml.
-const exampleConfig = `{
-  "policies": [
-    {
-      "name": "per-client",
-      "match": {"path_prefix": "/api/"},
-      "key": ["source.address"],
-      "bandwidths": [
-        {"id": "burst", "capacity": 10, "refill_tokens": 10, "period": "1m"},
-        {"id": "hourly", "capacity": 200, "period": "1h", "style": "intervally"}
-      ],
-      "slots": 4096
-    },
-    {
-      "name": "per-api-key",
-      "key": ["header:x-api-key"],
-      "bandwidths": [{"capacity": 100, "refill_tokens": 50, "period": "1s"}]
-    }
-  ],
-  "failure_mode": "open",
-  "table_full": "evict_oldest",
-  "headers": {"ietf": true, "x_ratelimit": true},
-  "deny": {"body": "{\"error\": \"rate limit exceeded\"}\n", "content_type": "application/json"}
-}`
 
 // FuzzConfigAgreesWithEncodingJSON is the differential test of the JSON
 // reader against encoding/json.
@@ -173,7 +145,7 @@ func FuzzConfigAgreesWithEncodingJSON(f *testing.F) {
 func TestConfigSeedsAgreeWithEncodingJSON(t *testing.T) {
 	// The seeds run in every plain go test as well; this names the cases
 	// where the two must differ, so that a change there is noticed.
-	for _, s := range []string{`{"policies": [{"name": "a", "name": "b"}]}`, "{\"deny\": {\"body\": \"\xff\"}}"} {
+	for _, s := range []string{`{"domain": "a", "domain": "b"}`, "{\"deny\": {\"body\": \"\xff\"}}"} {
 		if _, err := referenceParse([]byte(s)); err != nil {
 			t.Errorf("encoding/json refuses %q: %v", s, err)
 		}
@@ -183,52 +155,39 @@ func TestConfigSeedsAgreeWithEncodingJSON(t *testing.T) {
 	}
 }
 
+// ruleBase is the members of a valid configuration, for the cases that
+// break one other member.
+const ruleBase = `"domain": "d", "rate_limits": [{"actions": [{"remote_address": {}}]}],
+  "rules": [{"domain": "d", "descriptors": [{"key": "remote_address", "rate_limit": {"unit": "second", "requests_per_unit": 10}}]}]`
+
 // TestConfigErrors pins the message of every kind of configuration error:
 // one prefix, the member's path, what is wrong.
 func TestConfigErrors(t *testing.T) {
-	const bw = `"bandwidths": [{"capacity": 10, "period": "1s"}]`
 	for _, c := range []struct{ doc, want string }{
 		{``, `JSON syntax error at byte 0: empty document`},
 		{`{`, `JSON syntax error at byte 1: unexpected end of document, want a member name`},
-		{`{"policies": [}`, `JSON syntax error at byte 14: unexpected '}', want a value`},
-		{`{"policies": []} x`, `JSON syntax error at byte 17: unexpected 'x' after the document`},
+		{`{"rules": [}`, `JSON syntax error at byte 11: unexpected '}', want a value`},
+		{`{"rules": []} x`, `JSON syntax error at byte 14: unexpected 'x' after the document`},
 		{"{\"a\": \"\x01\"}", `JSON syntax error at byte 7: control character byte 0x1 in a string`},
 		{"{\"a\": \"\xff\"}", `JSON syntax error at byte 7: invalid UTF-8 in a string`},
 		{`{"a": "\q"}`, `JSON syntax error at byte 7: invalid escape \q`},
 		{`{"a": 1.}`, `JSON syntax error at byte 8: unexpected '}' in a number`},
 		{strings.Repeat("[", 40), `JSON syntax error at byte 33: nested more than 32 levels`},
 		{`[]`, `want an object, got an array`},
-		{`{"policies": {}}`, `policies: want an array, got an object`},
-		{`{"policies": [], "policies": []}`, `policies: repeated member`},
-		{`{"polices": []}`, `polices: unknown member`},
-		{`{"policies": [{"name": "a", ` + bw + `, "slots": 1.5}]}`, `policies[0].slots: 1.5: want an integer`},
-		{`{"policies": [{"name": "a", ` + bw + `, "cost": 1e2}]}`, `policies[0].cost: 1e2: want an integer`},
-		{`{"policies": [{"name": "a", "bandwidths": [{"capacity": 9223372036854775808, "period": "1s"}]}]}`,
-			`policies[0].bandwidths[0].capacity: 9223372036854775808: out of the range of a 64-bit integer`},
-		{`{"policies": [{"name": "a", "key": [1], ` + bw + `}]}`, `policies[0].key[0]: want a string, got a number`},
-		{`{"policies": []}`, `policies: none: want 1 to 16`},
-		{`{"policies": [{"name": "a b", ` + bw + `}]}`, `policies[0].name: "a b": want 1 to 64 characters of [A-Za-z0-9_.-]`},
-		{`{"policies": [{"name": "a", ` + bw + `}, {"name": "a", ` + bw + `}]}`, `policies[1].name: "a": also the name of policies[0]`},
-		{`{"policies": [{"name": "a.b", ` + bw + `}, {"name": "a_b", ` + bw + `}]}`, `policies[1].name: "a_b": '.' becomes '_' in metric names: the name of policies[0]`},
-		{`{"policies": [{"name": "x", ` + bw + `}, {"name": "a_b.c", ` + bw + `}, {"name": "a.b_c", ` + bw + `}]}`, `policies[2].name: "a.b_c": '.' becomes '_' in metric names: the name of policies[1]`},
-		{`{"failure_mode": "maybe", "policies": [{"name": "a", ` + bw + `}]}`, `failure_mode: "maybe": want "open" or "closed"`},
-		{`{"table_full": "drop", "policies": [{"name": "a", ` + bw + `}]}`, `table_full: "drop": want "evict_oldest", "reject" or "allow"`},
-		{`{"max_attempts": 1001, "policies": [{"name": "a", ` + bw + `}]}`, `max_attempts: 1001: want 1 to 1000`},
-		{`{"stat_prefix": "a.b", "policies": [{"name": "a", ` + bw + `}]}`, `stat_prefix: "a.b": want 1 to 64 characters of [A-Za-z0-9_]`},
-		{`{"deny": {"content_type": "text/plain\r\nx: y"}, "policies": [{"name": "a", ` + bw + `}]}`, `deny.content_type: contains a line break or NUL`},
-		{`{"policies": [{"name": "a", "match": {"path_prefix": "api"}, ` + bw + `}]}`, `policies[0].match.path_prefix: "api": must start with /`},
-		{`{"policies": [{"name": "a", "key": ["x-forwarded-for"], ` + bw + `}]}`, `policies[0].key[0]: "x-forwarded-for": want source.address, header:<name>, :path, :authority or :method`},
-		{`{"policies": [{"name": "a"}]}`, `policies[0].bandwidths: none: want at least one`},
-		{`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "soon"}]}]}`, `policies[0].bandwidths[0].period: "soon": want a duration such as "1s", "1m" or "24h"`},
-		{`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}, {"capacity": 0, "period": "1s"}]}]}`, `policies[0].bandwidths[1]: capacity must be positive`},
-		{`{"policies": [{"name": "a", "bandwidths": [{"capacity": 10, "period": "5ns"}]}]}`, `policies[0].bandwidths[0]: refill faster than 1 token per nanosecond: 10 tokens per 5ns`},
-		{`{"policies": [{"name": "a", "bandwidths": [{"id": "x", "capacity": 1, "period": "1s"}, {"id": "x", "capacity": 2, "period": "1s"}]}]}`, `policies[0].bandwidths[1]: duplicate bandwidth id "x"`},
-		{`{"policies": [{"name": "a", "bandwidths": [{"id": "a b", "capacity": 1, "period": "1s"}]}]}`, `policies[0].bandwidths[0].id: "a b": want 1 to 64 characters of [A-Za-z0-9_.-]`},
-		{`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s", "style": "x"}]}]}`, `policies[0].bandwidths[0].style: "x": want "greedy" or "intervally"`},
-		{`{"policies": [{"name": "a", "slots": 300000, ` + bw + `}]}`, `policies[0].slots: 300000: want 1 to 262144`},
-		{`{"policies": [{"name": "a", "cost": 11, ` + bw + `}]}`, `policies[0].cost: 11 exceeds the smallest capacity 10: every request would be rejected`},
-		{`{"headers": {"ietf": true}, "policies": [{"name": "a", "bandwidths": [{"capacity": 1000000000000000, "period": "1000000h"}]}]}`,
-			`policies[0].bandwidths[0].capacity: 1000000000000000: 1000000000000000 requests is more than the 15 digits a RateLimit-Policy integer can carry`},
+		{`{"rules": {}}`, `rules: want an array, got an object`},
+		{`{"domain": "d", "domain": "d"}`, `domain: repeated member`},
+		{`{"domian": "d"}`, `domian: unknown member`},
+		{`{` + ruleBase + `, "slots": 1.5}`, `slots: 1.5: want an integer`},
+		{`{` + ruleBase + `, "max_attempts": 1e2}`, `max_attempts: 1e2: want an integer`},
+		{`{` + ruleBase + `, "slots": 9223372036854775808}`, `slots: 9223372036854775808: out of the range of a 64-bit integer`},
+		{`{"domain": 1}`, `domain: want a string, got a number`},
+		{`{"failure_mode": "maybe", ` + ruleBase + `}`, `failure_mode: "maybe": want "open" or "closed"`},
+		{`{"table_full": "drop", ` + ruleBase + `}`, `table_full: "drop": want "evict_oldest", "reject" or "allow"`},
+		{`{"max_attempts": 1001, ` + ruleBase + `}`, `max_attempts: 1001: want 1 to 1000`},
+		{`{"stat_prefix": "a.b", ` + ruleBase + `}`, `stat_prefix: "a.b": want 1 to 64 characters of [A-Za-z0-9_]`},
+		{`{"deny": {"content_type": "text/plain\r\nx: y"}, ` + ruleBase + `}`, `deny.content_type: contains a line break or NUL`},
+		{`{"slots": 300000, ` + ruleBase + `}`, `slots: 300000: want 1 to 262144`},
+		{`{"slots": -1, ` + ruleBase + `}`, `slots: -1: want 1 to 262144`},
 	} {
 		_, err := ParseConfig([]byte(c.doc))
 		if err == nil {
@@ -245,34 +204,49 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// The 15-digit bound applies to what the headers carry: requests, so a
-// cost raises the largest capacity, and without the IETF headers there is
-// none (x-ratelimit-* are plain integers).
-func TestConfigHeaderBounds(t *testing.T) {
-	doc := func(ietf bool, capacity, cost int64) string {
-		return `{"headers": {"ietf": ` + strconv.FormatBool(ietf) + `}, "policies": [{"name": "a", "cost": ` +
-			strconv.FormatInt(cost, 10) + `, "bandwidths": [{"capacity": ` + strconv.FormatInt(capacity, 10) +
-			`, "refill_tokens": 1, "period": "1s"}]}]}`
-	}
+// TestFormerFormatSaysHowToMigrate: a configuration of the filter's former
+// format — policies, path, alone or beside valid rules — is refused before
+// anything is prepared, with the member named and the rule-format members
+// that replace each of its own.
+func TestFormerFormatSaysHowToMigrate(t *testing.T) {
+	const policies = `"policies": [{"name": "per-client", "match": {"path_prefix": "/api/"}, "key": ["source.address"],
+	  "bandwidths": [{"capacity": 10, "period": "1m"}]}]`
 	for _, c := range []struct {
-		ietf           bool
-		capacity, cost int64
-		ok             bool
+		doc, member string
+		says        []string
 	}{
-		{true, maxSFInteger, 1, true},
-		{true, maxSFInteger + 1, 1, false},
-		{true, 2*maxSFInteger + 1, 2, true},
-		{true, 2*maxSFInteger + 2, 2, false},
-		{false, 1 << 62, 1, true},
+		{`{` + policies + `}`, "policies", []string{"remote_address", "request_headers", "header_value_match", "prefix_match",
+			"requests_per_unit", "token_bucket", "burst", "generic_key", "slots", "cost", "refund"}},
+		{`{` + ruleBase + `, ` + policies + `}`, "policies", []string{"rate_limits", "rules"}},
+		{`{"policies": []}`, "policies", []string{"domain, rate_limits and rules"}},
+		{`{"path": {"normalize": true, "ignore_case": true}, ` + ruleBase + `}`, "path",
+			[]string{"normalize_path", "merge_slashes", "path_with_escaped_slashes_action", "';'", "ignore_case"}},
 	} {
-		if _, err := ParseConfig([]byte(doc(c.ietf, c.capacity, c.cost))); (err == nil) != c.ok {
-			t.Errorf("ietf %v capacity %d cost %d: %v", c.ietf, c.capacity, c.cost, err)
+		env := newFakeEnvoy()
+		h := newFakeHost(env.shared, env.clock, c.doc)
+		vm := NewVM(h)
+		vm.OnContextCreate(1, 0)
+		if vm.OnConfigure(1, len(c.doc)) {
+			t.Errorf("%s: configured", c.doc)
+			continue
+		}
+		msg := strings.Join(h.logs, "\n")
+		if !strings.Contains(msg, "wasmfilter: invalid plugin configuration: "+c.member+": ") {
+			t.Errorf("%s: the error does not name %s: %s", c.doc, c.member, msg)
+		}
+		for _, s := range c.says {
+			if !strings.Contains(msg, s) {
+				t.Errorf("%s: the error does not say %q: %s", c.doc, s, msg)
+			}
+		}
+		if n := env.shared.Len(); n != 0 {
+			t.Errorf("%s: %d shared-data entries written before the refusal", c.doc, n)
 		}
 	}
 }
 
 func TestParseConfigDefaults(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"policies": [{"name": "a", "bandwidths": [{"capacity": 5, "period": "1s"}]}]}`))
+	c, err := ParseConfig([]byte(`{` + ruleBase + `}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,11 +255,8 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !s.failOpen || s.tableFull != tableFullEvict || s.maxAttempts != 16 || !bytes.Equal(s.body, []byte("rate limit exceeded\n")) ||
-		s.contentType != "text/plain" || s.prefix != "bucketgrid" || s.statPrefix != "bucketgrid" || !s.normalize || s.foldCase {
+		s.contentType != "text/plain" || s.prefix != "bucketgrid" || s.slots != DefaultSlots ||
+		s.metrics.names[metricOK] != "bucketgrid.policy.rules.ok" || s.headers != 0 {
 		t.Fatalf("defaults: %+v", s)
-	}
-	p := s.policies[0]
-	if p.cost != 1 || p.slots != DefaultSlots || p.items != `"a";q=5;w=1` {
-		t.Fatalf("policy defaults: %+v", p)
 	}
 }

@@ -20,10 +20,9 @@ func decodeConfig(raw []byte) (Config, error) {
 	err = members(v, "", func(d *decoder, name string) bool {
 		switch name {
 		case "policies":
-			c.Policies = []PolicyConfig{}
-			if !d.array(func(d *decoder) { c.Policies = append(c.Policies, decodePolicy(d)) }) {
-				c.Policies = nil
-			}
+			d.fail(migratePolicies)
+		case "path":
+			d.fail(migratePath)
 		case "domain":
 			d.str(&c.Domain)
 		case "rate_limits":
@@ -70,22 +69,6 @@ func decodeConfig(raw []byte) (Config, error) {
 				}
 				return true
 			})
-		case "path":
-			d.object(func(d *decoder, name string) bool {
-				switch name {
-				case "normalize":
-					if d.v.kind != jsonNull {
-						var b bool
-						d.bool(&b)
-						c.Path.Normalize = &b
-					}
-				case "ignore_case":
-					d.bool(&c.Path.IgnoreCase)
-				default:
-					return false
-				}
-				return true
-			})
 		case "shared_data_prefix":
 			d.str(&c.SharedDataPrefix)
 		case "stat_prefix":
@@ -96,70 +79,6 @@ func decodeConfig(raw []byte) (Config, error) {
 		return true
 	})
 	return c, err
-}
-
-func decodePolicy(d *decoder) PolicyConfig {
-	var p PolicyConfig
-	d.object(func(d *decoder, name string) bool {
-		switch name {
-		case "name":
-			d.str(&p.Name)
-		case "match":
-			d.object(func(d *decoder, name string) bool {
-				if name != "path_prefix" {
-					return false
-				}
-				d.str(&p.Match.PathPrefix)
-				return true
-			})
-		case "key":
-			p.Key = []string{}
-			if !d.array(func(d *decoder) {
-				var k string
-				d.str(&k)
-				p.Key = append(p.Key, k)
-			}) {
-				p.Key = nil
-			}
-		case "bandwidths":
-			p.Bandwidths = []BandwidthConfig{}
-			if !d.array(func(d *decoder) { p.Bandwidths = append(p.Bandwidths, decodeBandwidth(d)) }) {
-				p.Bandwidths = nil
-			}
-		case "cost":
-			d.int64(&p.Cost)
-		case "slots":
-			d.int(&p.Slots)
-		case "version":
-			d.int64(&p.Version)
-		default:
-			return false
-		}
-		return true
-	})
-	return p
-}
-
-func decodeBandwidth(d *decoder) BandwidthConfig {
-	var b BandwidthConfig
-	d.object(func(d *decoder, name string) bool {
-		switch name {
-		case "id":
-			d.str(&b.ID)
-		case "capacity":
-			d.int64(&b.Capacity)
-		case "refill_tokens":
-			d.int64(&b.RefillTokens)
-		case "period":
-			d.str(&b.Period)
-		case "style":
-			d.str(&b.Style)
-		default:
-			return false
-		}
-		return true
-	})
-	return b
 }
 
 // decoder is a position in the document: a value and its path. The first

@@ -1,17 +1,13 @@
 package wasmfilter
 
 import (
-	"context"
 	"errors"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -71,7 +67,7 @@ func (v *VM) OnConfigure(id uint32, size int) bool {
 		v.host.Log(LogError, err.Error())
 		return false
 	}
-	v.host.Log(LogInfo, "bucketgrid: configured "+strconv.Itoa(len(p.set.policies))+" policies")
+	v.host.Log(LogInfo, "bucketgrid: configured "+strconv.Itoa(len(p.set.limits))+" rate_limits of domain "+p.set.domain)
 	return true
 }
 
@@ -111,14 +107,14 @@ func (v *VM) OnDelete(id uint32) {
 	delete(v.plugins, id)
 }
 
-// Plugin is one plugin (root) context of the filter: its policies and the
-// executors over the stores holding their buckets. VM creates plugins as the
+// Plugin is one plugin (root) context of the filter: its rules and the
+// executor over the store holding their buckets. VM creates plugins as the
 // host creates root contexts.
 type Plugin struct {
-	host   Host
-	set    *settings
-	execs  []*cas.Executor // one per policy
-	stores []*Store
+	host  Host
+	set   *settings
+	exec  *cas.Executor
+	store *Store
 
 	// Per-request failures are logged at most once a second, with a count
 	// of the ones suppressed: an outage must not flood Envoy's log. Log
@@ -142,8 +138,8 @@ func (p *Plugin) logLimited(level LogLevel, msg string) {
 }
 
 // Configure parses and applies a plugin configuration (see Config): it
-// defines the metrics and prepares every policy's slot table. On error the
-// plugin keeps its previous configuration.
+// defines the metrics and prepares the slot table. On error the plugin
+// keeps its previous configuration.
 func (p *Plugin) Configure(raw []byte) error {
 	c, err := decodeConfig(raw)
 	if err != nil {
@@ -153,111 +149,43 @@ func (p *Plugin) Configure(raw []byte) error {
 	if err != nil {
 		return err
 	}
-	execs := make([]*cas.Executor, len(set.policies))
-	stores := make([]*Store, len(set.policies))
-	clk := hostClock(p.host)
-	for i := range set.policies {
-		pol := &set.policies[i]
-		if err := pol.metrics.define(p.host); err != nil {
-			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": defining metrics: "+err.Error())
-		}
-		store := NewStore(p.host, set.prefix+"/"+pol.name,
-			StoreConfig{Slots: pol.slots, EvictOldest: set.tableFull == tableFullEvict, Cost: pol.cost, Clock: clk})
-		if err := store.Prepare(); err != nil {
-			// Not fatal: unprepared entries are created on first use.
-			p.host.Log(LogWarn, "bucketgrid: policy "+pol.name+": preparing shared data: "+err.Error())
-		}
-		stores[i], execs[i] = store, newExecutor(store, clk, set.maxAttempts)
+	if err := set.metrics.define(p.host); err != nil {
+		p.host.Log(LogWarn, "bucketgrid: defining metrics: "+err.Error())
 	}
-	p.set, p.execs, p.stores = set, execs, stores
+	clk := hostClock(p.host)
+	store := NewStore(p.host, set.prefix+"/"+tableName,
+		StoreConfig{Slots: set.slots, EvictOldest: set.tableFull == tableFullEvict, Clock: clk})
+	if err := store.Prepare(); err != nil {
+		// Not fatal: unprepared entries are created on first use.
+		p.host.Log(LogWarn, "bucketgrid: preparing shared data: "+err.Error())
+	}
+	p.set, p.store, p.exec = set, store, newExecutor(store, clk, set.maxAttempts)
 	return nil
 }
 
-// outcome is the answer of one policy.
-type outcome struct {
-	pol       *policy
-	idx       int    // index of pol
-	key       string // bucket key, for a refund
-	ok        bool
-	remaining int64 // tokens: the minimum over bandwidths
-	wait      int64 // ns until the request could succeed
-	reset     int64 // ns until the bucket is full
-	bands     []bandState
-}
-
-// refusal is why a request is answered locally: a policy's rejection, or a
-// failure to decide.
+// refusal is why a request is answered locally: a failure to decide.
 type refusal struct {
 	status  int
 	details string
 	retry   int64 // Retry-After seconds; 0 for none
 }
 
-// Check rate-limits the current request: it consumes from the bucket of
-// every matching policy, in order, and stops at the first refusal. A refused
-// request is answered locally (429, or 400 for a key the store cannot hold)
-// with ActionPause, and the policies before the refusing one get their
-// tokens back: a refused request costs nothing. An admitted one continues,
-// and pending are the headers for its response.
-func (p *Plugin) Check() (a Action, pending [][2]string) {
-	if p.set.rules != nil {
-		return p.checkRules()
-	}
-	path := p.path()
-	var outs []outcome
-	for i := range p.set.policies {
-		pol := &p.set.policies[i]
-		if !strings.HasPrefix(path, pol.pathPrefix) {
-			continue
-		}
-		o, err := p.check(i, pol, path)
-		if err != nil {
-			r, pass := p.failure(pol, err)
-			if pass {
-				continue
-			}
-			return p.refuse(outs, nil, r), nil
-		}
-		if !o.ok {
-			pol.metrics.add(p.host, metricOverLimit, 1)
-			return p.refuse(outs, &o, refusal{status: 429, details: "bucketgrid_rate_limited",
-				retry: max(1, ceilSeconds(o.wait))}), nil
-		}
-		outs = append(outs, o)
-	}
-	for i := range outs {
-		outs[i].pol.metrics.add(p.host, metricOK, 1)
-	}
-	return ActionContinue, p.headers(outs, nil)
-}
-
-// path returns :path as the configuration reads it.
-func (p *Plugin) path() string {
-	path, _, _ := p.host.Header(RequestHeaders, ":path")
-	if p.set.normalize {
-		return normalizePath(path, p.set.foldCase)
-	}
-	if p.set.foldCase {
-		return strings.ToLower(path)
-	}
-	return path
-}
-
-// failure decides what an error of pol's check does: pass reports that the
-// request goes on without this policy; otherwise r is the refusal. Every
+// failure decides what an error of a check does: pass reports that the
+// request goes on without the descriptor; otherwise r is the refusal. Every
 // case is counted and logged without the key.
-func (p *Plugin) failure(pol *policy, err error) (r refusal, pass bool) {
-	prefix := "bucketgrid: policy " + pol.name + ": "
+func (p *Plugin) failure(err error) (r refusal, pass bool) {
+	const prefix = "bucketgrid: "
+	m := &p.set.metrics
 	full, isFull := as[*TableFullError](err)
 	switch {
 	case errors.Is(err, core.ErrInvalidKey):
-		pol.metrics.add(p.host, metricInvalidKey, 1)
+		m.add(p.host, metricInvalidKey, 1)
 		return refusal{status: 400, details: "bucketgrid_invalid_key"}, false
 	case isFull:
-		pol.metrics.add(p.host, metricTableFull, 1)
-		slots := strconv.FormatUint(uint64(pol.slots), 10)
+		m.add(p.host, metricTableFull, 1)
+		slots := strconv.FormatUint(uint64(p.set.slots), 10)
 		if p.set.tableFull == tableFullAllow {
-			pol.metrics.add(p.host, metricTableFullAllowed, 1)
+			m.add(p.host, metricTableFullAllowed, 1)
 			p.logLimited(LogWarn, prefix+"slot table full ("+slots+" slots): new client allowed without a limit (table_full allow)")
 			return r, true
 		}
@@ -268,13 +196,13 @@ func (p *Plugin) failure(pol *policy, err error) (r refusal, pass bool) {
 		p.logLimited(LogWarn, prefix+"slot table full ("+slots+" slots): new client rejected ("+why+")")
 		return refusal{status: 429, details: "bucketgrid_table_full", retry: max(1, ceilSeconds(int64(full.Wait)))}, false
 	case errors.Is(err, cas.ErrConflict):
-		pol.metrics.add(p.host, metricCASGaveUp, 1)
+		m.add(p.host, metricCASGaveUp, 1)
 		p.logLimited(LogWarn, prefix+"gave up after "+strconv.Itoa(p.set.maxAttempts)+" lost compare-and-swap races: request rejected")
 		return refusal{status: 429, details: "bucketgrid_contention", retry: 1}, false
 	}
-	pol.metrics.add(p.host, metricError, 1)
+	m.add(p.host, metricError, 1)
 	if p.set.failOpen {
-		pol.metrics.add(p.host, metricFailureModeAllowed, 1)
+		m.add(p.host, metricFailureModeAllowed, 1)
 		p.logLimited(LogError, prefix+describe(err)+": request allowed (failure_mode open)")
 		return r, true
 	}
@@ -297,51 +225,8 @@ func describe(err error) string {
 	return "bucket check failed"
 }
 
-func (p *Plugin) check(i int, pol *policy, path string) (outcome, error) {
-	key, err := p.key(pol, path)
-	if err != nil {
-		return outcome{}, err
-	}
-	req := wire.Request{
-		Mode:          wire.ModeCreateOrReplace,
-		Ops:           []wire.Op{{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: pol.cost}},
-		Config:        &pol.config,
-		ConfigVersion: pol.version,
-		Inheritance:   core.InheritProportionally,
-		Expiry:        wire.Expiry{Kind: wire.ExpireAfterRefill},
-		Verbose:       p.set.headers.IETF || p.set.headers.XRateLimit,
-	}
-	exec := p.execs[i]
-	conflicts, evicted := exec.Stats().Conflicts, p.stores[i].Evictions()
-	resp, err := exec.Execute(context.Background(), key, req)
-	pol.metrics.add(p.host, metricCASConflict, exec.Stats().Conflicts-conflicts)
-	pol.metrics.add(p.host, metricEvicted, int64(p.stores[i].Evictions()-evicted))
-	if err != nil {
-		return outcome{}, err
-	}
-	if err := resp.Err(); err != nil || resp.Status != wire.StatusOK || len(resp.Results) != 1 {
-		if err == nil {
-			err = errors.New("unexpected status " + resp.Status.String())
-		}
-		return outcome{}, err
-	}
-	r := resp.Results[0]
-	return outcome{pol: pol, idx: i, key: key, ok: r.OK, remaining: max(r.Tokens, 0), wait: r.Wait, reset: r.Reset,
-		bands: bandStates(pol, resp.Diagnostics, p.host.Now())}, nil
-}
-
-// refuse answers the request locally as r says, after giving the tokens of
-// the admitted policies back. rejected is the outcome of the policy whose
-// bucket rejected the request, nil when the refusal is a failure to decide;
-// the headers describe the admitted policies and the rejecting one.
-func (p *Plugin) refuse(admitted []outcome, rejected *outcome, r refusal) Action {
-	for i := range admitted {
-		p.refund(&admitted[i])
-	}
-	outs := admitted
-	if rejected != nil {
-		outs = append(outs, *rejected)
-	}
+// refuse answers the request locally as r says.
+func (p *Plugin) refuse(r refusal) Action {
 	var hdrs [][2]string
 	if r.retry > 0 {
 		hdrs = append(hdrs, [2]string{"retry-after", strconv.FormatInt(r.retry, 10)})
@@ -349,7 +234,6 @@ func (p *Plugin) refuse(admitted []outcome, rejected *outcome, r refusal) Action
 	body, ct := p.set.body, p.set.contentType
 	if r.status == 429 {
 		hdrs = append(hdrs, [2]string{"x-envoy-ratelimited", "true"})
-		hdrs = p.headers(outs, hdrs)
 	} else {
 		body, ct = []byte("invalid rate-limit key\n"), "text/plain"
 	}
@@ -358,23 +242,6 @@ func (p *Plugin) refuse(admitted []outcome, rejected *outcome, r refusal) Action
 		p.host.Log(LogError, "bucketgrid: sending the local response: "+err.Error())
 	}
 	return ActionPause
-}
-
-// refund gives an admitted policy's tokens back (capped at capacity) when a
-// later policy refused the request, and updates the outcome's state. A
-// failed refund is only logged: the tokens then come back by refill.
-func (p *Plugin) refund(o *outcome) {
-	req := wire.Request{Mode: wire.ModeBare, Verbose: true,
-		Ops: []wire.Op{{Kind: wire.OpAddTokens, Tokens: o.pol.cost}}}
-	resp, err := p.execs[o.idx].Execute(context.Background(), o.key, req)
-	if err != nil {
-		p.logLimited(LogWarn, "bucketgrid: policy "+o.pol.name+": refund: "+describe(err))
-		return
-	}
-	if d := resp.Diagnostics; d != nil && len(d.Available) > 0 {
-		o.remaining, o.reset = max(slices.Min(d.Available), 0), int64(d.TimeToFull)
-		o.bands = bandStates(o.pol, d, p.host.Now())
-	}
 }
 
 // newExecutor returns the compare-and-swap executor over store, with bounded

@@ -23,17 +23,41 @@ func newClock() *atomic.Int64 {
 	return c
 }
 
+// basicConfig limits each client (remote_address) on paths under /api/ to
+// a burst of 3 and one request every 10 s (a token bucket), with the IETF
+// and x-ratelimit headers.
 const basicConfig = `{
-  "policies": [{
-    "name": "per-client",
-    "match": {"path_prefix": "/api/"},
-    "key": ["source.address"],
-    "bandwidths": [{"capacity": 3, "refill_tokens": 1, "period": "10s"}]
-  }],
+  "domain": "edge",
+  "rate_limits": [{"actions": [
+    {"header_value_match": {"descriptor_value": "api", "headers": [{"name": ":path", "prefix_match": "/api/"}]}},
+    {"remote_address": {}}]}],
+  "rules": [{"domain": "edge", "descriptors": [{"key": "header_match", "value": "api", "descriptors": [
+    {"key": "remote_address", "rate_limit": {"name": "per-client", "unit": "minute", "requests_per_unit": 6,
+      "algorithm": "token_bucket", "burst": 3}}]}]}],
   "headers": {"ietf": true, "x_ratelimit": true},
   "deny": {"body": "slow down\n"}
 }`
 
+// keyedConfig is a configuration of one descriptor built by request_headers
+// of header into the key k, limited by limit (a rate_limit object); extra
+// adds top-level members ("" or `, "slots": 8`).
+func keyedConfig(header, limit, extra string) string {
+	return `{"domain": "d", "rate_limits": [{"actions": [{"request_headers": {"header_name": "` + header +
+		`", "descriptor_key": "k"}}]}], "rules": [{"domain": "d", "descriptors": [{"key": "k", "rate_limit": ` +
+		limit + `}]}]` + extra + `}`
+}
+
+// perAddress is a configuration of one descriptor per client
+// (remote_address), limited by limit; extra adds top-level members.
+func perAddress(limit, extra string) string {
+	return `{"domain": "d", "rate_limits": [{"actions": [{"remote_address": {}}]}], "rules": [{"domain": "d",
+	  "descriptors": [{"key": "remote_address", "rate_limit": ` + limit + `}]}]` + extra + `}`
+}
+
+// TestAdmitThenReject: a client's burst is admitted with headers that
+// count down, the next request is refused with Retry-After, and the
+// x-ratelimit headers on the refusal describe the limit Retry-After waits
+// for.
 func TestAdmitThenReject(t *testing.T) {
 	vm := newFakeVM(t, shareddata.New(), newClock(), basicConfig)
 	for i, want := range []string{"2", "1", "0"} {
@@ -51,12 +75,8 @@ func TestAdmitThenReject(t *testing.T) {
 		if got := r.headers["ratelimit-policy"]; got != `"per-client";q=3;w=30` {
 			t.Errorf("RateLimit-Policy %q", got)
 		}
-		// t: full again after (3-remaining) tokens at 10 s each; with
-		// nothing left, when the next token comes.
+		// t: full again after (3-remaining) tokens at 10 s each
 		wantT := fmt.Sprint(10 * (i + 1))
-		if want == "0" {
-			wantT = "10"
-		}
 		if got := r.headers["ratelimit"]; got != `"per-client";r=`+want+`;t=`+wantT {
 			t.Errorf("RateLimit %q, want t=%s", got, wantT)
 		}
@@ -68,6 +88,7 @@ func TestAdmitThenReject(t *testing.T) {
 	if r.status != 429 {
 		t.Fatalf("4th request: status %d, want 429", r.status)
 	}
+	// t: the next token, the wait Retry-After says
 	for k, want := range map[string]string{
 		"retry-after": "10", "x-envoy-ratelimited": "true", "x-ratelimit-remaining": "0",
 		"ratelimit": `"per-client";r=0;t=10`, "content-type": "text/plain",
@@ -125,13 +146,30 @@ func TestSeparateKeysAndRouteMatch(t *testing.T) {
 	}
 }
 
-func TestHeaderKeyAndSeveralPolicies(t *testing.T) {
+// TestHeaderKeysAndSeveralDescriptors: a request counts in every
+// descriptor its actions build — a global one, and two for its API key and
+// path told apart by a generic_key, one per limit — and each is reported;
+// a request without the header builds only the global one, as Envoy's
+// request_headers action skips a descriptor whose header is absent.
+func TestHeaderKeysAndSeveralDescriptors(t *testing.T) {
 	cfg := `{
-	  "policies": [
-	    {"name": "global", "bandwidths": [{"capacity": 100, "period": "1s"}]},
-	    {"name": "per-key", "key": ["header:X-Api-Key", ":path"], "cost": 2,
-	     "bandwidths": [{"id": "burst", "capacity": 4, "period": "1m"}, {"id": "day", "capacity": 1000, "period": "24h"}]}
+	  "domain": "d",
+	  "rate_limits": [
+	    {"actions": [{"generic_key": {"descriptor_value": "global"}}]},
+	    {"actions": [{"generic_key": {"descriptor_value": "burst"}},
+	      {"request_headers": {"header_name": "X-Api-Key", "descriptor_key": "api_key"}},
+	      {"request_headers": {"header_name": ":path", "descriptor_key": "path"}}]},
+	    {"actions": [{"generic_key": {"descriptor_value": "day"}},
+	      {"request_headers": {"header_name": "X-Api-Key", "descriptor_key": "api_key"}},
+	      {"request_headers": {"header_name": ":path", "descriptor_key": "path"}}]}
 	  ],
+	  "rules": [{"domain": "d", "descriptors": [
+	    {"key": "generic_key", "value": "global", "rate_limit": {"name": "global", "unit": "second", "requests_per_unit": 100}},
+	    {"key": "generic_key", "value": "burst", "descriptors": [{"key": "api_key", "descriptors": [{"key": "path",
+	      "rate_limit": {"name": "burst", "unit": "minute", "requests_per_unit": 2}}]}]},
+	    {"key": "generic_key", "value": "day", "descriptors": [{"key": "api_key", "descriptors": [{"key": "path",
+	      "rate_limit": {"name": "day", "unit": "day", "requests_per_unit": 500}}]}]}
+	  ]}],
 	  "headers": {"ietf": true, "x_ratelimit": true}
 	}`
 	vm := newFakeVM(t, shareddata.New(), newClock(), cfg)
@@ -140,19 +178,16 @@ func TestHeaderKeyAndSeveralPolicies(t *testing.T) {
 	if r.status != 200 {
 		t.Fatal(r.status)
 	}
-	// Every bandwidth of every policy, in requests of the policy's cost.
-	if got := r.headers["ratelimit-policy"]; got != `"global";q=100;w=1, "per-key/burst";q=2;w=60, "per-key/day";q=500;w=86400` {
-		t.Errorf("policy header %q", got)
-	}
-	if got := r.headers["ratelimit"]; got != `"global";r=99;t=1, "per-key/burst";r=1;t=30, "per-key/day";r=499;t=173` {
-		t.Errorf("RateLimit %q", got)
+	if got := r.headers["ratelimit-policy"]; !strings.Contains(got, `"global";q=100;w=1`) ||
+		!strings.Contains(got, `"burst";q=2;w=60`) || !strings.Contains(got, `"day";q=500;w=86400`) {
+		t.Errorf("RateLimit-Policy %q: not every limit", got)
 	}
 	if got := r.headers["x-ratelimit-remaining"]; got != "1" || r.headers["x-ratelimit-limit"] != "2" {
-		t.Errorf("binding remaining %q of %q, want 1 of 2 (per-key/burst)", got, r.headers["x-ratelimit-limit"])
+		t.Errorf("binding remaining %q of %q, want 1 of 2 (burst)", got, r.headers["x-ratelimit-limit"])
 	}
 	vm.do("", a)
 	if r := vm.do("", a); r.status != 429 {
-		t.Fatal("cost 2 of capacity 4: third request admitted")
+		t.Fatal("2 a minute: third request admitted")
 	}
 	if r := vm.do("", map[string]string{":path": "/b", "x-api-key": "k1"}); r.status != 200 {
 		t.Fatal("another path shares the bucket")
@@ -160,28 +195,31 @@ func TestHeaderKeyAndSeveralPolicies(t *testing.T) {
 	if r := vm.do("", map[string]string{":path": "/a", "x-api-key": "k2"}); r.status != 200 {
 		t.Fatal("another key shares the bucket")
 	}
-	if r := vm.do("", map[string]string{":path": "/a"}); r.status != 200 {
-		t.Fatal("a request without the header refused")
+	r = vm.do("", map[string]string{":path": "/a"})
+	if r.status != 200 || !strings.Contains(r.headers["ratelimit-policy"], "global") || strings.Contains(r.headers["ratelimit-policy"], "burst") {
+		t.Fatalf("a request without the header: %d %q, want only the global limit", r.status, r.headers["ratelimit-policy"])
 	}
 }
 
 func TestBadConfigurationRefused(t *testing.T) {
+	const limits = `"rate_limits": [{"actions": [{"remote_address": {}}]}]`
+	rule := func(limit string) string {
+		return `{"domain": "d", ` + limits + `, "rules": [{"domain": "d", "descriptors": [{"key": "remote_address", "rate_limit": ` + limit + `}]}]}`
+	}
 	cases := map[string]string{
-		"not json":        `{`,
-		"no policies":     `{"policies": []}`,
-		"unknown field":   `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}], "fail": 1}`,
-		"bad name":        `{"policies": [{"name": "a b", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
-		"bad period":      `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "soon"}]}]}`,
-		"zero capacity":   `{"policies": [{"name": "a", "bandwidths": [{"capacity": 0, "period": "1s"}]}]}`,
-		"too fast":        `{"policies": [{"name": "a", "bandwidths": [{"capacity": 10, "period": "5ns"}]}]}`,
-		"bad style":       `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s", "style": "x"}]}]}`,
-		"bad key":         `{"policies": [{"name": "a", "key": ["x-forwarded-for"], "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
-		"bad prefix":      `{"policies": [{"name": "a", "match": {"path_prefix": "api"}, "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
-		"bad mode":        `{"failure_mode": "maybe", "policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
-		"duplicate":       `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}, {"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
-		"duplicate bw id": `{"policies": [{"name": "a", "bandwidths": [{"id": "x", "capacity": 1, "period": "1s"}, {"id": "x", "capacity": 2, "period": "1s"}]}]}`,
-		"too many slots":  `{"policies": [{"name": "a", "slots": 2000000, "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
-		"empty":           ``,
+		"not json":       `{`,
+		"no rules":       `{"domain": "d", ` + limits + `}`,
+		"unknown field":  strings.Replace(rule(`{"unit": "second", "requests_per_unit": 1}`), `{"domain"`, `{"fail": 1, "domain"`, 1),
+		"former format":  `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`,
+		"bad unit":       rule(`{"unit": "soon", "requests_per_unit": 1}`),
+		"bad algorithm":  rule(`{"unit": "second", "requests_per_unit": 1, "algorithm": "leaky"}`),
+		"too fast":       rule(`{"unit": "second", "requests_per_unit": 1000000000}`),
+		"burst, window":  rule(`{"unit": "second", "requests_per_unit": 1, "burst": 5}`),
+		"bad action":     `{"domain": "d", "rate_limits": [{"actions": [{"source_cluster": {}}]}], "rules": []}`,
+		"bad mode":       strings.Replace(rule(`{"unit": "second", "requests_per_unit": 1}`), `{"domain"`, `{"failure_mode": "maybe", "domain"`, 1),
+		"duplicate":      `{"domain": "d", ` + limits + `, "rules": [{"domain": "d", "descriptors": [{"key": "k"}, {"key": "k"}]}]}`,
+		"too many slots": strings.Replace(rule(`{"unit": "second", "requests_per_unit": 1}`), `{"domain"`, `{"slots": 2000000, "domain"`, 1),
+		"empty":          ``,
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -208,7 +246,7 @@ func TestFailureModes(t *testing.T) {
 	for _, mode := range []string{"open", "closed"} {
 		t.Run(mode, func(t *testing.T) {
 			shared := shareddata.New()
-			cfg := strings.Replace(basicConfig, `"headers"`, `"failure_mode": "`+mode+`", "headers"`, 1)
+			cfg := strings.Replace(basicConfig, `"domain"`, `"failure_mode": "`+mode+`", "domain"`, 1)
 			vm := newFakeVM(t, shared, newClock(), cfg)
 			shared.Fail = func(op, key string) uint32 { return 10 } // INTERNAL_FAILURE
 			r := vm.do("10.0.0.1:1", map[string]string{":path": "/api/"})
@@ -232,7 +270,7 @@ func TestFailureModes(t *testing.T) {
 func TestContentionRejectsEvenWhenFailOpen(t *testing.T) {
 	shared := shareddata.New()
 	clock := newClock()
-	vm := newFakeVM(t, shared, clock, strings.Replace(basicConfig, `"headers"`, `"max_attempts": 3, "headers"`, 1))
+	vm := newFakeVM(t, shared, clock, strings.Replace(basicConfig, `"domain"`, `"max_attempts": 3, "domain"`, 1))
 	vm.do("10.0.0.1:1", map[string]string{":path": "/api/"}) // the bucket exists
 	// Another VM writes between every read and write of this one.
 	other := newFakeVM(t, shared, clock, basicConfig)
@@ -261,8 +299,7 @@ func TestContentionRejectsEvenWhenFailOpen(t *testing.T) {
 // TestFirstInsertRaceIsBounded).
 func TestTwoVMsExactAccounting(t *testing.T) {
 	const capacity, perVM, vms = 500, 400, 4
-	cfg := `{"max_attempts": 1000, "policies": [{"name": "p", "key": ["header:k"],
-	  "bandwidths": [{"capacity": 500, "refill_tokens": 1, "period": "1h"}]}]}`
+	cfg := keyedConfig("k", `{"unit": "hour", "requests_per_unit": 500}`, `, "max_attempts": 1000`)
 	shared := shareddata.New()
 	clock := newClock()
 	var admitted, own atomic.Int64
@@ -303,8 +340,8 @@ func TestTwoVMsExactAccounting(t *testing.T) {
 
 func TestUnknownFieldsNamed(t *testing.T) {
 	for cfg, want := range map[string]string{
-		`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1s", "burst": 2}]}]}`: `policies[0].bandwidths[0].burst: unknown member`,
-		`{"headers": {"ietf": true, "draft_03": 6}, "policies": []}`:                                 `headers.draft_03: unknown member`,
+		`{"rules": [{"domain": "d", "descriptors": [{"key": "k", "rate_limit": {"unit": "second", "bursts": 2}}]}]}`: `rules[0].descriptors[0].rate_limit.bursts: unknown member`,
+		`{"headers": {"ietf": true, "draft_03": 6}, "rules": []}`:                                                    `headers.draft_03: unknown member`,
 	} {
 		_, err := ParseConfig([]byte(cfg))
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -314,11 +351,11 @@ func TestUnknownFieldsNamed(t *testing.T) {
 }
 
 // BenchmarkNativeRequest is the filter's own cost per admitted request,
-// natively on the fake host: key from source.address, one shared-data read,
-// wire.Process, one compare-and-swap write, IETF and x-ratelimit headers.
+// natively on the fake host: one descriptor from remote_address, one
+// shared-data read, wire.Process, one compare-and-swap write, IETF and
+// x-ratelimit headers.
 func BenchmarkNativeRequest(b *testing.B) {
-	cfg := `{"policies": [{"name": "p", "key": ["source.address"],
-	  "bandwidths": [{"capacity": 1000000000, "period": "1s"}]}], "headers": {"ietf": true, "x_ratelimit": true}}`
+	cfg := perAddress(`{"unit": "year", "requests_per_unit": 1000000000}`, `, "headers": {"ietf": true, "x_ratelimit": true}`)
 	shared := shareddata.New()
 	vm := newFakeVM(b, shared, newClock(), cfg)
 	h := map[string]string{":path": "/"}
@@ -336,11 +373,14 @@ func BenchmarkNativeRequest(b *testing.B) {
 	b.ReportMetric(float64(shared.Gets()+shared.Sets()-calls0)/float64(b.N), "shared-data-calls/op")
 }
 
+// TestLongKeysAreDigested: a key longer than a slot holds is stored under
+// its digest and found again; a descriptor over policy.MaxDescriptorBytes
+// is refused as a whole, as the rate-limit service refuses it.
 func TestLongKeysAreDigested(t *testing.T) {
-	cfg := `{"policies": [{"name": "p", "key": ["header:x-api-key"], "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`
+	cfg := keyedConfig("x-api-key", `{"unit": "hour", "requests_per_unit": 1}`, "")
 	shared := shareddata.New()
 	vm := newFakeVM(t, shared, newClock(), cfg)
-	long := strings.Repeat("k", 10000)
+	long := strings.Repeat("k", 4000)
 	if r := vm.do("", map[string]string{"x-api-key": long}); r.status != 200 {
 		t.Fatal(r.status)
 	}
@@ -351,15 +391,18 @@ func TestLongKeysAreDigested(t *testing.T) {
 		t.Fatal("another long key shares the bucket")
 	}
 	for i := range 4096 {
-		if v, _, st := shared.Get(fmt.Sprintf("bucketgrid/p/s/%d", i)); st == 0 && len(v) > 200 {
+		if v, _, st := shared.Get(fmt.Sprintf("bucketgrid/rules/s/%d", i)); st == 0 && len(v) > 200 {
 			t.Fatalf("slot %d holds %d bytes", i, len(v))
 		}
 	}
-	// Keys that are not valid UTF-8 are digested too, and limited like any.
+	// Keys that are not valid UTF-8 are limited like any.
 	for i, want := range []int{200, 429} {
 		if r := vm.do("", map[string]string{"x-api-key": "\xff\xfe"}); r.status != want {
 			t.Fatalf("invalid UTF-8 key, request %d: %d", i, r.status)
 		}
+	}
+	if r := vm.do("", map[string]string{"x-api-key": strings.Repeat("k", 10000)}); r.status != 429 {
+		t.Fatalf("a descriptor of 10000 bytes: %d, want 429", r.status)
 	}
 }
 
@@ -368,7 +411,7 @@ func TestLongKeysAreDigested(t *testing.T) {
 // can send may land in that bucket — before, the header value
 // "#<hex SHA-256 of the long key>" did.
 func TestDigestsHaveTheirOwnNamespace(t *testing.T) {
-	cfg := `{"policies": [{"name": "p", "key": ["header:x-api-key"], "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`
+	cfg := keyedConfig("x-api-key", `{"unit": "hour", "requests_per_unit": 1}`, "")
 	vm := newFakeVM(t, shareddata.New(), newClock(), cfg)
 	long := strings.Repeat("k", 200)
 	vm.do("", map[string]string{"x-api-key": long})
@@ -376,8 +419,8 @@ func TestDigestsHaveTheirOwnNamespace(t *testing.T) {
 		t.Fatal("the long key is not limited")
 	}
 	for _, digest := range []string{
-		sha256Hex("p\x00" + long), // the digest of the whole key
-		sha256Hex(long),           // of the header value alone
+		sha256Hex(`"d"/"k"="` + long + `"`), // the digest of the whole key
+		sha256Hex(long),                     // of the header value alone
 	} {
 		for _, v := range []string{"#" + digest, digest} {
 			if r := vm.do("", map[string]string{"x-api-key": v}); r.status != 200 {
@@ -394,7 +437,7 @@ func sha256Hex(s string) string {
 
 // TestNoKeyInLogs runs every path that logs while serving — shared-data
 // failures (open and closed), contention, a full table (reject and allow),
-// a failed refund — with keys no log line may contain.
+// with keys no log line may contain.
 func TestNoKeyInLogs(t *testing.T) {
 	const secret, addr = "SECRET-api-key-0123456789", "203.0.113.77"
 	keys := map[string]string{":path": "/api/x", "x-api-key": secret}
@@ -405,9 +448,12 @@ func TestNoKeyInLogs(t *testing.T) {
 		return vm.host.logs
 	}
 	pol := func(extra string) string {
-		return `{` + extra + ` "max_attempts": 2, "policies": [
-		  {"name": "a", "key": ["header:x-api-key", "source.address"], "slots": 1, "bandwidths": [{"capacity": 5, "period": "1h"}]},
-		  {"name": "b", "key": [":path", "header:x-api-key"], "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`
+		return `{` + extra + ` "max_attempts": 2, "slots": 1, "domain": "d", "rate_limits": [
+		  {"actions": [{"request_headers": {"header_name": "x-api-key", "descriptor_key": "k"}}, {"remote_address": {}}]},
+		  {"actions": [{"request_headers": {"header_name": ":path", "descriptor_key": "p"}}, {"request_headers": {"header_name": "x-api-key", "descriptor_key": "k"}}]}],
+		  "rules": [{"domain": "d", "descriptors": [
+		    {"key": "k", "descriptors": [{"key": "remote_address", "rate_limit": {"unit": "hour", "requests_per_unit": 5}}]},
+		    {"key": "p", "descriptors": [{"key": "k", "rate_limit": {"unit": "hour", "requests_per_unit": 1}}]}]}]}`
 	}
 	var logs []string
 	for _, mode := range []string{"open", "closed"} {
@@ -431,28 +477,13 @@ func TestNoKeyInLogs(t *testing.T) {
 	})...)
 	for _, full := range []string{"reject", "allow"} {
 		logs = append(logs, run(pol(`"table_full": "`+full+`",`), func(env *fakeEnvoy, vm *fakeVM) {
-			vm.do("198.51.100.1:1", nil)
+			vm.do("198.51.100.1:1", map[string]string{"x-api-key": "other"})
 			vm.do(addr+":1", keys)
 		})...)
 	}
-	logs = append(logs, run(pol(""), func(env *fakeEnvoy, vm *fakeVM) {
-		vm.do(addr+":1", keys) // a and b admitted
-		sets := 0
-		env.shared.Fail = func(op, key string) uint32 {
-			if op == "set" {
-				sets++
-				if sets > 1 { // a's consumption succeeds, its refund fails
-					return uint32(StatusInternalFailure)
-				}
-			}
-			return 0
-		}
-		env.clock.Add(int64(time.Second)) // past the log limiter
-		vm.do(addr+":1", keys)            // b refuses, a's refund fails
-	})...)
 	joined := strings.Join(logs, "\n")
 	for _, want := range []string{"failure_mode open", "failure_mode closed", "compare-and-swap", "table_full reject",
-		"table_full allow", "refund"} {
+		"table_full allow"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("no log line about %q: %q", want, logs)
 		}
@@ -470,44 +501,14 @@ func TestNoKeyInLogs(t *testing.T) {
 // holds, so this guards the path rather than a case a request can reach.
 func TestInvalidKeyIsTheClientsError(t *testing.T) {
 	env := newFakeEnvoy()
-	vm := env.vm(t, `{"failure_mode": "open", "policies": [{"name": "p", "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`)
+	vm := env.vm(t, perAddress(`{"unit": "hour", "requests_per_unit": 1}`, `, "failure_mode": "open"`))
 	p := vm.vm.plugins[1]
-	pol := &p.set.policies[0]
-	r, pass := p.failure(pol, fmt.Errorf("%w: get: %w", cas.ErrStore, core.InvalidKey("k", "test")))
+	r, pass := p.failure(fmt.Errorf("%w: get: %w", cas.ErrStore, core.InvalidKey("k", "test")))
 	if pass || r.status != 400 || r.details != "bucketgrid_invalid_key" {
 		t.Fatalf("invalid key: pass %v, %+v", pass, r)
 	}
-	if env.metric(t, "p", "invalid_key") != 1 || env.metric(t, "p", "failure_mode_allowed") != 0 {
+	if env.metric(t, "rules", "invalid_key") != 1 || env.metric(t, "rules", "failure_mode_allowed") != 0 {
 		t.Fatal("not counted as an invalid key")
-	}
-}
-
-func TestRejectionRefundsEarlierPolicies(t *testing.T) {
-	cfg := `{"policies": [
-	    {"name": "wide", "bandwidths": [{"capacity": 5, "refill_tokens": 1, "period": "1h"}]},
-	    {"name": "narrow", "match": {"path_prefix": "/narrow"}, "bandwidths": [{"capacity": 1, "refill_tokens": 1, "period": "1h"}]}
-	  ], "headers": {"ietf": true}}`
-	vm := newFakeVM(t, shareddata.New(), newClock(), cfg)
-	if r := vm.do("", map[string]string{":path": "/narrow"}); r.status != 200 {
-		t.Fatal(r.status)
-	}
-	for range 3 { // rejected by narrow: wide must not be charged
-		r := vm.do("", map[string]string{":path": "/narrow"})
-		if r.status != 429 {
-			t.Fatal("narrow admitted twice")
-		}
-		if got := r.headers["ratelimit"]; got != `"wide";r=4;t=3600, "narrow";r=0;t=3600` {
-			t.Errorf("RateLimit %q", got)
-		}
-	}
-	admitted := 0
-	for range 10 {
-		if vm.do("", map[string]string{":path": "/wide"}).status == 200 {
-			admitted++
-		}
-	}
-	if admitted != 4 {
-		t.Fatalf("wide admitted %d after the rejections, want the 4 left", admitted)
 	}
 }
 
@@ -529,13 +530,22 @@ func TestFailureLogsAreRateLimited(t *testing.T) {
 	}
 }
 
+// pluginConfig limits every request of domain to n an hour.
+func pluginConfig(domain string, n int) string {
+	return `{"domain": "` + domain + `", "rate_limits": [{"actions": [{"generic_key": {"descriptor_value": "all"}}]}],
+	  "rules": [{"domain": "` + domain + `", "descriptors": [{"key": "generic_key", "value": "all",
+	    "rate_limit": {"unit": "hour", "requests_per_unit": ` + fmt.Sprint(n) + `}}]}]}`
+}
+
+// TestTwoPluginsInOneVM: two plugins of one VM keep their buckets apart by
+// their domains (they share the slot table of their shared-data prefix).
 func TestTwoPluginsInOneVM(t *testing.T) {
 	shared, clock := shareddata.New(), newClock()
 	h := newFakeHost(shared, clock, "")
 	vm := NewVM(h)
 	for id, cfg := range map[uint32]string{
-		1: `{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`,
-		2: `{"policies": [{"name": "b", "bandwidths": [{"capacity": 2, "period": "1h"}]}]}`,
+		1: pluginConfig("a", 1),
+		2: pluginConfig("b", 2),
 	} {
 		vm.OnContextCreate(id, 0)
 		h.config = []byte(cfg)
@@ -561,8 +571,8 @@ func TestTwoPluginsInOneVM(t *testing.T) {
 	if a, b := count(1), count(2); a != 1 || b != 2 {
 		t.Fatalf("plugin a admitted %d (want 1), plugin b %d (want 2)", a, b)
 	}
-	// Reconfiguring keeps the buckets: same names, same shared data.
-	h.config = []byte(`{"policies": [{"name": "a", "bandwidths": [{"capacity": 1, "period": "1h"}]}]}`)
+	// Reconfiguring keeps the buckets: same domain, same shared data.
+	h.config = []byte(pluginConfig("a", 1))
 	if !vm.OnConfigure(1, len(h.config)) || count(1) != 0 {
 		t.Fatal("reconfiguration reset the bucket")
 	}

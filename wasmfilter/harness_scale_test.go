@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bucketgrid/bucketgrid/wasmfilter"
 )
 
 // metric returns a counter of the default stat prefix as /stats shows it.
@@ -33,13 +35,12 @@ func (e *envoy) worker(config string) *worker {
 // Envoy's /stats shows them.
 func TestWasmMetrics(t *testing.T) {
 	e := newEnvoy(t)
-	cfg := `{"policies": [{"name": "per.client", "key": ["source.address"],
-	  "bandwidths": [{"capacity": 3, "refill_tokens": 1, "period": "1h"}]}]}`
+	cfg := wasmfilter.PerAddress(`{"unit": "hour", "requests_per_unit": 3}`, "")
 	w1, w2 := e.worker(cfg), e.worker(cfg)
 	for i := range 5 {
 		[]*worker{w1, w2}[i%2].do("192.0.2.1:1", nil)
 	}
-	if ok, over := e.metric("per_client", "ok"), e.metric("per_client", "over_limit"); ok != 3 || over != 2 {
+	if ok, over := e.metric("rules", "ok"), e.metric("rules", "over_limit"); ok != 3 || over != 2 {
 		t.Fatalf("ok %d over_limit %d, want 3 and 2", ok, over)
 	}
 	if n := len(e.stats.Names()); n != 10 {
@@ -48,7 +49,7 @@ func TestWasmMetrics(t *testing.T) {
 	e.shared.Fail = func(op, key string) uint32 { return 10 }
 	w1.do("192.0.2.1:1", nil)
 	e.shared.Fail = nil
-	if e.metric("per_client", "error") != 1 || e.metric("per_client", "failure_mode_allowed") != 1 {
+	if e.metric("rules", "error") != 1 || e.metric("rules", "failure_mode_allowed") != 1 {
 		t.Fatal("failure not counted")
 	}
 	for _, l := range append(w1.logs, w2.logs...) {
@@ -58,8 +59,9 @@ func TestWasmMetrics(t *testing.T) {
 	}
 }
 
-// TestWasmExampleTableAtScale runs the example's per-client policy (10 a
-// minute, 200 an hour) through the .wasm with 4096 slots and 4096 clients
+// TestWasmExampleTableAtScale runs a per-client limit on /api/ (a burst of
+// 10, refilled at 10 a day, so no bucket frees its slot during the test)
+// through the .wasm with 4096 slots and 4096 clients
 // in one hour: the table takes more than 90 % of its slots before it first
 // evicts, and clients are limited at every fill level (every 16th client,
 // and every client from the first eviction on, sends 11 requests: 10 are
@@ -67,10 +69,11 @@ func TestWasmMetrics(t *testing.T) {
 func TestWasmExampleTableAtScale(t *testing.T) {
 	const slots, clients = 4096, 4096
 	e := newEnvoy(t)
-	cfg := `{"policies": [{"name": "per-client", "match": {"path_prefix": "/api/"}, "key": ["source.address"], "slots": 4096,
-	  "bandwidths": [{"id": "burst", "capacity": 10, "refill_tokens": 10, "period": "1m"},
-	                 {"id": "hourly", "capacity": 200, "period": "1h", "style": "intervally"}]}],
-	  "table_full": "evict_oldest"}`
+	cfg := `{"domain": "edge", "slots": 4096, "table_full": "evict_oldest",
+	  "rate_limits": [{"actions": [{"header_value_match": {"descriptor_value": "api", "headers": [{"name": ":path", "prefix_match": "/api/"}]}},
+	                               {"remote_address": {}}]}],
+	  "rules": [{"domain": "edge", "descriptors": [{"key": "header_match", "value": "api", "descriptors": [{"key": "remote_address",
+	    "rate_limit": {"unit": "day", "requests_per_unit": 10, "algorithm": "token_bucket", "burst": 10}}]}]}]}`
 	workers := []*worker{e.worker(cfg), e.worker(cfg)}
 	first := -1
 	api := map[string]string{":path": "/api/x"}
@@ -90,11 +93,11 @@ func TestWasmExampleTableAtScale(t *testing.T) {
 		if admitted != want {
 			t.Fatalf("client %d: %d of %d admitted", c, admitted, n)
 		}
-		if first < 0 && e.metric("per-client", "evicted") > 0 {
+		if first < 0 && e.metric("rules", "evicted") > 0 {
 			first = c
 		}
 	}
-	t.Logf("first eviction at client #%d of %d slots; %d evicted", first, slots, e.metric("per-client", "evicted"))
+	t.Logf("first eviction at client #%d of %d slots; %d evicted", first, slots, e.metric("rules", "evicted"))
 	if first >= 0 && first < slots*9/10 {
 		t.Fatalf("first eviction at client #%d: under 90 %% of %d slots", first, slots)
 	}
@@ -107,8 +110,8 @@ func TestWasmExampleTableAtScale(t *testing.T) {
 // minus its own admitted requests.
 func TestWasmEvictionAcrossWorkers(t *testing.T) {
 	const workers, clients, each, capacity = 3, 24, 60, 1000
-	cfg := `{"max_attempts": 1000, "headers": {"x_ratelimit": true}, "policies": [{"name": "p", "key": ["header:client"],
-	  "slots": 8, "bandwidths": [{"capacity": 1000, "refill_tokens": 1, "period": "1h"}]}]}`
+	cfg := wasmfilter.KeyedConfig("client", `{"unit": "hour", "requests_per_unit": 1000}`,
+		`, "max_attempts": 1000, "headers": {"x_ratelimit": true}, "slots": 8`)
 	e := newEnvoy(t)
 	var mu [clients]sync.Mutex
 	var admitted [clients]int
@@ -136,8 +139,8 @@ func TestWasmEvictionAcrossWorkers(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if e.metric("p", "evicted") == 0 {
+	if e.metric("rules", "evicted") == 0 {
 		t.Fatal("nothing evicted: the test did not test eviction")
 	}
-	t.Logf("evicted %d; %d writes, %d lost compare-and-swap races", e.metric("p", "evicted"), e.shared.Sets(), e.shared.Mismatches())
+	t.Logf("evicted %d; %d writes, %d lost compare-and-swap races", e.metric("rules", "evicted"), e.shared.Sets(), e.shared.Mismatches())
 }

@@ -346,3 +346,16 @@ func (p *jsonParser) hex4() (rune, bool) {
 	p.off += 4
 	return r, true
 }
+
+// unhex returns the value of the hexadecimal digit c.
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

@@ -1,14 +1,14 @@
 package wasmfilter
 
-// The counters the filter keeps per policy, named
-// "<stat_prefix>.policy.<policy>.<event>" (a '.' in the policy name becomes
-// '_', so the name stays one element). Envoy files them under
-// "wasmcustom.", which its admin output strips again. The events follow
-// the names of Envoy's own rate-limit filters where one exists.
+// The counters the filter keeps, named
+// "<stat_prefix>.policy.rules.<event>" (rules names the slot table).
+// Envoy files them under "wasmcustom.", which its admin output strips
+// again. The events follow the names of Envoy's own rate-limit filters
+// where one exists.
 const (
-	// metricOK counts requests the policy admitted that went upstream.
+	// metricOK counts requests admitted that went upstream.
 	metricOK = iota
-	// metricOverLimit counts requests the policy's bucket rejected (429).
+	// metricOverLimit counts requests refused over a limit (429).
 	metricOverLimit
 	// metricError counts shared-data failures.
 	metricError
@@ -37,32 +37,22 @@ const (
 var metricEvents = [numMetrics]string{"ok", "over_limit", "error", "failure_mode_allowed", "table_full",
 	"table_full_allowed", "evicted", "cas_conflict", "cas_gave_up", "invalid_key"}
 
-// metrics are a policy's counters: names, and ids once defined.
+// metrics are the filter's counters: names, and ids once defined.
 type metrics struct {
 	names   [numMetrics]string
 	ids     [numMetrics]uint32
 	defined [numMetrics]bool
 }
 
-func newMetrics(statPrefix, policy string) metrics {
+// newMetrics names the counters of the slot table called table.
+func newMetrics(statPrefix, table string) metrics {
 	var m metrics
-	name := []byte(policy) // '.' to '_', without strings.Replace (5 KB of the .wasm)
-	for i, c := range name {
-		if c == '.' {
-			name[i] = '_'
-		}
-	}
-	base := statPrefix + ".policy." + string(name) + "."
+	base := statPrefix + ".policy." + table + "."
 	for i, e := range metricEvents {
 		m.names[i] = base + e
 	}
 	return m
 }
-
-// collides reports whether m and o would count into the same counters:
-// policies named "a.b" and "a_b" get one metric name, and Envoy would add
-// both policies' events into one set. The configuration refuses the second.
-func (m *metrics) collides(o *metrics) bool { return m.names[0] == o.names[0] }
 
 // define defines every counter on host; it returns the first error, and
 // counters that could not be defined are skipped by add.

@@ -14,10 +14,10 @@ import (
 
 func TestMetricNames(t *testing.T) {
 	env := newFakeEnvoy()
-	env.vm(t, `{"stat_prefix": "edge", "policies": [{"name": "per.client-1", "bandwidths": [{"capacity": 1, "period": "1s"}]}]}`)
+	env.vm(t, perAddress(`{"unit": "second", "requests_per_unit": 1}`, `, "stat_prefix": "edge"`))
 	var want []string
 	for _, e := range metricEvents {
-		want = append(want, "edge.policy.per_client-1."+e)
+		want = append(want, "edge.policy.rules."+e)
 	}
 	sort.Strings(want)
 	if got := env.stats.Names(); !slices.Equal(got, want) {
@@ -29,8 +29,8 @@ func TestMetricNames(t *testing.T) {
 // one Envoy's stats and reads the counters as /stats shows them.
 func TestMetricsCountEveryOutcome(t *testing.T) {
 	env := newFakeEnvoy()
-	cfg := `{"max_attempts": 3, "policies": [{"name": "p", "key": ["header:k"], "slots": 2,
-	  "bandwidths": [{"capacity": 2, "refill_tokens": 1, "period": "1h"}]}]}`
+	cfg := keyedConfig("k", `{"unit": "hour", "requests_per_unit": 1, "algorithm": "token_bucket", "burst": 2}`,
+		`, "max_attempts": 3, "slots": 2`)
 	a, b := env.vm(t, cfg), env.vm(t, cfg)
 	k := func(v string) map[string]string { return map[string]string{"k": v} }
 	a.do("", k("x"))
@@ -47,6 +47,7 @@ func TestMetricsCountEveryOutcome(t *testing.T) {
 	a.do("", k("x"))
 	env.shared.Fail = nil
 	want["error"], want["failure_mode_allowed"] = 1, 1
+	want["ok"]++ // it went upstream
 	// Contention: another VM writes between each read and write of a.
 	var inside bool
 	env.shared.BeforeSet = func(string) {
@@ -65,7 +66,7 @@ func TestMetricsCountEveryOutcome(t *testing.T) {
 	want["cas_conflict"] = 3
 	want["cas_gave_up"] = 1
 	for _, e := range metricEvents {
-		if got := env.metric(t, "p", e); got != want[e] {
+		if got := env.metric(t, "rules", e); got != want[e] {
 			t.Errorf("%s = %d, want %d", e, got, want[e])
 		}
 	}
@@ -84,9 +85,9 @@ func TestMetricsTableFull(t *testing.T) {
 		if mode == "allow" {
 			allowed = 1
 		}
-		if env.metric(t, "per-client", "table_full") != 1 || env.metric(t, "per-client", "table_full_allowed") != allowed {
-			t.Fatalf("%s: table_full %d, allowed %d", mode, env.metric(t, "per-client", "table_full"),
-				env.metric(t, "per-client", "table_full_allowed"))
+		if env.metric(t, "rules", "table_full") != 1 || env.metric(t, "rules", "table_full_allowed") != allowed {
+			t.Fatalf("%s: table_full %d, allowed %d", mode, env.metric(t, "rules", "table_full"),
+				env.metric(t, "rules", "table_full_allowed"))
 		}
 	}
 }
@@ -149,8 +150,8 @@ func TestStatsTagRegex(t *testing.T) {
 		t.Fatal("no stats_tags regex in envoy.yaml")
 	}
 	re := regexp.MustCompile(string(m[1]))
-	for _, policy := range []string{"per-client", "per.api.key"} {
-		ms := newMetrics("bucketgrid", policy)
+	for _, table := range []string{tableName} {
+		ms := newMetrics("bucketgrid", table)
 		for i, name := range ms.names {
 			full := envoystats.Namespace + name
 			sub := re.FindStringSubmatchIndex(full)
@@ -159,7 +160,7 @@ func TestStatsTagRegex(t *testing.T) {
 			}
 			value := full[sub[4]:sub[5]]
 			extracted := full[:sub[2]] + full[sub[3]:]
-			if value != strings.ReplaceAll(policy, ".", "_") || extracted != "wasmcustom.bucketgrid.policy."+metricEvents[i] {
+			if value != table || extracted != "wasmcustom.bucketgrid.policy."+metricEvents[i] {
 				t.Fatalf("%s: tag %q, name %q", full, value, extracted)
 			}
 		}

@@ -166,7 +166,7 @@ func (c *candidate) consider(s *Store, sl, tok uint32, rec slotRecord, now int64
 
 // fullness returns the share of its capacity the emptiest bandwidth of the
 // stored bucket holds at now (1: full), and whether some bandwidth holds
-// fewer tokens than one request of the policy takes. A value this build
+// fewer tokens than one request takes. A value this build
 // cannot decode counts as empty but not spent.
 func (s *Store) fullness(data []byte, now int64) (share float64, spent bool) {
 	b, err := wire.DecodeState(data)

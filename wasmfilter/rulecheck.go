@@ -3,6 +3,7 @@ package wasmfilter
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
@@ -36,63 +37,63 @@ func (a *attributes) RemoteAddress() (string, bool) {
 	return hostOf(string(v)), true
 }
 
-// checkRules rate-limits the current request in the rules mode, as the
-// rate-limit service would answer Envoy's rate-limit filter: one descriptor
-// per rate_limits entry whose actions all apply, every descriptor planned,
-// run on its bucket and decided by package policy (a fixed window counts
-// refused hits, as envoyproxy/ratelimit does), the request refused when
-// any descriptor is over the limit. A failure to decide follows
-// failure_mode, as for a policy.
-func (p *Plugin) checkRules() (Action, [][2]string) {
-	m, pol := p.set.rules, &p.set.policies[0]
+// Check rate-limits the current request as the rate-limit service would
+// answer Envoy's rate-limit filter: one descriptor per rate_limits entry
+// whose actions all apply, every descriptor planned, run on its bucket and
+// decided by package policy (a fixed window counts refused hits, as
+// envoyproxy/ratelimit does), the request refused when any descriptor is
+// over the limit. A refused request is answered locally (429) with
+// ActionPause; an admitted one continues, and pending are the headers for
+// its response. A failure to decide follows failure_mode (see failure).
+func (p *Plugin) Check() (a Action, pending [][2]string) {
+	set, m := p.set, &p.set.metrics
 	attrs := attributes{host: p.host}
-	req := rules.Request{Domain: m.domain}
-	for _, acts := range m.limits {
+	req := rules.Request{Domain: set.domain}
+	for _, acts := range set.limits {
 		if entries, ok := rules.Entries(acts, &attrs); ok {
 			req.Descriptors = append(req.Descriptors, rules.Descriptor{Entries: entries})
 		}
 	}
 	if attrs.err != nil {
-		if r, pass := p.failure(pol, attrs.err); !pass {
-			return p.refuse(nil, nil, r), nil
+		if r, pass := p.failure(attrs.err); !pass {
+			return p.refuse(r), nil
 		}
 		return ActionContinue, nil
 	}
 	if len(req.Descriptors) == 0 {
 		return ActionContinue, nil // Envoy asks nothing either
 	}
-	items, err := m.rules.Plan(&req)
+	items, err := set.rules.Plan(&req)
 	if err != nil {
 		// the client's values make the request unusable (a descriptor
 		// over MaxDescriptorBytes): refused, as the service answers it
-		pol.metrics.add(p.host, metricOverLimit, 1)
-		return p.refuseRules(nil, nil, m), nil
+		m.add(p.host, metricOverLimit, 1)
+		return p.refuseRules(nil, nil), nil
 	}
 	statuses := make([]rules.Status, len(items))
 	now := time.Unix(0, p.host.Now())
 	for i := range items {
 		res, err := p.runItem(&items[i])
 		if err != nil {
-			if r, pass := p.failure(pol, err); !pass {
-				return p.refuse(nil, nil, r), nil
+			if r, pass := p.failure(err); !pass {
+				return p.refuse(r), nil
 			}
 			items[i].Kind = rules.NoLimit // let through without this descriptor
 			res = nil
 		}
 		if statuses[i], err = items[i].Decide(res, now); err != nil {
-			if r, pass := p.failure(pol, err); !pass {
-				return p.refuse(nil, nil, r), nil
+			if r, pass := p.failure(err); !pass {
+				return p.refuse(r), nil
 			}
 			items[i].Kind, statuses[i] = rules.NoLimit, rules.Status{Code: rules.OK}
 		}
 	}
 	if code, _ := rules.Overall(statuses, false); code == rules.OverLimit {
-		pol.metrics.add(p.host, metricOverLimit, 1)
-		return p.refuseRules(items, statuses, m), nil
+		m.add(p.host, metricOverLimit, 1)
+		return p.refuseRules(items, statuses), nil
 	}
-	pol.metrics.add(p.host, metricOK, 1)
-	var pending [][2]string
-	for _, h := range rules.ResponseHeaders(items, statuses, m.headers) {
+	m.add(p.host, metricOK, 1)
+	for _, h := range rules.ResponseHeaders(items, statuses, set.headers) {
 		pending = append(pending, [2]string{h.Name, h.Value})
 	}
 	return ActionContinue, pending
@@ -110,11 +111,11 @@ func (p *Plugin) runItem(it *rules.Item) ([]wire.Result, error) {
 	key, _ := core.FitKey(it.Key, MaxKeyLen)
 	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, Ops: ops,
 		Expiry: wire.Expiry{Kind: wire.ExpireAfterRefill}}
-	exec, pol := p.execs[0], &p.set.policies[0]
-	conflicts, evicted := exec.Stats().Conflicts, p.stores[0].Evictions()
+	exec, m := p.exec, &p.set.metrics
+	conflicts, evicted := exec.Stats().Conflicts, p.store.Evictions()
 	resp, err := exec.Execute(context.Background(), key, req)
-	pol.metrics.add(p.host, metricCASConflict, exec.Stats().Conflicts-conflicts)
-	pol.metrics.add(p.host, metricEvicted, int64(p.stores[0].Evictions()-evicted))
+	m.add(p.host, metricCASConflict, exec.Stats().Conflicts-conflicts)
+	m.add(p.host, metricEvicted, int64(p.store.Evictions()-evicted))
 	if err != nil {
 		return nil, err
 	}
@@ -130,9 +131,9 @@ func (p *Plugin) runItem(it *rules.Item) ([]wire.Result, error) {
 // refuseRules answers 429 with the rules' headers (Retry-After among them)
 // and x-envoy-ratelimited, as Envoy's rate-limit filter answers an
 // OVER_LIMIT.
-func (p *Plugin) refuseRules(items []rules.Item, statuses []rules.Status, m *rulesMode) Action {
+func (p *Plugin) refuseRules(items []rules.Item, statuses []rules.Status) Action {
 	hdrs := [][2]string{{"x-envoy-ratelimited", "true"}}
-	for _, h := range rules.ResponseHeaders(items, statuses, m.headers) {
+	for _, h := range rules.ResponseHeaders(items, statuses, p.set.headers) {
 		hdrs = append(hdrs, [2]string{h.Name, h.Value})
 	}
 	hdrs = append(hdrs, [2]string{"content-type", p.set.contentType})
@@ -140,4 +141,19 @@ func (p *Plugin) refuseRules(items []rules.Item, statuses []rules.Status, m *rul
 		p.host.Log(LogError, "bucketgrid: sending the local response: "+err.Error())
 	}
 	return ActionPause
+}
+
+// hostOf strips the port from an Envoy address: "10.0.0.1:5000" →
+// "10.0.0.1", "[::1]:5000" → "::1". Other forms are returned unchanged.
+func hostOf(addr string) string {
+	if strings.HasPrefix(addr, "[") {
+		if end := strings.IndexByte(addr, ']'); end > 0 {
+			return addr[1:end]
+		}
+		return addr
+	}
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 && strings.IndexByte(addr, ':') == i {
+		return addr[:i]
+	}
+	return addr
 }

@@ -13,20 +13,13 @@ type RateLimitConfig struct {
 	Actions []rules.Action `json:"actions"`
 }
 
-// rulesMode is a compiled rules configuration (Config.Rules).
-type rulesMode struct {
-	domain  string
-	limits  [][]rules.Action
-	rules   *rules.Rules
-	headers rules.Headers
-}
+// tableName names the slot table of every bucket, in shared-data keys and
+// in metric names ("<stat_prefix>.policy.rules.<event>").
+const tableName = "rules"
 
-// compileRules compiles the rules mode of c into s: the rules, the
-// rate_limits, and one slot table (the policy "rules") for all buckets.
+// compileRules compiles the rules, the rate_limits and the headers of c
+// into s.
 func (c *Config) compileRules(s *settings) error {
-	if len(c.Policies) > 0 {
-		return configErr("policies", "give either policies (the filter's own format) or domain, rate_limits and rules (envoyproxy/ratelimit's), not both")
-	}
 	if c.Domain == "" {
 		return configErr("domain", "missing: the domain of the rules the rate_limits describe")
 	}
@@ -43,32 +36,23 @@ func (c *Config) compileRules(s *settings) error {
 	case n > rules.MaxDescriptors:
 		return configErr("rate_limits", strconv.Itoa(n)+" entries: at most "+strconv.Itoa(rules.MaxDescriptors))
 	}
-	m := &rulesMode{domain: c.Domain, rules: rs}
+	s.domain, s.rules = c.Domain, rs
 	for i := range c.RateLimits {
 		acts := c.RateLimits[i].Actions
 		if len(acts) == 0 || len(acts) > rules.MaxEntries {
 			return configErr("rate_limits["+strconv.Itoa(i)+"].actions", "want 1 to "+strconv.Itoa(rules.MaxEntries)+" actions")
 		}
-		m.limits = append(m.limits, acts)
+		s.limits = append(s.limits, acts)
 	}
 	if c.Headers.IETF {
-		m.headers |= rules.IETFHeaders
+		s.headers |= rules.IETFHeaders
 	}
 	if c.Headers.XRateLimit {
-		m.headers |= rules.XRateLimitHeaders
+		s.headers |= rules.XRateLimitHeaders
 	}
 	if c.Headers.Draft {
-		m.headers |= rules.DraftHeaders
+		s.headers |= rules.DraftHeaders
 	}
-	slots := DefaultSlots
-	if c.Slots != 0 {
-		if c.Slots < 1 || c.Slots > MaxSlots {
-			return configErr("slots", strconv.Itoa(c.Slots)+": want 1 to "+strconv.Itoa(MaxSlots))
-		}
-		slots = c.Slots
-	}
-	s.rules = m
-	s.policies = []policy{{name: "rules", slots: uint32(slots), metrics: newMetrics(s.statPrefix, "rules")}}
 	return nil
 }
 

@@ -17,7 +17,7 @@ func TestRulesConfigErrors(t *testing.T) {
 	}
 	for _, tc := range []struct{ config, want string }{
 		{`{"domain": "d", "rate_limits": ` + limits + `, "rules": [` + doc + `], "policies": [{"name": "p"}]}`,
-			"policies: give either policies"},
+			`policies: the filter's own "policies" format is no longer read`},
 		{`{"rate_limits": ` + limits + `, "rules": [` + doc + `]}`, "domain: missing"},
 		{`{"domain": "e", "rate_limits": ` + limits + `, "rules": [` + doc + `]}`, `domain: "e": no rule document`},
 		{`{"domain": "d", "rules": [` + doc + `]}`, "rate_limits: none"},

@@ -82,7 +82,7 @@ var (
 // bits). Tokens come from one process-wide counter, so a token still in
 // place proves the slot still holds the record that was read.
 //
-// A Store is safe for concurrent use; the filter uses one per policy and VM.
+// A Store is safe for concurrent use; the filter uses one per plugin and VM.
 type Store struct {
 	host    Host
 	prefix  string

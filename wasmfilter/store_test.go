@@ -454,15 +454,12 @@ func TestStoreChurnKeepsDirectoriesSmall(t *testing.T) {
 // real compare-and-swap. The filter prepares its slots when configured,
 // which removes the race from request handling.
 func TestFirstInsertRaceIsBounded(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`{"policies": [{"name": "p", "slots": 64,
-	  "bandwidths": [{"capacity": 10, "refill_tokens": 1, "period": "1h"}]}]}`))
+	config, err := core.NewConfig(core.Greedy(10, 1, time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, _ := cfg.compile()
-	pol := &set.policies[0]
 	req := func() wire.Request {
-		return wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &pol.config,
+		return wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &config,
 			Ops: []wire.Op{{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1}}}
 	}
 	run := func(prepare bool) int {

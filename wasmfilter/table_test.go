@@ -12,15 +12,12 @@ import (
 	"time"
 )
 
-// perClient is the example's per-client policy (examples/envoy): 10 a
-// minute and 200 an hour, refilled hourly all at once — a bucket is not
-// full, so its slot stays taken, for an hour after its client's first
-// request.
+// perClient limits each client (remote_address) to a burst of 10 refilled
+// at 10 a day (a token bucket): a client's bucket is not full, so its slot
+// stays taken, for the whole of these tests after its first request.
 func perClient(slots int, tableFull string) string {
-	return `{"policies": [{"name": "per-client", "key": ["source.address"], "slots": ` + strconv.Itoa(slots) + `,
-	  "bandwidths": [{"id": "burst", "capacity": 10, "refill_tokens": 10, "period": "1m"},
-	                 {"id": "hourly", "capacity": 200, "period": "1h", "style": "intervally"}]}],
-	  "table_full": "` + tableFull + `", "headers": {"ietf": true}}`
+	return perAddress(`{"name": "per-client", "unit": "day", "requests_per_unit": 10, "algorithm": "token_bucket", "burst": 10}`,
+		`, "slots": `+strconv.Itoa(slots)+`, "table_full": "`+tableFull+`", "headers": {"ietf": true}`)
 }
 
 func clientAddr(i int) string {
@@ -55,7 +52,7 @@ func TestFourThousandClientsInOneHour(t *testing.T) {
 						if mode != "reject" || i != 0 {
 							t.Fatalf("client %d request %d: table full under %s", c, i, mode)
 						}
-						if ra, _ := strconv.Atoi(r.headers["retry-after"]); ra < 1 || ra > 3600 {
+						if ra, _ := strconv.Atoi(r.headers["retry-after"]); ra < 1 || ra > 86400 {
 							t.Fatalf("client %d: Retry-After %q", c, r.headers["retry-after"])
 						}
 					case r.status != 429 || r.details != "bucketgrid_rate_limited":
@@ -65,7 +62,7 @@ func TestFourThousandClientsInOneHour(t *testing.T) {
 						break
 					}
 				}
-				full := env.metric(t, "per-client", "table_full") + env.metric(t, "per-client", "evicted")
+				full := env.metric(t, "rules", "table_full") + env.metric(t, "rules", "evicted")
 				if firstFull < 0 && full > 0 {
 					firstFull = c
 				}
@@ -83,14 +80,14 @@ func TestFourThousandClientsInOneHour(t *testing.T) {
 				firstFull = clients
 			}
 			t.Logf("%s: first client without a free slot: #%d (%.1f %% of %d slots); %d turned away, %d unlimited; evicted %d",
-				mode, firstFull, 100*float64(firstFull)/slots, slots, turnedAway, unlimited, env.metric(t, "per-client", "evicted"))
+				mode, firstFull, 100*float64(firstFull)/slots, slots, turnedAway, unlimited, env.metric(t, "rules", "evicted"))
 			if firstFull < slots*9/10 {
 				t.Errorf("the table turned its first client away at %d of %d slots, want at least 90 %%", firstFull, slots)
 			}
-			if got := env.metric(t, "per-client", "table_full_allowed"); got != uint64(unlimited*(burst+1)) {
+			if got := env.metric(t, "rules", "table_full_allowed"); got != uint64(unlimited*(burst+1)) {
 				t.Errorf("table_full_allowed = %d, want %d", got, unlimited*(burst+1))
 			}
-			if mode == "evict_oldest" && env.metric(t, "per-client", "table_full") != 0 {
+			if mode == "evict_oldest" && env.metric(t, "rules", "table_full") != 0 {
 				t.Error("table_full counted under evict_oldest")
 			}
 		})
@@ -115,8 +112,8 @@ func TestTinyTableLimitsEveryClient(t *testing.T) {
 	if admitted != 10 {
 		t.Fatalf("the fifth client of a 4-slot table: %d of 7000 admitted, want 10", admitted)
 	}
-	if env.metric(t, "per-client", "evicted") != 1 {
-		t.Fatalf("evicted %d, want 1", env.metric(t, "per-client", "evicted"))
+	if env.metric(t, "rules", "evicted") != 1 {
+		t.Fatalf("evicted %d, want 1", env.metric(t, "rules", "evicted"))
 	}
 }
 
@@ -128,9 +125,8 @@ func TestTinyTableLimitsEveryClient(t *testing.T) {
 // less than its capacity minus its own admitted requests.
 func TestEvictionAcrossVMsNeverMixesClients(t *testing.T) {
 	const vms, clients, perClientRequests, capacity = 4, 48, 40, 1000
-	cfg := `{"max_attempts": 1000, "table_full": "evict_oldest", "headers": {"x_ratelimit": true},
-	  "policies": [{"name": "p", "key": ["header:client"], "slots": 16,
-	  "bandwidths": [{"capacity": 1000, "refill_tokens": 1, "period": "1h"}]}]}`
+	cfg := keyedConfig("client", `{"unit": "hour", "requests_per_unit": 1000}`,
+		`, "max_attempts": 1000, "table_full": "evict_oldest", "slots": 16, "headers": {"x_ratelimit": true}`)
 	env := newFakeEnvoy()
 	var mu [clients]sync.Mutex
 	var admitted [clients]int
@@ -158,10 +154,10 @@ func TestEvictionAcrossVMsNeverMixesClients(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if env.metric(t, "p", "evicted") == 0 {
+	if env.metric(t, "rules", "evicted") == 0 {
 		t.Fatal("no eviction: the test did not test eviction")
 	}
-	t.Logf("evicted %d, cas conflicts %d", env.metric(t, "p", "evicted"), env.metric(t, "p", "cas_conflict"))
+	t.Logf("evicted %d, cas conflicts %d", env.metric(t, "rules", "evicted"), env.metric(t, "rules", "cas_conflict"))
 }
 
 // TestStoreOwnershipUnderRacingVMs drives the store directly from four
@@ -252,54 +248,63 @@ func BenchmarkFirstTurnAway(b *testing.B) {
 
 // TestSpentBucketsAreNotEvicted: clients that spent their bucket share a
 // full table with a stream of new clients. Each new client takes the slot
-// of a bucket that still has tokens, never a spent one, so a spent client
-// stays refused until its bucket refills (here: the clock barely moves),
-// however many new clients arrive and in whatever order. The hourly
-// bandwidth fills only once an hour, so every bucket expires an hour after
-// its first request: under the old rule (evict the bucket that expires
-// first) the oldest bucket went, and a spent client came back with a fresh
-// one.
+// of a bucket that still has requests left, never a spent one, so a spent
+// client stays refused until its bucket refills (here: the clock barely
+// moves), however many new clients arrive and in whatever order. This
+// holds for token_bucket rules (burst 10, 10 a minute: a spent bucket
+// holds no token); a fixed window's bucket holds 2^32 tokens whatever its
+// limit, so the store cannot tell a spent window (see the package
+// documentation). Under the old rule (evict the bucket that expires first)
+// the oldest bucket went, and a spent client came back with a fresh one.
 func TestSpentBucketsAreNotEvicted(t *testing.T) {
-	for _, slots := range []int{8, 64, 512} {
-		t.Run(strconv.Itoa(slots), func(t *testing.T) {
-			cfg := `{"policies": [{"name": "p", "key": ["source.address"], "slots": ` + strconv.Itoa(slots) + `,
-			  "bandwidths": [{"id": "burst", "capacity": 10, "refill_tokens": 10, "period": "1m"},
-			                 {"id": "hourly", "capacity": 200, "period": "1h", "style": "intervally"}]}], "table_full": "evict_oldest"}`
-			env := newFakeEnvoy()
-			vm := env.vm(t, cfg)
-			rng := rand.New(rand.NewPCG(uint64(slots), 7))
-			spenders := slots / 2
-			refused := make([]bool, spenders)
-			next := spenders // new clients' addresses
-			for step := range 40 * slots {
-				env.clock.Add(int64(time.Millisecond) / 16)
-				if rng.IntN(3) > 0 {
-					c := rng.IntN(spenders)
-					switch r := vm.do(clientAddr(c), nil); {
-					case r.status == 429:
-						refused[c] = true
-					case refused[c]:
-						t.Fatalf("step %d: spender %d admitted after it was refused: its spent bucket was evicted", step, c)
-					}
-					continue
-				}
-				if r := vm.do(clientAddr(next), nil); r.status != 200 {
-					t.Fatalf("step %d: new client refused: %d %s", step, r.status, r.details)
-				}
-				next++
+	limits := map[string]string{
+		"token_bucket": `{"unit": "minute", "requests_per_unit": 10, "algorithm": "token_bucket", "burst": 10}`,
+	}
+	for _, alg := range []string{"token_bucket"} {
+		for _, slots := range []int{8, 64, 512} {
+			t.Run(alg+"/"+strconv.Itoa(slots), func(t *testing.T) {
+				cfg := perAddress(limits[alg], `, "slots": `+strconv.Itoa(slots)+`, "table_full": "evict_oldest"`)
+				spentBucketsStay(t, cfg, slots)
+			})
+		}
+	}
+}
+
+func spentBucketsStay(t *testing.T, cfg string, slots int) {
+	t.Helper()
+	env := newFakeEnvoy()
+	vm := env.vm(t, cfg)
+	rng := rand.New(rand.NewPCG(uint64(slots), 7))
+	spenders := slots / 2
+	refused := make([]bool, spenders)
+	next := spenders // new clients' addresses
+	for step := range 40 * slots {
+		env.clock.Add(int64(time.Millisecond) / 16)
+		if rng.IntN(3) > 0 {
+			c := rng.IntN(spenders)
+			switch r := vm.do(clientAddr(c), nil); {
+			case r.status == 429:
+				refused[c] = true
+			case refused[c]:
+				t.Fatalf("step %d: spender %d admitted after it was refused: its spent bucket was evicted", step, c)
 			}
-			if env.metric(t, "p", "evicted") == 0 {
-				t.Fatal("nothing evicted: the test did not test eviction")
-			}
-			spent := 0
-			for _, r := range refused {
-				if r {
-					spent++
-				}
-			}
-			if spent < spenders/2 {
-				t.Fatalf("only %d of %d spenders spent their bucket: the test did not test spent buckets", spent, spenders)
-			}
-		})
+			continue
+		}
+		if r := vm.do(clientAddr(next), nil); r.status != 200 {
+			t.Fatalf("step %d: new client refused: %d %s", step, r.status, r.details)
+		}
+		next++
+	}
+	if env.metric(t, "rules", "evicted") == 0 {
+		t.Fatal("nothing evicted: the test did not test eviction")
+	}
+	spent := 0
+	for _, r := range refused {
+		if r {
+			spent++
+		}
+	}
+	if spent < spenders/2 {
+		t.Fatalf("only %d of %d spenders spent their bucket: the test did not test spent buckets", spent, spenders)
 	}
 }

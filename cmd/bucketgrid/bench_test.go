@@ -53,7 +53,8 @@ const (
 )
 
 // BenchmarkRLS compares bucketgrid (three instances forming one grid,
-// with and without -grid-leases, and one alone) with
+// with and without -grid-leases or -degrade, one alone, and one on Redis
+// with and without -degrade) with
 // envoyproxy/ratelimit (one instance, and three on one Redis) under the same
 // gRPC load client: 16 callers, each sending to the instances in turn, on one
 // hot descriptor and on 10,000 descriptors. It reports checks per second,
@@ -85,12 +86,24 @@ func BenchmarkRLS(b *testing.B) {
 			}
 			var s servers
 			for _, p := range startCluster(b, n, args...) {
-				s.addrs, s.pids = append(s.addrs, p.grpcAddr), append(s.pids, p.cmd.Process.Pid)
+				s.addrs, s.pids = append(s.addrs, p.grpcAddr), append(s.pids, p.Pid())
 				if p.debugAddr != "" {
 					s.debug = append(s.debug, p.debugAddr)
 				}
 			}
 			return s
+		}
+	}
+	// one instance on the Redis of scripts/servers.sh, its CPU counted with
+	// the server's, to compare with degrade on (-degrade -degrade-count):
+	// what degrade costs while the backend answers
+	onRedis := func(extra ...string) func(b *testing.B) servers {
+		return func(b *testing.B) servers {
+			args := []string{"-config", writeConfig(b, b.TempDir(),
+				map[string]string{"bench.yaml": benchConfig, "tb.yaml": benchConfigTB}), "-headers", "none",
+				"-backend", "redis://" + need(b, "REDIS_ADDR") + "?prefix=bgbench_" + randHex(6) + ":"}
+			p := startProc(b, gridPort(b), nil, append(args, extra...)...)
+			return servers{addrs: []string{p.grpcAddr}, pids: []int{p.Pid(), redisPid(b)}}
 		}
 	}
 	envoy := func(n int) func(b *testing.B) servers {
@@ -114,6 +127,11 @@ func BenchmarkRLS(b *testing.B) {
 		{"bucketgrid-3-token-bucket", "bench-tb", bucketgrid(3)},
 		{"bucketgrid-3-leases", "bench", bucketgrid(3, "-grid-leases")},
 		{"bucketgrid-3-token-bucket-leases", "bench-tb", bucketgrid(3, "-grid-leases")},
+		{"bucketgrid-3-degrade", "bench", bucketgrid(3, "-degrade")},
+		{"bucketgrid-1-redis", "bench", onRedis()},
+		{"bucketgrid-1-redis-degrade", "bench", onRedis("-degrade", "-degrade-count")},
+		{"bucketgrid-1-redis-token-bucket", "bench-tb", onRedis()},
+		{"bucketgrid-1-redis-token-bucket-degrade", "bench-tb", onRedis("-degrade", "-degrade-count")},
 		{"envoy-ratelimit-1", "bench", envoy(1)},
 		{"envoy-ratelimit-3", "bench", envoy(3)},
 	}

@@ -181,7 +181,7 @@ func TestClusterSurvivesACrash(t *testing.T) {
 		}
 		admitted[i] += a
 	}
-	procs[0].kill()
+	procs[0].Kill()
 	killed := time.Now()
 	// the survivors take over: every descriptor answers again within 60 s
 	deadline := killed.Add(60 * time.Second)

@@ -114,7 +114,7 @@ func TestGrafanaDashboard(t *testing.T) {
 
 	// An instance that has answered, refused and failed requests, so that
 	// every series it can export is there.
-	in, _ := memoryInstance(t, "-http-addr", "127.0.0.1:0", "-rlqs")
+	in, _ := memoryInstance(t, "-http-addr", "127.0.0.1:0", "-rlqs", "-rlqs-addr", "127.0.0.1:0")
 	c := client(t, in.grpcAddr)
 	for range 2 {
 		if _, err := call(c, req("srv", "k", "x")); err != nil {

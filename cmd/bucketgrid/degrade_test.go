@@ -17,6 +17,8 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/bucketgrid/bucketgrid/internal/harness/child"
 )
 
 // outageConfig is a token bucket of 100 a second: what an instance admits
@@ -33,8 +35,7 @@ descriptors:
 type redisServer struct {
 	bin, dir string
 	port     int
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	proc     *child.Process
 }
 
 func startRedis(t testing.TB) *redisServer {
@@ -48,7 +49,6 @@ func startRedis(t testing.TB) *redisServer {
 	}
 	r := &redisServer{bin: bin, dir: t.TempDir(), port: freePorts(t, 1)[0]}
 	r.start(t)
-	t.Cleanup(r.kill)
 	return r
 }
 
@@ -57,13 +57,8 @@ func (r *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port)
 // start runs the server and waits until it accepts connections.
 func (r *redisServer) start(t testing.TB) {
 	t.Helper()
-	r.cmd = exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", r.dir)
-	r.exited = make(chan struct{})
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func(cmd *exec.Cmd, exited chan struct{}) { cmd.Wait(); close(exited) }(r.cmd, r.exited)
+	r.proc = child.Start(t, exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", r.dir))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.Dial("tcp", r.addr())
@@ -79,12 +74,7 @@ func (r *redisServer) start(t testing.TB) {
 }
 
 // kill ends the server at once, as a crash would.
-func (r *redisServer) kill() {
-	if r.cmd != nil && r.cmd.Process != nil {
-		r.cmd.Process.Kill()
-		<-r.exited
-	}
-}
+func (r *redisServer) kill() { r.proc.Kill() }
 
 // metricValue returns the value of an unlabelled metric on the instance's
 // /metrics, 0 when absent.
@@ -390,7 +380,7 @@ func gridCrash(t testing.TB, degrade bool) gridCrashResult {
 	}
 	waitGrid(t, procs, all, warm, time.Now().Add(90*time.Second))
 	res.before = crashLoad(all, values, 60, nil)
-	procs[0].kill()
+	procs[0].Kill()
 	killed := time.Now()
 	stop := make(chan struct{})
 	time.AfterFunc(3*time.Second, func() { close(stop) }) // a load window, not a synchronisation

@@ -36,7 +36,8 @@ type config struct {
 	DrainGrace     time.Duration
 	LogLevel       slog.Level
 	Version        bool // print the version and exit
-	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too
+	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too, on RLQSAddr
+	RLQSAddr       string
 	Degrade        degradeFlags
 	Limits         limitFlags
 }
@@ -57,6 +58,8 @@ type limitFlags struct {
 	HTTPReadTimeout    time.Duration // time to read a request, header and body
 	HTTPIdleTimeout    time.Duration // a keep-alive connection idle for this long is closed
 	MaxInflightBytes   int64         // bytes all requests in flight together may hold (internal/budget)
+	RLQSMaxRecv        int           // bytes of one usage report
+	RLQSMaxBytes       int64         // bytes all quota streams together may hold
 }
 
 // degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
@@ -160,7 +163,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown, once the listeners close")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -grpc-addr, from the same rules and buckets")
+	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -rlqs-addr, from the same rules and buckets")
+	fs.StringVar(&c.RLQSAddr, "rlqs-addr", "127.0.0.1:8082", "gRPC listen `address` of the Rate Limit Quota Service (with -rlqs; health too): its own port, since a usage report is far larger than a check")
+	fs.IntVar(&c.Limits.RLQSMaxRecv, "rlqs-max-recv", 4<<20, "largest usage report in `bytes`: Envoy reports all its buckets in one message every 5 s (about 40 bytes plus the id's keys and values each), so 4 MiB is 10,000 buckets (a stream's most) of ids up to 380 bytes")
+	fs.Int64Var(&c.Limits.RLQSMaxBytes, "rlqs-max-inflight-bytes", 1<<30, "`bytes` all quota streams together may make the service hold: a stream takes -grpc-window plus -rlqs-max-recv for as long as it is open (a report may arrive at any time); one that finds no room is refused RESOURCE_EXHAUSTED (Envoy retries at its next report). Apart from -max-inflight-bytes, so quota streams never take the checks' room")
 	fs.IntVar(&c.Limits.GRPCMaxConns, "grpc-max-conns", 1024, "gRPC connections served at once; further ones wait to be accepted")
 	fs.IntVar(&c.Limits.GRPCMaxStreams, "grpc-max-streams", 100, "concurrent calls one gRPC connection may have (announced to the client)")
 	fs.IntVar(&c.Limits.GRPCMaxRecv, "grpc-max-recv", 64<<10, "largest request message in `bytes` (a RateLimitRequest is a few hundred; at most 64 descriptors of 4096 bytes are decided)")
@@ -173,7 +179,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.IntVar(&c.Limits.HTTPMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest HTTP request header in `bytes` (431 beyond)")
 	fs.DurationVar(&c.Limits.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "how long reading an HTTP request, header and body, may take")
 	fs.DurationVar(&c.Limits.HTTPIdleTimeout, "http-idle-timeout", time.Minute, "an idle keep-alive HTTP connection is closed after this long")
-	fs.Int64Var(&c.Limits.MaxInflightBytes, "max-inflight-bytes", 256<<20, "`bytes` that all connections' requests in flight together may make the service hold: a gRPC call takes -grpc-window plus -grpc-max-recv until its message is decoded, a /json request its body; one that finds no room is refused at once (a check OVER_LIMIT, unread; other gRPC calls RESOURCE_EXHAUSTED; HTTP 503)")
+	fs.Int64Var(&c.Limits.MaxInflightBytes, "max-inflight-bytes", 256<<20, "`bytes` that all connections' requests in flight together may make the service hold: a gRPC call takes -grpc-window plus -grpc-max-recv until its message is decoded, a /json request its body; one that finds no room is refused at once (a check OVER_LIMIT, unread; other gRPC calls RESOURCE_EXHAUSTED, and together hold at most half of it; HTTP 503)")
 	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable, which Envoy's failure_mode_deny turns into unlimited by default. Off by default: a grid holds a key up to its hand-over grace (over a second) when members join, longer than -degrade-timeout, so keys moving are decided from shares then")
 	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or count them with -degrade-count, or each admits the whole limit); with -degrade-count, the least count")
 	fs.BoolVar(&c.Degrade.Count, "degrade-count", false, "with a store URI and -degrade, count the instances sharing the store: each keeps a presence record in it with a TTL of -degrade-count-ttl, refreshed every quarter of it; while the store is out, the last count seen")
@@ -263,6 +269,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	}
 	if l := c.Limits; l.MaxInflightBytes < int64(l.GRPCWindow)+int64(l.GRPCMaxRecv) || l.MaxInflightBytes < l.HTTPMaxBody {
 		errs = append(errs, fmt.Errorf("-max-inflight-bytes %d: want at least -grpc-window plus -grpc-max-recv and at least -http-max-body, or no request fits", l.MaxInflightBytes))
+	}
+	if l := c.Limits; c.RLQS && (l.RLQSMaxRecv < 1 || l.RLQSMaxBytes < int64(l.GRPCWindow)+int64(l.RLQSMaxRecv)) {
+		errs = append(errs, fmt.Errorf("-rlqs-max-recv %d, -rlqs-max-inflight-bytes %d: want a positive size and room for at least one stream (-grpc-window plus -rlqs-max-recv)", l.RLQSMaxRecv, l.RLQSMaxBytes))
+	}
+	if c.RLQS && c.RLQSAddr == "" {
+		errs = append(errs, errors.New("-rlqs needs -rlqs-addr"))
 	}
 	if l := c.Limits; l.GRPCWindow < 65535 || l.GRPCWindow > 1<<30 {
 		errs = append(errs, fmt.Errorf("-grpc-window %d: want 65535 to 1073741824 bytes", l.GRPCWindow))

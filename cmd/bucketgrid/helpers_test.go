@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/bucketgrid/bucketgrid/internal/harness/child"
 )
 
 // need returns the value of the environment variable name, which a server
@@ -133,6 +134,7 @@ func writeConfig(t testing.TB, dir string, files map[string]string) string {
 type instance struct {
 	grpcAddr, httpAddr string
 	ready              string // the ready line
+	rlqsAddr           string // with -rlqs
 	cancel             context.CancelFunc
 	done               chan error
 }
@@ -161,7 +163,7 @@ func startInstance(t testing.TB, args ...string) *instance {
 		t.Fatalf("bucketgrid did not start: %v", err)
 	}
 	go io.Copy(io.Discard, pr)
-	in.grpcAddr, in.httpAddr, in.ready = field(line, "grpc="), field(line, "http="), line
+	in.grpcAddr, in.httpAddr, in.rlqsAddr, in.ready = field(line, "grpc="), field(line, "http="), field(line, "rlqs="), line
 	t.Cleanup(func() {
 		cancel()
 		if err := <-in.done; err != nil {
@@ -179,24 +181,6 @@ func field(line, name string) string {
 		}
 	}
 	return ""
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type testWriter struct{ t testing.TB }
@@ -250,24 +234,14 @@ func startPeerPrefix(t testing.TB, files map[string]string, prefix string) *peer
 		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
 		fmt.Sprintf("PORT=%d", ports[0]), fmt.Sprintf("GRPC_PORT=%d", ports[1]), fmt.Sprintf("DEBUG_PORT=%d", ports[2]),
 		"CACHE_KEY_PREFIX="+prefix)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
+	c := child.Start(t, cmd)
 	p := &peer{grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		pid: cmd.Process.Pid}
+		pid: c.Pid()}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
-		case <-exited:
-			t.Fatalf("envoyproxy/ratelimit exited at start:\n%s", logs.String())
+		case <-c.Exited():
+			t.Fatalf("envoyproxy/ratelimit exited at start:\n%s", c.Out.String())
 		default:
 		}
 		resp, err := http.Get("http://" + p.httpAddr + "/healthcheck")
@@ -278,7 +252,7 @@ func startPeerPrefix(t testing.TB, files map[string]string, prefix string) *peer
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("envoyproxy/ratelimit not healthy after 60s:\n%s", logs.String())
+			t.Fatalf("envoyproxy/ratelimit not healthy after 60s:\n%s", c.Out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -12,13 +12,14 @@ import (
 // can make the service hold. A fixed flow-control window turns off
 // grpc-go's window growth (BDP estimation), which let one connection's
 // unfinished messages take hundreds of MiB: with it, a call holds at most
-// its window of unread bytes plus one message of at most GRPCMaxRecv, and a
-// connection GRPCMaxStreams calls. Connection-level window updates are sent
+// its window of unread bytes plus one message of at most maxRecv
+// (GRPCMaxRecv, RLQSMaxRecv on the quota port), and a connection
+// GRPCMaxStreams calls. Connection-level window updates are sent
 // as data arrives, so only the per-call windows hold memory.
-func grpcLimits(l limitFlags) []grpc.ServerOption {
+func grpcLimits(l limitFlags, maxRecv int) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(l.GRPCMaxStreams)),
-		grpc.MaxRecvMsgSize(l.GRPCMaxRecv),
+		grpc.MaxRecvMsgSize(maxRecv),
 		grpc.InitialWindowSize(int32(l.GRPCWindow)),
 		grpc.InitialConnWindowSize(int32(l.GRPCWindow)),
 		grpc.MaxHeaderListSize(16 << 10),

@@ -220,9 +220,9 @@ func TestUnfinishedMessagesAreBounded(t *testing.T) {
 	const bound = 48 << 20
 	for _, size := range []int{3_800_000, 60_000} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
-			base := rssBytes(t, p.cmd.Process.Pid)
+			base := rssBytes(t, p.Pid())
 			stop := make(chan struct{})
-			peak := peakRSS(t, p.cmd.Process.Pid, stop)
+			peak := peakRSS(t, p.Pid(), stop)
 			accepted, ended := unfinished(t, p.grpcAddr, 100, size, 2*time.Minute)
 			close(stop)
 			grown := <-peak - base
@@ -244,9 +244,9 @@ func TestUnfinishedMessagesAreBounded(t *testing.T) {
 func TestSlowBodiesAreBounded(t *testing.T) {
 	p := limitsInstance(t, "-http-read-timeout", "2s")
 	const conns, bound = 300, 64 << 20
-	base := rssBytes(t, p.cmd.Process.Pid)
+	base := rssBytes(t, p.Pid())
 	stop := make(chan struct{})
-	peak := peakRSS(t, p.cmd.Process.Pid, stop)
+	peak := peakRSS(t, p.Pid(), stop)
 	var cut atomic.Int64
 	var wg sync.WaitGroup
 	for i := range conns {

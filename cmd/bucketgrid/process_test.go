@@ -7,9 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bucketgrid/bucketgrid/internal/harness/child"
 )
 
 var (
@@ -58,9 +59,7 @@ type proc struct {
 	members                    string // members= of the ready line
 	debugAddr                  string // with -debug-addr
 	gossip                     string // the member's gossip address, for -grid-peers
-	cmd                        *exec.Cmd
-	logs                       *syncBuffer
-	exited                     chan struct{}
+	*child.Process
 }
 
 // startProc starts an instance whose grid member binds port (and the two
@@ -77,13 +76,7 @@ func startProc(t testing.TB, port int, peers []string, extra ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{}),
-		gossip: fmt.Sprintf("127.0.0.1:%d", port+2)}
-	cmd.Stderr = p.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { cmd.Wait(); close(p.exited) }()
+	p := &proc{Process: child.Start(t, cmd), gossip: fmt.Sprintf("127.0.0.1:%d", port+2)}
 	t.Cleanup(func() { p.stop(t) })
 	ready := make(chan string, 1)
 	go func() {
@@ -99,10 +92,10 @@ func startProc(t testing.TB, port int, peers []string, extra ...string) *proc {
 	case line := <-ready:
 		p.grpcAddr, p.httpAddr, p.member = field(line, "grpc="), field(line, "http="), field(line, "member=")
 		p.debugAddr, p.members = field(line, "debug="), field(line, "members=")
-	case <-p.exited:
-		t.Fatalf("bucketgrid exited at start:\n%s", p.logs.String())
+	case <-p.Exited():
+		t.Fatalf("bucketgrid exited at start:\n%s", p.Out.String())
 	case <-time.After(90 * time.Second):
-		t.Fatalf("bucketgrid not ready after 90s:\n%s", p.logs.String())
+		t.Fatalf("bucketgrid not ready after 90s:\n%s", p.Out.String())
 	}
 	return p
 }
@@ -110,25 +103,9 @@ func startProc(t testing.TB, port int, peers []string, extra ...string) *proc {
 // stop shuts the instance down gracefully (SIGTERM), killing it if it does
 // not exit within 30 s.
 func (p *proc) stop(t testing.TB) {
-	select {
-	case <-p.exited:
-		return
-	default:
+	if !p.Stop(30 * time.Second) {
+		t.Errorf("bucketgrid did not stop within 30s of SIGTERM:\n%s", p.Out.String())
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		t.Errorf("bucketgrid did not stop within 30s of SIGTERM:\n%s", p.logs.String())
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-// kill ends the instance at once (SIGKILL), as a crash would.
-func (p *proc) kill() {
-	p.cmd.Process.Kill()
-	<-p.exited
 }
 
 // startCluster starts n instances that form one grid.

@@ -24,7 +24,7 @@ import (
 )
 
 // TestRLQSThroughTheServer: with -rlqs the instance answers a quota stream
-// on its gRPC port (under whatever codec and limits the server installs),
+// on its quota port (under whatever codec and limits the server installs),
 // from the same rules and the same grid bucket as the RLS, and shuts down
 // with the stream still open.
 func TestRLQSThroughTheServer(t *testing.T) {
@@ -34,8 +34,8 @@ descriptors:
   - key: k
     rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket}
 `})
-	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-backend", "memory", "-rlqs")
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecureCreds()))
+	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-backend", "memory", "-rlqs", "-rlqs-addr", "127.0.0.1:0")
+	conn, err := grpc.NewClient(in.rlqsAddr, grpc.WithTransportCredentials(insecureCreds()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +177,8 @@ func TestRLQSReadmeExample(t *testing.T) {
 	}
 
 	dir := writeConfig(t, t.TempDir(), map[string]string{"api.yaml": readmeBlock(t, "rlqs-rules")})
-	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-backend", "memory", "-rlqs")
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecureCreds()))
+	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-backend", "memory", "-rlqs", "-rlqs-addr", "127.0.0.1:0")
+	conn, err := grpc.NewClient(in.rlqsAddr, grpc.WithTransportCredentials(insecureCreds()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,8 +47,9 @@ const expiryMargin = 10 * time.Second
 // gracefully. It writes one line to stdout when it is ready (debug= only
 // with -debug-addr):
 //
-//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 backend=grid member=127.0.0.1:3320 members=3 debug=127.0.0.1:6060
+//	bucketgrid ready grpc=127.0.0.1:8081 http=127.0.0.1:8080 rlqs=127.0.0.1:8082 backend=grid member=127.0.0.1:3320 members=3 debug=127.0.0.1:6060
 //
+// rlqs= only with -rlqs.
 // members= is the number of grid members this instance's gossip knew of
 // when it was ready.
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
@@ -70,6 +71,13 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("-grpc-addr: %w", err)
 	}
 	defer grpcLn.Close()
+	var rlqsLn net.Listener
+	if c.RLQS {
+		if rlqsLn, err = net.Listen("tcp", c.RLQSAddr); err != nil {
+			return fmt.Errorf("-rlqs-addr: %w", err)
+		}
+		defer rlqsLn.Close()
+	}
 	var httpLn net.Listener
 	if c.HTTPAddr != "" {
 		if httpLn, err = net.Listen("tcp", c.HTTPAddr); err != nil {
@@ -136,7 +144,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	// starts a goroutine for a request that finds every worker busy.
 	inflight := budget.New(c.Limits.MaxInflightBytes)
 	m.Budget(inflight)
-	opts := append(grpcLimits(c.Limits), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
+	opts := append(grpcLimits(c.Limits, c.Limits.GRPCMaxRecv), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
 		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRecv), wire.ShouldRateLimit))
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
@@ -147,11 +155,24 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
+	// The quota service has a port of its own: a usage report holds every
+	// bucket an Envoy has, far beyond a check's -grpc-max-recv, and gRPC's
+	// message limit is one per server; a call holds its worst case for as
+	// long as it is open, so the quota streams take their own budget, never
+	// the checks' room.
 	var rlqs *quota.Server // renews assignments while it runs, below
+	var qs *grpc.Server
 	if c.RLQS {
-		if rlqs, err = quota.Register(gs, quota.Options{Manager: mgr, Config: svc.Config, Logger: log}); err != nil {
+		qopts := append(grpcLimits(c.Limits, c.Limits.RLQSMaxRecv),
+			budget.New(c.Limits.RLQSMaxBytes).GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.RLQSMaxRecv)))
+		if creds != nil {
+			qopts = append(qopts, grpc.Creds(creds))
+		}
+		qs = grpc.NewServer(qopts...)
+		if rlqs, err = quota.Register(qs, quota.Options{Manager: mgr, Config: svc.Config, Logger: log}); err != nil {
 			return err
 		}
+		healthpb.RegisterHealthServer(qs, hs)
 		m.Quota(rlqs.Stats)
 	}
 	reflection.Register(gs)
@@ -189,12 +210,19 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	}
 
 	var wg sync.WaitGroup
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	wg.Go(func() {
 		if err := gs.Serve(netutil.LimitListener(grpcLn, c.Limits.GRPCMaxConns)); err != nil {
 			serveErr <- fmt.Errorf("grpc: %w", err)
 		}
 	})
+	if qs != nil {
+		wg.Go(func() {
+			if err := qs.Serve(netutil.LimitListener(rlqsLn, c.Limits.GRPCMaxConns)); err != nil {
+				serveErr <- fmt.Errorf("rlqs: %w", err)
+			}
+		})
+	}
 	if httpLn != nil {
 		wg.Go(func() {
 			if err := hsrv.Serve(netutil.LimitListener(httpLn, c.Limits.HTTPMaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -221,7 +249,11 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	if httpLn != nil {
 		httpAddr = httpLn.Addr().String()
 	}
-	fmt.Fprintf(stdout, "bucketgrid ready grpc=%s http=%s backend=%s%s%s\n", grpcLn.Addr(), httpAddr, c.Backend, be.describe, debugAddr)
+	rlqsAddr := ""
+	if rlqsLn != nil {
+		rlqsAddr = " rlqs=" + rlqsLn.Addr().String()
+	}
+	fmt.Fprintf(stdout, "bucketgrid ready grpc=%s http=%s%s backend=%s%s%s\n", grpcLn.Addr(), httpAddr, rlqsAddr, c.Backend, be.describe, debugAddr)
 
 	select {
 	case <-ctx.Done():
@@ -239,13 +271,18 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	log.Info("shutting down: listeners close")
 	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.ShutdownGrace)
 	defer cancel()
-	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-grace.Done():
-		gs.Stop()
-		<-stopped
+	for _, srv := range []*grpc.Server{gs, qs} {
+		if srv == nil {
+			continue
+		}
+		stopped := make(chan struct{})
+		go func() { srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-grace.Done():
+			srv.Stop()
+			<-stopped
+		}
 	}
 	if httpLn != nil {
 		if serr := hsrv.Shutdown(grace); serr != nil {

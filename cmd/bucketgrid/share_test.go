@@ -30,7 +30,7 @@ const shareLimit = 12
 // store: clients wait for replies that do not come.
 func (r *redisServer) pause(t testing.TB) {
 	t.Helper()
-	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := r.proc.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -38,7 +38,7 @@ func (r *redisServer) pause(t testing.TB) {
 // resume lets a paused server go on.
 func (r *redisServer) resume(t testing.TB) {
 	t.Helper()
-	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := r.proc.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -49,6 +49,10 @@ type tally struct {
 	limits           map[uint32]int // current_limit.requests_per_unit of the answers
 }
 
+// checkWait is a check's deadline: the client's, which the service keeps
+// (Envoy's rate-limit filter gives up after 20 ms unless configured).
+var checkWait = 10 * time.Second
+
 // checkAll sends n checks of one descriptor to c at once and counts the
 // answers.
 func checkAll(c rlspb.RateLimitServiceClient, key, value string, n int) tally {
@@ -57,7 +61,7 @@ func checkAll(c rlspb.RateLimitServiceClient, key, value string, n int) tally {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), checkWait)
 			defer cancel()
 			r, err := c.ShouldRateLimit(ctx, req("share", key, value))
 			mu.Lock()
@@ -156,7 +160,7 @@ func redisSharedOutage(t testing.TB, degrade bool) sharedOutage {
 			res.during[i][d] = checkAll(clients[i], key, values[d], 20)
 		}
 	}
-	procs[2].kill()
+	procs[2].Kill()
 	killed := time.Now()
 	if degrade {
 		for i := range 2 {
@@ -177,8 +181,8 @@ func redisSharedOutage(t testing.TB, degrade bool) sharedOutage {
 	}
 	for range 4 {
 		wg.Go(func() {
-			for n := 0; n < 1000 || time.Now().Before(until); n++ {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			for n := 0; n < 250 || time.Now().Before(until); n++ {
+				ctx, cancel := context.WithTimeout(context.Background(), checkWait)
 				start := time.Now()
 				r, err := clients[0].ShouldRateLimit(ctx, req("share", "bucket", openValues[n%len(openValues)]))
 				d := time.Since(start)
@@ -324,13 +328,18 @@ func TestRedisHangSharedByCountedInstances(t *testing.T) {
 // -benchtime=1x (each run is a whole outage). It reports per instance and
 // descriptor the checks admitted, refused and failed of 20 sent at once
 // (without degrade every one fails after -timeout and goes to Envoy's
-// failure_mode_deny), the latency of checks once the breaker is open, and
-// how soon answers came from Redis again.
+// failure_mode_deny; the checks' deadline is then 1 s, not 10 s), the
+// latency of checks once the breaker is open, and how soon answers came
+// from Redis again.
 //
 //	go test -run '^$' -bench RedisHang -benchtime=1x ./cmd/bucketgrid
 func BenchmarkRedisHang(b *testing.B) {
 	for _, degrade := range []bool{false, true} {
 		b.Run("degrade="+strconv.FormatBool(degrade), func(b *testing.B) {
+			if !degrade { // every check waits for its deadline: a short one
+				defer func(d time.Duration) { checkWait = d }(checkWait)
+				checkWait = time.Second
+			}
 			for range b.N {
 				res := redisSharedOutage(b, degrade)
 				var ok, over, failed int

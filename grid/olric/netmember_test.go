@@ -71,6 +71,9 @@ import (
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	HANDOVERS         how many partitions this member guarded after a
 //	                  routing read: "HANDOVERS n"
+//	OWNED p n         which of p0 … p(n-1) this member owns: "OWNED i …"
+//	DEGRADE p n s ms  checks with degrade on and off for s seconds, saying
+//	                  when ms have passed (see netDegrade)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -180,24 +183,7 @@ func netMemberMain() int {
 				time.Sleep(10 * time.Millisecond)
 			}
 		case "GO":
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for range arg(3) {
-				wg.Go(func() {
-					for range arg(2) {
-						resp, err := m.Execute(context.Background(), f[1], consumeReq(&cfg, 1))
-						if err != nil {
-							fmt.Println("ERROR", err)
-							return
-						}
-						if resp.Results[0].OK {
-							admitted.Add(1)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			fmt.Println("GO", admitted.Load())
+			fmt.Println("GO", consumeConcurrently(m, f[1], &cfg, arg(2), arg(3)))
 		case "LOAD":
 			n := arg(2)
 			admitted := make([]atomic.Int64, n)
@@ -384,15 +370,18 @@ func netMemberMain() int {
 			fmt.Println("LATENCY", took[len(took)/2].Microseconds(), took[(len(took)*99+99)/100-1].Microseconds(), failed)
 		case "HANDOVERS":
 			fmt.Println("HANDOVERS", m.handovers.Load())
-		case "STOP":
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			err := m.Shutdown(ctx)
-			cancel()
-			if err != nil {
-				fmt.Println("ERROR", err)
-				return 1
+		case "OWNED":
+			out := []string{"OWNED"}
+			for i := range arg(2) {
+				if m.Owner(f[1]+strconv.Itoa(i)) == m.Name() {
+					out = append(out, strconv.Itoa(i))
+				}
 			}
-			return 0
+			fmt.Println(strings.Join(out, " "))
+		case "DEGRADE":
+			netDegrade(m, f[1], arg(2), arg(3), arg(4))
+		case "STOP":
+			return stopMember(m, 20*time.Second)
 		default:
 			fmt.Println("ERROR unknown command", f[0])
 		}

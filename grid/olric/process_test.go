@@ -90,24 +90,7 @@ func childMain() int {
 		case "GO":
 			n, _ := strconv.Atoi(f[1])
 			g, _ := strconv.Atoi(f[2])
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for range g {
-				wg.Go(func() {
-					for range n {
-						resp, err := m.Execute(context.Background(), "shared", consumeReq(&cfg, 1))
-						if err != nil {
-							fmt.Println("ERROR", err)
-							return
-						}
-						if resp.Results[0].OK {
-							admitted.Add(1)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			fmt.Println("ADMITTED", admitted.Load())
+			fmt.Println("ADMITTED", consumeConcurrently(m, "shared", &cfg, n, g))
 		case "AVAIL":
 			resp, err := m.Execute(context.Background(), "shared", availableReq(&cfg))
 			if err != nil {
@@ -173,14 +156,7 @@ func childMain() int {
 			}
 			fmt.Println("STABLE")
 		case "STOP":
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := m.Shutdown(ctx)
-			cancel()
-			if err != nil {
-				fmt.Println("ERROR", err)
-				return 1
-			}
-			return 0
+			return stopMember(m, 10*time.Second)
 		}
 	}
 	return 0
@@ -194,6 +170,43 @@ func guarded(m *Member, r *routes) bool {
 		}
 	}
 	return false
+}
+
+// consumeConcurrently is a child's side of GO: g goroutines each check
+// key n times with TryConsume(1) through m. It returns how many were
+// admitted; a goroutine whose check fails prints "ERROR …", which fails the
+// parent's expect, and stops.
+func consumeConcurrently(m *Member, key string, cfg *core.Config, n, g int) int64 {
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range g {
+		wg.Go(func() {
+			for range n {
+				resp, err := m.Execute(context.Background(), key, consumeReq(cfg, 1))
+				if err != nil {
+					fmt.Println("ERROR", err)
+					return
+				}
+				if resp.Results[0].OK {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return admitted.Load()
+}
+
+// stopMember is a child's side of STOP: it shuts m down within grace and
+// returns the child's exit code, printing "ERROR …" if that failed.
+func stopMember(m *Member, grace time.Duration) int {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := m.Shutdown(ctx); err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	return 0
 }
 
 // child is a member running in another OS process.

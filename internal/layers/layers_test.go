@@ -22,7 +22,7 @@ var floors = [][]string{
 	{"core/wire"},
 	{"cas"},
 	{""}, // the root package, bucketgrid
-	{"grid/olric", "grid/redis", "grid/mongo", "grid/couchbase", "tck", "policy"},
+	{"grid/olric", "grid/redis", "grid/mongo", "grid/couchbase", "tck", "policy", "localmap"},
 	{"httplimit", "wasmfilter"},
 	{"cmd/bucketgrid"},
 	{"examples", "internal/layers"},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -9,13 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/examples/internal/ports"
 	"github.com/bucketgrid/bucketgrid/grid/olric"
+	"github.com/bucketgrid/bucketgrid/internal/harness/child"
 )
 
 // TestSIGTERMLeavesTheGrid builds the quick start, starts it, joins it
@@ -35,22 +33,12 @@ func TestSIGTERMLeavesTheGrid(t *testing.T) {
 	httpAddr := l.Addr().String()
 	l.Close()
 
-	var logs syncBuffer
-	cmd := exec.Command(bin, "-port", fmt.Sprint(base[0]), "-http", httpAddr)
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Kill()
-		<-exited
-	}()
+	p := child.Start(t, exec.Command(bin, "-port", fmt.Sprint(base[0]), "-http", httpAddr))
+	logs := p.Out
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	poll(ctx, t, &logs, "the API answers", func() bool {
+	poll(ctx, t, logs, "the API answers", func() bool {
 		r, err := http.Get("http://" + httpAddr + "/api/x")
 		if err != nil {
 			return false
@@ -75,28 +63,23 @@ func TestSIGTERMLeavesTheGrid(t *testing.T) {
 		}
 		return len(ms)
 	}
-	poll(ctx, t, &logs, "two members", func() bool { return members() == 2 })
+	poll(ctx, t, logs, "two members", func() bool { return members() == 2 })
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	end, _ := ctx.Deadline()
+	if !p.Stop(time.Until(end)) {
+		t.Fatalf("still running at the test's deadline after SIGTERM (then killed):\n%s", logs.String())
 	}
-	select {
-	case err := <-exited:
-		exited <- err // for the deferred Kill
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
-		}
-	case <-ctx.Done():
-		t.Fatalf("still running 90s after SIGTERM:\n%s", logs.String())
+	if err := p.Err(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
 	}
 	if !strings.Contains(logs.String(), "left the grid") {
 		t.Fatalf("no graceful leave in its log:\n%s", logs.String())
 	}
-	poll(ctx, t, &logs, "the other member sees it gone", func() bool { return members() == 1 })
+	poll(ctx, t, logs, "the other member sees it gone", func() bool { return members() == 1 })
 }
 
 // poll waits until cond holds or ctx ends.
-func poll(ctx context.Context, t *testing.T, logs *syncBuffer, what string, cond func() bool) {
+func poll(ctx context.Context, t *testing.T, logs *child.Output, what string, cond func() bool) {
 	t.Helper()
 	for !cond() {
 		select {
@@ -105,23 +88,4 @@ func poll(ctx context.Context, t *testing.T, logs *syncBuffer, what string, cond
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's writes and the test's
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

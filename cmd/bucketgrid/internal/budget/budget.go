@@ -15,6 +15,7 @@ package budget
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -29,6 +30,7 @@ import (
 type Budget struct {
 	limit                            int64
 	used                             atomic.Int64
+	others                           atomic.Int64 // held by calls of methods GRPC was not told to answer, when it was told some
 	answered, exhausted, unavailable atomic.Int64 // refusals, by answer (see Refusals)
 }
 
@@ -74,10 +76,19 @@ func (b *Budget) Refusals() Refusals {
 	return Refusals{Answered: b.answered.Load(), Exhausted: b.exhausted.Load(), HTTP: b.unavailable.Load()}
 }
 
-// grant is what one request holds; held < 0 once given back.
+// grant is what one request holds; held < 0 once given back. A grant
+// whose share is set holds its bytes in that share as well.
 type grant struct {
-	b    *Budget
-	held atomic.Int64
+	b     *Budget
+	share *atomic.Int64
+	held  atomic.Int64
+}
+
+func (g *grant) give(n int64) {
+	g.b.give(n)
+	if g.share != nil {
+		g.share.Add(-n)
+	}
 }
 
 func (g *grant) settle(n int64) {
@@ -87,7 +98,7 @@ func (g *grant) settle(n int64) {
 			return // given back, or settling would take more
 		}
 		if g.held.CompareAndSwap(old, n) {
-			g.b.give(old - n)
+			g.give(old - n)
 			return
 		}
 	}
@@ -95,18 +106,29 @@ func (g *grant) settle(n int64) {
 
 func (g *grant) release() {
 	if old := g.held.Swap(-1); old > 0 {
-		g.b.give(old)
+		g.give(old)
 	}
 }
 
 type grantKey struct{}
 
-// reserve takes n bytes for the request of ctx until ctx ends.
-func (b *Budget) reserve(ctx context.Context, n int64) (context.Context, bool) {
+// reserve takes n bytes for the request of ctx until ctx ends. With a
+// share, the bytes are also counted in it, which may hold at most half the
+// budget.
+func (b *Budget) reserve(ctx context.Context, n int64, share *atomic.Int64) (context.Context, bool) {
+	if share != nil {
+		if share.Add(n) > b.limit/2 {
+			share.Add(-n)
+			return ctx, false
+		}
+	}
 	if !b.take(n) {
+		if share != nil {
+			share.Add(-n)
+		}
 		return ctx, false
 	}
-	g := &grant{b: b}
+	g := &grant{b: b, share: share}
 	g.held.Store(n)
 	context.AfterFunc(ctx, g.release)
 	return context.WithValue(ctx, grantKey{}, g), true
@@ -138,17 +160,26 @@ var ErrExhausted = status.Error(codes.ResourceExhausted, "the service holds its 
 // failure_mode_deny: false does), so a method whose answer can refuse (a
 // rate-limit check answered OVER_LIMIT) must not get one from a client
 // that fills the budget.
+//
+// When answer names methods, the calls of every other method together hold
+// at most half the budget. Those calls can be streams that stay open as
+// long as their client likes (a health Watch, server reflection), and
+// without the cap enough of them would leave no room for the answered
+// methods: every check would be refused while the streams sat idle.
 func (b *Budget) GRPC(perCall int64, answer ...string) grpc.ServerOption {
 	return grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		rctx, ok := b.reserve(ctx, perCall)
+		answered := slices.Contains(answer, info.FullMethodName)
+		var share *atomic.Int64
+		if len(answer) > 0 && !answered {
+			share = &b.others
+		}
+		rctx, ok := b.reserve(ctx, perCall, share)
 		if ok {
 			return rctx, nil
 		}
-		for _, m := range answer {
-			if info.FullMethodName == m {
-				b.answered.Add(1)
-				return context.WithValue(ctx, exhaustedKey{}, true), nil
-			}
+		if answered {
+			b.answered.Add(1)
+			return context.WithValue(ctx, exhaustedKey{}, true), nil
 		}
 		b.exhausted.Add(1)
 		return ctx, ErrExhausted

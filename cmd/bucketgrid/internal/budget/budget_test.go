@@ -88,10 +88,64 @@ func TestGRPCCallsShareOneBudget(t *testing.T) {
 	}
 }
 
+// TestOtherStreamsLeaveTheAnsweredRoom: calls of methods GRPC was not told
+// to answer hold at most half the budget together, so streams that stay
+// open (health Watch) cannot leave the answered method (here Check, as a
+// rate-limit check would be) without room.
+func TestOtherStreamsLeaveTheAnsweredRoom(t *testing.T) {
+	const perCall = 1000
+	const check = "/grpc.health.v1.Health/Check"
+	b := New(4 * perCall)
+	s := grpc.NewServer(b.GRPC(perCall, check))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Stop()
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Open Watch streams until one is refused; each stays open.
+	opened := 0
+	for {
+		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			_, err = w.Recv()
+		}
+		if status.Code(err) == codes.ResourceExhausted {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opened++; opened > 4 {
+			t.Fatal("more open streams than the whole budget holds")
+		}
+	}
+	if opened != 2 {
+		t.Fatalf("%d Watch streams held room, want 2 (half the budget)", opened)
+	}
+	for range 2 {
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("the answered method beside the open streams: %v", err)
+		}
+	}
+	if got := b.Refusals(); got != (Refusals{Exhausted: 1}) {
+		t.Fatalf("refusals %+v, want one RESOURCE_EXHAUSTED (the third Watch) and no answered call refused", got)
+	}
+}
+
 func TestSettleOnlyLowers(t *testing.T) {
 	b := New(100)
 	ctx, cancel := context.WithCancel(context.Background())
-	ctx, ok := b.reserve(ctx, 60)
+	ctx, ok := b.reserve(ctx, 60, nil)
 	if !ok {
 		t.Fatal("60 of 100 refused")
 	}

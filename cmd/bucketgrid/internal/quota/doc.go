@@ -50,9 +50,11 @@
 // # The bound
 //
 // Every token an assignment can let through is consumed from the grid
-// bucket before the assignment is sent: its max_tokens (Envoy may start a
-// new bucket full) and its refill through the end of the next Period plus
-// Delivery. Renewals pay their extension; a replaced assignment gives back
+// bucket before the assignment is sent: its max_tokens for a new bucket
+// (Envoy starts it full), for a replacement only what its max_tokens grew
+// by (Envoy carries the replaced bucket's ratio of remaining tokens over,
+// and those were paid), and its refill through the end of the next Period
+// plus Delivery. Renewals pay their extension; a replaced assignment gives back
 // what it had paid beyond the replacement's arrival. An Envoy whose stream
 // closed keeps being charged until its assignment's TTL has passed; what
 // the grid bucket cannot cover then is a debt paid first from later

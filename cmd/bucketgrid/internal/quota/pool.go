@@ -388,7 +388,7 @@ func (s *Server) changeTo(sb *sub, t, now, end int64) change {
 		c.kind = bucketAssigned
 		c.max = max(1, mulDiv(t, int64(s.opts.Burst), s.period, true))
 		supply := mulDiv(t, end-now, s.period, true)
-		c.cost = supply + c.max
+		c.cost = supply + s.initial(sb, c.max, now)
 		c.paid = now + mulDiv(supply, s.period, t, false)
 		c.credit = s.credit(sb, now)
 	default:
@@ -396,6 +396,21 @@ func (s *Server) changeTo(sb *sub, t, now, end int64) change {
 		c.credit = s.credit(sb, now)
 	}
 	return c
+}
+
+// initial is what a new token bucket of maxTokens for sb may hold that was
+// not paid for yet. Envoy starts a replacing token bucket with the same
+// ratio of remaining tokens to max_tokens as the one it replaces
+// (global_client_impl.cc, createTokenBucketFromAction), and the remaining
+// tokens were paid with the old bucket: so a replacement holds at most
+// maxTokens − the old max_tokens more than was paid, nothing when it is
+// smaller. A bucket Envoy holds no live token bucket for (new, re-created,
+// expired by the time the answer arrives) starts full.
+func (s *Server) initial(sb *sub, maxTokens, now int64) int64 {
+	if sb.kind != bucketAssigned || sb.g <= 0 || sb.max <= 0 || sb.fresh || sb.sent+s.ttl <= now+s.delivery {
+		return maxTokens
+	}
+	return max(0, maxTokens-sb.max)
 }
 
 // credit is what sb's current token bucket was paid for beyond the moment a

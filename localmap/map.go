@@ -1,8 +1,9 @@
-package bucketgrid
+package localmap
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"strings"
@@ -11,11 +12,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
-// LocalMap is a bounded, idle-expiring map of local buckets, one per client
+// Map is a bounded, idle-expiring map of local buckets, one per client
 // key: the in-process per-client limiter (what a Spring Boot service does
 // with a Caffeine cache of Bucket4j buckets). It is safe for concurrent use;
 // looking up an existing bucket takes no lock and does not allocate.
@@ -33,13 +35,14 @@ import (
 // With an idle timeout longer than the longest refill-to-full time, idle
 // expiry only drops buckets that a new one would equal; eviction for size
 // can drop a live bucket when the bound is too small for the clients active
-// at once, so size the bound above that number. A *Local obtained from Bucket
-// remains usable after eviction but is no longer the key's bucket.
-type LocalMap struct {
+// at once, so size the bound above that number. A *bucketgrid.Local
+// obtained from Bucket remains usable after eviction but is no longer the
+// key's bucket.
+type Map struct {
 	configFor func(key string) (core.Config, error)
-	clock     clock.Clock // nil: the default monotonic clock
-	env       *localEnv   // the buckets' clock and listener
-	idle      int64       // nanoseconds; 0: never idle-expire
+	clock     clock.Clock            // nil: the default monotonic clock
+	group     *bucketgrid.LocalGroup // the buckets' clock, listener and shared configurations
+	idle      int64                  // nanoseconds; 0: never idle-expire
 	// touchEvery is the precision of idle expiry and LRU order: a lookup
 	// records its time only when the last record is this old.
 	touchEvery int64
@@ -47,12 +50,9 @@ type LocalMap struct {
 	seed       maphash.Seed
 	shift      uint // shard = hash >> shift
 	shards     []mapShard
-
-	cfgMu sync.Mutex
-	cfgs  []core.Config // shared configurations; guarded by cfgMu
 }
 
-// mapShard is one shard of a LocalMap. Lookups read it without locking:
+// mapShard is one shard of a Map. Lookups read it without locking:
 // writers, which hold mu, make seq odd while they change the table, and a
 // reader retries (or takes mu) when seq moved under it.
 type mapShard struct {
@@ -81,49 +81,58 @@ type mapSlot struct {
 
 // mapEntry is a bucket with the bookkeeping of the map. The state of a
 // single-bandwidth bucket and a short key live inside the entry, and equal
-// configurations share one read-only copy, so that an entry is small (144
-// bytes) and a lookup touches one allocation. key is immutable once the
-// entry is published.
+// configurations share one read-only copy (bucketgrid.LocalGroup), so that
+// an entry is small and a lookup touches one allocation. key is immutable
+// once the entry is published.
 type mapEntry struct {
-	Local
+	bucketgrid.Local
 	key  string
 	last atomic.Int64 // clock time of a recent lookup (see touch)
 	kbuf [inlineKey]byte
-	st   [1]core.BandState
 }
 
 // inlineKey is the longest key stored inside its entry (an IPv4 address
 // and port fit); longer keys are copied apart.
 const inlineKey = 24
 
-// sharedConfigs is how many distinct configurations (plans) a LocalMap
-// shares among its buckets.
-const sharedConfigs = 8
-
-// DefaultMaxEntries is the bound of a LocalMap without WithMaxEntries, the
+// DefaultMaxEntries is the bound of a Map without WithMaxEntries, the
 // size of a typical Spring Boot service's Caffeine cache.
 const DefaultMaxEntries = 100_000
 
 // evictionSample is how many entries an insertion into a full shard looks at.
 const evictionSample = 16
 
-// NewLocalMap returns an empty map whose bucket for a key is created, on the
-// key's first lookup, from configFor(key): per-client plans come from there.
-// It takes the options WithClock (the clock of the buckets and of idle
+// New returns an empty map whose bucket for a key is created, on the key's
+// first lookup, from configFor(key): per-client plans come from there. It
+// takes the options WithClock (the clock of the buckets and of idle
 // expiry), WithListener (of every bucket), WithMaxEntries and
 // WithIdleTimeout.
-func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalMapOption) *LocalMap {
-	o := collect(opts, LocalMapOption.applyLocalMap)
+func New(configFor func(key string) (core.Config, error), opts ...Option) *Map {
+	o := options{maxEntries: DefaultMaxEntries}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var gopts []bucketgrid.LocalOption
+	if o.clock != nil {
+		gopts = append(gopts, bucketgrid.WithClock(o.clock))
+	}
+	if o.listener != nil {
+		gopts = append(gopts, bucketgrid.WithListener(o.listener))
+	}
 	// shards: a power of two, at most 256, each holding at least 16 entries
 	// when the bound allows it.
 	nshards := 256
 	for nshards > 1 && o.maxEntries/nshards < 16 {
 		nshards /= 2
 	}
-	m := &LocalMap{
+	c := o.clock
+	if c == clock.Monotonic() {
+		c = nil // read without an interface call
+	}
+	m := &Map{
 		configFor:  configFor,
-		clock:      normalizeClock(o.clock),
-		env:        newEnv(o.clock, o.listener),
+		clock:      c,
+		group:      bucketgrid.NewLocalGroup(gopts...),
 		idle:       int64(o.idle),
 		touchEvery: int64(time.Millisecond),
 		perShard:   o.maxEntries / nshards,
@@ -138,14 +147,14 @@ func NewLocalMap(configFor func(key string) (core.Config, error), opts ...LocalM
 }
 
 // now reads the map's clock.
-func (m *LocalMap) now() int64 {
+func (m *Map) now() int64 {
 	if m.clock == nil {
 		return clock.Monotonic().Now()
 	}
 	return m.clock.Now()
 }
 
-func (m *LocalMap) shard(h uint64) *mapShard {
+func (m *Map) shard(h uint64) *mapShard {
 	if m.shift == 64 {
 		return &m.shards[0]
 	}
@@ -153,14 +162,14 @@ func (m *LocalMap) shard(h uint64) *mapShard {
 }
 
 // expired reports whether e, last seen at e.last, is idle at now.
-func (m *LocalMap) expired(e *mapEntry, now int64) bool {
+func (m *Map) expired(e *mapEntry, now int64) bool {
 	return m.idle > 0 && now-e.last.Load() >= m.idle
 }
 
 // touch records a lookup of e at now. To keep lookups free of stores to
 // shared memory, it only moves e.last when it lags by touchEvery or more, so
 // idle expiry and LRU order are precise to touchEvery.
-func (m *LocalMap) touch(e *mapEntry, now int64) {
+func (m *Map) touch(e *mapEntry, now int64) {
 	if now-e.last.Load() >= m.touchEvery {
 		e.last.Store(now)
 	}
@@ -171,7 +180,7 @@ func (m *LocalMap) touch(e *mapEntry, now int64) {
 // *core.ConfigError of an invalid configuration, and then stores nothing.
 // Concurrent first lookups of a key may each call configFor, but all get the
 // same bucket.
-func (m *LocalMap) Bucket(key string) (*Local, error) {
+func (m *Map) Bucket(key string) (*bucketgrid.Local, error) {
 	e, _, err := m.get(key)
 	if err != nil {
 		return nil, err
@@ -180,49 +189,40 @@ func (m *LocalMap) Bucket(key string) (*Local, error) {
 }
 
 // TryConsume is shorthand for taking n tokens from key's bucket: Bucket(key)
-// then TryConsume, with one clock reading for both.
-func (m *LocalMap) TryConsume(ctx context.Context, key string, n int64) (bool, error) {
+// then TryConsume. n ≤ 0 is refused (bucketgrid.ErrTokens) before the
+// bucket is looked up.
+func (m *Map) TryConsume(ctx context.Context, key string, n int64) (bool, error) {
 	if n <= 0 {
 		return false, tokensError(n)
 	}
-	e, now, err := m.get(key)
+	e, _, err := m.get(key)
 	if err != nil {
 		return false, err
 	}
-	l := &e.Local
-	l.mu.Lock()
-	ok := l.b.TryConsume(n, now)
-	l.mu.Unlock()
-	if l.env.listen() != nil {
-		report(l.env.listener, ok, n)
-	}
-	return ok, nil
+	return e.Local.TryConsume(ctx, n)
 }
 
 // TryConsumeAndReturnRemaining is shorthand for Bucket(key) then
-// TryConsumeAndReturnRemaining, with one clock reading for both.
-func (m *LocalMap) TryConsumeAndReturnRemaining(ctx context.Context, key string, n int64) (core.Probe, error) {
+// TryConsumeAndReturnRemaining.
+func (m *Map) TryConsumeAndReturnRemaining(ctx context.Context, key string, n int64) (core.Probe, error) {
 	if n <= 0 {
 		return core.Probe{}, tokensError(n)
 	}
-	e, now, err := m.get(key)
+	e, _, err := m.get(key)
 	if err != nil {
 		return core.Probe{}, err
 	}
-	l := &e.Local
-	l.mu.Lock()
-	p := l.b.TryConsumeAndReturnRemaining(n, now)
-	l.mu.Unlock()
-	if l.env.listen() != nil {
-		report(l.env.listener, p.Consumed, n)
-	}
-	return p, nil
+	return e.Local.TryConsumeAndReturnRemaining(ctx, n)
 }
+
+// tokensError is the error of a consumption of n ≤ 0 tokens, as the
+// buckets report it.
+func tokensError(n int64) error { return fmt.Errorf("%w, got %d", bucketgrid.ErrTokens, n) }
 
 // get returns key's live entry and the clock reading it was judged at,
 // creating the entry if need be. The clock is read after the lookup starts,
 // so that reading it overlaps the lookup's cache misses.
-func (m *LocalMap) get(key string) (*mapEntry, int64, error) {
+func (m *Map) get(key string) (*mapEntry, int64, error) {
 	h := maphash.String(m.seed, key)
 	s := m.shard(h)
 	e := s.lookup(h, key)
@@ -309,9 +309,9 @@ func (s *mapShard) write(f func()) {
 
 // create builds key's bucket outside the lock (configFor may be slow) and
 // inserts it unless another goroutine got there first.
-func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEntry, error) {
+func (m *Map) create(s *mapShard, h uint64, key string, now int64) (*mapEntry, error) {
 	if m.configFor == nil {
-		return nil, errors.New("bucketgrid: LocalMap without a configuration function")
+		return nil, errors.New("localmap: a Map without a configuration function")
 	}
 	cfg, err := m.configFor(key)
 	if err != nil {
@@ -319,7 +319,7 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 	}
 	e := &mapEntry{}
 	e.last.Store(now)
-	if err := e.Local.init(&cfg, m.env); err != nil {
+	if err := m.group.Init(&e.Local, cfg, now); err != nil {
 		return nil, err
 	}
 	if len(key) <= inlineKey {
@@ -327,11 +327,6 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 		e.key = unsafe.String(&e.kbuf[0], n)
 	} else {
 		e.key = strings.Clone(key) // never pin a caller's larger buffer
-	}
-	e.b = core.NewState(m.share(cfg), now)
-	if len(e.b.Bands) == 1 {
-		e.st[0] = e.b.Bands[0]
-		e.b.Bands = e.st[:]
 	}
 
 	var got *mapEntry
@@ -352,25 +347,6 @@ func (m *LocalMap) create(s *mapShard, h uint64, key string, now int64) (*mapEnt
 		got = e
 	})
 	return got, nil
-}
-
-// share returns a configuration equal to cfg whose bandwidths are shared,
-// read-only, with other buckets of the map (core never modifies a
-// configuration in place: replacement swaps it), or a private copy when
-// sharedConfigs distinct configurations are shared already.
-func (m *LocalMap) share(cfg core.Config) core.Config {
-	m.cfgMu.Lock()
-	defer m.cfgMu.Unlock()
-	for i := range m.cfgs {
-		if m.cfgs[i].Equal(&cfg) {
-			return m.cfgs[i]
-		}
-	}
-	c := cfg.Clone()
-	if len(m.cfgs) < sharedConfigs {
-		m.cfgs = append(m.cfgs, c)
-	}
-	return c
 }
 
 // insert adds e under hash h, growing the table to keep it at most 13/16
@@ -443,7 +419,7 @@ func (s *mapShard) delete(i int) {
 // a pseudo-random slot (the new key's hash picks it), drops every idle one it
 // sees and, if none was, the least recently used of them. The shard must be
 // held for writing.
-func (m *LocalMap) evict(s *mapShard, h uint64, now int64) {
+func (m *Map) evict(s *mapShard, h uint64, now int64) {
 	slots := s.tab.Load().slots
 	mask := len(slots) - 1
 	victim, seen, dropped := -1, 0, false
@@ -476,7 +452,7 @@ func (m *LocalMap) evict(s *mapShard, h uint64, now int64) {
 }
 
 // Remove forgets key's bucket; the next lookup creates a new one.
-func (m *LocalMap) Remove(key string) {
+func (m *Map) Remove(key string) {
 	h := maphash.String(m.seed, key)
 	s := m.shard(h)
 	s.write(func() {
@@ -488,7 +464,7 @@ func (m *LocalMap) Remove(key string) {
 
 // Len returns the number of buckets held, idle ones included until they are
 // dropped.
-func (m *LocalMap) Len() int {
+func (m *Map) Len() int {
 	n := 0
 	for i := range m.shards {
 		s := &m.shards[i]
@@ -502,7 +478,7 @@ func (m *LocalMap) Len() int {
 // Sweep drops every bucket idle beyond the idle timeout and returns how many
 // it dropped. The map never needs it to stay bounded; call it to give memory
 // back after a burst of one-off keys.
-func (m *LocalMap) Sweep() int {
+func (m *Map) Sweep() int {
 	if m.idle == 0 {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package bucketgrid
+package localmap
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 )
@@ -22,13 +23,24 @@ func perClient(string) (core.Config, error) {
 	return core.NewConfig(core.Intervally(10, 10, time.Minute))
 }
 
-func newTestMap(t *testing.T, opts ...LocalMapOption) (*LocalMap, *clock.Fake) {
+var t0 = time.Date(2026, 11, 30, 16, 20, 0, 0, time.UTC)
+
+func newTestMap(t *testing.T, opts ...Option) (*Map, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(t0)
-	return NewLocalMap(perClient, append([]LocalMapOption{WithClock(clk)}, opts...)...), clk
+	return New(perClient, append([]Option{WithClock(clk)}, opts...)...), clk
 }
 
-func TestLocalMapPerClient(t *testing.T) {
+func available(t *testing.T, l *bucketgrid.Local) int64 {
+	t.Helper()
+	n, err := l.AvailableTokens(context.Background())
+	if err != nil {
+		t.Fatalf("AvailableTokens: %v", err)
+	}
+	return n
+}
+
+func TestMapPerClient(t *testing.T) {
 	ctx := context.Background()
 	m, clk := newTestMap(t)
 	for i := range 10 {
@@ -65,17 +77,17 @@ func TestLocalMapPerClient(t *testing.T) {
 	if b, _ := m.Bucket("10.0.0.1"); b == a1 || available(t, b) != 10 {
 		t.Fatal("a removed key must get a new, full bucket")
 	}
-	if _, err := m.TryConsume(ctx, "x", 0); !errors.Is(err, ErrTokens) {
-		t.Fatalf("TryConsume(0) = %v, want ErrTokens", err)
+	if _, err := m.TryConsume(ctx, "x", 0); !errors.Is(err, bucketgrid.ErrTokens) {
+		t.Fatalf("TryConsume(0) = %v, want bucketgrid.ErrTokens", err)
 	}
-	if _, err := m.TryConsumeAndReturnRemaining(ctx, "x", -1); !errors.Is(err, ErrTokens) {
-		t.Fatalf("TryConsumeAndReturnRemaining(-1) = %v, want ErrTokens", err)
+	if _, err := m.TryConsumeAndReturnRemaining(ctx, "x", -1); !errors.Is(err, bucketgrid.ErrTokens) {
+		t.Fatalf("TryConsumeAndReturnRemaining(-1) = %v, want bucketgrid.ErrTokens", err)
 	}
 }
 
-func TestLocalMapConfigErrors(t *testing.T) {
+func TestMapConfigErrors(t *testing.T) {
 	errPlan := errors.New("no plan")
-	m := NewLocalMap(func(key string) (core.Config, error) {
+	m := New(func(key string) (core.Config, error) {
 		switch key {
 		case "unknown":
 			return core.Config{}, errPlan
@@ -107,12 +119,12 @@ func TestLocalMapConfigErrors(t *testing.T) {
 	if ok, _ := b.TryConsume(context.Background(), 11); ok {
 		t.Fatal("a two-bandwidth bucket ignored its smaller capacity")
 	}
-	if _, err := NewLocalMap(nil).Bucket("k"); err == nil {
+	if _, err := New(nil).Bucket("k"); err == nil {
 		t.Fatal("a map without a configuration function must fail")
 	}
 }
 
-func TestLocalMapIdleExpiry(t *testing.T) {
+func TestMapIdleExpiry(t *testing.T) {
 	ctx := context.Background()
 	m, clk := newTestMap(t, WithIdleTimeout(10*time.Minute))
 	m.TryConsume(ctx, "a", 10)
@@ -139,12 +151,12 @@ func TestLocalMapIdleExpiry(t *testing.T) {
 	if n := m.Sweep(); n != 2 || m.Len() != 1 {
 		t.Fatalf("Sweep dropped %d, Len %d; want 2 dropped and c kept", n, m.Len())
 	}
-	if n := NewLocalMap(perClient).Sweep(); n != 0 {
+	if n := New(perClient).Sweep(); n != 0 {
 		t.Fatal("Sweep without an idle timeout dropped buckets")
 	}
 }
 
-func TestLocalMapEvictsLeastRecentlyUsed(t *testing.T) {
+func TestMapEvictsLeastRecentlyUsed(t *testing.T) {
 	// 16 entries fit one shard, and the eviction sample covers it all: exact
 	// LRU.
 	m, clk := newTestMap(t, WithMaxEntries(16))
@@ -183,7 +195,7 @@ func TestLocalMapEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
-func TestLocalMapBoundedUnderMillionKeys(t *testing.T) {
+func TestMapBoundedUnderMillionKeys(t *testing.T) {
 	n := 1_000_000
 	if testing.Short() || raceEnabled() {
 		n = 200_000 // still 40 times the bound; the race detector makes each key cost ~30 µs
@@ -269,7 +281,7 @@ func checkShard(t *testing.T, s *mapShard) {
 	}
 }
 
-func TestLocalMapHashCollisions(t *testing.T) {
+func TestMapHashCollisions(t *testing.T) {
 	// Keys may share a 64-bit hash, and hashes share home slots: drive the
 	// table with forced hashes and check it against a plain map after every
 	// insertion and deletion.
@@ -318,7 +330,7 @@ func TestLocalMapHashCollisions(t *testing.T) {
 	}
 }
 
-func TestLocalMapLongKeys(t *testing.T) {
+func TestMapLongKeys(t *testing.T) {
 	m, _ := newTestMap(t)
 	long := strings.Repeat("k", 1000)
 	buf := []byte(strings.Repeat("x", inlineKey))
@@ -334,7 +346,7 @@ func TestLocalMapLongKeys(t *testing.T) {
 	}
 }
 
-func TestLocalMapContendedExactTotals(t *testing.T) {
+func TestMapContendedExactTotals(t *testing.T) {
 	m, _ := newTestMap(t, WithMaxEntries(1000))
 	const keys, goroutines, each = 10, 8, 2000
 	var wg sync.WaitGroup
@@ -365,7 +377,7 @@ func TestLocalMapContendedExactTotals(t *testing.T) {
 		}
 	}
 	// concurrent first lookups of one key all get the same bucket
-	var first *Local
+	var first *bucketgrid.Local
 	for range goroutines {
 		wg.Add(1)
 		go func() {
@@ -387,7 +399,7 @@ func TestLocalMapContendedExactTotals(t *testing.T) {
 	wg.Wait()
 }
 
-func TestLocalMapShards(t *testing.T) {
+func TestMapShards(t *testing.T) {
 	tests := []struct{ max, shards, perShard int }{
 		{0, 1, 1},
 		{1, 1, 1},
@@ -397,7 +409,7 @@ func TestLocalMapShards(t *testing.T) {
 		{1 << 20, 256, 4096},
 	}
 	for _, tt := range tests {
-		m := NewLocalMap(perClient, WithMaxEntries(tt.max))
+		m := New(perClient, WithMaxEntries(tt.max))
 		if len(m.shards) != tt.shards || m.perShard != tt.perShard {
 			t.Errorf("max %d: %d shards of %d, want %d of %d", tt.max, len(m.shards), m.perShard, tt.shards, tt.perShard)
 		}
@@ -418,7 +430,7 @@ func TestLocalMapShards(t *testing.T) {
 // TestLocalMapConcurrentChurn races lock-free lookups against insertions,
 // evictions, growth, removals and sweeps: a lookup must never hand out
 // another key's bucket, and the bound must hold throughout.
-func TestLocalMapConcurrentChurn(t *testing.T) {
+func TestMapConcurrentChurn(t *testing.T) {
 	const bound = 64
 	m, clk := newTestMap(t, WithMaxEntries(bound), WithIdleTimeout(time.Minute))
 	var wg sync.WaitGroup
@@ -456,37 +468,57 @@ func TestLocalMapConcurrentChurn(t *testing.T) {
 	}
 }
 
-func TestLocalMapSharesConfigurations(t *testing.T) {
+// TestMapKeepsConfigurationsApart: buckets share their plan's
+// configuration read-only, so replacing one bucket's configuration changes
+// no other bucket's, and many plans each keep their own.
+func TestMapKeepsConfigurationsApart(t *testing.T) {
 	ctx := context.Background()
 	m, _ := newTestMap(t)
 	a, _ := m.Bucket("a")
 	b, _ := m.Bucket("b")
-	if &a.b.Config.Bandwidths[0] != &b.b.Config.Bandwidths[0] {
-		t.Fatal("equal configurations are not shared")
-	}
-	// replacing one bucket's configuration leaves the shared copy alone
 	cfg, _ := core.NewConfig(core.Greedy(1000, 1000, time.Second))
 	if err := a.ReplaceConfiguration(ctx, cfg, core.InheritAsIs); err != nil {
 		t.Fatal(err)
 	}
-	if b.b.Config.Bandwidths[0].Capacity != 10 {
-		t.Fatal("a replacement leaked into another bucket's configuration")
+	capacity := func(l *bucketgrid.Local) int64 {
+		d, err := l.Diagnose(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.State.Config.Bandwidths[0].Capacity
 	}
-	if c, _ := m.Bucket("c"); c.b.Config.Bandwidths[0].Capacity != 10 {
+	if capacity(a) != 1000 || capacity(b) != 10 {
+		t.Fatalf("capacities %d and %d, want 1000 and 10: a replacement leaked", capacity(a), capacity(b))
+	}
+	if c, _ := m.Bucket("c"); capacity(c) != 10 {
 		t.Fatal("a replacement leaked into the shared configuration")
 	}
-	// beyond sharedConfigs plans, buckets get private copies
-	plans := NewLocalMap(func(key string) (core.Config, error) {
+	plans := New(func(key string) (core.Config, error) {
 		n, _ := strconv.Atoi(key)
 		return core.NewConfig(core.Greedy(int64(n+1), 1, time.Second))
 	})
-	for i := range 3 * sharedConfigs {
+	for i := range 30 {
 		l, err := plans.Bucket(strconv.Itoa(i))
 		if err != nil || available(t, l) != int64(i+1) {
 			t.Fatalf("plan %d: %v", i, err)
 		}
 	}
-	if len(plans.cfgs) != sharedConfigs {
-		t.Fatalf("%d shared configurations, want %d", len(plans.cfgs), sharedConfigs)
+}
+
+// TestHotPathsDoNotAllocate: looking up an existing bucket and consuming
+// from it allocates nothing.
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	cfg, _ := core.NewConfig(core.Greedy(1<<40, 1_000_000, time.Millisecond))
+	m := New(func(string) (core.Config, error) { return cfg, nil })
+	m.Bucket("client")
+	for name, f := range map[string]func(){
+		"Map.TryConsume":                   func() { m.TryConsume(ctx, "client", 1) },
+		"Map.TryConsumeAndReturnRemaining": func() { m.TryConsumeAndReturnRemaining(ctx, "client", 1) },
+		"Map.Bucket":                       func() { m.Bucket("client") },
+	} {
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s allocates %.1f times per call", name, n)
+		}
 	}
 }

@@ -1,0 +1,27 @@
+package wasmfilter
+
+// The errors that refuse the filter's former configuration format, which
+// had policies of its own and normalised paths itself; each says what
+// replaces every member of it.
+const (
+	migratePolicies = `the filter's own "policies" format is no longer read: give envoyproxy/ratelimit's rule format ` +
+		`(domain, rate_limits and rules, the files cmd/bucketgrid loads; see examples/envoy). ` +
+		`A policy becomes rate_limits entries and rules: key "source.address" → a remote_address action; ` +
+		`"header:<name>", ":path", ":authority", ":method" → request_headers (header_name, descriptor_key); ` +
+		`match.path_prefix → a header_value_match action on :path with prefix_match; ` +
+		`a bandwidth → a rule's rate_limit (requests_per_unit per unit: second to year), ` +
+		`with algorithm token_bucket and burst for a capacity above the rate, ` +
+		`the default fixed_window (windows aligned to the Unix epoch) for style intervally; ` +
+		`several bandwidths → one rate_limits entry each, told apart by a generic_key action ` +
+		`(descriptor_value naming the bandwidth) with the rule nested under it; ` +
+		`slots → the top-level slots (one slot per descriptor's bucket); ` +
+		`name → the descriptors' keys (the metrics are <stat_prefix>.policy.rules.*). ` +
+		`Not available: cost (every request is one hit: divide the limits by the cost), ` +
+		`a refill other than the rate, bandwidth ids, version (a changed rule keeps the hits counted), ` +
+		`and the refund of earlier policies when a later one refuses (every descriptor counts, as the rate-limit service counts)`
+	migratePath = `the filter no longer normalises :path; it reads it as Envoy's rate-limit actions read it, ` +
+		`query and ';' parameters included. Normalise in Envoy's HTTP connection manager: normalize_path: true, ` +
+		`merge_slashes: true, path_with_escaped_slashes_action (UNESCAPE_AND_REDIRECT or REJECT_REQUEST). ` +
+		`Envoy keeps ';' path parameters: match a prefix without its final slash (prefix_match "/api" also ` +
+		`counts "/api;a=b/x") or route paths holding ';' away; ignore_case → a string_match with ignore_case: true`
+)
