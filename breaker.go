@@ -10,13 +10,17 @@ import (
 // decided locally at once until a probe is answered.
 type breaker struct {
 	open      atomic.Bool
-	fails     atomic.Int32 // outages in a row while closed
-	nextProbe atomic.Int64 // clock time from which the next probe may start
-	probing   atomic.Bool  // a probe is in flight
+	fails     atomic.Int32           // outages in a row while closed
+	nextProbe atomic.Int64           // clock time from which the next probe may start
+	probing   atomic.Bool            // a probe is in flight
+	key       atomic.Pointer[string] // a key of the route that failed, for the background prober
 }
 
 // failed records an outage at now and reports whether it opened b.
-func (b *breaker) failed(limit int, now, probe int64) bool {
+func (b *breaker) failed(key string, limit int, now, probe int64) bool {
+	if k := b.key.Load(); k == nil || *k != key {
+		b.key.Store(&key)
+	}
 	if int(b.fails.Add(1)) < limit || b.open.Load() {
 		return false
 	}
@@ -82,6 +86,22 @@ func (bs *breakers) of(route string, routed bool) *breaker {
 		bs.routes[route] = b
 	}
 	return b
+}
+
+// open returns the open breakers.
+func (bs *breakers) open() []*breaker {
+	var open []*breaker
+	if bs.single.open.Load() {
+		open = append(open, &bs.single)
+	}
+	bs.mu.RLock()
+	for _, b := range bs.routes {
+		if b.open.Load() {
+			open = append(open, b)
+		}
+	}
+	bs.mu.RUnlock()
+	return open
 }
 
 // openCount returns the number of open breakers.

@@ -23,8 +23,9 @@ import (
 // whole store otherwise) stops waiting for a backend that failed Failures
 // times in a row: from then on operations on that route are decided locally
 // at once, and one probe at a time (a read of a key's configuration) is sent
-// in the background, at most every Probe, while operations keep coming. The
-// breaker closes when a probe is answered. What the local buckets consumed
+// in the background every Probe of the Manager's clock, whether operations
+// come or not. The breaker closes when a probe is answered: within Probe
+// (plus a probe's Timeout) of the backend's return. What the local buckets consumed
 // is then charged to the real ones, never minting: with
 // wire.OpTryConsumeAsMuchAsPossible of the tokens consumed locally (a bucket
 // is charged at most what it holds, and never gains a token), sent in the
@@ -33,7 +34,12 @@ import (
 // instance asks of the real bucket is decided before the charge. Keys with
 // no request within Timeout of the executor's answer are charged by a
 // background sweep, one at a time; a request for a key being swept waits
-// for its charge. A charge that fails stays for the key's next request; one
+// for its charge. A key that consumed locally while its breaker stayed
+// closed, and got no request since, is probed every Probe too, and swept
+// once answered: an instance left idle after an outage still charges what
+// it consumed. A charge that fails is retried every Probe, or goes with the
+// key's next request; the probing ends once no breaker is open and nothing
+// is left to charge (at its next pass), or with Manager.Close. One
 // whose answer was lost may be charged twice (refusing early, never
 // admitting more). A key decided locally again within a minute goes on from
 // its share's state rather than a full share.
@@ -67,8 +73,9 @@ type Degrade struct {
 	// Failures is the number of outages in a row on one route that opens its
 	// breaker (DefaultDegradeFailures when 0).
 	Failures int
-	// Probe is the least time between probes of an open breaker, on the
-	// Manager's clock (DefaultDegradeProbe when 0).
+	// Probe is the time between probes of an open breaker (and of keys
+	// still to be charged), on the Manager's clock (DefaultDegradeProbe
+	// when 0).
 	Probe time.Duration
 	// MaxKeys bounds the local buckets (DefaultDegradeMaxKeys when 0). Past it,
 	// an arbitrary local bucket is dropped, and with it the consumption it

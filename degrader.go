@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
 )
@@ -33,6 +34,11 @@ type degrader struct {
 	// sweeping: a goroutine charges settled shares nobody carried;
 	// sweepAgain: a share was settled since its last pass began.
 	sweeping, sweepAgain atomic.Bool
+	// prober: a goroutine probes on the Manager's clock while anything is
+	// pending (startProber); closed: Manager.Close stopped it for good.
+	prober atomic.Bool
+	closed chan struct{}
+	close1 sync.Once
 
 	degraded, opened, charged, chargeFailed, dropped atomic.Int64
 }
@@ -54,7 +60,7 @@ type share struct {
 
 func newDegrader(m *Manager, d Degrade) *degrader {
 	g := &degrader{m: m, exec: m.exec, instances: d.Instances, timeout: d.Timeout, failures: d.Failures,
-		probe: int64(d.Probe), maxKeys: d.MaxKeys}
+		probe: int64(d.Probe), maxKeys: d.MaxKeys, closed: make(chan struct{})}
 	if g.timeout <= 0 {
 		g.timeout = DefaultDegradeTimeout
 	}
@@ -143,7 +149,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	if !fromExec || (ctx.Err() != nil && !overran) || !g.outage(err) {
 		return resp, err
 	}
-	if b.failed(g.failures, g.m.clock.Now(), g.probe) {
+	if b.failed(h.storeKey, g.failures, g.m.clock.Now(), g.probe) {
 		g.opened.Add(1)
 	}
 	return g.local(ctx, h, ops, verbose)
@@ -202,6 +208,9 @@ func (g *degrader) release(s *share, c int64, charged bool) {
 	close(s.inflight)
 	s.inflight = nil
 	g.mu.Unlock()
+	if !charged {
+		g.startProber()
+	}
 }
 
 // ptrShare returns a pointer to cfg's share of n.
@@ -279,6 +288,7 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 	s.consumed = max(s.consumed+consumedBy(ops, resp.Results), 0)
 	g.degraded.Add(1)
 	markDegraded(ctx, n)
+	g.startProber()
 	return resp, nil
 }
 
@@ -449,18 +459,127 @@ func (g *degrader) charge(s charge) bool {
 // answer: it will meet a caller, who sees it raised, once the breaker
 // closes for another reason.
 func (g *degrader) probeRoute(b *breaker, key string) {
-	answered := false
+	answered := g.ask(key)
+	b.probed(answered, g.m.clock.Now(), g.probe)
+	if answered {
+		g.settleAll()
+	}
+}
+
+// ask reads key's configuration, within Degrade.Timeout, and reports
+// whether the executor answered (a panic in it counts as no answer).
+func (g *degrader) ask(key string) (answered bool) {
 	defer func() {
 		if recover() != nil {
 			answered = false
-		}
-		b.probed(answered, g.m.clock.Now(), g.probe)
-		if answered {
-			g.settleAll()
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
 	_, err := g.exec.Execute(ctx, key, wire.Request{Ops: []wire.Op{{Kind: wire.OpGetConfiguration}}})
-	answered = err == nil || !g.outage(err)
+	return err == nil || !g.outage(err)
 }
+
+// startProber starts the background prober unless it runs (or the
+// Manager is closed): so that a route whose backend returns is probed, and
+// what its keys consumed locally charged, with no request to drive it.
+func (g *degrader) startProber() {
+	if !g.prober.Load() && g.prober.CompareAndSwap(false, true) {
+		select {
+		case <-g.closed:
+			return // stays marked running: never again
+		default:
+		}
+		go g.probeLoop()
+	}
+}
+
+// probeLoop probes, every Degrade.Probe of the Manager's clock, the open
+// breakers and the routes of local shares with consumption left to charge,
+// until nothing is pending or the Manager is closed.
+func (g *degrader) probeLoop() {
+	for {
+		fire, stop := clock.After(g.m.clock, time.Duration(g.probe))
+		select {
+		case <-fire:
+		case <-g.closed:
+			stop()
+			return
+		}
+		if g.probeOnce() {
+			continue
+		}
+		g.prober.Store(false)
+		// a consumption or an outage recorded since the pass went
+		// unnoticed by its startProber: go on for it
+		if !g.pending() || !g.prober.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// probeOnce probes each open breaker whose probe is due, and the route of
+// each key still to be charged whose breaker is closed (a few outages, not
+// enough to open it, and no request since): an answer settles the key's
+// share, so that the sweep charges it. Shares settled whose charge failed
+// are swept again. It reports whether anything is still pending.
+func (g *degrader) probeOnce() bool {
+	now := g.m.clock.Now()
+	for _, b := range g.breakers.open() {
+		if k := b.key.Load(); k != nil && b.startProbe(now) {
+			g.probeRoute(b, *k)
+		}
+	}
+	g.mu.Lock()
+	var unsettled []string
+	retry := false
+	for _, s := range g.shares {
+		if s.consumed <= 0 || s.inflight != nil {
+			continue
+		}
+		if s.settled {
+			retry = true
+		} else {
+			unsettled = append(unsettled, s.key)
+		}
+	}
+	g.mu.Unlock()
+	if retry {
+		g.startSweep()
+	}
+	asked := make(map[*breaker]bool) // by route: whether it answered
+	for _, key := range unsettled {
+		b := g.breakerOf(key)
+		if b.open.Load() {
+			continue // its own probe settles it
+		}
+		answered, ok := asked[b]
+		if !ok {
+			answered = g.ask(key)
+			asked[b] = answered
+		}
+		if answered {
+			g.settle(key)
+		}
+	}
+	return g.pending()
+}
+
+// pending reports whether a breaker is open or a local share has
+// consumption left to charge.
+func (g *degrader) pending() bool {
+	if g.breakers.openCount() > 0 {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.shares {
+		if s.consumed > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// close stops the prober for good.
+func (g *degrader) close() { g.close1.Do(func() { close(g.closed) }) }

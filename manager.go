@@ -124,6 +124,19 @@ func (m *Manager) Degraded(d Degrade) *Manager {
 	return n
 }
 
+// Close stops the background work of the Manager's degraded mode (see
+// Degrade): the probing of open breakers and of keys whose local
+// consumption is still to be charged. Without it, that work ends by itself
+// once no breaker is open and nothing is left to charge. The Manager keeps
+// answering after Close, its requests probing and charging as they come;
+// the executor is not closed. Closing again does nothing; it returns nil.
+func (m *Manager) Close() error {
+	if m.degrade != nil {
+		m.degrade.close()
+	}
+	return nil
+}
+
 // storeKey returns the key the executor stores key's bucket under.
 func (m *Manager) storeKey(key string) string {
 	if m.fitKeys == 0 {

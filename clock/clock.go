@@ -36,6 +36,28 @@ type Sleeper interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
+// Timer is implemented by clocks that fire timers on their own time, such
+// as Fake: After (the function) then waits on the clock instead of a timer
+// of the wall's time.
+type Timer interface {
+	// After returns a channel closed once d of the clock's time has passed
+	// (at once for a d ≤ 0), and a function that releases it unfired.
+	After(d time.Duration) (<-chan struct{}, func())
+}
+
+// After returns a channel closed once d has passed on c's terms, and a
+// stop function releasing it unfired (calling it after the channel closed
+// is harmless): c.After(d) when c is a Timer (a Fake closes it when
+// advanced past d), otherwise a timer of the wall's time.
+func After(c Clock, d time.Duration) (<-chan struct{}, func()) {
+	if t, ok := c.(Timer); ok {
+		return t.After(d)
+	}
+	ch := make(chan struct{})
+	t := time.AfterFunc(d, func() { close(ch) })
+	return ch, func() { t.Stop() }
+}
+
 // monoBase is the origin of Monotonic's readings. time.Since(monoBase) uses
 // the monotonic clock reading that time.Now records.
 var monoBase = time.Now()

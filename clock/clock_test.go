@@ -136,3 +136,41 @@ func TestSleepInterrupted(t *testing.T) {
 		t.Fatal("Sleep did not return after its context was cancelled")
 	}
 }
+
+func TestFakeAfter(t *testing.T) {
+	c := clock.NewFake(time.Unix(100, 0))
+	fired := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	ch, _ := clock.After(c, time.Second)
+	stopped, stop := clock.After(c, time.Second)
+	stop()
+	if n := c.Timers(); n != 1 {
+		t.Fatalf("Timers() = %d after one stopped, want 1", n)
+	}
+	c.Advance(time.Second - 1)
+	if fired(ch) {
+		t.Fatal("fired before its time")
+	}
+	c.Advance(1)
+	if !fired(ch) {
+		t.Fatal("not fired at its time")
+	}
+	if fired(stopped) {
+		t.Fatal("a stopped timer fired")
+	}
+	if n := c.Timers(); n != 0 {
+		t.Fatalf("Timers() = %d after firing, want 0", n)
+	}
+	now, _ := clock.After(c, 0)
+	if !fired(now) {
+		t.Fatal("After(0) did not fire at once")
+	}
+	wall, _ := clock.After(clock.Wall(), time.Millisecond)
+	<-wall
+}

@@ -14,6 +14,14 @@ import (
 type Fake struct {
 	mu  sync.Mutex
 	now int64 // Unix nanoseconds; guarded by mu
+	// timers waiting on the clock (After); guarded by mu
+	timers map[*fakeTimer]struct{}
+}
+
+// fakeTimer is a channel to close once a Fake reads at least at.
+type fakeTimer struct {
+	at int64
+	ch chan struct{}
 }
 
 // NewFake returns a fake clock reading start.
@@ -29,11 +37,54 @@ func (c *Fake) Now() int64 {
 // Wall reports true: a Fake reads Unix time.
 func (c *Fake) Wall() bool { return true }
 
+// After returns a channel closed once the clock reads d later than now,
+// when Advance, Set or Sleep moves it there (at once for a d ≤ 0), and a
+// function that releases it unfired: see Timer.
+func (c *Fake) After(d time.Duration) (<-chan struct{}, func()) {
+	t := &fakeTimer{ch: make(chan struct{})}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t.at = c.now + int64(d)
+	if d <= 0 {
+		close(t.ch)
+		return t.ch, func() {}
+	}
+	if c.timers == nil {
+		c.timers = make(map[*fakeTimer]struct{})
+	}
+	c.timers[t] = struct{}{}
+	return t.ch, func() {
+		c.mu.Lock()
+		delete(c.timers, t)
+		c.mu.Unlock()
+	}
+}
+
+// Timers returns the number of channels of After waiting on the clock: a
+// test advances the clock once a background timer it means to fire waits.
+func (c *Fake) Timers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+// fire closes the channels of the timers due at c.now. Called with c.mu
+// held.
+func (c *Fake) fire() {
+	for t := range c.timers {
+		if t.at <= c.now {
+			close(t.ch)
+			delete(c.timers, t)
+		}
+	}
+}
+
 // Advance moves the clock forward by d, or backward for a negative d (to
 // test clock skew).
 func (c *Fake) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now += int64(d)
+	c.fire()
 	c.mu.Unlock()
 }
 
@@ -41,6 +92,7 @@ func (c *Fake) Advance(d time.Duration) {
 func (c *Fake) Set(t time.Time) {
 	c.mu.Lock()
 	c.now = t.UnixNano()
+	c.fire()
 	c.mu.Unlock()
 }
 
@@ -57,4 +109,7 @@ func (c *Fake) Sleep(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-var _ Sleeper = (*Fake)(nil)
+var (
+	_ Sleeper = (*Fake)(nil)
+	_ Timer   = (*Fake)(nil)
+)
