@@ -67,6 +67,10 @@ func TestStreamBreak(t *testing.T) {
 	}
 	per := simulate(f, loads, 30*time.Second)
 	loads[0].e.breakStream()
+	// the server learns of the break when its stream's context ends, in a
+	// goroutine of its own: wait for it, as an Envoy's next report would
+	// find it anyway
+	waitStats(t, f.srv, "the broken stream becomes a ghost", func(s Stats) bool { return s.Streams == 4 && s.Ghosts == 1 })
 	per = append(per, simulate(f, loads, 2*time.Second)...)
 	f.srv.mu.Lock()
 	ghosts := 0
