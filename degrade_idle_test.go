@@ -3,6 +3,8 @@ package bucketgrid_test
 import (
 	"context"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +95,55 @@ func TestDegradeCloseStopsProber(t *testing.T) {
 	// still answering after Close, locally while the breaker is open
 	if got := consumeAll(t, h, true); got != 0 {
 		t.Fatalf("admitted %d after the share was used up", got)
+	}
+}
+
+func TestDegradeBackgroundChargeRacesRequests(t *testing.T) {
+	// The prober's charge and this instance's requests arriving meanwhile
+	// never admit together more than the real bucket held: 9 less the 3
+	// consumed locally, whichever charges first (the sweep, or a request
+	// carrying the charge ahead of its own operations). Another instance
+	// is not held back by this one's charge: until it lands (one Probe and
+	// the sweep's Timeout at most) it may take those tokens first, and the
+	// charge is then capped at what is left.
+	for run := 0; run < 20; run++ {
+		ctx := context.Background()
+		c := clock.NewFake(time.Unix(1_800_000_000, 0))
+		store := &outageStore{Store: memstore.New(memstore.WithClock(c))}
+		exec := cas.New(store, cas.WithClock(c))
+		m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c), bucketgrid.WithDegrade(bucketgrid.Degrade{
+			Instances: func() int { return 3 }, Failures: 2, Probe: probe, Timeout: 50 * time.Millisecond}))
+		store.mode.Store(storeDown)
+		if got := consumeAll(t, m.Bucket("k", nine), true); got != 3 {
+			t.Fatalf("admitted %d while down, want 3", got)
+		}
+		store.mode.Store(storeUp)
+		waitFor(t, "the prober's timer", func() bool { return c.Timers() > 0 })
+		c.Advance(probe)
+		waitFor(t, "the breaker to close", func() bool { return m.Stats().OpenBreakers == 0 })
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				h := m.Bucket("k", nine)
+				for {
+					ok, err := h.TryConsume(ctx, 1)
+					if err != nil {
+						t.Errorf("consume: %v", err)
+						return
+					}
+					if !ok {
+						return
+					}
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got, st := admitted.Load(), m.Stats(); got != 6 || st.Charged != 3 {
+			t.Fatalf("run %d: admitted %d after 3 locally from a real bucket of 9, want 6; stats %+v, want 3 charged",
+				run, got, st)
+		}
+		m.Close()
 	}
 }

@@ -339,7 +339,8 @@ const shareMemory = time.Minute
 
 // settle marks key's local share, if any, settled: the executor answered
 // for key again. What it consumed locally goes with the key's next request
-// (claim); a sweep charges it if none comes soon.
+// (claim); a sweep charges it if none comes soon, started here or by the
+// prober (probeLoop) when no request comes at all.
 func (g *degrader) settle(key string) {
 	now := g.m.clock.Now()
 	g.mu.Lock()

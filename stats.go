@@ -30,7 +30,7 @@ type ManagerStats struct {
 	// Charged counts the tokens consumed locally that were charged to the
 	// real buckets once their backend answered again; ChargeFailed counts
 	// background charges that failed (their tokens stay to be charged with
-	// the key's next request).
+	// the key's next request, or a background retry every Degrade.Probe).
 	Charged      int64
 	ChargeFailed int64
 	// Instances is the number of instances a local share is cut for now

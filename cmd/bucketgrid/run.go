@@ -124,6 +124,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 		mopts = append(mopts, bucketgrid.WithDegrade(d))
 	}
 	mgr := bucketgrid.NewManager(be.exec, mopts...)
+	defer mgr.Close() // its probes end before the backend closes
 	m.Manager(mgr.Stats)
 	svc := service.New(service.Options{
 		Manager:          mgr,
