@@ -29,7 +29,8 @@ var (
 	// errTooLarge reports a request that does not fit in a frame.
 	errTooLarge = errors.New("bucketgrid/olric: request larger than the owner channel's frame limit")
 	// errExpired answers a request whose budget ran out before execution.
-	errExpired = errors.New("bucketgrid/olric: request expired before execution")
+	// It is a context.DeadlineExceeded.
+	errExpired = fmt.Errorf("bucketgrid/olric: request expired before execution: %w", context.DeadlineExceeded)
 )
 
 // Buffer sizes of a connection: reads and writes go through buffers of
@@ -288,14 +289,22 @@ func (m *Member) serveConn(nc *newConn) {
 			out = appendErrorFrame(out[:0], id, err)
 		case m.mono()-received >= int64(min(budget, 1<<62)):
 			out = appendErrorFrame(out[:0], id, errExpired)
-		case kind == kindMerge:
-			o := m.execMerge(m.ctx, key, m.hash(key), rest)
-			out = o.appendFrame(out[:0], id)
-		case kind == kindLease:
-			o := m.execLease(m.ctx, key, m.hash(key), &req, want, give)
-			out = o.appendFrame(out[:0], id)
 		default:
-			o := m.execOwner(m.ctx, key, m.hash(key), &req, kind == kindRemove)
+			// The caller waits budget from when the batch was read, and
+			// the execution may not outlast it (execBounded). Not m.ctx:
+			// a member closing answers through hold (kindHold, so that the
+			// caller goes to the next owner), and its Olric calls end with
+			// the routing lease, which m.ctx ends too.
+			c := ownerCall{kind: kind, key: key, h: m.hash(key), notAfter: received + int64(min(budget, 1<<62)), owned: true}
+			switch kind {
+			case kindMerge:
+				c.merge = rest
+			case kindLease:
+				c.req, c.want, c.give = &req, want, give
+			case kindExecute:
+				c.req = &req
+			}
+			o := m.execBounded(context.Background(), &c)
 			out = o.appendFrame(out[:0], id)
 		}
 		if w.Available() < len(out) || fr.r.Buffered() == 0 {
@@ -689,6 +698,11 @@ func (m *Member) remote(ctx context.Context, name string, kind byte, key string,
 	case kindHold:
 		return outcome{kind: kindHold, hold: r.hold}
 	case kindError:
+		if r.msg == errExpired.Error() {
+			// The owner gave up at the budget this member sent: the
+			// caller's deadline, as a local execution reports it.
+			return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %w", name, errExpired)}
+		}
 		return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s", name, r.msg)}
 	}
 	return outcome{kind: kindError, err: errFrame}

@@ -265,6 +265,22 @@
 // mode decides: fail-open admits the crashed member's clients without
 // limit for that time, fail-closed refuses them.
 //
+// No answer comes later than its caller's deadline, scheduling aside.
+// Olric v0.7.4 does not bound a write to a partition's backups, or a read
+// from its previous owners, by the context it is given: a crashed or
+// paused one holds the call, and the key's lock, until Olric's own
+// timeouts end it. So an execution on a partition with a backup or a
+// previous owner runs on a goroutine of its own, and its caller (or the
+// owner channel, for a remote caller) stops waiting at the deadline: the
+// context's, Config.RequestTimeout without one, or the budget a remote
+// caller sent. An execution that gets the key's lock after its caller left
+// runs nothing; one its caller left while it was in Olric completes, and
+// what it consumed stays consumed, as for any answer lost on the way. A
+// partition that is this member's alone (ReplicaCount 1, once no previous
+// owner holds data of it) executes in place, as before. At most 4,096
+// executions may outlive their callers; beyond that the owner refuses new
+// ones at once with an error rather than pile up goroutines.
+//
 // # Token leases
 //
 // With Config.Leases.Enabled, a member that consumes from a key it does

@@ -329,15 +329,15 @@ type grant struct {
 // with the give-back before it and the grant of up to want tokens after
 // it. The outcome's response answers req alone; o.grant is nil when the
 // request failed or nothing could be granted.
-func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.Request, want int64, give giveBack) outcome {
+func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.Request, want int64, give giveBack, b bound) outcome {
 	if !leaseable(req, nil) || m.leases == nil {
 		// An owner with leases off keeps no records to fence them by, so
 		// it grants none.
-		return m.execOwner(ctx, key, h, req, false)
+		return m.execOwner(ctx, key, h, req, false, b)
 	}
 	g := leaseRequest(req, want)
 	x := leaseExec{give: give}
-	o := m.execOwnerLease(ctx, key, h, &g, false, &x)
+	o := m.execOwnerLease(ctx, key, h, &g, false, &x, b)
 	return splitLease(o, len(req.Ops), &x)
 }
 

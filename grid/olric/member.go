@@ -63,6 +63,11 @@ type Member struct {
 	// after setting leaving, so it waits for executions in flight.
 	gate    sync.RWMutex
 	leaving atomic.Bool
+	// detached counts owner-side executions still running after their
+	// callers stopped waiting (execBounded); detachLimit, when not 0,
+	// replaces maxDetached (tests).
+	detached    atomic.Int64
+	detachLimit atomic.Int64
 	// lastEvent is when the member started or last heard of a cluster
 	// event, in m.mono nanoseconds (see settleRouting).
 	lastEvent atomic.Int64
@@ -412,16 +417,17 @@ type outcome struct {
 // execOwner runs a request as the owner of key (hash h): under the key's
 // stripe lock, against the Olric data, with this member's clock. It refuses
 // (kindNotOwner) when this member's routing read says another member owns
-// the key and holds (kindHold) during a hand-over, on a stale routing read
-// or while shutting down.
-func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool) outcome {
-	return m.execOwnerLease(ctx, key, h, req, remove, nil)
+// the key, holds (kindHold) during a hand-over, on a stale routing read or
+// while shutting down, and runs nothing for a caller gone by b (see hold).
+// Callers go through execBounded, which bounds their wait.
+func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, b bound) outcome {
+	return m.execOwnerLease(ctx, key, h, req, remove, nil, b)
 }
 
 // execOwnerLease is execOwner with, for a lease request, lx run just
 // before Process under the key's lock (lease.go).
-func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, lx *leaseExec) outcome {
-	o, refused, ok := m.hold(ctx, h)
+func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, lx *leaseExec, b bound) outcome {
+	o, refused, ok := m.hold(ctx, h, b)
 	if !ok {
 		return refused
 	}
@@ -599,11 +605,11 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 		case "":
 			o = outcome{kind: kindNotOwner}
 		case m.name:
-			if kind == kindMerge {
-				o = m.execMerge(ctx, key, h, merge)
-			} else {
-				o = m.execOwner(ctx, key, h, req, kind == kindRemove)
+			c := ownerCall{kind: kind, key: key, h: h, req: req, merge: merge}
+			if !budget.IsZero() {
+				c.notAfter = m.mono() + int64(time.Until(budget))
 			}
+			o = m.execBounded(ctx, &c)
 		default:
 			o = m.remote(ctx, owner, kind, key, req, merge, remaining(ctx, budget))
 		}

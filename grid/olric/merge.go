@@ -157,12 +157,12 @@ func (j *journal) dropIf(key string, e journalEntry) {
 // uvarint TTL nanoseconds, state) into key's bucket as its owner, under the
 // same rules as execOwner: the state with fewer available tokens now, as
 // core computes them, is kept.
-func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []byte) outcome {
+func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []byte, b bound) outcome {
 	ttl, incoming, err := parseUvarint(payload)
 	if err != nil || len(incoming) == 0 {
 		return outcome{kind: kindError, err: errFrame}
 	}
-	o, refused, ok := m.hold(ctx, h)
+	o, refused, ok := m.hold(ctx, h, b)
 	if !ok {
 		return refused
 	}

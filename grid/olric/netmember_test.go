@@ -74,6 +74,8 @@ import (
 //	OWNED p n         which of p0 … p(n-1) this member owns: "OWNED i …"
 //	DEGRADE p n s ms  checks with degrade on and off for s seconds, saying
 //	                  when ms have passed (see netDegrade)
+//	DEADLINE p n s ms d checks p0 … p(n-1) for s seconds, each bounded by d
+//	                  ms, saying when ms have passed (see netDeadline)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -380,6 +382,8 @@ func netMemberMain() int {
 			fmt.Println(strings.Join(out, " "))
 		case "DEGRADE":
 			netDegrade(m, f[1], arg(2), arg(3), arg(4))
+		case "DEADLINE":
+			netDeadline(m, &cfg, f[1], arg(2), arg(3), arg(4), arg(5))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:

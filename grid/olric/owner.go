@@ -22,14 +22,25 @@ type ownerHold struct {
 	ctx context.Context
 }
 
+// bound is how long an owner-side execution may still start: its caller
+// waits until notAfter (m.mono nanoseconds; 0 for as long as the context
+// lets it) and no longer. try asks hold not to wait for the key's stripe
+// lock (see execBounded).
+type bound struct {
+	notAfter int64
+	try      bool
+}
+
 // hold takes the gate and the stripe lock of the key hashed h, then checks
 // that this member owns the key's partition in its newest routing read and
 // may execute for it now. If so it returns the hold (end it with
 // m.release); if not, it returns false with the outcome to answer, holding
 // nothing: kindNotOwner when another member owns the key, kindHold during a
 // hand-over, on a stale routing read or while shutting down, kindNoQuorum
-// without a quorum.
-func (m *Member) hold(ctx context.Context, h uint64) (ownerHold, outcome, bool) {
+// without a quorum, kindBusy when b.try and the stripe is locked, and an
+// error when the caller stopped waiting (ctx ended or b.notAfter passed)
+// while hold waited for the lock: nothing runs for a caller that left.
+func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcome, bool) {
 	m.gate.RLock()
 	if m.leaving.Load() {
 		m.gate.RUnlock()
@@ -37,8 +48,21 @@ func (m *Member) hold(ctx context.Context, h uint64) (ownerHold, outcome, bool) 
 	}
 	p := h % m.cfg.PartitionCount
 	st := &m.stripes[(h>>32)%uint64(len(m.stripes))]
-	st.mu.Lock()
+	if !b.try {
+		st.mu.Lock()
+	} else if !st.mu.TryLock() {
+		m.gate.RUnlock()
+		return ownerHold{}, outcome{kind: kindBusy}, false
+	}
 	r, now := m.routes.Load(), m.mono()
+	if err := ctx.Err(); err != nil || (b.notAfter != 0 && now >= b.notAfter) {
+		st.mu.Unlock()
+		m.gate.RUnlock()
+		if err == nil {
+			err = errExpired
+		}
+		return ownerHold{}, outcome{kind: kindError, err: err}, false
+	}
 	if o, ok := m.mayExecute(r, p, now); !ok {
 		st.mu.Unlock()
 		m.gate.RUnlock()
