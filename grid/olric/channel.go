@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -698,10 +699,11 @@ func (m *Member) remote(ctx context.Context, name string, kind byte, key string,
 	case kindHold:
 		return outcome{kind: kindHold, hold: r.hold}
 	case kindError:
-		if r.msg == errExpired.Error() {
-			// The owner gave up at the budget this member sent: the
-			// caller's deadline, as a local execution reports it.
-			return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %w", name, errExpired)}
+		if strings.Contains(r.msg, errExpired.Error()) {
+			// The owner gave up at the budget this member sent (before or
+			// while executing): the caller's deadline, as a local
+			// execution reports it.
+			return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s: %w", name, r.msg, context.DeadlineExceeded)}
 		}
 		return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s", name, r.msg)}
 	}
