@@ -120,14 +120,18 @@ func padded(base string, n int, last byte) string {
 	return string(append(b[:n-1], last))
 }
 
-// multibyte returns base extended with copies of r to n bytes (or one
-// more, if r does not fit exactly), ending in last.
-func multibyte(base string, n int, r string, last byte) string {
+// multibyte returns base extended to exactly n+j bytes with copies of r
+// (after the few ASCII bytes that align them), ending in last: the copies
+// end j bytes past byte n-1, so for j in 1 … len(r)-1 a copy of r straddles
+// the boundary between bytes n-1 and n — the place a column of n-1 bytes
+// cuts. It needs n > len(base) + len(r).
+func multibyte(base string, n int, r string, j int, last byte) string {
+	room := n + j - 1 - len(base) // bytes between base and last
+	copies := room / len(r)
 	var b strings.Builder
 	b.WriteString(base)
-	for b.Len()+len(r) < n {
-		b.WriteString(r)
-	}
+	b.WriteString(strings.Repeat("-", room-copies*len(r)))
+	b.WriteString(strings.Repeat(r, copies))
 	b.WriteByte(last)
 	return b.String()
 }
@@ -185,13 +189,31 @@ func checkKeys(e *env) {
 			if limit > 0 && n > limit {
 				continue
 			}
-			p := b + "-m" + strconv.Itoa(n) // lengths that round alike stay apart
-			x, y := multibyte(p, n, r, 'x'), multibyte(p, n, r, 'y')
+			// Exactly n bytes, then each way a character can straddle
+			// byte n-1 (the keys stay below the declared maximum).
+			for j := range len(r) {
+				if limit > 0 && n+j > limit {
+					break
+				}
+				p := b + "-m" + strconv.Itoa(n) + "." + strconv.Itoa(j) // lengths that round alike stay apart
+				x, y := multibyte(p, n, r, j, 'x'), multibyte(p, n, r, j, 'y')
+				groups = append(groups, keyGroup{
+					how:  fmt.Sprintf("are %d bytes long, mostly %d-byte characters (%q), and differ only in the last byte", len(x), len(r), r),
+					does: fmt.Sprintf("keeps fewer than %d bytes of a key of %d characters: it counts characters where it must count bytes, or truncates bytes", len(x), utf8.RuneCountInString(x)),
+					must: limit > 0,
+					keys: []string{x, y},
+				})
+			}
+		}
+		if limit > 0 && limit > len(b)+8+len(r) {
+			// At the declared maximum exactly, a character ending on it;
+			// one character past it is refused (below, with overLong).
+			x := multibyte(b+"-mmax", limit, r, 0, 'x')
 			groups = append(groups, keyGroup{
-				how:  fmt.Sprintf("are %d bytes long, mostly %d-byte characters (%q), and differ only in the last byte", len(x), len(r), r),
-				does: fmt.Sprintf("keeps fewer than %d bytes of a key of %d characters: it counts characters where it must count bytes, or truncates bytes", len(x), utf8.RuneCountInString(x)),
-				must: limit > 0,
-				keys: []string{x, y},
+				how:  fmt.Sprintf("are %d bytes long — the declared maximum — mostly %d-byte characters (%q), and differ only in the last byte", limit, len(r), r),
+				does: fmt.Sprintf("truncates keys of %d characters to fewer than %d bytes, its declared maximum", utf8.RuneCountInString(x), limit),
+				must: true,
+				keys: []string{x, multibyte(b+"-mmax", limit, r, 0, 'y')},
 			})
 		}
 		if limit > 0 {
@@ -216,14 +238,21 @@ func checkKeys(e *env) {
 	}
 	if limit > 0 {
 		kc.overLong(padded(b, limit, 'x')+"z", limit)
+		// A character that crosses the maximum: a store that cuts at a
+		// character boundary instead of refusing keeps a prefix.
+		for _, r := range []string{"é", "日", "😀"} {
+			if limit > len(b)+8+len(r) {
+				kc.overLong(multibyte(b+"-mover", limit+1, r, len(r)-1, 'x'), limit)
+			}
+		}
 	}
 	if e.cfg.noDelete == "" {
 		kc.deleteExactlyOne()
 	}
 }
 
-// overLong checks that every method refuses k, one byte over the declared
-// maximum, as an invalid key; its max-byte prefix is live.
+// overLong checks that every method refuses k, a key over the declared
+// maximum, as an invalid key (the ASCII one's max-byte prefix is live).
 func (kc keyCheck) overLong(k string, limit int) {
 	e := kc.e
 	ok, err := e.store.Insert(e.ctx, k, []byte{'o', 0}, 0)
@@ -232,7 +261,7 @@ func (kc keyCheck) overLong(k string, limit int) {
 		e.Errorf("Insert of a %d-byte key succeeded, though the store declares (WithMaxKeyLen) that it holds at most %d bytes: declare the real maximum, or refuse longer keys with an error wrapping core.ErrInvalidKey", len(k), limit)
 		return
 	case err == nil:
-		e.Errorf("Insert of a %d-byte key, one byte over the declared maximum of %d, reported a lost race: the key was cut to %d bytes and landed on the entry of its prefix. Refuse keys over the maximum with an error wrapping core.ErrInvalidKey (core.InvalidKey) before any I/O: never truncate them", len(k), limit, limit)
+		e.Errorf("Insert of a %d-byte key, over the declared maximum of %d, reported a lost race: the key was cut to %d bytes or fewer and landed on the entry of its prefix. Refuse keys over the maximum with an error wrapping core.ErrInvalidKey (core.InvalidKey) before any I/O: never truncate them", len(k), limit, limit)
 		return
 	case !kc.refusal("Insert", k, err):
 		return

@@ -218,8 +218,11 @@ func earlyWhy(ttl time.Duration) func(time.Duration) string {
 }
 
 // checkTTL checks that every write's TTL is honoured: never early, never
-// far late, sub-second and long, set by Insert and by Replace, restarted by
-// every write, removed by a write with TTL 0, and over 30 days a duration.
+// far late, sub-second, a second or so and several seconds (where the
+// project's presence records and leases live), set by Insert and by
+// Replace, restarted by every write, removed by a write with TTL 0, and
+// over 30 days a duration. TTLs of minutes to hours are judged only as
+// present at the end (the kit cannot wait them out).
 func checkTTL(e *env) {
 	x := ttlRun{e: e, p: newTTLPlan(e.cfg.ttl)}
 	short, long := x.p.short, x.p.long
@@ -238,6 +241,15 @@ func checkTTL(e *env) {
 			if w, ok := x.insert(k, val, long); ok {
 				if s, ok := x.watch(k, w, long); ok {
 					x.judge("Insert with TTL "+long.String(), w, long, s, earlyWhy(long))
+				}
+			}
+		},
+		func() { // seconds, the range presence records and leases use
+			mid := max(4*time.Second, long+time.Second)
+			k := e.key("ttl-mid")
+			if w, ok := x.insert(k, val, mid); ok {
+				if s, ok := x.watch(k, w, mid); ok {
+					x.judge("Insert with TTL "+mid.String(), w, mid, s, earlyWhy(mid))
 				}
 			}
 		},
