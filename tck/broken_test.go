@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,24 @@ func (s nonComparing) Replace(ctx context.Context, k string, d []byte, _ cas.Ver
 	}
 	runtime.Gosched() // a read-then-write, with a window as a network would have
 	return s.Store.Replace(ctx, k, d, v, ttl)
+}
+
+// rareDoubleInsert writes blindly on one Insert in 50 (an upsert where a
+// create-if-absent was meant, on a path taken rarely): that one replaces a
+// key another Insert created and reports ok too.
+type rareDoubleInsert struct {
+	cas.Store
+	n atomic.Int64
+}
+
+func (s *rareDoubleInsert) Insert(ctx context.Context, k string, d []byte, ttl time.Duration) (bool, error) {
+	if s.n.Add(1)%50 != 0 {
+		return s.Store.Insert(ctx, k, d, ttl)
+	}
+	if err := s.Store.Delete(ctx, k); err != nil {
+		return false, err
+	}
+	return s.Store.Insert(ctx, k, d, ttl)
 }
 
 // dropping acknowledges every write but silently drops one in a thousand of
@@ -110,6 +129,9 @@ var brokenStores = []struct {
 	{"drops one write in a thousand", func() cas.Store { return &dropping{Store: memstore.New()} }, map[string]string{
 		"StoreAtomicityProbe":            "lost",
 		"ExactAccountingUnderContention": "granted twice",
+	}, nil},
+	{"one Insert in 50 overwrites", func() cas.Store { return &rareDoubleInsert{Store: memstore.New()} }, map[string]string{
+		"StoreSingleInsert": "not an atomic create-if-absent",
 	}, nil},
 	{"reports errors as lost races", func() cas.Store { return errorsAsConflicts{memstore.New()} }, map[string]string{
 		"StoreErrorsAreNotLostRaces": "reported as a lost race",
@@ -279,6 +301,7 @@ var byChance = map[string]bool{
 	"ExactAccountingUnderContention": true,
 	"StoreAtomicityProbe":            true,
 	"Batcher/BatchAtomicityProbe":    true,
+	"StoreSingleInsert":              true,
 }
 
 // TestKitCatchesBrokenStores runs, for each broken store, the checks that

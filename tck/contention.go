@@ -257,3 +257,49 @@ func checkLinearizable(e *env) {
 		e.Errorf("the linearizability check timed out on %d operations", len(history))
 	}
 }
+
+// checkSingleInsert releases racers at once on each of many fresh keys, each
+// racer inserting the key through the store SPI: exactly one Insert per key
+// may report ok. An Insert that checks and then writes wins twice only when
+// another falls in its window; one round of racers gives it few chances, so
+// the check runs rounds × racers inserts (a store that let one overlapping
+// Insert in 50 through twice passed SingleInitialisation's one round of 16
+// most of the time).
+func checkSingleInsert(e *env) {
+	const rounds, racers = 200, 8
+	twice := 0
+	for round := range rounds {
+		key := e.key(fmt.Sprintf("insert-%d", round))
+		start := make(chan struct{})
+		var won, failed atomic.Int64
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ok, err := e.store.Insert(e.ctx, key, []byte{'i', byte(i), 0}, 0)
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case ok:
+					won.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if f := failed.Load(); f > 0 {
+			e.Fatalf("%d of %d overlapping Inserts of one absent key failed with an error: Insert must answer a lost race with ok=false, not an error", f, racers)
+		}
+		switch w := won.Load(); {
+		case w == 0:
+			e.Fatalf("%d overlapping Inserts of an absent key all reported a lost race: one must win", racers)
+		case w > 1:
+			twice++
+		}
+	}
+	if twice > 0 {
+		e.Errorf("in %d of %d rounds, %d overlapping Inserts of one absent key, more than one reported ok: Insert is not an atomic create-if-absent, so two instances each create the bucket full and both capacities are granted. Create the key only if absent in one indivisible step of the store (SET NX, insertOne on a unique _id, Couchbase Insert)", twice, rounds, racers)
+	}
+}

@@ -26,6 +26,7 @@ var storeChecks = []check{
 	{name: "StoreTTL", needs: "ttl", background: true, run: checkTTL},
 	{name: "StoreExpiredVersionLoses", needs: "ttl", background: true, run: checkExpiredVersionLoses},
 	{name: "StoreAtomicityProbe", background: true, run: checkProbe},
+	{name: "StoreSingleInsert", run: checkSingleInsert},
 	{name: "InjectedConflicts", run: checkInjectedConflicts},
 	{name: "InjectedStoreErrors", run: checkInjectedErrors},
 	{name: "ContextDeadlineWins", run: checkDeadlineWins},
