@@ -3,20 +3,29 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	yamlv2 "gopkg.in/yaml.v2"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -34,6 +43,7 @@ type manifests struct {
 	services map[string]*corev1.Service
 	set      *appsv1.StatefulSet
 	pdb      *policyv1.PodDisruptionBudget
+	policy   *networkingv1.NetworkPolicy
 }
 
 func readManifests(t *testing.T) manifests {
@@ -63,6 +73,9 @@ func readManifests(t *testing.T) manifests {
 		case "apps/v1 StatefulSet":
 			m.set = &appsv1.StatefulSet{}
 			obj = m.set
+		case "networking.k8s.io/v1 NetworkPolicy":
+			m.policy = &networkingv1.NetworkPolicy{}
+			obj = m.policy
 		case "policy/v1 PodDisruptionBudget":
 			m.pdb = &policyv1.PodDisruptionBudget{}
 			obj = m.pdb
@@ -83,8 +96,8 @@ func readManifests(t *testing.T) manifests {
 // outlasts the whole shutdown; DNS discovery names the headless Service.
 func TestKubernetesManifests(t *testing.T) {
 	m := readManifests(t)
-	if m.rules == nil || m.set == nil || m.pdb == nil || len(m.services) != 2 {
-		t.Fatalf("want a ConfigMap, two Services, a StatefulSet and a PodDisruptionBudget")
+	if m.rules == nil || m.set == nil || m.pdb == nil || m.policy == nil || len(m.services) != 2 {
+		t.Fatalf("want a ConfigMap, two Services, a StatefulSet, a NetworkPolicy and a PodDisruptionBudget")
 	}
 	pod := m.set.Spec.Template
 	if len(pod.Spec.Containers) != 1 {
@@ -187,9 +200,18 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		}
 	}
-	if len(headless.Spec.Ports) != 4 {
-		t.Errorf("headless service: %d ports, want the grid's four (Olric, channel, gossip TCP and UDP)", len(headless.Spec.Ports))
+	// Between members: the owner channel and gossip, never Olric's own
+	// port (its only guard is a password; members reach it through the
+	// owner channel).
+	memberPorts := []string{"channel", "gossip", "gossip-udp"}
+	var hp []string
+	for _, p := range headless.Spec.Ports {
+		hp = append(hp, p.TargetPort.StrVal)
 	}
+	if !slices.Equal(hp, memberPorts) {
+		t.Errorf("headless service ports %v, want %v", hp, memberPorts)
+	}
+	checkNetworkPolicy(t, m, named, memberPorts)
 
 	// Probes: on the health endpoints the binary serves.
 	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.StartupProbe == nil || c.StartupProbe.HTTPGet == nil {
@@ -261,6 +283,9 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("terminationGracePeriodSeconds %d: want more than the shutdown's %v", ptrOr(tgp), shutdown)
 	}
 
+	checkImage(t, pod.Spec)
+	checkEnvoy(t, m, cfg)
+
 	// One instance at a time, in order.
 	if m.set.Spec.PodManagementPolicy != appsv1.OrderedReadyPodManagement {
 		t.Errorf("podManagementPolicy %s, want OrderedReady: the first instance starts the grid alone", m.set.Spec.PodManagementPolicy)
@@ -272,6 +297,62 @@ func TestKubernetesManifests(t *testing.T) {
 		if pod.Labels[k] != v {
 			t.Errorf("PodDisruptionBudget selects %s=%s, which the pods do not carry", k, v)
 		}
+	}
+}
+
+// checkNetworkPolicy: the policy selects the pods and lets in the member
+// ports from the pods only and the clients' Service's ports from anyone:
+// nothing else (Olric's port is left to the pod itself).
+func checkNetworkPolicy(t *testing.T, m manifests, named map[string]corev1.ContainerPort, memberPorts []string) {
+	t.Helper()
+	pod := m.set.Spec.Template
+	np := m.policy.Spec
+	for k, v := range np.PodSelector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("NetworkPolicy selects %s=%s, which the pods do not carry", k, v)
+		}
+	}
+	if !slices.Equal(np.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Ingress) != 2 {
+		t.Fatalf("NetworkPolicy: want Ingress with two rules (members, clients), have %v and %d rules", np.PolicyTypes, len(np.Ingress))
+	}
+	ports := func(rule networkingv1.NetworkPolicyIngressRule) []string {
+		var names []string
+		for _, p := range rule.Ports {
+			if p.Port == nil {
+				t.Errorf("NetworkPolicy: a rule opens every port")
+				continue
+			}
+			cp, ok := named[p.Port.StrVal]
+			if p.Port.Type != intstr.String || !ok || p.Protocol == nil || *p.Protocol != cp.Protocol {
+				t.Errorf("NetworkPolicy port %v/%v: want a container port's name and its protocol", p.Port, p.Protocol)
+				continue
+			}
+			names = append(names, p.Port.StrVal)
+		}
+		return names
+	}
+	members, clients := np.Ingress[0], np.Ingress[1]
+	if got := ports(members); !slices.Equal(got, memberPorts) {
+		t.Errorf("NetworkPolicy: members may reach %v, want %v", got, memberPorts)
+	}
+	if len(members.From) != 1 || members.From[0].PodSelector == nil || members.From[0].NamespaceSelector != nil || members.From[0].IPBlock != nil {
+		t.Fatalf("NetworkPolicy: the member ports must be open to the pods only, not %v", members.From)
+	}
+	for k, v := range members.From[0].PodSelector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("NetworkPolicy: the member ports are open to %s=%s, which the pods do not carry", k, v)
+		}
+	}
+	var want []string
+	for name, s := range m.services {
+		if name != m.set.Spec.ServiceName {
+			for _, p := range s.Spec.Ports {
+				want = append(want, p.TargetPort.StrVal)
+			}
+		}
+	}
+	if got := ports(clients); !slices.Equal(got, want) || len(clients.From) != 0 {
+		t.Errorf("NetworkPolicy: clients may reach %v from %v, want the Service's %v from anyone", got, clients.From, want)
 	}
 }
 
@@ -315,4 +396,136 @@ func ptrOr(p *int64) int64 {
 		return 0
 	}
 	return *p
+}
+
+// checkImage: the Dockerfile builds with go.work's Go and runs as the
+// manifests' user on a distroless nonroot base; its context leaves out
+// what the build does not need.
+func checkImage(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
+	df, err := os.ReadFile("../../deploy/kubernetes/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, err := os.ReadFile("../../go.work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var goVersion string
+	for _, line := range strings.Split(string(work), "\n") {
+		if v, ok := strings.CutPrefix(line, "go "); ok {
+			goVersion = strings.TrimSpace(v)
+		}
+	}
+	var froms []string
+	var user string
+	for _, line := range strings.Split(string(df), "\n") {
+		if f, ok := strings.CutPrefix(line, "FROM "); ok {
+			froms = append(froms, strings.Fields(f)[0])
+		}
+		if u, ok := strings.CutPrefix(line, "USER "); ok {
+			user = strings.TrimSpace(u)
+		}
+	}
+	if len(froms) != 2 || !strings.HasPrefix(froms[0], "golang:"+goVersion+"-") {
+		t.Errorf("Dockerfile FROM %v: want golang:%s-… (go.work's Go), then the runtime", froms, goVersion)
+	}
+	if len(froms) > 0 && !strings.HasPrefix(froms[len(froms)-1], "gcr.io/distroless/static-") || !strings.Contains(froms[len(froms)-1], ":nonroot") {
+		t.Errorf("Dockerfile runtime %v: want distroless static, nonroot", froms)
+	}
+	sc := pod.SecurityContext
+	if want := fmt.Sprintf("%d:%d", ptrOr(sc.RunAsUser), ptrOr(sc.RunAsGroup)); user != want {
+		t.Errorf("Dockerfile USER %q, the manifests run as %s", user, want)
+	}
+	ignore, err := os.ReadFile("../../deploy/kubernetes/Dockerfile.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{".git", "bin/", ".servers/"} {
+		if !slices.Contains(strings.Split(string(ignore), "\n"), want) {
+			t.Errorf("Dockerfile.dockerignore does not leave out %s", want)
+		}
+	}
+}
+
+// checkEnvoy: deploy/kubernetes/envoy.yaml is an Envoy v3 bootstrap whose
+// rate-limit filter calls a cluster that is the clients' Service (its DNS
+// name, its gRPC port, health-checked as the readiness probe checks), for
+// the ConfigMap's domain, with a timeout above the service's own.
+func checkEnvoy(t *testing.T, m manifests, cfg config) {
+	t.Helper()
+	raw, err := os.ReadFile("../../deploy/kubernetes/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yamlv2.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(jsonable(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var boot bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &boot); err != nil {
+		t.Fatalf("envoy.yaml: not an Envoy v3 bootstrap: %v", err)
+	}
+	if err := boot.ValidateAll(); err != nil {
+		t.Fatalf("envoy.yaml: %v", err)
+	}
+	var hcm hcmv3.HttpConnectionManager
+	if err := boot.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	var rl ratelimitv3.RateLimit
+	if f := hcm.GetHttpFilters(); len(f) == 0 || f[0].GetTypedConfig().UnmarshalTo(&rl) != nil || rl.ValidateAll() != nil {
+		t.Fatalf("envoy.yaml: want the rate-limit filter first: %v", f)
+	}
+	var domains []string
+	for _, data := range m.rules.Data {
+		var d struct{ Domain string }
+		if err := yamlv2.Unmarshal([]byte(data), &d); err == nil {
+			domains = append(domains, d.Domain)
+		}
+	}
+	if !slices.Contains(domains, rl.GetDomain()) {
+		t.Errorf("envoy.yaml: domain %q, the ConfigMap's are %v", rl.GetDomain(), domains)
+	}
+	if d := rl.GetTimeout().AsDuration(); d <= cfg.Timeout {
+		t.Errorf("envoy.yaml: timeout %v, want above the service's -timeout %v so the service decides a slow check", d, cfg.Timeout)
+	}
+	name := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
+	var svc *corev1.Service
+	for n, s := range m.services {
+		if n != m.set.Spec.ServiceName {
+			svc = s
+		}
+	}
+	var grpcPort int32
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "grpc" {
+			grpcPort = p.Port
+		}
+	}
+	found := false
+	for _, c := range boot.GetStaticResources().GetClusters() {
+		if c.GetName() != name {
+			continue
+		}
+		found = true
+		sa := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+		if host, ok := strings.CutSuffix(sa.GetAddress(), ".svc.cluster.local"); !ok || !strings.HasPrefix(host, svc.Name+".") || sa.GetPortValue() != uint32(grpcPort) {
+			t.Errorf("envoy.yaml: cluster %s reaches %s:%d, want the Service %s.NAMESPACE.svc.cluster.local:%d", name, sa.GetAddress(), sa.GetPortValue(), svc.Name, grpcPort)
+		}
+		probe := m.set.Spec.Template.Spec.Containers[0].ReadinessProbe.GRPC.Service
+		if hc := c.GetHealthChecks(); len(hc) != 1 || probe == nil || hc[0].GetGrpcHealthCheck().GetServiceName() != *probe {
+			t.Errorf("envoy.yaml: cluster %s health checks %v, want gRPC health of %v as the readiness probe", name, hc, probe)
+		}
+		if c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"] == nil {
+			t.Errorf("envoy.yaml: cluster %s does not speak HTTP/2 (gRPC)", name)
+		}
+	}
+	if !found {
+		t.Errorf("envoy.yaml: the rate-limit filter calls cluster %q, which is not defined", name)
+	}
 }
