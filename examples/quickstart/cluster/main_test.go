@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -90,8 +91,9 @@ func poll(ctx context.Context, t *testing.T, logs *child.Output, what string, co
 	}
 }
 
-// TestJoiningInstanceLimitsItsFirstRequests runs the README's quick start:
-// a first instance, then a second joining it; the first requests the
+// TestJoiningInstanceLimitsItsFirstRequests runs the README's quick start,
+// its command lines taken from README.md: a first instance, then a second
+// joining it; the first requests the
 // second instance answers, from 16 clients (loopback addresses, so 16
 // keys, about half of them on partitions the second member takes over),
 // sent as soon as its port accepts connections, must all have been
@@ -117,7 +119,11 @@ func TestJoiningInstanceLimitsItsFirstRequests(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	first := child.Start(t, exec.Command(bin, "-port", fmt.Sprint(base[0]), "-http", https[0]))
+	// The README's command lines, on this test's ports.
+	lines := readmeInstances(t, strings.NewReplacer(
+		"3420", fmt.Sprint(base[0]), "3422", fmt.Sprint(base[0]+2), "3430", fmt.Sprint(base[1]),
+		"127.0.0.1:8180", https[0], "127.0.0.1:8181", https[1]))
+	first := child.Start(t, exec.Command(bin, append(lines[0], "-port", fmt.Sprint(base[0]), "-http", https[0])...))
 	defer first.Stop(10 * time.Second)
 	poll(ctx, t, first.Out, "the first instance answers", func() bool {
 		r, err := http.Get("http://" + https[0] + "/api/x")
@@ -128,8 +134,7 @@ func TestJoiningInstanceLimitsItsFirstRequests(t *testing.T) {
 		return r.StatusCode == http.StatusOK
 	})
 
-	second := child.Start(t, exec.Command(bin, "-port", fmt.Sprint(base[1]),
-		"-join", fmt.Sprintf("127.0.0.1:%d", base[0]+2), "-http", https[1]))
+	second := child.Start(t, exec.Command(bin, lines[1]...))
 	defer second.Stop(10 * time.Second)
 	poll(ctx, t, second.Out, "the second instance's port", func() bool {
 		c, err := net.Dial("tcp", https[1])
@@ -165,4 +170,37 @@ func TestJoiningInstanceLimitsItsFirstRequests(t *testing.T) {
 	if t.Failed() || strings.Contains(second.Out.String(), "without a limit") {
 		t.Fatalf("the joining instance's first requests were not all limited; its log:\n%s", second.Out.String())
 	}
+}
+
+// readmeInstances returns the arguments of each `bin/quickstart-cluster`
+// command line of the README's quick start, in order, with ports mapped by
+// r; it fails unless there are two.
+func readmeInstances(t *testing.T, r *strings.Replacer) [][]string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	if os.IsNotExist(err) {
+		t.Skip("README.md is not beside this module: not a checkout of the repository")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var instances [][]string
+	for _, l := range strings.Split(string(readme), "\n") {
+		fields := strings.Fields(l)
+		if len(fields) == 0 || fields[0] != "bin/quickstart-cluster" {
+			continue
+		}
+		var args []string
+		for _, f := range fields[1:] {
+			if f == "&" || strings.HasPrefix(f, "#") {
+				break
+			}
+			args = append(args, r.Replace(f))
+		}
+		instances = append(instances, args)
+	}
+	if len(instances) != 2 {
+		t.Fatalf("README.md starts %d quick-start instances (bin/quickstart-cluster …), want 2: %q", len(instances), instances)
+	}
+	return instances
 }
