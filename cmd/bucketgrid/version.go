@@ -7,12 +7,27 @@ import (
 	"strings"
 )
 
-// version describes this build: the module version the go command
-// recorded ("(devel)" for a build from a checkout; the tag for `go install
-// …@vX.Y.Z`), the commit it was built from when known, and the toolchain.
+// stamped is a version set at build time, for builds that record no VCS
+// information (-buildvcs=false, or a source tree without .git such as a
+// Docker build context):
+//
+//	go build -ldflags "-X main.stamped=$(git describe --tags --always --dirty)" ./cmd/bucketgrid
+var stamped string
+
+// version describes this build: the version stamped at build time if any,
+// else the module version the go command recorded ("(devel)" for a build
+// from a checkout; the tag for `go install …@vX.Y.Z`); the commit it was
+// built from when the go command recorded one; and the toolchain.
 func version() string {
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(bi, stamped)
+}
+
+// versionOf is version for the build information bi (nil when the binary
+// carries none) and the stamp.
+func versionOf(bi *debug.BuildInfo, stamp string) string {
 	v, rev := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	if bi != nil {
 		if bi.Main.Version != "" {
 			v = bi.Main.Version
 		}
@@ -31,6 +46,9 @@ func version() string {
 		if rev != "" && modified {
 			rev += "+modified"
 		}
+	}
+	if stamp != "" {
+		v = stamp
 	}
 	parts := []string{"bucketgrid", v}
 	if rev != "" {

@@ -43,3 +43,37 @@ func TestREADMEShowsTheCompiledPrograms(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsShowTheCompiledPrograms: a Go block of docs/ marked with the file
+// it shows (<!-- source: path -->) equals that file.
+func TestDocsShowTheCompiledPrograms(t *testing.T) {
+	root := filepath.Join("..", "..")
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pages) == 0 {
+		t.Skip("docs/ is not beside this module: not a checkout of the repository")
+	}
+	marked := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range sourceMark.FindAllSubmatch(b, -1) {
+			marked++
+			want, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(string(m[1]))))
+			if err != nil {
+				t.Errorf("%s shows %s: %v", filepath.Base(page), m[1], err)
+				continue
+			}
+			if !bytes.Equal(m[2], want) {
+				t.Errorf("%s's block for %s differs from the file: copy the file into the page", filepath.Base(page), m[1])
+			}
+		}
+	}
+	if marked == 0 {
+		t.Fatal("no marked Go block in docs/: docs/security.md shows examples/quickstart/production")
+	}
+}

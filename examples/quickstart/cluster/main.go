@@ -46,10 +46,19 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if err := ready(ctx, member, m, limit); err != nil {
+		log.Fatal(err)
+	}
 	plan := httplimit.StaticPlan(limit) // or a func(key) (core.Config, error): free vs paid plans
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	limiter := httplimit.New(httplimit.NewManaged(m, plan),
+		// Fail-open (the default) serves a request unlimited when its bucket
+		// cannot be consulted within 250 ms: say so, never silently.
+		httplimit.WithErrorHook(func(r *http.Request, err error) {
+			log.Printf("%s %s served without a limit: %v", r.Method, r.URL.Path, err)
+		}))
 	mux := http.NewServeMux()
-	mux.Handle("/api/", httplimit.New(httplimit.NewManaged(m, plan)).Handler(api))
+	mux.Handle("/api/", limiter.Handler(api))
 	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.ListenAndServe() }()
@@ -69,4 +78,33 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Print("left the grid")
+}
+
+// ready returns once this member answers for the keys it owns. A member
+// that joins holds each partition it takes over for grid/olric's
+// HandoverGrace (1.5 s) after it learns that it owns it, so that the old
+// owner has stopped first; a request for a key there waits longer than the
+// middleware's timeout and would be served unlimited. ready checks a bucket
+// on a key this member owns until one answers; the API listens only then.
+func ready(ctx context.Context, member *olric.Member, m *bucketgrid.Manager, limit core.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	config := func(context.Context) (core.Config, error) { return limit, nil }
+	for {
+		for i := range 1000 { // 271 partitions: one of these keys is ours
+			key := fmt.Sprintf("ready/%d", i)
+			if member.Owner(key) != member.Name() {
+				continue
+			}
+			if _, err := m.Bucket(key, config).AvailableTokens(ctx); err == nil {
+				return nil
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("member %s not ready: %w", member.Name(), ctx.Err())
+		case <-time.After(50 * time.Millisecond): // the next routing read
+		}
+	}
 }

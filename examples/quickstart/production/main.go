@@ -1,7 +1,6 @@
 // Command production starts a grid member on a private network with its
-// three ports secured, as the README's "Running the grid in production"
-// shows: mutual TLS on the owner channel, encrypted gossip and Olric's
-// password. The secrets come from files that only the service can read.
+// three ports secured, as docs/security.md shows: mutual TLS on the owner
+// channel, encrypted gossip and Olric's password. The secrets come from files that only the service can read.
 package main
 
 import (
