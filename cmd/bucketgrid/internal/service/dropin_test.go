@@ -8,6 +8,8 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/bucketgrid/bucketgrid/policy"
 	"github.com/bucketgrid/bucketgrid/policy/rulefile"
 )
@@ -128,5 +130,23 @@ func TestHeadersAsEnvoyRatelimit(t *testing.T) {
 		HeaderNames: map[string]string{"ratelimit-limit": "x-l", "ratelimit-remaining": "x-r", "ratelimit-reset": "x-s"}}))
 	if len(h) != 3 || h["x-l"] != "2" || h["x-r"] != "0" || h["x-s"] != "15" {
 		t.Errorf("renamed draft headers: %v", h)
+	}
+}
+
+// TestStopCountingZeroHitsOverLimit: a descriptor of 0 hits already over
+// its limit stops the others being counted, as envoyproxy/ratelimit's
+// check (count + 0 > limit) finds it over.
+func TestStopCountingZeroHitsOverLimit(t *testing.T) {
+	s := newDropin(t, Options{StopCountingWhenOverLimit: true})
+	for range 3 {
+		remaining(t, s, req("d", "small", "x"))
+	}
+	r := req("d", "small", "x", "counted", "y")
+	zero := uint64(0)
+	r.Descriptors[0].HitsAddend = wrapperspb.UInt64(zero)
+	for i := range 3 {
+		if codes, rem := remaining(t, s, r); codes[0] != rlspb.RateLimitResponse_OVER_LIMIT || rem[1] != 10 {
+			t.Fatalf("request %d: %v %v, want small over and counted at 10", i, codes, rem)
+		}
 	}
 }

@@ -254,10 +254,10 @@ func (s *Service) run(ctx context.Context, items []policy.Item) ([]policy.Status
 }
 
 // holdBack is Options.StopCountingWhenOverLimit, as envoyproxy/ratelimit's
-// Redis cache does it (fixed_cache_impl.go, DoLimit): every item with hits
+// Redis cache does it (fixed_cache_impl.go, DoLimit): every limited item
 // is checked first (0 hits), and when any would go over its limit with its
-// hits, the others' hits are set to 0, so that only those going over are
-// counted. It returns the hits it held back, by item; nil when it held
+// hits (an item of 0 hits already over its limit included), the others'
+// hits are set to 0, so that only those going over are counted. It returns the hits it held back, by item; nil when it held
 // none back. As there, the check and the charge are two steps: requests
 // between them are not seen by the check.
 func (s *Service) holdBack(ctx context.Context, items []policy.Item) ([]uint64, error) {
@@ -265,7 +265,7 @@ func (s *Service) holdBack(ctx context.Context, items []policy.Item) ([]uint64, 
 	n := 0
 	for i := range items {
 		probes[i] = items[i]
-		if items[i].Kind != policy.Limited || items[i].Hits == 0 {
+		if items[i].Kind != policy.Limited {
 			probes[i].Kind = policy.NoLimit
 			continue
 		}
@@ -292,7 +292,7 @@ func (s *Service) holdBack(ctx context.Context, items []policy.Item) ([]uint64, 
 	}
 	held := make([]uint64, len(items))
 	for i := range items {
-		if probes[i].Kind == policy.Limited && !over[i] {
+		if probes[i].Kind == policy.Limited && !over[i] && items[i].Hits > 0 {
 			held[i], items[i].Hits = items[i].Hits, 0
 		}
 	}
