@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -126,6 +127,15 @@ func TestEveryRatelimitSetting(t *testing.T) {
 	for n := range known {
 		if !listed[n] {
 			t.Errorf("%s: ratelimitenv.go's, not in settings.go", n)
+		}
+	}
+	doc, err := os.ReadFile("docs/migrate-envoy-ratelimit.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range settingsGo {
+		if !strings.Contains(string(doc), "`"+n+"`") {
+			t.Errorf("%s: not in docs/migrate-envoy-ratelimit.md's table", n)
 		}
 	}
 	honouredN, refusedN := 0, 0
