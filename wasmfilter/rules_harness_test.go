@@ -80,7 +80,7 @@ func buildBucketgrid(t *testing.T) string {
 func startBucketgrid(t *testing.T, bin string) (addr string, stop func()) {
 	t.Helper()
 	cmd := exec.Command(bin, "-config", rulesFile, "-backend", "memory", "-grpc-addr", "127.0.0.1:0",
-		"-http-addr", "127.0.0.1:0", "-drain-grace", "0", "-headers", "x-ratelimit,draft")
+		"-http-addr", "127.0.0.1:0", "-drain-grace", "0", "-headers", "x-ratelimit,draft,retry-after")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

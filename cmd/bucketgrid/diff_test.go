@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -161,13 +163,28 @@ func (s *scenario) request(gen int) *rlspb.RateLimitRequest {
 // in different windows, the attempt is abandoned and a new one starts on
 // fresh counters (the next generation of domains). Requests are sent in the
 // first 700 ms of a second, so an attempt fails only when one exchange takes
-// over 300 ms.
-func TestDifferential(t *testing.T) {
+// over 300 ms. Both run with their defaults: no response headers.
+func TestDifferential(t *testing.T) { differential(t, false) }
+
+// TestDifferentialDropinSettings is TestDifferential with
+// envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT and
+// LIMIT_RESPONSE_HEADERS_ENABLED (a header renamed) in the environment both
+// services read: the same statuses, and the same response headers.
+func TestDifferentialDropinSettings(t *testing.T) {
+	t.Setenv("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")
+	t.Setenv("LIMIT_RESPONSE_HEADERS_ENABLED", "true")
+	t.Setenv("LIMIT_REMAINING_HEADER", "X-Left")
+	differential(t, true)
+}
+
+// differential compares the answers; withHeaders: both services add
+// response headers to some.
+func differential(t *testing.T, withHeaders bool) {
 	files := diffFiles()
 	p := startPeer(t, files)
 	dir := writeConfig(t, t.TempDir(), files)
 	bg := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "",
-		"-headers", "none", "-grid-bind", fmt.Sprintf("127.0.0.1:%d", gridPort(t)))
+		"-grid-bind", fmt.Sprintf("127.0.0.1:%d", gridPort(t)))
 	ref, got := client(t, p.grpcAddr), client(t, bg.grpcAddr)
 
 	const steps = 400
@@ -176,6 +193,7 @@ func TestDifferential(t *testing.T) {
 		compared, ok := 0, true
 		over, codes := 0, map[rlspb.RateLimitResponse_Code]int{}
 		seconds := map[int64]bool{}
+		headed := 0
 		for i := 0; i < steps && ok; i++ {
 			req := s.request(gen)
 			if i%100 == 99 {
@@ -199,6 +217,9 @@ func TestDifferential(t *testing.T) {
 					t.Fatalf("generation %d, request %d\n%v\n%s", gen, i, prototext(req), diff)
 				}
 				codes[want.OverallCode]++
+				if len(want.ResponseHeadersToAdd) > 0 {
+					headed++
+				}
 				for _, st := range want.Statuses {
 					if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
 						over++
@@ -209,8 +230,11 @@ func TestDifferential(t *testing.T) {
 			compared++
 		}
 		if ok {
-			t.Logf("generation %d: %d requests over %d windows of a second, every answer equal; overall %v, %d descriptors over the limit",
-				gen, compared, len(seconds), codes, over)
+			t.Logf("generation %d: %d requests over %d windows of a second, every answer equal; overall %v, %d descriptors over the limit, %d answers with headers",
+				gen, compared, len(seconds), codes, over, headed)
+			if withHeaders != (headed > 0) {
+				t.Fatalf("%d answers with response headers, want some: %v", headed, withHeaders)
+			}
 			// the sequence must have tested something
 			if len(seconds) < 4 || over < steps/10 || codes[rlspb.RateLimitResponse_OK] < steps/10 {
 				t.Fatalf("the sequence is too tame: %d windows, %d over, %v", len(seconds), over, codes)
@@ -260,6 +284,19 @@ func compare(want, got *rlspb.RateLimitResponse) string {
 			!proto.Equal(w.CurrentLimit, g.CurrentLimit) || !proto.Equal(w.DurationUntilReset, g.DurationUntilReset) {
 			fmt.Fprintf(&b, "status %d:\n  envoyproxy/ratelimit %v\n  bucketgrid           %v\n", i, w, g)
 		}
+	}
+	// Envoy adds response_headers_to_add by lower-cased name
+	// (Http::LowerCaseString), in any order
+	headers := func(hs []*corev3.HeaderValue) []string {
+		var out []string
+		for _, h := range hs {
+			out = append(out, strings.ToLower(h.Key)+": "+h.Value)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if w, g := headers(want.ResponseHeadersToAdd), headers(got.ResponseHeadersToAdd); !slices.Equal(w, g) {
+		fmt.Fprintf(&b, "response headers:\n  envoyproxy/ratelimit %q\n  bucketgrid           %q\n", w, g)
 	}
 	return b.String()
 }

@@ -7,9 +7,12 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/bucketgrid/bucketgrid/cas/presence"
 	"github.com/bucketgrid/bucketgrid/policy"
@@ -17,29 +20,35 @@ import (
 
 // config is everything the flags set.
 type config struct {
-	ConfigPaths    []string
-	XDS            xdsFlags
-	GRPCAddr       string
-	HTTPAddr       string
-	DebugAddr      string
-	Rules          policy.Options
-	ShadowMode     bool
-	QuotaMode      bool
-	Headers        policy.Headers
-	Timeout        time.Duration
-	ReloadInterval time.Duration
-	Backend        string
-	Grid           gridFlags
-	TLS            tlsFlags
-	MaxValued      int
-	ShutdownGrace  time.Duration
-	DrainGrace     time.Duration
-	LogLevel       slog.Level
-	Version        bool // print the version and exit
-	RLQS           bool // serve envoy.service.rate_limit_quota.v3 too, on RLQSAddr
-	RLQSAddr       string
-	Degrade        degradeFlags
-	Limits         limitFlags
+	ConfigPaths []string
+	XDS         xdsFlags
+	GRPCAddr    string
+	HTTPAddr    string
+	DebugAddr   string
+	Rules       policy.Options
+	ShadowMode  bool
+	QuotaMode   bool
+	Headers     policy.Headers
+	RetryAfter  bool              // Retry-After on refusals (-headers retry-after)
+	HeaderNames map[string]string // -draft-header-names: policy's lower-case name → the name sent
+	// StopCountingWhenOverLimit: envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (service.Options)
+	StopCountingWhenOverLimit bool
+	Timeout                   time.Duration
+	ReloadInterval            time.Duration
+	Backend                   string
+	Grid                      gridFlags
+	TLS                       tlsFlags
+	MaxValued                 int
+	ShutdownGrace             time.Duration
+	DrainGrace                time.Duration
+	LogLevel                  slog.Level
+	LogJSON                   bool // -log-format json
+	Version                   bool // print the version and exit
+	RLQS                      bool // serve envoy.service.rate_limit_quota.v3 too, on RLQSAddr
+	RLQSAddr                  string
+	Degrade                   degradeFlags
+	Limits                    limitFlags
 }
 
 // limitFlags bound what one client connection, and all of them, can make
@@ -52,6 +61,8 @@ type limitFlags struct {
 	GRPCReadTimeout    time.Duration // time for a call's request message to arrive
 	GRPCIdleTimeout    time.Duration // a connection without calls for this long is closed
 	GRPCKeepaliveMin   time.Duration // clients' keepalive pings closer together end the connection
+	GRPCMaxAge         time.Duration // a connection this old is sent a GOAWAY; 0 never
+	GRPCMaxAgeGrace    time.Duration // its calls' time to finish after the GOAWAY; 0 unbounded
 	HTTPMaxConns       int           // HTTP connections served at once
 	HTTPMaxBody        int64         // bytes of a /json body
 	HTTPMaxHeaderBytes int           // bytes of a request's header
@@ -99,6 +110,7 @@ type gridFlags struct {
 // tlsFlags configure TLS on the gRPC listener.
 type tlsFlags struct {
 	Cert, Key, ClientCA string
+	ClientSAN           string // a name the client certificate must hold (envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN)
 }
 
 type listFlag struct{ v *[]string }
@@ -119,9 +131,16 @@ func (l listFlag) Set(s string) error {
 	return nil
 }
 
+// parseFlags reads the command line, and envoyproxy/ratelimit's settings
+// from the environment (see ratelimitenv.go).
 func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
+	return parseFlagsEnv(fs, args, os.LookupEnv)
+}
+
+// parseFlagsEnv is parseFlags with the environment read by lookup.
+func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) (config, error) {
 	var c config
-	var algorithm, headers, level string
+	var algorithm, headers, level, logFormat, draftNames string
 	var ratio float64
 	fs.Var(listFlag{&c.ConfigPaths}, "config", "configuration `path`: a YAML file, or a directory of *.yaml files (repeatable, or comma-separated)")
 	fs.StringVar(&c.XDS.Addr, "config-xds", "", "`host:port` of an xDS management server to take the configuration from (state of the world, RateLimitConfig resources, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW), instead of -config")
@@ -136,7 +155,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.Float64Var(&ratio, "near-limit-ratio", 0.8, "fraction of a limit above which hits count as near the limit")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", false, "answer OK to everything, counting what would be refused")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", false, "treat every rule as quota_mode")
-	fs.StringVar(&headers, "headers", "ietf", "response headers for Envoy to add, comma-separated: ietf (RateLimit-Policy, RateLimit), x-ratelimit (X-RateLimit-Limit, -Remaining, -Reset), draft (RateLimit-Limit, -Remaining, -Reset, envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED names), or none")
+	fs.StringVar(&headers, "headers", "none", "response headers for Envoy to add, comma-separated: ietf (RateLimit-Policy, RateLimit), x-ratelimit (X-RateLimit-Limit, -Remaining, -Reset), draft (RateLimit-Limit, -Remaining, -Reset, envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED names), retry-after (Retry-After on refusals), or none, as envoyproxy/ratelimit without LIMIT_RESPONSE_HEADERS_ENABLED")
+	fs.StringVar(&draftNames, "draft-header-names", "", "the names of the draft headers instead of RateLimit-Limit, -Remaining and -Reset: three, comma-separated (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)")
+	fs.BoolVar(&c.StopCountingWhenOverLimit, "stop-counting-when-over-limit", false, "when a descriptor of a request would go over its limit, count only the descriptors that would, not the others (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); costs a check of every descriptor of a request first")
 	fs.DurationVar(&c.Timeout, "timeout", time.Second, "bound on answering one request")
 	fs.DurationVar(&c.ReloadInterval, "reload-interval", time.Second, "how often the configuration files are checked for changes")
 	fs.StringVar(&c.Backend, "backend", "grid", "where the buckets live: grid (an Olric grid of the instances), memory (this process only), or a store URI: redis://, mongodb://, couchbase://")
@@ -158,11 +179,13 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.StringVar(&c.TLS.Cert, "tls-cert", "", "gRPC server certificate `file` (PEM); with -tls-key enables TLS")
 	fs.StringVar(&c.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")
 	fs.StringVar(&c.TLS.ClientCA, "tls-client-ca", "", "CA `file` (PEM) that client certificates must chain to (mutual TLS)")
+	fs.StringVar(&c.TLS.ClientSAN, "tls-client-san", "", "a DNS `name` (or IP address) the client certificate must hold, as x509 matches a host name (with -tls-client-ca; envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN)")
 	fs.IntVar(&c.MaxValued, "metrics-max-valued", 1000, "most rule labels holding client values (detailed_metric, value_to_metric, overrides) with series of their own: the most recently used; the others count under the rule path's .__other")
 	fs.DurationVar(&c.DrainGrace, "drain-grace", 5*time.Second, "at shutdown, how long health checks fail (gRPC NOT_SERVING, /healthcheck 500) while requests are still answered, before the listeners close: long enough for load balancers to see it")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown, once the listeners close")
 	fs.BoolVar(&c.Version, "version", false, "print the version and exit")
 	fs.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&logFormat, "log-format", "text", "text or json")
 	fs.BoolVar(&c.RLQS, "rlqs", false, "also serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on -rlqs-addr, from the same rules and buckets")
 	fs.StringVar(&c.RLQSAddr, "rlqs-addr", "127.0.0.1:8082", "gRPC listen `address` of the Rate Limit Quota Service (with -rlqs; health too): its own port, since a usage report is far larger than a check")
 	fs.IntVar(&c.Limits.RLQSMaxRecv, "rlqs-max-recv", 4<<20, "largest usage report in `bytes`: Envoy reports all its buckets in one message every 5 s (about 40 bytes plus the id's keys and values each), so 4 MiB is 10,000 buckets (a stream's most) of ids up to 380 bytes")
@@ -174,6 +197,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	fs.DurationVar(&c.Limits.GRPCReadTimeout, "grpc-read-timeout", 5*time.Second, "how long a call's request message may take to arrive in full before the call is reset")
 	fs.DurationVar(&c.Limits.GRPCIdleTimeout, "grpc-idle-timeout", 5*time.Minute, "a gRPC connection without calls for this long is closed")
 	fs.DurationVar(&c.Limits.GRPCKeepaliveMin, "grpc-keepalive-min-time", 10*time.Second, "a client whose keepalive pings come closer together than this is disconnected")
+	fs.DurationVar(&c.Limits.GRPCMaxAge, "grpc-max-connection-age", 0, "a gRPC connection this old is asked to go away (GOAWAY, with ±10% jitter), so that clients spread over new instances; 0 never (envoyproxy/ratelimit's GRPC_MAX_CONNECTION_AGE, 24h there)")
+	fs.DurationVar(&c.Limits.GRPCMaxAgeGrace, "grpc-max-connection-age-grace", 0, "after -grpc-max-connection-age, how long its calls may take before the connection is closed; 0 unbounded (GRPC_MAX_CONNECTION_AGE_GRACE, 1h there)")
 	fs.IntVar(&c.Limits.HTTPMaxConns, "http-max-conns", 1024, "HTTP connections served at once; further ones wait to be accepted")
 	fs.Int64Var(&c.Limits.HTTPMaxBody, "http-max-body", 64<<10, "largest /json request body in `bytes` (413 beyond)")
 	fs.IntVar(&c.Limits.HTTPMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest HTTP request header in `bytes` (431 beyond)")
@@ -195,6 +220,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		return c, nil
 	}
 	var errs []error
+	if err := applyRatelimitEnv(fs, lookup); err != nil {
+		errs = append(errs, err)
+	}
 	switch {
 	case len(c.ConfigPaths) == 0 && c.XDS.Addr == "":
 		errs = append(errs, errors.New("-config is required (or -config-xds)"))
@@ -210,10 +238,15 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 		errs = append(errs, fmt.Errorf("-near-limit-ratio %v: want a fraction in (0, 1]", ratio))
 	}
 	c.Rules.NearLimitRatio = float32(ratio)
-	if h, err := parseHeaders(headers); err != nil {
+	if h, retry, err := parseHeaders(headers); err != nil {
 		errs = append(errs, err)
 	} else {
-		c.Headers = h
+		c.Headers, c.RetryAfter = h, retry
+	}
+	if n, err := parseHeaderNames(draftNames); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.HeaderNames = n
 	}
 	if c.Timeout <= 0 || c.ReloadInterval <= 0 || c.ShutdownGrace < 0 || c.DrainGrace < 0 {
 		errs = append(errs, errors.New("-timeout and -reload-interval must be positive, -shutdown-grace and -drain-grace not negative"))
@@ -263,6 +296,11 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	if c.TLS.ClientCA != "" && c.TLS.Cert == "" {
 		errs = append(errs, errors.New("-tls-client-ca needs -tls-cert and -tls-key"))
 	}
+	if c.TLS.ClientSAN != "" && c.TLS.ClientCA == "" {
+		// envoyproxy/ratelimit checks the SAN only of verified client
+		// certificates, so without a client CA it accepts every client
+		errs = append(errs, errors.New("-tls-client-san needs -tls-client-ca: without it no client certificate is asked for"))
+	}
 	if l := c.Limits; l.GRPCMaxConns < 1 || l.GRPCMaxStreams < 1 || l.GRPCMaxRecv < 1 || l.HTTPMaxConns < 1 ||
 		l.HTTPMaxBody < 1 || l.HTTPMaxHeaderBytes < 1 {
 		errs = append(errs, errors.New("-grpc-max-conns, -grpc-max-streams, -grpc-max-recv, -http-max-conns, -http-max-body and -http-max-header-bytes must be positive"))
@@ -279,11 +317,21 @@ func parseFlags(fs *flag.FlagSet, args []string) (config, error) {
 	if l := c.Limits; l.GRPCWindow < 65535 || l.GRPCWindow > 1<<30 {
 		errs = append(errs, fmt.Errorf("-grpc-window %d: want 65535 to 1073741824 bytes", l.GRPCWindow))
 	}
+	if l := c.Limits; l.GRPCMaxAge < 0 || l.GRPCMaxAgeGrace < 0 {
+		errs = append(errs, errors.New("-grpc-max-connection-age and -grpc-max-connection-age-grace must not be negative"))
+	}
 	if l := c.Limits; l.GRPCReadTimeout <= 0 || l.GRPCIdleTimeout <= 0 || l.GRPCKeepaliveMin <= 0 || l.HTTPReadTimeout <= 0 || l.HTTPIdleTimeout <= 0 {
 		errs = append(errs, errors.New("-grpc-read-timeout, -grpc-idle-timeout, -grpc-keepalive-min-time, -http-read-timeout and -http-idle-timeout must be positive"))
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
 		errs = append(errs, fmt.Errorf("-log-level: %w", err))
+	}
+	switch logFormat {
+	case "text":
+	case "json":
+		c.LogJSON = true
+	default:
+		errs = append(errs, fmt.Errorf("-log-format %q: want text or json", logFormat))
 	}
 	return c, errors.Join(errs...)
 }
@@ -308,8 +356,7 @@ func splitHostPort(s string) (string, int, error) {
 }
 
 // parseHeaders reads the -headers list.
-func parseHeaders(list string) (policy.Headers, error) {
-	var h policy.Headers
+func parseHeaders(list string) (h policy.Headers, retryAfter bool, err error) {
 	for _, name := range strings.Split(strings.ReplaceAll(list, " ", ""), ",") {
 		switch name {
 		case "none", "":
@@ -319,9 +366,34 @@ func parseHeaders(list string) (policy.Headers, error) {
 			h |= policy.XRateLimitHeaders
 		case "draft":
 			h |= policy.DraftHeaders
+		case "retry-after":
+			retryAfter = true
 		default:
-			return 0, fmt.Errorf("-headers %q: want a list of ietf, x-ratelimit and draft, or none", list)
+			return 0, false, fmt.Errorf("-headers %q: want a list of ietf, x-ratelimit, draft and retry-after, or none", list)
 		}
 	}
-	return h, nil
+	return h, retryAfter, nil
+}
+
+// parseHeaderNames reads -draft-header-names: the names sent instead of
+// the draft headers', keyed by those (lower case, as policy writes them).
+// Envoy refuses a response whose header names are not HTTP tokens, so such
+// names are refused here.
+func parseHeaderNames(list string) (map[string]string, error) {
+	if list == "" {
+		return nil, nil
+	}
+	names := strings.Split(list, ",")
+	if len(names) != 3 {
+		return nil, fmt.Errorf("-draft-header-names %q: want three names, comma-separated", list)
+	}
+	out := map[string]string{}
+	for i, std := range []string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"} {
+		n := strings.TrimSpace(names[i])
+		if !httpguts.ValidHeaderFieldName(n) {
+			return nil, fmt.Errorf("-draft-header-names %q: %q is not a header name", list, n)
+		}
+		out[std] = strings.ToLower(n)
+	}
+	return out, nil
 }

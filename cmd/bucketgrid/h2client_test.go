@@ -310,7 +310,8 @@ descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 50}
 `})
-	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-backend", "memory")
+	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-backend", "memory",
+		"-headers", "ietf,retry-after")
 	lean, err := dialH2(in.grpcAddr)
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ func grpcLimits(l limitFlags, maxRecv int) []grpc.ServerOption {
 		grpc.MaxHeaderListSize(16 << 10),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.GRPCKeepaliveMin, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: l.GRPCIdleTimeout,
+			MaxConnectionAge: l.GRPCMaxAge, MaxConnectionAgeGrace: l.GRPCMaxAgeGrace,
 			Time: 2 * time.Hour, Timeout: 20 * time.Second}),
 	}
 }

@@ -53,7 +53,11 @@ const expiryMargin = 10 * time.Second
 // members= is the number of grid members this instance's gossip knew of
 // when it was ready.
 func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel}))
+	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel})
+	if c.LogJSON {
+		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: c.LogLevel})
+	}
+	log := slog.New(handler)
 	m := metrics.New(c.MaxValued)
 	src, err := openRules(c, log)
 	if err != nil {
@@ -127,13 +131,16 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	defer mgr.Close() // its probes end before the backend closes
 	m.Manager(mgr.Stats)
 	svc := service.New(service.Options{
-		Manager:          mgr,
-		Headers:          c.Headers,
-		GlobalShadowMode: c.ShadowMode,
-		GlobalQuotaMode:  c.QuotaMode,
-		Timeout:          c.Timeout,
-		Metrics:          m,
-		Logger:           log,
+		Manager:                   mgr,
+		Headers:                   c.Headers,
+		RetryAfter:                c.RetryAfter,
+		HeaderNames:               c.HeaderNames,
+		GlobalShadowMode:          c.ShadowMode,
+		StopCountingWhenOverLimit: c.StopCountingWhenOverLimit,
+		GlobalQuotaMode:           c.QuotaMode,
+		Timeout:                   c.Timeout,
+		Metrics:                   m,
+		Logger:                    log,
 	})
 	svc.SetConfig(rules)
 	log.Info("configuration loaded", append([]any{"domains", rules.Domains()}, src.from...)...)

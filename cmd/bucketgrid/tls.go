@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -34,8 +35,27 @@ func serverCredentials(t tlsFlags) (credentials.TransportCredentials, error) {
 			return nil, fmt.Errorf("-tls-client-ca %s: no PEM certificate", t.ClientCA)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		if san := t.ClientSAN; san != "" {
+			cfg.VerifyPeerCertificate = requireSAN(san)
+		}
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// requireSAN refuses a verified client certificate that does not hold
+// san, matched as envoyproxy/ratelimit matches GRPC_CLIENT_TLS_SAN: as
+// x509 matches a host name (a DNS name, wildcards included, or an IP
+// address).
+func requireSAN(san string) func([][]byte, [][]*x509.Certificate) error {
+	return func(_ [][]byte, chains [][]*x509.Certificate) error {
+		if len(chains) == 0 || len(chains[0]) == 0 {
+			return errors.New("no verified client certificate")
+		}
+		if err := chains[0][0].VerifyHostname(san); err != nil {
+			return fmt.Errorf("client certificate: %w", err)
+		}
+		return nil
+	}
 }
 
 type certReloader struct {

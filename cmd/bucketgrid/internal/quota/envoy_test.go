@@ -47,11 +47,14 @@ import (
 //     the limiter, any other starts a new one holding max_tokens ×
 //     remaining/old max_tokens of the old one, or max_tokens when there was
 //     none; every accepted action restarts the expiry timer at the whole
-//     seconds of assignment_time_to_live.
+//     seconds of assignment_time_to_live. An action with neither an
+//     assignment nor an abandon replaces the bucket too, without a limiter,
+//     and its TTL of 0 expires it at once.
 //   - global_client_impl.cc, onActionExpirationTimer: an expired action
 //     gives way to expired_assignment_behavior's fallback_rate_limit for its
 //     timeout's whole seconds (a token bucket equal to the expired one
-//     carries on), then to the default action; without a fallback (also with
+//     carries on; another starts at the expired limiter's fill ratio, as
+//     above), then to the default action; without a fallback (also with
 //     reuse_last_assignment, which this code does not read) straight to the
 //     default action.
 //   - common/common/token_bucket_impl.h, AtomicTokenBucketImpl: a
@@ -161,7 +164,7 @@ func (e *envoy) expire(b *envoyBucket, now int64) {
 			b.action, b.tb = nil, nil
 		} else {
 			if tb := e.expired.GetTokenBucket(); tb != nil && !(b.tb != nil && sameTokenBucket(b.action.GetTokenBucket(), tb)) {
-				b.tb = newEnvoyTokenBucket(tb, at, nil)
+				b.tb = newEnvoyTokenBucket(tb, at, b.tb)
 			} else if tb == nil {
 				b.tb = nil
 			}
@@ -277,6 +280,10 @@ func (e *envoy) apply(resp *rlqspb.RateLimitQuotaResponse) {
 		}
 		qa := a.GetQuotaAssignmentAction()
 		if qa == nil {
+			// cached as it is, without a limiter; its TTL of 0 expires
+			// it at once
+			b.action, b.tb = &typev3.RateLimitStrategy{}, nil
+			b.fallbackUntil, b.expiresAt = 0, now
 			continue
 		}
 		s := qa.GetRateLimitStrategy()

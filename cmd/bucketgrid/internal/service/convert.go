@@ -67,8 +67,8 @@ func (s *Service) response(items []policy.Item, statuses []policy.Status, code p
 		}
 		resp.Statuses[i] = ds
 	}
-	if s.opts.Headers != 0 {
-		resp.ResponseHeadersToAdd = headers(items, statuses, s.opts.Headers)
+	if s.opts.Headers != 0 || s.opts.RetryAfter {
+		resp.ResponseHeadersToAdd = s.headers(items, statuses)
 	}
 	return resp
 }

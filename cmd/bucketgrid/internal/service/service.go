@@ -37,6 +37,20 @@ type Options struct {
 	// policy.DraftHeaders (RateLimit-Limit, -Remaining, -Reset); zero adds
 	// none.
 	Headers policy.Headers
+	// RetryAfter adds Retry-After to a refusal: the longest of the
+	// refusing descriptors' waits. envoyproxy/ratelimit never sends it.
+	RetryAfter bool
+	// HeaderNames renames response headers: a lower-case name as package
+	// policy writes it to the name sent instead (envoyproxy/ratelimit's
+	// LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+	HeaderNames map[string]string
+	// StopCountingWhenOverLimit counts, in a request of which a descriptor
+	// would go over its limit, only the descriptors that would go over;
+	// the others answer their count without being charged
+	// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as
+	// its Redis cache does it). It costs a check of every descriptor
+	// first.
+	StopCountingWhenOverLimit bool
 	// GlobalShadowMode answers OK to every request, counting what would
 	// have been refused (envoyproxy/ratelimit's SHADOW_MODE).
 	GlobalShadowMode bool
@@ -171,6 +185,12 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 	}
+	var held []uint64
+	if s.opts.StopCountingWhenOverLimit {
+		if held, err = s.holdBack(ctx, items); err != nil {
+			return nil, domain, err
+		}
+	}
 	statuses, err := s.run(ctx, items)
 	if err != nil {
 		return nil, domain, err
@@ -178,8 +198,14 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 	code, shadowed := policy.Overall(statuses, s.opts.GlobalShadowMode)
 	for i := range items {
 		if items[i].Kind == policy.Limited && s.opts.Metrics != nil {
+			hits := items[i].Hits
+			if held != nil && held[i] > 0 {
+				// envoyproxy/ratelimit counts the hits it did not charge
+				// as hits within the limit
+				hits, statuses[i].WithinHits = held[i], held[i]
+			}
 			cfg.Stats(req.Domain, req.Descriptors[i].Entries, &items[i].Rule)
-			s.opts.Metrics.Descriptor(&items[i].Rule, &statuses[i], items[i].Hits)
+			s.opts.Metrics.Descriptor(&items[i].Rule, &statuses[i], hits)
 		}
 	}
 	if shadowed {
@@ -225,6 +251,52 @@ func (s *Service) run(ctx context.Context, items []policy.Item) ([]policy.Status
 		}
 	}
 	return statuses, nil
+}
+
+// holdBack is Options.StopCountingWhenOverLimit, as envoyproxy/ratelimit's
+// Redis cache does it (fixed_cache_impl.go, DoLimit): every limited item
+// is checked first (0 hits), and when any would go over its limit with its
+// hits (an item of 0 hits already over its limit included), the others'
+// hits are set to 0, so that only those going over are counted. It returns the hits it held back, by item; nil when it held
+// none back. As there, the check and the charge are two steps: requests
+// between them are not seen by the check.
+func (s *Service) holdBack(ctx context.Context, items []policy.Item) ([]uint64, error) {
+	probes := make([]policy.Item, len(items))
+	n := 0
+	for i := range items {
+		probes[i] = items[i]
+		if items[i].Kind != policy.Limited {
+			probes[i].Kind = policy.NoLimit
+			continue
+		}
+		probes[i].Hits = 0
+		n++
+	}
+	if n < 2 {
+		return nil, nil // a lone item going over is counted anyway
+	}
+	statuses, err := s.run(ctx, probes)
+	if err != nil {
+		return nil, err
+	}
+	over := make([]bool, len(items))
+	anyOver := false
+	for i := range probes {
+		if probes[i].Kind == policy.Limited {
+			over[i] = statuses[i].Over || items[i].Hits > uint64(statuses[i].Remaining)
+			anyOver = anyOver || over[i]
+		}
+	}
+	if !anyOver {
+		return nil, nil
+	}
+	held := make([]uint64, len(items))
+	for i := range items {
+		if probes[i].Kind == policy.Limited && !over[i] && items[i].Hits > 0 {
+			held[i], items[i].Hits = items[i].Hits, 0
+		}
+	}
+	return held, nil
 }
 
 // runGroups is run for items of several buckets: the items of each bucket

@@ -87,7 +87,7 @@ func headerMap(hs []*corev3.HeaderValue) map[string]string {
 }
 
 func TestShouldRateLimit(t *testing.T) {
-	s := newService(t, Options{Headers: policy.IETFHeaders | policy.XRateLimitHeaders})
+	s := newService(t, Options{Headers: policy.IETFHeaders | policy.XRateLimitHeaders, RetryAfter: true})
 	ctx := context.Background()
 	var last *rlspb.RateLimitResponse
 	for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
