@@ -18,7 +18,7 @@ import (
 // a deployment's environment carries over: each one set is honoured, by
 // setting the flag that does what it does, or refused at start with the
 // reason it does not apply. A flag given on the command line wins over the
-// variable. docs/migrate-envoy-ratelimit.md holds the table, which
+// variable. The repository's docs/migrate-envoy-ratelimit.md holds the table, which
 // TestEveryRatelimitSetting checks.
 
 // Reasons shared by several settings.

@@ -129,7 +129,7 @@ func TestEveryRatelimitSetting(t *testing.T) {
 			t.Errorf("%s: ratelimitenv.go's, not in settings.go", n)
 		}
 	}
-	doc, err := os.ReadFile("docs/migrate-envoy-ratelimit.md")
+	doc, err := os.ReadFile("../../docs/migrate-envoy-ratelimit.md")
 	if err != nil {
 		t.Fatal(err)
 	}
