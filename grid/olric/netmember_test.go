@@ -76,6 +76,8 @@ import (
 //	                  when ms have passed (see netDegrade)
 //	DEADLINE p n s ms d checks p0 … p(n-1) for s seconds, each bounded by d
 //	                  ms, saying when ms have passed (see netDeadline)
+//	DRAW p n s        checks p0 … p(n-1) for s seconds, buckets of
+//	                  drawCapacity (see netDraw)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -384,6 +386,8 @@ func netMemberMain() int {
 			netDegrade(m, f[1], arg(2), arg(3), arg(4))
 		case "DEADLINE":
 			netDeadline(m, &cfg, f[1], arg(2), arg(3), arg(4), arg(5))
+		case "DRAW":
+			netDraw(m, f[1], arg(2), arg(3))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:
