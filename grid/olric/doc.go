@@ -187,6 +187,10 @@
 // (TestGracefulLeave, ReplicaCount 2); with ReplicaCount 1 the buckets of a
 // member that left or crashed start empty. A join costs nothing.
 //
+// What is not covered: clocks of different members far enough apart that a
+// bucket moving between them sees time jump (core never mints tokens for
+// time running backwards, but a clock ahead refills early).
+//
 // # Lost state
 //
 // A member that takes a partition over while no member that held the
@@ -203,8 +207,9 @@
 // and a bucket whose state it can read (a backup's, a living previous
 // owner's) keeps that state. So a fault admits at most the refill over its
 // duration beyond the exact bucket, never a second capacity; with Quorum,
-// 0 (TestNetFaultBound measures every row of the README's fault table).
-// With LostFull the bucket starts full, as a new key would: every such
+// 0 (TestNetFaultBound: a host cut off, an owner paused and an owner
+// killed, with one replica and with two; figures in the README's fault
+// table). With LostFull the bucket starts full, as a new key would: every such
 // takeover hands each lost bucket one more capacity.
 //
 // What LostEmpty costs a legitimate client: after a takeover without a
@@ -214,15 +219,11 @@
 // per takeover. The default keeps the bound because a limit that an
 // outage, a pause or a crash can double is no limit; an operator who
 // prefers availability to accuracy sets LostFull, or keeps state instead
-// with ReplicaCount 2, which loses nothing when one member fails. The
+// with ReplicaCount 2, whose backups a new owner reads. The
 // record stays with the member: a partition that moves on again to a
 // living member before its buckets refilled (a restarted member taking
 // its partitions back, say) carries its written buckets along, and its
 // absent ones start full there.
-//
-// What is not covered: clocks of different members far enough apart that a
-// bucket moving between them sees time jump (core never mints tokens for
-// time running backwards, but a clock ahead refills early).
 //
 // # Network splits
 //
@@ -243,16 +244,20 @@
 // journals the buckets it writes (up to 65,536, the oldest dropped first),
 // and once every member is back it sends each to the bucket's owner,
 // which keeps whichever state holds fewer tokens as core counts them. A
-// bucket therefore ends with no more tokens than either side left it
-// (consumption on both sides is not added up: the smaller remainder wins).
+// bucket therefore ends with no more tokens than either side that wrote
+// it left it (consumption on both sides is not added up: the smaller
+// remainder wins); a side that started it empty and wrote nothing (see
+// "Lost state") leaves the other side's state.
 //
 // With Config.Quorum set, a member executes only while gossip counts a
 // majority of the members it knew (a member that left with Shutdown
 // announces it and is no longer counted): the small side of a split
 // answers ErrNoQuorum at once, the majority starts the buckets it took
 // over from the small side empty (see "Lost state"), so a split admits
-// nothing beyond the exact bucket, and the buckets keep the majority's
-// state after the heal (TestNetQuorum, TestNetFaultBound). The
+// nothing beyond the exact bucket, and after the heal each bucket holds
+// what the exact bucket holds: the majority's state where it admitted,
+// the small side's last one where the majority admitted nothing
+// (TestNetQuorum, TestNetFaultBound). The
 // caller's failure mode decides what the small side's clients get. Two
 // members cannot form a majority without each other: use three or more.
 //

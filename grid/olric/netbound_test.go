@@ -222,6 +222,7 @@ func TestNetFaultBound(t *testing.T) {
 		{"owner paused 5 s", faultPause, netTimings{}},
 		{"owner killed", faultKill, netTimings{}},
 		{"host cut 5 s, 2 replicas", faultCut, netTimings{Replicas: 2}},
+		{"host cut 5 s, Quorum, 2 replicas", faultCut, netTimings{Replicas: 2, Quorum: true}},
 		{"owner paused 5 s, 2 replicas", faultPause, netTimings{Replicas: 2}},
 		{"owner killed, 2 replicas", faultKill, netTimings{Replicas: 2}},
 	} {

@@ -46,7 +46,8 @@ import (
 //	                  timeout" and what it saw
 //	GO key n g        g goroutines × n TryConsume(1) on key: "GO admitted"
 //	CONSUME p n k [ms] TryConsume(k) on buckets p0 … p(n-1), each bounded by
-//	                  ms (2000): "CONSUME admitted failed noquorum"
+//	                  ms (2000): "CONSUME admitted failed noquorum i,j,…,-"
+//	                  (i, j, … the buckets that admitted)
 //	TOKENS p n [ms]   the available tokens of p0 … p(n-1), each check bounded
 //	                  by ms (5000), -1 where it failed: "TOKENS t0 t1 …"
 //	OWNKEY p n        one of p0 … p(n-1) this member owns: "OWNKEY key"
@@ -264,6 +265,7 @@ func netMemberMain() int {
 			fmt.Println("SHRINKS", m.shrinks.Load())
 		case "CONSUME":
 			admitted, failed, noQuorum := 0, 0, 0
+			which := []string{}
 			timeout := 2 * time.Second
 			if len(f) > 4 {
 				timeout = time.Duration(arg(4)) * time.Millisecond
@@ -280,9 +282,10 @@ func netMemberMain() int {
 					failed++
 				case resp.Results[0].OK:
 					admitted++
+					which = append(which, strconv.Itoa(i))
 				}
 			}
-			fmt.Println("CONSUME", admitted, failed, noQuorum)
+			fmt.Println("CONSUME", admitted, failed, noQuorum, strings.Join(append(which, "-"), ","))
 		case "TOKENS":
 			out := []string{"TOKENS"}
 			timeout := 5 * time.Second
