@@ -60,7 +60,7 @@ type Config struct {
 
 	// ReplicaCount is Olric's replica count: 1 keeps one copy of each
 	// bucket (a member that leaves or crashes takes its buckets with it:
-	// they reset to full), 2 keeps a synchronous backup on another member
+	// they start again as LostState says), 2 keeps a synchronous backup on another member
 	// (nothing lost when one member leaves, 3-5x slower writes).
 	ReplicaCount int
 
@@ -216,6 +216,13 @@ type Config struct {
 	// capacity. Without it both sides answer, and their buckets are merged
 	// when the split heals (each ends with the fewer tokens).
 	Quorum bool
+
+	// LostState is how a member creates a bucket absent from a partition
+	// it took over without a readable copy of its state (a previous owner
+	// killed, paused or cut off, and no backup): LostEmpty (the default)
+	// as if empty at the takeover and refilled since, LostFull full. See
+	// "Lost state" in the package documentation.
+	LostState LostState
 
 	// ProbeInterval, ProbeTimeout and SuspicionMult tune gossip's failure
 	// detection (memberlist's probe period, the wait for an ack, and the
@@ -373,6 +380,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SuspicionMult <= 0 {
 		c.SuspicionMult = d.SuspicionMult
+	}
+	if !c.LostState.valid() {
+		return c, fmt.Errorf("%w: %d", ErrLostState, c.LostState)
 	}
 	if c.listen == nil {
 		c.listen = net.Listen

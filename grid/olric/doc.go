@@ -172,28 +172,66 @@
 //     admitted 19 tokens too many while Olric had not yet promoted its backup
 //     (TestGracefulLeave).
 //   - A member leaves gracefully with ReplicaCount 1: Olric does not hand its
-//     data over, so each bucket it owned starts again full on its new owner:
-//     measured, exactly the leaver's buckets (about a third) and no other.
+//     data over, so each bucket it owned is lost and starts again empty on
+//     its new owner (see "Lost state"): measured, exactly the leaver's
+//     buckets (about a third) and no other, and 0 over-admitted
+//     (TestGracefulLeave).
 //   - A member crashes (SIGKILL of its process): with ReplicaCount 1 exactly
-//     its buckets start over full, with 2 none is lost (TestCrash); requests
-//     for its partitions wait until memberlist declares it dead and the
-//     partitions are handed over (see "Crash fail-over window").
+//     its buckets start over empty, with 2 none is lost, and none starts
+//     full (TestCrash); requests for its partitions wait until memberlist
+//     declares it dead and the partitions are handed over (see "Crash
+//     fail-over window").
 //
-// So the bound during a membership change is: at most one bucket capacity
-// of over-admission per bucket whose owner left or crashed; with
-// ReplicaCount 1 that is what happens to each of them, with 2 it is rare and
-// brief. A join costs nothing.
+// So during a membership change no bucket admits more than the exact
+// bucket would, but for the rare read before Olric promotes a backup
+// (TestGracefulLeave, ReplicaCount 2); with ReplicaCount 1 the buckets of a
+// member that left or crashed start empty. A join costs nothing.
 //
 // What is not covered: clocks of different members far enough apart that a
 // bucket moving between them sees time jump (core never mints tokens for
 // time running backwards, but a clock ahead refills early).
 //
+// # Lost state
+//
+// A member that takes a partition over while no member that held the
+// partition's data is left (its owner killed, paused past gossip's
+// suspicion, or cut off by a split, with no backup: ReplicaCount 1, or
+// every backup gone with it) cannot read the latest state of its buckets:
+// a bucket it finds absent may have been drawn dry a moment before.
+// Config.LostState says what it creates then. With LostEmpty, the default,
+// the member records, per partition, the instant of such a takeover (its
+// routing read that first showed it owning the partition) and creates any
+// absent bucket of the partition as if it had been empty at that instant
+// and refilled since, by core's integer arithmetic: a key first seen long
+// after the takeover starts full anyway, so no window constant is needed,
+// and a bucket whose state it can read (a backup's, a living previous
+// owner's) keeps that state. So a fault admits at most the refill over its
+// duration beyond the exact bucket, never a second capacity; with Quorum,
+// 0 (TestNetFaultBound: a host cut off, an owner paused and an owner
+// killed, with one replica and with two; figures in the README's fault
+// table). With LostFull the bucket starts full, as a new key would: every such
+// takeover hands each lost bucket one more capacity.
+//
+// What LostEmpty costs a legitimate client: after a takeover without a
+// copy, the lost partitions' clients wait for the refill, at most the time
+// their bucket takes to refill from empty to what they ask (capacity /
+// rate for a full burst; a bucket of 100 a minute, up to a minute), once
+// per takeover. The default keeps the bound because a limit that an
+// outage, a pause or a crash can double is no limit; an operator who
+// prefers availability to accuracy sets LostFull, or keeps state instead
+// with ReplicaCount 2, whose backups a new owner reads. The
+// record stays with the member: a partition that moves on again to a
+// living member before its buckets refilled (a restarted member taking
+// its partitions back, say) carries its written buckets along, and its
+// absent ones start full there.
+//
 // # Network splits
 //
 // Olric is AP: when the network splits, each side declares the other's
 // members dead and takes over their partitions, so each side owns every key
-// and, by default, admits up to a full capacity of its own (with
-// ReplicaCount 1 the other side's buckets start full there).
+// and, by default, admits on its own; the other side's buckets it cannot
+// read start empty there (see "Lost state"), so a split admits at most the
+// refill over its duration beyond the exact bucket, not a second capacity.
 //
 // A split heals by itself. memberlist never contacts a member it declared
 // dead, so every HealInterval (1 s) a member asks the members it misses to
@@ -206,14 +244,20 @@
 // journals the buckets it writes (up to 65,536, the oldest dropped first),
 // and once every member is back it sends each to the bucket's owner,
 // which keeps whichever state holds fewer tokens as core counts them. A
-// bucket therefore ends with no more tokens than either side left it
-// (consumption on both sides is not added up: the smaller remainder wins).
+// bucket therefore ends with no more tokens than either side that wrote
+// it left it (consumption on both sides is not added up: the smaller
+// remainder wins); a side that started it empty and wrote nothing (see
+// "Lost state") leaves the other side's state.
 //
 // With Config.Quorum set, a member executes only while gossip counts a
 // majority of the members it knew (a member that left with Shutdown
 // announces it and is no longer counted): the small side of a split
-// answers ErrNoQuorum at once, instead of a second full capacity, and its
-// buckets keep the majority's state after the heal (TestNetQuorum). The
+// answers ErrNoQuorum at once, the majority starts the buckets it took
+// over from the small side empty (see "Lost state"), so a split admits
+// nothing beyond the exact bucket, and after the heal each bucket holds
+// what the exact bucket holds: the majority's state where it admitted,
+// the small side's last one where the majority admitted nothing
+// (TestNetQuorum, TestNetFaultBound). The
 // caller's failure mode decides what the small side's clients get. Two
 // members cannot form a majority without each other: use three or more.
 //

@@ -459,12 +459,18 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 		}
 	}
 	now := m.cfg.Clock.Now()
+	synthetic := false
+	if s.state == nil && m.cfg.LostState == LostEmpty && createsLost(req) {
+		if at := o.r.lostAt[h%m.cfg.PartitionCount]; at != 0 {
+			s.state, synthetic = emptySince(req, at, now), true
+		}
+	}
 	if lx != nil {
 		lx.prepare(s.state, req, now, o.epoch, rec, o.now)
 	}
 	newStored, changed, resp := wire.Process(s.state, *req, now)
 	if !changed {
-		if !s.cached && s.state != nil {
+		if !s.cached && s.state != nil && !synthetic {
 			if f, failed := m.replicate(o.ctx, o.st, key, s.state, s.expiresAt, o.epoch); failed {
 				return f
 			}
@@ -671,8 +677,8 @@ func remaining(ctx context.Context, budget time.Time) time.Duration {
 // Config.LeaveTimeout; at most 100 ms later than asked when a cluster
 // event came in just before, see settleRouting) and closes its connections. It returns when every
 // goroutine it started has ended or ctx ends. With ReplicaCount 1 the
-// buckets this member owned are lost (they start full on their new owner);
-// with 2 their backups take over.
+// buckets this member owned are lost (they start empty on their new owner,
+// see Config.LostState); with 2 their backups take over.
 func (m *Member) Shutdown(ctx context.Context) error {
 	m.shutdownOnce.Do(func() { m.shutdownErr = m.shutdown(ctx) })
 	return m.shutdownErr

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -199,9 +200,8 @@ func TestJoinUnderLoad(t *testing.T) {
 
 // TestGracefulLeave stops one of three members while 6 goroutines on the
 // other two drain 100 buckets of capacity 40. With two replicas nothing is
-// lost and nothing over-admitted; with one, exactly the leaver's buckets may
-// start over full, so over-admission is confined to them and at most one
-// capacity each.
+// lost and nothing over-admitted; with one, exactly the leaver's buckets
+// start over empty (Config.LostState), so nothing is over-admitted either.
 func TestGracefulLeave(t *testing.T) {
 	for _, rf := range []int{1, 2} {
 		t.Run(fmt.Sprintf("replicas=%d", rf), func(t *testing.T) {
@@ -251,13 +251,13 @@ func TestGracefulLeave(t *testing.T) {
 				}
 				switch got := resp.Results[0].Tokens; got {
 				case capacity - 10:
-				case capacity:
+				case 0:
 					lost++
 					if !owned[k] {
 						lostElsewhere++
 					}
 				default:
-					t.Fatalf("%s: %d available, want %d (kept) or %d (lost)", k, got, capacity-10, capacity)
+					t.Fatalf("%s: %d available, want %d (kept) or 0 (lost, started empty)", k, got, capacity-10)
 				}
 			}
 			over, overKeys := l.overAdmitted(capacity)
@@ -268,10 +268,12 @@ func TestGracefulLeave(t *testing.T) {
 			}
 			switch rf {
 			case 1:
+				if lost != countTrue(owned) {
+					t.Errorf("%d buckets lost, want the leaver's %d", lost, countTrue(owned))
+				}
 				for i, k := range lk {
-					d := l.admitted[i].Load() - capacity
-					if d > 0 && (!leaverOwned[k] || d > capacity) {
-						t.Errorf("%s over-admitted %d (owned by the leaver: %v); the bound is one capacity on the leaver's keys", k, d, leaverOwned[k])
+					if d := l.admitted[i].Load() - capacity; d > 0 {
+						t.Errorf("%s over-admitted %d (owned by the leaver: %v); a lost bucket starts empty", k, d, leaverOwned[k])
 					}
 				}
 			case 2:
@@ -305,7 +307,8 @@ func countTrue(m map[string]bool) int {
 // TestCrash kills one of three member processes (SIGKILL: no leave, no
 // hand-over) after 300 buckets were drawn down, and checks what the
 // contract says: with one replica exactly the dead member's buckets start
-// over full, with two none does.
+// over empty (Config.LostState; before it, full: a second capacity each),
+// with two none is lost, and none starts full.
 func TestCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -326,15 +329,20 @@ func TestCrash(t *testing.T) {
 			kids[0].expect(t, "STABLE")
 			settled := time.Since(start)
 			kids[0].send(t, fmt.Sprint("LOST ", n))
-			lost, _ := strconv.Atoi(kids[0].expect(t, "LOST"))
-			t.Logf("replicas=%d: crashed member owned %d of %d buckets; %d lost; routing settled %v after the kill",
-				rf, owned, n, lost, settled.Round(time.Millisecond))
+			f := strings.Fields(kids[0].expect(t, "LOST"))
+			full, _ := strconv.Atoi(f[0])
+			empty, _ := strconv.Atoi(f[1])
+			t.Logf("replicas=%d: crashed member owned %d of %d buckets; %d started again full, %d empty; routing settled %v after the kill",
+				rf, owned, n, full, empty, settled.Round(time.Millisecond))
 			want := 0
 			if rf == 1 {
 				want = owned
 			}
-			if lost != want {
-				t.Errorf("%d buckets lost, want %d", lost, want)
+			if full != 0 {
+				t.Errorf("%d buckets started again full (a second capacity each)", full)
+			}
+			if empty != want {
+				t.Errorf("%d buckets lost (empty), want %d", empty, want)
 			}
 			for _, k := range kids[:2] {
 				k.send(t, "STOP")

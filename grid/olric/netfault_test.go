@@ -24,7 +24,10 @@ func tokens(t *testing.T, k *child, prefix string, n int) []int64 {
 }
 
 // consumed is what a CONSUME command reports.
-type consumed struct{ admitted, failed, noQuorum int }
+type consumed struct {
+	admitted, failed, noQuorum int
+	which                      map[int]bool // the buckets that admitted
+}
 
 // consumeAll has k take n tokens from each of buckets p0 … p(count-1).
 func consumeAll(t *testing.T, k *child, prefix string, count, n int) consumed {
@@ -35,6 +38,12 @@ func consumeAll(t *testing.T, k *child, prefix string, count, n int) consumed {
 	c.admitted, _ = strconv.Atoi(f[0])
 	c.failed, _ = strconv.Atoi(f[1])
 	c.noQuorum, _ = strconv.Atoi(f[2])
+	c.which = map[int]bool{}
+	for _, w := range strings.Split(f[3], ",") {
+		if i, err := strconv.Atoi(w); err == nil {
+			c.which[i] = true
+		}
+	}
 	return c
 }
 
@@ -72,7 +81,11 @@ func shrinks(t *testing.T, kids []*child) []int {
 // TestNetPartitionHeals cuts one host of three off the network, lets both
 // sides consume from the same buckets, and heals the network: the members
 // must form one cluster again by themselves, read one routing table, and
-// no bucket may end with more tokens than either side left it.
+// no bucket may end with more tokens than either side left it, nor more
+// than the exact bucket holds after what both sides admitted. (A side
+// that could not read a bucket started it empty, Config.LostState, and
+// admitted nothing from it: it left nothing to merge, and the other
+// side's state is the bucket's.)
 func TestNetPartitionHeals(t *testing.T) {
 	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{})
@@ -94,8 +107,9 @@ func TestNetPartitionHeals(t *testing.T) {
 	}
 	// The majority takes 100 from each bucket, the cut host 300 (where it
 	// can).
-	if f := consume(t, c.kids[0], "split", n, 100); f > 0 {
-		t.Errorf("%d checks failed on the majority side", f)
+	maj := consumeAll(t, c.kids[0], "split", n, 100)
+	if maj.failed > 0 {
+		t.Errorf("%d checks failed on the majority side", maj.failed)
 	}
 	// Where Olric did not re-route, the cut host's checks of buckets
 	// owned across the split wait out their deadline: keep it short.
@@ -104,7 +118,14 @@ func TestNetPartitionHeals(t *testing.T) {
 		cutCmd, tokCmd = cutCmd+" 150", tokCmd+" 150"
 	}
 	c.kids[2].send(t, cutCmd)
-	failed, _ := strconv.Atoi(strings.Fields(c.kids[2].expect(t, "CONSUME"))[1])
+	cf := strings.Fields(c.kids[2].expect(t, "CONSUME"))
+	failed, _ := strconv.Atoi(cf[1])
+	cutWhich := map[int]bool{}
+	for _, w := range strings.Split(cf[3], ",") {
+		if i, err := strconv.Atoi(w); err == nil {
+			cutWhich[i] = true
+		}
+	}
 	c.kids[2].send(t, tokCmd)
 	var cutTokens []int64
 	for _, s := range strings.Fields(c.kids[2].expect(t, "TOKENS")) {
@@ -123,12 +144,18 @@ func TestNetPartitionHeals(t *testing.T) {
 	for _, k := range c.kids {
 		got := tokens(t, k, "split", n)
 		for i, tk := range got {
-			limit := sides[0][i]
-			if sides[1][i] >= 0 { // -1: the cut host could not read it
+			exact := int64(netCapacity - 10)
+			limit := int64(netCapacity)
+			if maj.which[i] {
+				exact -= 100
+				limit = min(limit, sides[0][i])
+			}
+			if cutWhich[i] {
+				exact -= 300
 				limit = min(limit, sides[1][i])
 			}
-			if tk > limit || tk < 0 {
-				t.Errorf("bucket split%d: %d tokens after the heal, sides left %d and %d", i, tk, sides[0][i], sides[1][i])
+			if tk > min(limit, exact) || tk < 0 {
+				t.Errorf("bucket split%d: %d tokens after the heal, sides left %d and %d, the exact bucket %d", i, tk, sides[0][i], sides[1][i], exact)
 			}
 		}
 	}
@@ -228,7 +255,10 @@ func TestNetKillRestart(t *testing.T) {
 // TestNetQuorum is TestNetPartitionHeals with Config.Quorum: the cut host,
 // a minority, refuses every check (ErrNoQuorum where it would have been
 // the owner) instead of admitting a second capacity, the majority goes on,
-// and after the heal every bucket holds what the majority left.
+// starting the buckets it could not read empty (Config.LostState), and
+// after the heal every bucket holds exactly what the exact bucket holds:
+// what the majority left where it admitted, the minority's last state
+// where the majority admitted nothing.
 func TestNetQuorum(t *testing.T) {
 	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{Quorum: true})
@@ -238,9 +268,11 @@ func TestNetQuorum(t *testing.T) {
 	}
 	c.bed.Partition(c.bed.Hosts[2:])
 	c.wait(t, 2, c.kids[:2]...)
-	if f := consume(t, c.kids[0], "q", n, 100); f > 0 {
-		t.Errorf("%d checks failed on the majority side", f)
+	maj := consumeAll(t, c.kids[0], "q", n, 100)
+	if maj.failed > 0 {
+		t.Errorf("%d checks failed on the majority side", maj.failed)
 	}
+	t.Logf("the majority: %d of %d admitted (the others' state was on the cut host: they started empty)", maj.admitted, n)
 	cut := consumeAll(t, c.kids[2], "q", n, 300)
 	t.Logf("the cut host: %d admitted, %d failed (%d with ErrNoQuorum) of %d", cut.admitted, cut.failed, cut.noQuorum, n)
 	if cut.admitted > 0 {
@@ -254,8 +286,12 @@ func TestNetQuorum(t *testing.T) {
 	c.wait(t, 3, c.kids...)
 	for _, k := range c.kids {
 		for i, tk := range tokens(t, k, "q", n) {
-			if tk != majority[i] {
-				t.Errorf("bucket q%d: %d tokens after the heal, the majority left %d", i, tk, majority[i])
+			exact := int64(netCapacity - 10)
+			if maj.which[i] {
+				exact -= 100
+			}
+			if tk != exact || maj.which[i] && tk != majority[i] {
+				t.Errorf("bucket q%d: %d tokens after the heal, the exact bucket %d, the majority left %d", i, tk, exact, majority[i])
 			}
 		}
 	}

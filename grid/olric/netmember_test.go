@@ -46,7 +46,8 @@ import (
 //	                  timeout" and what it saw
 //	GO key n g        g goroutines × n TryConsume(1) on key: "GO admitted"
 //	CONSUME p n k [ms] TryConsume(k) on buckets p0 … p(n-1), each bounded by
-//	                  ms (2000): "CONSUME admitted failed noquorum"
+//	                  ms (2000): "CONSUME admitted failed noquorum i,j,…,-"
+//	                  (i, j, … the buckets that admitted)
 //	TOKENS p n [ms]   the available tokens of p0 … p(n-1), each check bounded
 //	                  by ms (5000), -1 where it failed: "TOKENS t0 t1 …"
 //	OWNKEY p n        one of p0 … p(n-1) this member owns: "OWNKEY key"
@@ -76,6 +77,8 @@ import (
 //	                  when ms have passed (see netDegrade)
 //	DEADLINE p n s ms d checks p0 … p(n-1) for s seconds, each bounded by d
 //	                  ms, saying when ms have passed (see netDeadline)
+//	DRAW p n s        checks p0 … p(n-1) for s seconds, buckets of
+//	                  drawCapacity (see netDraw)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -262,6 +265,7 @@ func netMemberMain() int {
 			fmt.Println("SHRINKS", m.shrinks.Load())
 		case "CONSUME":
 			admitted, failed, noQuorum := 0, 0, 0
+			which := []string{}
 			timeout := 2 * time.Second
 			if len(f) > 4 {
 				timeout = time.Duration(arg(4)) * time.Millisecond
@@ -278,9 +282,10 @@ func netMemberMain() int {
 					failed++
 				case resp.Results[0].OK:
 					admitted++
+					which = append(which, strconv.Itoa(i))
 				}
 			}
-			fmt.Println("CONSUME", admitted, failed, noQuorum)
+			fmt.Println("CONSUME", admitted, failed, noQuorum, strings.Join(append(which, "-"), ","))
 		case "TOKENS":
 			out := []string{"TOKENS"}
 			timeout := 5 * time.Second
@@ -384,6 +389,8 @@ func netMemberMain() int {
 			netDegrade(m, f[1], arg(2), arg(3), arg(4))
 		case "DEADLINE":
 			netDeadline(m, &cfg, f[1], arg(2), arg(3), arg(4), arg(5))
+		case "DRAW":
+			netDraw(m, f[1], arg(2), arg(3))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:

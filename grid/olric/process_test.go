@@ -28,7 +28,8 @@ import (
 //	OWNED n  answers "OWNED k", how many of those buckets this member owns
 //	WAIT m   waits for a routing table with m members and no pending
 //	         hand-over; answers "STABLE"
-//	LOST n   answers "LOST k", how many of those buckets are full again
+//	LOST n   answers "LOST full empty", how many of those buckets are
+//	         full again, and how many empty
 //	OWNKEY n answers "OWNKEY key", one of those buckets this member owns
 //	OUTAGE key  checks key (each attempt bounded by 100 ms) until a check
 //	         succeeds; answers "OUTAGE ms", the time since the command
@@ -100,7 +101,7 @@ func childMain() int {
 			fmt.Println("AVAIL", resp.Results[0].Tokens)
 		case "SEED", "OWNED", "LOST":
 			n, _ := strconv.Atoi(f[1])
-			k := 0
+			k, empty := 0, 0
 			for i := range n {
 				key := fmt.Sprint("crash-", i)
 				switch f[0] {
@@ -116,14 +117,19 @@ func childMain() int {
 					resp, err := m.Execute(context.Background(), key, availableReq(&cfg))
 					if err != nil {
 						fmt.Println("ERROR", err)
-					} else if resp.Results[0].Tokens == sharedCapacity {
+					} else if tk := resp.Results[0].Tokens; tk == sharedCapacity {
 						k++
+					} else if tk == 0 {
+						empty++
 					}
 				}
 			}
-			if f[0] == "SEED" {
+			switch f[0] {
+			case "SEED":
 				fmt.Println("SEEDED")
-			} else {
+			case "LOST":
+				fmt.Println("LOST", k, empty)
+			default:
 				fmt.Println(f[0], k)
 			}
 		case "OWNKEY":

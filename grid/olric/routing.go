@@ -30,6 +30,16 @@ type routes struct {
 	// Olric's table: the previous owners that still hold data of p, then
 	// this member (see refresh, on gaps).
 	history []string
+	// holders[p] names, comma-separated, every member holding data of
+	// partition p in Olric's table (owners, previous owners, backups), for
+	// every partition: who a later owner of p could read p's state from
+	// (see lostTakeover).
+	holders []string
+	// lostAt[p], for a partition this member owns, is when (Unix
+	// nanoseconds of Config.Clock) it took p over without a readable copy
+	// of p's state, 0 when it has one: a bucket of p it finds absent was
+	// empty then (Config.LostState).
+	lostAt []int64
 	// epoch[p] changes whenever this member (re)acquires partition p or p's
 	// backups change (so a read-only bucket is written again, see
 	// replicate); a
@@ -85,6 +95,8 @@ func (m *Member) refresh(ctx context.Context) error {
 		from:       make([]string, n),
 		backups:    make([]string, n),
 		history:    make([]string, n),
+		holders:    make([]string, n),
+		lostAt:     make([]int64, n),
 		epoch:      make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
@@ -97,6 +109,7 @@ func (m *Member) refresh(ctx context.Context) error {
 			o := r.PrimaryOwners[len(r.PrimaryOwners)-1]
 			nr.owners[p] = o
 			distinct[o] = struct{}{}
+			nr.holders[p] = strings.Join(append(slices.Clip(r.PrimaryOwners), r.ReplicaOwners...), ",")
 			if o == m.name {
 				nr.backups[p] = strings.Join(r.ReplicaOwners, ",")
 				nr.history[p] = strings.Join(r.PrimaryOwners, ",")
@@ -145,6 +158,7 @@ func (m *Member) refresh(ctx context.Context) error {
 	gapped := gap > int64(m.cfg.HandoverGrace-m.cfg.RoutingLease)
 	far := gap > int64(2*m.cfg.HandoverGrace)
 	guard := returned + int64(m.cfg.HandoverGrace)
+	wallNow := m.cfg.Clock.Now()
 	for p := range nr.owners {
 		if nr.owners[p] != m.name {
 			continue
@@ -159,6 +173,11 @@ func (m *Member) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = guard
 			nr.epoch[p] = m.epochs.Add(1)
 			if prev != nil {
+				if prev.owners[p] == m.name {
+					nr.lostAt[p] = prev.lostAt[p]
+				} else if m.lostTakeover(prev, nr, p, distinct) {
+					nr.lostAt[p] = wallNow
+				}
 				m.handovers.Add(1)
 				// Across a gap, the owner of the previous read handed p
 				// over only if no other owner holds data of p: one that
@@ -171,6 +190,7 @@ func (m *Member) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = prev.guardUntil[p]
 			nr.epoch[p] = prev.epoch[p]
 			nr.from[p] = prev.from[p]
+			nr.lostAt[p] = prev.lostAt[p]
 			if nr.backups[p] != prev.backups[p] || gapped || sideChange {
 				// The cached state is re-read from Olric: what another
 				// member wrote back or merged in is there.
