@@ -215,7 +215,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // stopMember stops another member ({"member": i}), as a visitor's way of
 // seeing what a member's failure does: its HTTP stops answering and it
 // leaves the grid, its buckets handed over to the others (with one replica
-// they start over full there). The page's own member cannot be stopped,
+// they start over empty there, refilling from the takeover). The page's own member cannot be stopped,
 // so one always runs. Like setLimit, for loopback only.
 func (nd *node) stopMember(w http.ResponseWriter, r *http.Request) {
 	if status, err := checkAdmin(r, nd.demo.hosts); err != nil {
