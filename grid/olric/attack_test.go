@@ -288,6 +288,44 @@ func TestAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("certificate naming another host", func(t *testing.T) {
+		// Issue 34: a certificate of the cluster CA issued for another host
+		// (10.9.9.9), presented from this one. The owner channel answered
+		// its frames, and its tunnel carried the password to Olric's port,
+		// where the stored buckets were read and deleted.
+		other := &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{s.ca.leafFor(t, net.IPv4(10, 9, 9, 9))}}
+		if c := tlsDial(t, owner.ChannelAddr(), other); c != nil {
+			if got := channelAttempt(t, c, victim); got != "" {
+				t.Errorf("owner channel: %s", got)
+			}
+		}
+		if c := tlsDial(t, owner.ChannelAddr(), other); c != nil {
+			defer c.Close()
+			c.Write(tunnelPreamble[:])
+			r := bufio.NewReader(c)
+			for _, cmd := range [][]string{{"auth", s.password}, {"dm.get", owner.cfg.DMap, victim}, {"dm.del", owner.cfg.DMap, victim}} {
+				if got := resp(t, c, r, cmd...); !strings.HasPrefix(got, "read: ") && !strings.HasPrefix(got, "write: ") {
+					t.Errorf("tunnel: %s answered %q, want the connection closed", cmd[0], got)
+				}
+			}
+		}
+		// The control: the same frames and commands with a certificate
+		// naming this host are answered.
+		named := &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{s.ca.leaf(t)}}
+		if c := tlsDial(t, owner.ChannelAddr(), named); c == nil || channelAttempt(t, c, "control") == "" {
+			t.Error("owner channel: a certificate naming this host got no answer")
+		}
+		if c := tlsDial(t, owner.ChannelAddr(), named); c == nil {
+			t.Error("tunnel: a certificate naming this host was refused")
+		} else {
+			defer c.Close()
+			c.Write(tunnelPreamble[:])
+			if got := resp(t, c, bufio.NewReader(c), "auth", s.password); !strings.HasPrefix(got, "+OK") {
+				t.Errorf("tunnel: AUTH with a certificate naming this host answered %q", got)
+			}
+		}
+	})
+
 	t.Run("redirect", func(t *testing.T) {
 		// Nothing an outsider writes decides where requests go: the
 		// channel address is the owner's name (from the authenticated

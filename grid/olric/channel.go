@@ -163,6 +163,9 @@ func (m *Member) handshake(nc *newConn) (net.Conn, [len(preamble)]byte) {
 		}
 		return nil, p
 	}
+	if m.creds.server != nil {
+		m.doors.verified(nc.c.RemoteAddr(), m.mono())
+	}
 	nc.c.SetDeadline(time.Time{})
 	m.connMu.Lock()
 	defer m.connMu.Unlock()
@@ -198,7 +201,7 @@ func (m *Member) authenticate(nc *newConn, p *[len(preamble)]byte) (c net.Conn, 
 	c = &prefixConn{Conn: raw, prefix: first[:]}
 	if m.creds.server != nil {
 		tc := tls.Server(c, m.creds.server)
-		if tc.Handshake() != nil {
+		if tc.Handshake() != nil || m.verifySource(raw, tc) != nil {
 			return nil, false
 		}
 		c = tc

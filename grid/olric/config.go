@@ -388,7 +388,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.listen = net.Listen
 	}
 	if c.dial == nil {
+		// From BindAddr: the certificate a member presents names it, and
+		// the member it dials checks that it names the source address
+		// (verifySource).
 		var d net.Dialer
+		if ip := net.ParseIP(c.BindAddr); ip != nil && !ip.IsUnspecified() {
+			d.LocalAddr = &net.TCPAddr{IP: ip}
+		}
 		c.dial = d.DialContext
 	}
 	c.Leases = c.Leases.withDefaults()

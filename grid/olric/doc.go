@@ -48,18 +48,31 @@
 // the record (Olric's metadata, Birthdate included, and its gossip address)
 // is its own. Until then no member dials it, sends it the password, gives
 // it partitions or counts its Birthdate for the coordinator. A record
-// replayed from another gossip address is refused: the node names its own.
+// replayed from another gossip address is refused: the node names its own;
+// so is metadata whose member name is not the node's. The node's answer
+// carries a proof made with Password that covers the TLS session's
+// exported keying material (RFC 8446 §7.5), the asker's and the answerer's
+// names, the asker's nonce and the answer itself: an answer obtained on one
+// connection is worthless on another, so a node without the password
+// cannot pass a member's answer off as its own. A member answers only an
+// asker whose certificate names the host it says it is.
 //
 // Around that root, each port has its own defence:
 //
 //   - The owner channel runs mutual TLS 1.3: both ends present a
 //     certificate of the cluster CA, the dialled end's naming the host
-//     dialled, and a connection that does not is closed before a request is
-//     read. Failed handshakes are bounded per source address: 16, then one
-//     a second; beyond, connections from that address are closed at once.
+//     dialled, the dialling end's naming the address it connects from (as
+//     an IP address, or a DNS name resolving to it; members dial from
+//     BindAddr), and a connection that does not is closed before a request,
+//     a tunnelled byte or an identity question is read. Failed handshakes
+//     are bounded per source address: 16, then one a second; beyond,
+//     connections from that address are closed at once, unless a member
+//     completed a verified handshake from it within the last hour.
 //   - Olric's traffic between members travels through the owner channel:
 //     Olric's client dials another member's owner channel (mutual TLS, then
-//     a tunnel preamble), which forwards to its own Olric port. Olric v0.7.4
+//     a tunnel preamble), which forwards to its own Olric port and nowhere
+//     else, for a peer whose certificate names the address it connects
+//     from. Olric v0.7.4
 //     has no TLS on its listener and no hook to give it one, so BindPort
 //     itself still accepts anyone who reaches it, guarded by Password alone
 //     (and Olric does not limit AUTH attempts): let only the member's host
@@ -80,9 +93,13 @@
 // characters or more (ErrWeakSecret). A member whose channel TLS or
 // Password differs from its cluster's does not join: Start fails at once
 // with ErrJoin and ErrSecurityMismatch naming the setting; one whose
-// GossipKeys differ, which gossip cannot let in, fails the same way a
-// second after it started when its peers use the default ports (the owner
-// channel one below the gossip port), else with ErrJoin after JoinTimeout.
+// GossipKeys differ, which gossip cannot let in, fails the same way two
+// seconds after its gossip started when its peers use the default ports
+// (the owner channel one below the gossip port), else with ErrJoin after
+// JoinTimeout. A member given Peers or Discover never starts alone: until
+// a peer proved itself to it, Start waits, and after JoinTimeout fails with ErrJoin and the last refusal
+// (for a certificate of another CA: "certificate signed by unknown
+// authority"). Only a member with no peers configured starts a cluster.
 //
 // No address an outsider can write decides where requests go: the owner of
 // a key is a member name in Olric's routing table, which only proven

@@ -19,14 +19,46 @@ const (
 	doorSources = 4096 // sources remembered; beyond, the oldest debt is forgotten
 )
 
+// A source address from which a member completed a verified handshake
+// (mutual TLS, its certificate naming the address) within doorTrust is
+// never closed before its handshake, whatever it owes: an attacker's
+// failures from a member's host or NAT address cannot shut the member out.
+// The attacker there gets handshakes too, as many at once as the
+// handshaking limit allows (silent ones are dropped first, see serve).
+const doorTrust = time.Hour
+
 // doors tracks failed handshakes per source IP address, as a generic cell
 // rate algorithm: due is when the source's debt will have drained.
 type doors struct {
-	mu  sync.Mutex
-	due map[netip.Addr]int64 // m.mono nanoseconds
+	mu      sync.Mutex
+	due     map[netip.Addr]int64 // m.mono nanoseconds
+	trusted map[netip.Addr]int64 // the last verified handshake, m.mono nanoseconds
 }
 
-func newDoors() *doors { return &doors{due: map[netip.Addr]int64{}} }
+func newDoors() *doors {
+	return &doors{due: map[netip.Addr]int64{}, trusted: map[netip.Addr]int64{}}
+}
+
+// verified records a verified handshake from a's source at now.
+func (d *doors) verified(a net.Addr, now int64) {
+	ip, ok := source(a)
+	if !ok {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.trusted[ip]; !ok && len(d.trusted) >= doorSources {
+		for k, at := range d.trusted {
+			if now-at >= int64(doorTrust) {
+				delete(d.trusted, k)
+			}
+		}
+		if len(d.trusted) >= doorSources {
+			return // members are far fewer: this is not one
+		}
+	}
+	d.trusted[ip] = now
+}
 
 // source returns the IP address of a connection's remote end.
 func source(a net.Addr) (netip.Addr, bool) {
@@ -48,7 +80,11 @@ func (d *doors) admit(a net.Addr, now int64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	due, ok := d.due[ip]
-	return !ok || due-now <= int64(doorBurst-1)*int64(doorCost)
+	if !ok || due-now <= int64(doorBurst-1)*int64(doorCost) {
+		return true
+	}
+	at, ok := d.trusted[ip]
+	return ok && now-at < int64(doorTrust)
 }
 
 // failed charges a failed handshake to a's source at now.

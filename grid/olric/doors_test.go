@@ -3,6 +3,7 @@ package olric
 import (
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -77,5 +78,48 @@ func TestDoorsThrottle(t *testing.T) {
 	}
 	if c := tlsDial(t, m.ChannelAddr(), dialTLS(client, "127.0.0.1")); c == nil || channelAttempt(t, c, "door-control") == "" {
 		t.Error("a member from another source was refused")
+	}
+}
+
+// TestDoorsVerifiedSource makes a member's verified handshake from
+// 127.0.0.3, then doorBurst+4 failed handshakes from the same address (an
+// attacker on the member's host or behind its NAT), and checks that the
+// member still gets in from there. Before (issue 34), the attacker's
+// failures shut it out for about 20 s.
+func TestDoorsVerifiedSource(t *testing.T) {
+	s := newSecrets(t)
+	m := startCluster(t, 1, s.secure(t))[0]
+	wrong := newSecrets(t)
+	from := net.IPv4(127, 0, 0, 3)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}
+	member := &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{s.ca.leafFor(t, from)}}
+	dial := func(cfg *tls.Config) *tls.Conn {
+		raw, err := d.Dial("tcp", m.ChannelAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := tls.Client(raw, cfg)
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Handshake()
+		return c
+	}
+	if got := channelAttempt(t, dial(member), "door-member"); got == "" {
+		t.Fatal("the member got no answer before the attack")
+	}
+	attacker := &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{wrong.ca.leaf(t)}}
+	for range doorBurst + 4 {
+		c := dial(attacker)
+		var b [1]byte
+		c.Read(b[:])
+		c.Close()
+	}
+	m.doors.mu.Lock()
+	owed := time.Duration(m.doors.due[netip.AddrFrom4([4]byte{127, 0, 0, 3})] - m.mono())
+	m.doors.mu.Unlock()
+	if owed <= (doorBurst-1)*doorCost {
+		t.Fatalf("the address owes %v, within its burst: the test proves nothing", owed)
+	}
+	if got := channelAttempt(t, dial(member), "door-member"); got == "" {
+		t.Error("the member was shut out by the attacker's failures from its address")
 	}
 }

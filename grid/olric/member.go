@@ -299,7 +299,10 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 			}
 		}
 		if m.dm != nil {
-			if err = m.refresh(ctx); err == nil {
+			// Told to join, a member that no peer let in (Olric forms a
+			// cluster of one when gossip took it in but nobody proved
+			// himself to it) waits to be let in, else fails.
+			if err = m.refresh(ctx); err == nil && (len(peers) == 0 || m.joined.Load()) {
 				break
 			}
 		}
@@ -318,9 +321,13 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 					return err
 				}
 				m.trust.probeKeys(ctx, peers)
+				probe = time.After(time.Second)
 			}
 		case <-ctx.Done():
 			if len(peers) > 0 && !m.joined.Load() {
+				if why := m.trust.lastFailure(); why != nil {
+					return fmt.Errorf("%w within %v: none of %v let this member in: %w", ErrJoin, m.cfg.JoinTimeout, peers, why)
+				}
 				return fmt.Errorf("%w within %v: none of %v let this member in (a gossip address of a running member, BindPort+2 by default, and the same GossipKeys?)",
 					ErrJoin, m.cfg.JoinTimeout, peers)
 			}

@@ -91,7 +91,8 @@ func (ca *testCA) tlsConfig(t testing.TB) *tls.Config {
 func (ca *testCA) files(t testing.TB) (cert, key, caFile string) {
 	t.Helper()
 	dir := t.TempDir()
-	c := ca.leaf(t)
+	// Also the sources attackerDialer uses.
+	c := ca.leafFor(t, net.IPv4(127, 0, 0, 1), net.IPv4(127, 0, 0, 2), net.IPv4(127, 0, 0, 3), net.IPv4(127, 0, 0, 4), net.IPv4(127, 0, 0, 5), net.IPv6loopback)
 	kb, err := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package olric
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -37,7 +39,22 @@ type rogue struct {
 	password string   // what it answers the identity question with
 	lns      []net.Listener
 	wg       sync.WaitGroup
+
+	// relay, when set, is a member's owner channel: the rogue answers an
+	// identity question with the proof that member gives to the same
+	// question, asked over the rogue's own connection with relayCert.
+	relay     string
+	relayCert *tls.Certificate
+	// meta, when set, is the Olric metadata the rogue gossips and claims
+	// instead of its own (a real member's, replayed).
+	meta []byte
+	// answerer, when set, answers the identity question the way a member
+	// does, with the rogue's record and its own credentials.
+	answerer *Member
 }
+
+// rogueOption sets up a rogue before it joins gossip.
+type rogueOption func(*rogue)
 
 // rogueMeta is Olric's node metadata (discovery.Member, msgpack).
 type rogueMeta struct {
@@ -68,10 +85,13 @@ func (r *rogue) listen(t *testing.T, port int) net.Listener {
 // each, so that each member hears of it at once) with keys (none: clear text),
 // claiming birthdate; cert, when not nil, is what its owner channel
 // presents over TLS.
-func startRogue(t *testing.T, seeds []string, keys [][]byte, birthdate int64, cert *tls.Certificate, password string) *rogue {
+func startRogue(t *testing.T, seeds []string, keys [][]byte, birthdate int64, cert *tls.Certificate, password string, opts ...rogueOption) *rogue {
 	t.Helper()
 	p := freeBase(t)
 	r := &rogue{name: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), port: p, password: password}
+	for _, o := range opts {
+		o(r)
+	}
 	t.Cleanup(r.stop)
 	ol, cl := r.listen(t, p), r.listen(t, p+1)
 	r.wg.Go(func() { r.serveOlric(ol) })
@@ -81,6 +101,9 @@ func startRogue(t *testing.T, seeds []string, keys [][]byte, birthdate int64, ce
 	meta, err := msgpack.Marshal(rogueMeta{Name: r.name, NameHash: xxhash.Sum64String(r.name), ID: xxhash.Sum64(append(buf, r.name...)), Birthdate: birthdate})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.meta != nil {
+		meta = r.meta
 	}
 	c.Delegate = rogueDelegate{meta}
 	if len(keys) > 0 {
@@ -119,35 +142,43 @@ func (r *rogue) serveOlric(l net.Listener) {
 		if err != nil {
 			return
 		}
-		r.olric.Add(1)
-		r.wg.Go(func() {
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			br := bufio.NewReader(c)
-			var args []string
-			for {
-				line, err := br.ReadString('\n')
-				if err != nil {
-					return
-				}
-				if !strings.HasPrefix(line, "$") {
-					continue
-				}
-				arg, _ := br.ReadString('\n')
-				args = append(args, strings.TrimSpace(arg))
-				if len(args) == 2 && strings.EqualFold(args[0], "auth") {
-					r.mu.Lock()
-					r.auth = append(r.auth, args[1])
-					r.mu.Unlock()
-					c.Write([]byte("+OK\r\n"))
-				}
-			}
-		})
+		r.wg.Go(func() { r.olricConn(c) })
 	}
 }
 
-// serveChannel answers the identity question with the rogue's record.
+// olricConn records an Olric connection (direct or tunnelled) and the
+// AUTH passwords sent on it.
+func (r *rogue) olricConn(c net.Conn) {
+	r.olric.Add(1)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	var args []string
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(line, "$") {
+			continue
+		}
+		arg, _ := br.ReadString('\n')
+		args = append(args, strings.TrimSpace(arg))
+		if len(args) == 2 && strings.EqualFold(args[0], "auth") {
+			r.mu.Lock()
+			r.auth = append(r.auth, args[1])
+			r.mu.Unlock()
+			c.Write([]byte("+OK\r\n"))
+		}
+	}
+}
+
+// serveChannel answers the identity question with the rogue's record
+// and takes tunnelled Olric connections to its Olric recorder.
 func (r *rogue) serveChannel(l net.Listener, cert *tls.Certificate, meta []byte, gossip string) {
+	if r.meta != nil {
+		meta = r.meta
+	}
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -164,19 +195,85 @@ func (r *rogue) serveChannel(l net.Listener, cert *tls.Certificate, meta []byte,
 				}
 				c = tc
 			}
-			var in [len(identityPreamble) + nonceLen]byte
-			if _, err := io.ReadFull(c, in[:]); err != nil {
+			var pre [5]byte
+			if _, err := io.ReadFull(c, pre[:]); err != nil {
 				return
 			}
-			out := appendField(appendField(nil, meta), []byte(gossip))
-			if r.password == "" {
-				out = append(out, make([]byte, 33)...)
-			} else {
-				out = append(append(out, proofFlagPw), passwordMAC(r.password, [nonceLen]byte(in[len(identityPreamble):]))...)
+			switch string(pre[:4]) {
+			case "BGOT":
+				r.olricConn(c)
+				return
+			case "BGOC": // the bucket channel
+				return
 			}
-			c.Write(out)
+			if r.answerer != nil {
+				r.answerer.trust.mu.Lock()
+				r.answerer.trust.self = &record{meta: string(meta), addr: gossip}
+				r.answerer.trust.mu.Unlock()
+				r.answerer.serveIdentity(c)
+				return
+			}
+			br := bufio.NewReader(c)
+			// The question: a nonce, and (other than the first version,
+			// "BGOI") the asker's name.
+			q := make([]byte, nonceLen)
+			if _, err := io.ReadFull(br, q); err != nil {
+				return
+			}
+			if string(pre[:4]) != "BGOI" {
+				f, err := readField(br, maxAddr)
+				if err != nil {
+					return
+				}
+				q = appendField(q, f)
+			}
+			tail := make([]byte, 33)
+			if r.password != "" {
+				tail = append([]byte{proofFlagPw}, nonceMAC(r.password, q[:nonceLen])...)
+			}
+			if r.relay != "" {
+				if tail = r.relayed(append(pre[:], q...)); tail == nil {
+					return
+				}
+			}
+			c.Write(append(appendField(appendField(nil, meta), []byte(gossip)), tail...))
 		})
 	}
+}
+
+// nonceMAC is the proof of the first identity question: an HMAC with the
+// password over the asker's nonce alone.
+func nonceMAC(password string, nonce []byte) []byte {
+	h := hmac.New(sha256.New, []byte(password))
+	h.Write([]byte("bucketgrid/olric password v1"))
+	h.Write(nonce)
+	return h.Sum(nil)
+}
+
+// relayed asks the member at r.relay the question q and returns the flags
+// and proof of its answer, or nil.
+func (r *rogue) relayed(q []byte) []byte {
+	raw, err := net.Dial("tcp", r.relay)
+	if err != nil {
+		return nil
+	}
+	c := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{*r.relayCert}})
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(q); err != nil {
+		return nil
+	}
+	br := bufio.NewReader(c)
+	for range 2 {
+		if _, err := readField(br, maxMeta); err != nil {
+			return nil
+		}
+	}
+	tail := make([]byte, 33)
+	if _, err := io.ReadFull(br, tail); err != nil {
+		return nil
+	}
+	return tail
 }
 
 func (r *rogue) passwords() []string {
@@ -296,35 +393,58 @@ func TestRogueMember(t *testing.T) {
 		return ""
 	}
 	oldest := coordinator(ms[0])
+	named := s.ca.leaf(t) // the cluster CA's, naming the rogue's host
 	for _, tc := range []struct {
 		name     string
 		cert     *tls.Certificate
 		password string
+		opt      rogueOption
 	}{
 		{name: "gossip key only, plain owner channel"},
 		{name: "gossip key and password, another CA's certificate", cert: ptr(wrong.ca.leaf(t)), password: s.password},
 		{name: "gossip key and password, a cluster certificate naming another host", cert: &unnamed, password: s.password},
+		// Issue 34: the proof a member gives was a password HMAC over the
+		// asker's nonce alone, so a rogue without the password asked a
+		// real member the question it was asked and passed the answer on.
+		{name: "gossip key and a cluster certificate, no password, relaying a member's proof", cert: &named, opt: func(r *rogue) {
+			r.relay, r.relayCert = ms[0].ChannelAddr(), &named
+		}},
+		// Issue 34: a real member's metadata under another gossip name,
+		// proven with every credential (its own certificate, the password).
+		{name: "every credential, a real member's metadata under another name", cert: &named, password: s.password, opt: func(r *rogue) {
+			r.meta = ms[1].members.ml.LocalNode().Meta
+			r.answerer = &Member{cfg: Config{ChannelIOTimeout: 5 * time.Second}, creds: credentials{password: s.password}, name: r.name}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			load := startGridLoad(ms, "rogue-"+strconv.Itoa(len(tc.name))+"-")
-			r := startRogue(t, seeds, [][]byte{s.gossip}, 1, tc.cert, tc.password)
+			var opts []rogueOption
+			if tc.opt != nil {
+				opts = append(opts, tc.opt)
+			}
+			r := startRogue(t, seeds, [][]byte{s.gossip}, 1, tc.cert, tc.password, opts...)
 			// Every member hears of it through gossip and tries it (that is
 			// how the veto shows it ran); then give the old attack its
 			// time: members dialled its Olric port within 2 s.
 			t0 := time.Now()
-			tried := func() int {
-				n := 0
+			tried := func() (failed, admitted int) {
 				for _, m := range ms {
 					m.trust.mu.Lock()
 					if _, ok := m.trust.failedAt[r.name]; ok {
-						n++
+						failed++
+					} else if _, ok := m.trust.verified[r.name]; ok {
+						admitted++
 					}
 					m.trust.mu.Unlock()
 				}
-				return n
+				return failed, admitted
 			}
-			if !waitFor(t, "verification", 60*time.Second, func() bool { return tried() == len(ms) }) {
-				t.Fatalf("only %d members tried the rogue", tried())
+			if !waitFor(t, "verification", 60*time.Second, func() bool { f, a := tried(); return f+a == len(ms) }) {
+				f, a := tried()
+				t.Fatalf("only %d members tried the rogue (%d refused it, %d admitted it)", f+a, f, a)
+			}
+			if _, a := tried(); a > 0 {
+				t.Errorf("%d members admitted the rogue", a)
 			}
 			t.Logf("every member tried the rogue's proof within %v", time.Since(t0).Round(time.Millisecond))
 			time.Sleep(3 * time.Second) // the window of the old attack, not synchronisation

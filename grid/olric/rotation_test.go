@@ -3,6 +3,10 @@ package olric
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,5 +103,45 @@ func TestGossipKeyRotation(t *testing.T) {
 	}
 	if err := gossipJoin(t, memberlistAddr(ms[0].cfg), [][]byte{old}); err == nil {
 		t.Error("the old key still joins")
+	}
+}
+
+// TestChannelSecretMistake starts, beside a 2-member cluster secured with a
+// ChannelSecret, a member with the right gossip key and password but
+// another ChannelSecret (an old file, a typo): Start fails with ErrJoin
+// naming the certificate, and no member admits it. Before (issue 34), it
+// started as a cluster of one, Peers notwithstanding, and admitted a full
+// capacity on every key.
+func TestChannelSecretMistake(t *testing.T) {
+	gossip, password := randomKey(t, 32), newSecrets(t).password
+	secure := func(secret []byte) func(*Config) {
+		return func(c *Config) {
+			c.ChannelSecret, c.GossipKeys, c.Password = secret, [][]byte{gossip}, password
+		}
+	}
+	ms := startCluster(t, 2, secure(randomKey(t, 32)))
+	c := testConfig(t)
+	secure(randomKey(t, 32))(&c)
+	c.Peers = []string{memberlistAddr(ms[0].cfg)}
+	c.JoinTimeout = 5 * time.Second
+	m, err := Start(context.Background(), c)
+	if err == nil {
+		shutdownAll(t, []*Member{m})
+		t.Fatal("started with another ChannelSecret")
+	}
+	t.Log(err)
+	if !errors.Is(err, ErrJoin) || !strings.Contains(err.Error(), "unknown authority") {
+		t.Errorf("got %v, want ErrJoin naming the unknown authority", err)
+	}
+	for _, m := range ms {
+		if members, err := m.client.Members(context.Background()); err != nil || len(members) != 2 {
+			t.Errorf("%s sees %d members (%v), want 2", m.Name(), len(members), err)
+		}
+		m.trust.mu.Lock()
+		_, admitted := m.trust.verified[net.JoinHostPort(c.BindAddr, strconv.Itoa(c.BindPort))]
+		m.trust.mu.Unlock()
+		if admitted {
+			t.Errorf("%s admitted the member with another ChannelSecret", m.Name())
+		}
 	}
 }

@@ -2,6 +2,7 @@ package olric
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -189,6 +190,36 @@ func verifyMember(chain []*x509.Certificate, roots *x509.CertPool, host string, 
 		return fmt.Errorf("%w %s: %v", errUnnamed, host, err)
 	}
 	return nil
+}
+
+// verifySource checks that the certificate tc's client proved names the
+// host raw comes from: as an IP address, or as a DNS name that resolves to
+// it. A certificate of the cluster CA issued for another host is refused
+// before any byte of the owner channel, the tunnel or the identity
+// question is read. Members dial from their BindAddr (see Config.dial).
+func (m *Member) verifySource(raw net.Conn, tc *tls.Conn) error {
+	certs := tc.ConnectionState().PeerCertificates
+	ip, ok := source(raw.RemoteAddr())
+	if len(certs) == 0 || !ok {
+		return errUnnamed
+	}
+	leaf := certs[0]
+	if leaf.VerifyHostname(ip.String()) == nil {
+		return nil
+	}
+	if len(leaf.DNSNames) > 0 {
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.ChannelIOTimeout)
+		defer cancel()
+		for _, name := range leaf.DNSNames {
+			addrs, _ := net.DefaultResolver.LookupNetIP(ctx, "ip", name)
+			for _, a := range addrs {
+				if a.Unmap() == ip {
+					return nil
+				}
+			}
+		}
+	}
+	return fmt.Errorf("%w %s", errUnnamed, ip)
 }
 
 // minSecret is the shortest ChannelSecret accepted.

@@ -14,9 +14,11 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Membership is proven on the owner channel, never taken from gossip.
@@ -45,9 +47,11 @@ import (
 // sync is merged (NotifyMerge, outside memberlist's locks), and by every
 // other member when the joiner's alive message reaches it (NotifyAlive).
 
-// Preambles of the owner channel's other uses (see serveSpecial).
+// Preambles of the owner channel's other uses (see serveSpecial). The
+// identity question's letter changed with its proof ('I' carried a proof
+// over the asker's nonce alone, which could be relayed).
 var (
-	identityPreamble = [5]byte{'B', 'G', 'O', 'I', channelVersion} // who are you?
+	identityPreamble = [5]byte{'B', 'G', 'O', 'P', channelVersion} // who are you?
 	tunnelPreamble   = [5]byte{'B', 'G', 'O', 'T', channelVersion} // Olric's own protocol follows
 )
 
@@ -92,9 +96,14 @@ type trust struct {
 	failedAt map[string]int64     // by node name, m.mono nanoseconds
 	inFlight map[string]chan bool // verifications under way, by name
 	syncDue  int64                // see spend, m.mono nanoseconds
-	closed   bool
-	wg       sync.WaitGroup // background verifications
-	once     sync.Once
+	lastErr  error                // the last failed verification's
+	merged   atomic.Bool          // a state sync reached this member (NotifyMerge)
+	// keyStrikes counts probeKeys's findings in a row; only Start's
+	// goroutine touches it.
+	keyStrikes int
+	closed     bool
+	wg         sync.WaitGroup // background verifications
+	once       sync.Once
 }
 
 func (t *trust) init(m *Member) {
@@ -111,6 +120,13 @@ func (t *trust) refuse(err error) {
 		t.refusal = err
 		close(t.refused)
 	})
+}
+
+// lastFailure returns why the last failed verification failed, or nil.
+func (t *trust) lastFailure() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastErr
 }
 
 // forgetSelf drops this member's own record, for a new Olric member.
@@ -230,6 +246,7 @@ func (t *trust) charge() {
 // security settings differ from the cluster's.
 func (g gossipGate) NotifyMerge(nodes []*memberlist.Node) error {
 	t := &g.m.trust
+	t.merged.Store(true)
 	ctx, cancel := context.WithTimeout(g.m.ctx, g.m.cfg.ChannelIOTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -301,6 +318,7 @@ func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
 		delete(t.failedAt, n.Name)
 	} else {
 		t.failedAt[n.Name] = t.m.mono()
+		t.lastErr = err
 	}
 	if len(t.failedAt) > 4*doorSources {
 		clear(t.failedAt)
@@ -317,7 +335,7 @@ func (t *trust) prove(ctx context.Context, name string, want record) error {
 	m := t.m
 	var nonce [nonceLen]byte
 	rand.Read(nonce[:])
-	got, flags, mac, err := m.askIdentity(ctx, name, nonce)
+	a, err := m.askIdentity(ctx, name, nonce)
 	if err != nil {
 		if !m.started.Load() {
 			if why := m.securityProbe(ctx, name); why != "" {
@@ -326,14 +344,14 @@ func (t *trust) prove(ctx context.Context, name string, want record) error {
 		}
 		return fmt.Errorf("%w: %s: %v", errUnproven, name, err)
 	}
-	hasPw := flags&proofFlagPw != 0
+	hasPw := a.flags&proofFlagPw != 0
 	var why string
 	switch {
 	case hasPw && m.creds.password == "":
 		why = "the cluster's members have a Password; this member has none (missing: Password)"
 	case !hasPw && m.creds.password != "":
 		why = "this member has a Password; the cluster's members have none"
-	case hasPw && !hmac.Equal(mac, passwordMAC(m.creds.password, nonce)):
+	case hasPw && !hmac.Equal(a.mac, identityMAC(m.creds.password, a.binding, m.name, name, nonce, a.r, a.flags)):
 		why = "Password differs from the cluster's"
 	}
 	if why != "" {
@@ -342,19 +360,42 @@ func (t *trust) prove(ctx context.Context, name string, want record) error {
 		}
 		return fmt.Errorf("%w: %s: %s", errUnproven, name, why)
 	}
-	if got != want {
+	if a.r != want {
 		return fmt.Errorf("%w: %s answered another record than gossip's", errUnproven, name)
 	}
+	if got := metaName(want.meta); got != name {
+		return fmt.Errorf("%w: %s gossips the metadata of %q", errUnproven, name, got)
+	}
 	return nil
+}
+
+// metaName returns the member name in Olric's node metadata (its
+// discovery.Member, msgpack), or "" if it has none.
+func metaName(meta string) string {
+	var mb struct{ Name string }
+	if msgpack.Unmarshal([]byte(meta), &mb) != nil {
+		return ""
+	}
+	return mb.Name
 }
 
 // probeKeys runs when gossip has not let this member in a second after it
 // started: for each peer whose owner channel is where the default ports put
 // it (the gossip port - 1), a member that answers there with that gossip
 // address is running, so gossip refused this member for its keys. It
-// refuses the join naming GossipKeys.
+// refuses the join naming GossipKeys when two probes in a row, a second
+// apart, find so. A member whose gossip has not started yet, or that a
+// state sync reached (it has the cluster's keys and waits for proofs),
+// probes nothing.
 func (t *trust) probeKeys(ctx context.Context, peers []string) {
 	m := t.m
+	t.mu.Lock()
+	started := t.self != nil
+	t.mu.Unlock()
+	if t.merged.Load() || !started {
+		t.keyStrikes = 0
+		return
+	}
 	for _, p := range peers {
 		host, port, err := net.SplitHostPort(p)
 		if err != nil {
@@ -366,7 +407,7 @@ func (t *trust) probeKeys(ctx context.Context, peers []string) {
 		}
 		name := net.JoinHostPort(host, strconv.Itoa(gp-2))
 		var nonce [nonceLen]byte
-		r, flags, _, err := m.askIdentity(ctx, name, nonce)
+		a, err := m.askIdentity(ctx, name, nonce)
 		if err != nil {
 			if why := m.securityProbe(ctx, name); why != "" {
 				t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
@@ -374,11 +415,14 @@ func (t *trust) probeKeys(ctx context.Context, peers []string) {
 			}
 			continue
 		}
-		if r.addr != p {
+		if a.r.addr != p {
 			continue
 		}
+		if t.keyStrikes++; t.keyStrikes < 2 {
+			return
+		}
 		why := "GossipKeys differ from the cluster's"
-		switch has := flags&proofFlagGossip != 0; {
+		switch has := a.flags&proofFlagGossip != 0; {
 		case has && m.creds.keyring == nil:
 			why = "the cluster's members have GossipKeys; this member has none (missing: GossipKeys)"
 		case !has && m.creds.keyring != nil:
@@ -389,43 +433,77 @@ func (t *trust) probeKeys(ctx context.Context, peers []string) {
 	}
 }
 
-// passwordMAC proves knowledge of Olric's password to a member that knows
-// it, without revealing it.
-func passwordMAC(password string, nonce [nonceLen]byte) []byte {
+// identityMAC proves knowledge of Olric's password to a member that knows
+// it, without revealing it, for one answer on one connection: it covers
+// the connection's TLS keying material (binding, see tlsBinding), the
+// asker's and the answerer's names, the asker's nonce and the answer. A
+// proof obtained on one connection is worthless on another, so a member's
+// answer cannot be passed on by a node that lacks the password.
+func identityMAC(password string, binding []byte, asker, answerer string, nonce [nonceLen]byte, r record, flags byte) []byte {
 	h := hmac.New(sha256.New, []byte(password))
-	h.Write([]byte("bucketgrid/olric password v1"))
-	h.Write(nonce[:])
+	h.Write([]byte("bucketgrid/olric identity v2"))
+	var b []byte
+	for _, f := range []string{string(binding), asker, answerer, string(nonce[:]), r.meta, r.addr} {
+		b = appendField(b, []byte(f))
+	}
+	h.Write(append(b, flags))
 	return h.Sum(nil)
 }
 
+// tlsBinding returns the keying material exported from c's TLS session
+// (RFC 8446 §7.5, RFC 5705) under this package's label, or nil for a
+// connection without TLS. Both ends of one session get the same bytes; no
+// other session does.
+func tlsBinding(c net.Conn) ([]byte, error) {
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return nil, nil
+	}
+	cs := tc.ConnectionState()
+	return cs.ExportKeyingMaterial("EXPORTER-bucketgrid-olric-identity", nil, 32)
+}
+
+// answer is a member's answer to the identity question.
+type answer struct {
+	r       record
+	flags   byte
+	mac     []byte
+	binding []byte // the connection's, see tlsBinding
+}
+
 // askIdentity asks the member called name for its record over its owner
-// channel (mutual TLS when configured; its certificate must name it).
-func (m *Member) askIdentity(ctx context.Context, name string, nonce [nonceLen]byte) (r record, flags byte, mac []byte, err error) {
+// channel (mutual TLS when configured; its certificate must name it),
+// saying who asks.
+func (m *Member) askIdentity(ctx context.Context, name string, nonce [nonceLen]byte) (a answer, err error) {
 	c, err := m.dialSpecial(ctx, name, identityPreamble)
 	if err != nil {
-		return r, 0, nil, err
+		return a, err
 	}
 	defer c.Close()
-	if _, err := c.Write(nonce[:]); err != nil {
-		return r, 0, nil, err
+	if a.binding, err = tlsBinding(c); err != nil {
+		return a, err
+	}
+	if _, err := c.Write(appendField(nonce[:], []byte(m.name))); err != nil {
+		return a, err
 	}
 	br := bufio.NewReader(c)
 	meta, err := readField(br, maxMeta)
 	if err != nil {
-		return r, 0, nil, err
+		return a, err
 	}
 	addr, err := readField(br, maxAddr)
 	if err != nil {
-		return r, 0, nil, err
+		return a, err
 	}
 	var tail [1 + sha256.Size]byte
 	if _, err := io.ReadFull(br, tail[:]); err != nil {
-		return r, 0, nil, err
+		return a, err
 	}
 	if len(meta) == 0 {
-		return r, 0, nil, errors.New("not started yet")
+		return a, errors.New("not started yet")
 	}
-	return record{meta: string(meta), addr: string(addr)}, tail[0], tail[1:], nil
+	a.r, a.flags, a.mac = record{meta: string(meta), addr: string(addr)}, tail[0], tail[1:]
+	return a, nil
 }
 
 // dialSpecial connects to the owner channel of the member called name
@@ -471,7 +549,7 @@ func (m *Member) securityProbe(ctx context.Context, name string) string {
 		return ""
 	}
 	var nonce [nonceLen]byte
-	c.Write(append(identityPreamble[:], nonce[:]...))
+	c.Write(appendField(append(identityPreamble[:], nonce[:]...), []byte(m.name)))
 	if meta, err := readField(bufio.NewReader(c), maxMeta); err == nil && len(meta) > 0 {
 		return "its owner channel has no TLS; this member has TLS (the cluster is missing it)"
 	}
@@ -510,12 +588,30 @@ func (m *Member) serveSpecial(c net.Conn, p [5]byte) {
 
 // serveIdentity answers who this member is: its Olric metadata and gossip
 // address (empty before memberlist started), whether it has a Password and
-// an HMAC with it over the asker's nonce.
+// a proof with it (identityMAC) for this connection, the asker it names and
+// this member. With TLS, the asker's certificate must name the asker's
+// host: the answer is for the member proven on this connection only.
 func (m *Member) serveIdentity(c net.Conn) {
 	c.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
+	br := bufio.NewReader(c)
 	var nonce [nonceLen]byte
-	if _, err := io.ReadFull(c, nonce[:]); err != nil {
+	if _, err := io.ReadFull(br, nonce[:]); err != nil {
 		return
+	}
+	asker, err := readField(br, maxAddr)
+	if err != nil {
+		return
+	}
+	binding, err := tlsBinding(c)
+	if err != nil {
+		return
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		host, _, err := net.SplitHostPort(string(asker))
+		certs := tc.ConnectionState().PeerCertificates
+		if err != nil || len(certs) == 0 || certs[0].VerifyHostname(host) != nil {
+			return
+		}
 	}
 	var self record
 	m.trust.mu.Lock()
@@ -530,8 +626,9 @@ func (m *Member) serveIdentity(c net.Conn) {
 		flags |= proofFlagGossip
 	}
 	if m.creds.password != "" {
-		out = append(out, flags|proofFlagPw)
-		out = append(out, passwordMAC(m.creds.password, nonce)...)
+		flags |= proofFlagPw
+		out = append(out, flags)
+		out = append(out, identityMAC(m.creds.password, binding, string(asker), m.name, nonce, self, flags)...)
 	} else {
 		out = append(out, flags)
 		out = append(out, make([]byte, sha256.Size)...)
