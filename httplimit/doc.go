@@ -73,9 +73,9 @@
 //
 // The failure mode is also what a distributed bucket's clients get while
 // its backend cannot answer at all: when a grid/olric member crashes, the
-// keys it owned are unavailable until memberlist declares it dead, 6–7 s
-// measured with 3 members (see grid/olric's package documentation, "Crash
-// fail-over window"), far longer than DefaultTimeout. Under fail-open those
+// keys it owned are unavailable until memberlist declares it dead and a new
+// owner takes over (measured in grid/olric's README, "Faults on a real
+// network"), longer than DefaultTimeout. Under fail-open those
 // clients are unlimited meanwhile; fail closed, or choose WithTimeout above
 // the window, if that matters more than latency, or degrade: with
 // WithDegrade on NewManaged, outages are decided from a local share of each

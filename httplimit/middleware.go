@@ -139,11 +139,12 @@ func WithHeaders(h Headers) Option { return func(o *options) { o.headers = h } }
 // Choose d against the backend's own windows of unavailability. When a
 // grid/olric member crashes, the keys it owned (about 1/N of them with N
 // members) cannot be decided until memberlist declares it dead and the new
-// owner takes over: 6–7 s measured with 3 members and default timings, more
-// in larger clusters (see grid/olric's package documentation, "Crash
-// fail-over window"). That is far longer than DefaultTimeout, so for that
-// long those clients get the failure mode: unlimited with fail-open. A d
-// above the window makes them wait instead.
+// owner takes over (grid/olric's README, "Faults on a real network", has
+// the measured window), and a member that joins holds the partitions it
+// takes over for its HandoverGrace (1.5 s by default). Both can be longer
+// than DefaultTimeout, so for that long those clients get the failure
+// mode: unlimited with fail-open. A d above the window makes them wait
+// instead.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
 }

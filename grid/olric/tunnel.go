@@ -17,7 +17,7 @@ import (
 // in clear between members. Olric's port itself still listens on
 // BindAddr:BindPort (its server has no hook for a listener), so it is
 // guarded by the password alone and must be reachable by nothing but the
-// member's own host: see "Running the grid in production".
+// member's own host: see docs/security.md at the repository's root.
 
 // dialOlric is Olric's client dialer: this member's own Olric directly, any
 // other member through its owner channel.
