@@ -85,9 +85,15 @@ type Degrade struct {
 
 // The defaults of Degrade.
 const (
-	// DefaultDegradeTimeout is below httplimit's default timeout (250 ms),
-	// so that a middleware gets the local decision rather than failing open.
-	DefaultDegradeTimeout = 100 * time.Millisecond
+	// DefaultDegradeTimeout is half the default timeout of Envoy's
+	// rate-limit filters (20 ms, failing open: failure_mode_deny false),
+	// the other half left for the local decision, the service's gRPC and
+	// the network, and far below httplimit's (250 ms): the first checks
+	// of an outage, those that wait before a breaker opens, get the local
+	// decision rather than their front door's failure mode. A healthy
+	// backend answering slower than that is an outage to degrade; behind a
+	// default Envoy its answers would have come too late anyway.
+	DefaultDegradeTimeout = 10 * time.Millisecond
 	// DefaultDegradeFailures opens a breaker on the third outage in a row:
 	// one lost packet does not, a dead backend costs three timeouts.
 	DefaultDegradeFailures = 3

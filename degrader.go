@@ -26,6 +26,7 @@ type degrader struct {
 	maxKeys   int
 
 	breakers breakers
+	seen     seenMap // what the executor last said of each key's tokens
 
 	mu     sync.Mutex
 	shares map[string]*share // by store key; guarded by mu
@@ -81,6 +82,7 @@ func newDegrader(m *Manager, d Degrade) *degrader {
 		}
 	}
 	g.router, _ = m.exec.(Router)
+	g.seen.init(g.maxKeys)
 	return g
 }
 
@@ -102,11 +104,12 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		}
 		return g.local(ctx, h, ops, verbose)
 	}
+	cut := g.cutoff(ctx)
 	var s *share
 	var carry int64
 	if g.n.Load() > 0 && len(ops) < wire.MaxOps {
 		var err error
-		if s, carry, err = g.claim(ctx, h.storeKey); err != nil {
+		if s, carry, err = g.claim(ctx, h.storeKey, cut); err != nil {
 			return wire.Response{}, err
 		}
 	}
@@ -116,17 +119,10 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		sent = append(sent, wire.Op{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: carry})
 		sent = append(sent, ops...)
 	}
-	rctx, cancel := ctx, context.CancelFunc(nil)
-	var deadline time.Time // of the timeout, when it is ours
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > g.timeout {
-		rctx, cancel = context.WithTimeout(ctx, g.timeout)
-		deadline, _ = rctx.Deadline()
-	}
+	rctx, cancel := context.WithDeadline(ctx, cut)
 	var fromExec bool
 	resp, err := h.remote(rctx, sent, verbose, &fromExec)
-	if cancel != nil {
-		cancel()
-	}
+	cancel()
 	if carry > 0 {
 		if err == nil {
 			g.charged.Add(resp.Results[0].Tokens)
@@ -136,16 +132,18 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	}
 	if err == nil {
 		b.succeeded()
+		g.saw(h.storeKey, ops, &resp)
 		if g.n.Load() > 0 {
 			g.settle(h.storeKey)
 		}
 		return resp, nil
 	}
-	// An executor that overran the timeout (a grid member whose store
-	// waits on a dead replica) may have let the caller's own deadline,
-	// later than the timeout's, pass meanwhile: that is the outage's, and
-	// decided locally too. A caller that canceled gets its error.
-	overran := !deadline.IsZero() && !time.Now().Before(deadline) && !errors.Is(ctx.Err(), context.Canceled)
+	// An executor that overran the cut-off (a grid member whose store
+	// waits on a dead replica, or a goroutine woken late on a loaded
+	// machine) may have let the caller's own deadline, later than the
+	// cut-off, pass meanwhile: that is the outage's, and decided locally
+	// too. A caller that canceled gets its error.
+	overran := !time.Now().Before(cut) && !errors.Is(ctx.Err(), context.Canceled)
 	if !fromExec || (ctx.Err() != nil && !overran) || !g.outage(err) {
 		return resp, err
 	}
@@ -155,14 +153,30 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	return g.local(ctx, h, ops, verbose)
 }
 
+// cutoff returns when a check under ctx, starting now, stops waiting for
+// the executor and is decided locally: after Degrade.Timeout, or after
+// three quarters of the time ctx has left when that is sooner, so that the
+// local decision reaches a caller with a short deadline (Envoy's 20 ms,
+// sent as grpc-timeout) before it gives up.
+func (g *degrader) cutoff(ctx context.Context) time.Time {
+	now := time.Now()
+	wait := g.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		if left := dl.Sub(now); left > 0 && left/4*3 < wait {
+			wait = left / 4 * 3
+		}
+	}
+	return now.Add(wait)
+}
+
 // claim takes the consumption of key's local share that is still to be
 // charged, for the caller to charge atomically before its own operations,
-// after waiting for a charge of the share already under way (at most
-// Degrade.Timeout: one still running then is left behind): so nothing
-// this instance asks of key's real bucket is decided before what it
-// consumed locally was taken from it. The caller must release s when the
-// claimed consumption is more than 0.
-func (g *degrader) claim(ctx context.Context, key string) (*share, int64, error) {
+// after waiting for a charge of the share already under way (until cut at
+// most: one still running then is left behind): so nothing this instance
+// asks of key's real bucket is decided before what it consumed locally was
+// taken from it. The caller must release s when the claimed consumption is
+// more than 0.
+func (g *degrader) claim(ctx context.Context, key string, cut time.Time) (*share, int64, error) {
 	g.mu.Lock()
 	for {
 		s := g.shares[key]
@@ -172,7 +186,7 @@ func (g *degrader) claim(ctx context.Context, key string) (*share, int64, error)
 		}
 		if w := s.inflight; w != nil {
 			g.mu.Unlock()
-			t := time.NewTimer(g.timeout)
+			t := time.NewTimer(time.Until(cut))
 			select {
 			case <-w:
 				t.Stop()
@@ -278,6 +292,11 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 		s.local++ // a new version: Process replaces the configuration, tokens carried over
 	}
 	req.Config, req.ConfigVersion = &s.cutCfg, s.local
+	if s.stored == nil {
+		if seen, ok := g.seen.get(h.storeKey); ok {
+			s.stored = seedShare(&s.cutCfg, s.local, seen, n)
+		}
+	}
 	stored, changed, resp := wire.Process(s.stored, req, now)
 	if err := resp.Err(); err != nil {
 		return wire.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
