@@ -111,10 +111,12 @@ func (g *degrader) saw(key string, ops []wire.Op, resp *wire.Response) {
 // seedShare returns the local bucket, encoded, of a share of n instances
 // (configuration cut, version v) that starts from what was seen of the real
 // bucket: each bandwidth holds at most seen.Tokens/n (rounded down), and
-// refills from seen.At at the share's rate. The n instances together start
+// refills from seen.At at the share's rate (an aligned one at its next
+// boundary). The n instances together start
 // from no more than what each last saw.
 func seedShare(cut *core.Config, v int64, seen seenTokens, n int) []byte {
 	st := core.NewState(cut.Clone(), seen.At)
+	st.Refill(seen.At) // an aligned bandwidth refills from its last boundary before seen.At, not from its first
 	st.ConfigVersion = v
 	k := int64(max(n, 1))
 	q := seen.Tokens / k

@@ -102,6 +102,40 @@ func TestDegradeShareStartsFromWhatWasSeen(t *testing.T) {
 	}
 }
 
+func TestDegradeWindowShareStartsFromWhatWasSeen(t *testing.T) {
+	// A fixed window (an aligned bandwidth refilled at each day's
+	// boundary) used up, then the store hangs: each instance's share starts
+	// spent, as the window is until its next boundary, however long ago
+	// its first boundary was.
+	epoch := time.Unix(0, 0)
+	day := func(context.Context) (core.Config, error) {
+		return core.NewConfig(core.IntervallyAligned(60, 60, 24*time.Hour, epoch))
+	}
+	f := newFleet(t)
+	ctx := context.Background()
+	drain := func(wantDegraded bool) int {
+		admitted := 0
+		for i := range 90 {
+			var d bucketgrid.Decision
+			p, err := f.ms[i%3].Bucket("client", day).TryConsumeAndReturnRemaining(bucketgrid.WithDecision(ctx, &d), 1)
+			if err != nil || d.Degraded() != wantDegraded {
+				t.Fatalf("check %d: %v, degraded %v, want %v", i, err, d.Degraded(), wantDegraded)
+			}
+			if p.Consumed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if got := drain(false); got != 60 {
+		t.Fatalf("the store admitted %d of the day's 60, want 60", got)
+	}
+	f.store.mode.Store(storeHangs)
+	if got := drain(true); got != 0 {
+		t.Fatalf("the store hung after the day's window was used up: the fleet admitted %d more, want 0", got)
+	}
+}
+
 func TestDegradeUnseenKeyGetsTheShare(t *testing.T) {
 	// A key this instance never saw answered starts from the configured
 	// share: a client new to the instance (or an instance just started) is
