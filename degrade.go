@@ -12,12 +12,39 @@ import (
 )
 
 // Degrade configures a Manager's degraded mode (WithDegrade): when the
-// executor fails with an outage or does not answer within Timeout, the
+// executor fails with an outage or does not answer in time, the
 // operation is decided from a bucket in this process holding this
 // instance's share of the limit (core.Config.Share with the number of
 // instances), so that the instances together admit about the limit while
 // the backend is out: nobody unlimited, nobody refused who would have been
 // admitted. The zero value selects the defaults.
+//
+// In time means within Timeout, or within three quarters of the time the
+// caller's context has left when that is sooner: an operation waits for
+// the executor no longer, then is decided locally. With the defaults the
+// first checks of an outage, which wait before a breaker opens, are
+// decided within 10 ms, inside the 20 ms after which Envoy's rate-limit
+// filter, by default, lets a request through unlimited; a caller whose
+// deadline is nearer still (Envoy sends its timeout as grpc-timeout) gets
+// the local decision, not its deadline's error.
+//
+// A key's local share starts from what this instance last saw of the
+// key's bucket: when one of the executor's answers told how many tokens
+// were left (TryConsumeAndReturnRemaining, EstimateAbilityToConsume, a
+// refused TryConsume, a TryConsumeAsMuchAsPossible that took less than
+// asked, a verbose answer's diagnostics), the share holds at most that
+// many divided by the instances, rounded down, and refills from the
+// moment of that answer at the share's rate. The instances together thus
+// start from no more than the bucket held when each last saw it: an
+// outage that begins after a limit was used up admits only what refills
+// meanwhile. A key this instance never saw answered (or whose last answer
+// added tokens, or reset or reconfigured the bucket, or that MaxKeys
+// made it forget) starts from a full share: the fleet may then admit up
+// to one limit more than the bucket held. That is the price of not
+// refusing, for the length of an outage, clients new to this instance and
+// every client of an instance just started; behind a balancer that
+// spreads a client's requests, each instance sees an active key within a
+// few of them.
 //
 // A circuit breaker per route (the key's owner on a grid, see Router; the
 // whole store otherwise) stops waiting for a backend that failed Failures
@@ -67,8 +94,9 @@ type Degrade struct {
 	// while the store is out). Values below 1 count as 1.
 	Instances func() int
 	// Timeout bounds the wait for the executor before an operation is
-	// decided locally (DefaultDegradeTimeout when 0). It applies only when
-	// the caller's context leaves more time than that.
+	// decided locally (DefaultDegradeTimeout when 0); a caller's deadline
+	// shortens it to three quarters of the time left, when that is less.
+	// Probes and charges wait for the executor as long.
 	Timeout time.Duration
 	// Failures is the number of outages in a row on one route that opens its
 	// breaker (DefaultDegradeFailures when 0).
@@ -79,7 +107,8 @@ type Degrade struct {
 	Probe time.Duration
 	// MaxKeys bounds the local buckets (DefaultDegradeMaxKeys when 0). Past it,
 	// an arbitrary local bucket is dropped, and with it the consumption it
-	// would have charged.
+	// would have charged. It bounds as well the keys whose last-seen
+	// tokens are kept (past it, an arbitrary one is forgotten).
 	MaxKeys int
 }
 
