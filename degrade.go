@@ -52,7 +52,7 @@ import (
 // at once, and one probe at a time (a read of a key's configuration) is sent
 // in the background every Probe of the Manager's clock, whether operations
 // come or not. The breaker closes when a probe is answered: within Probe
-// (plus a probe's Timeout) of the backend's return. What the local buckets consumed
+// (plus a probe's wait) of the backend's return. What the local buckets consumed
 // is then charged to the real ones, never minting: with
 // wire.OpTryConsumeAsMuchAsPossible of the tokens consumed locally (a bucket
 // is charged at most what it holds, and never gains a token), sent in the
@@ -96,7 +96,9 @@ type Degrade struct {
 	// Timeout bounds the wait for the executor before an operation is
 	// decided locally (DefaultDegradeTimeout when 0); a caller's deadline
 	// shortens it to three quarters of the time left, when that is less.
-	// Probes and charges wait for the executor as long.
+	// Probes and charges, which no caller waits on, wait for the
+	// executor as long, and at least 100 ms (a restarted backend's new
+	// connection must have time to be made).
 	Timeout time.Duration
 	// Failures is the number of outages in a row on one route that opens its
 	// breaker (DefaultDegradeFailures when 0).
