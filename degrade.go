@@ -19,14 +19,16 @@ import (
 // the backend is out: nobody unlimited, nobody refused who would have been
 // admitted. The zero value selects the defaults.
 //
-// In time means within Timeout, or within three quarters of the time the
-// caller's context has left when that is sooner: an operation waits for
-// the executor no longer, then is decided locally. With the defaults the
-// first checks of an outage, which wait before a breaker opens, are
-// decided within 10 ms, inside the 20 ms after which Envoy's rate-limit
-// filter, by default, lets a request through unlimited; a caller whose
-// deadline is nearer still (Envoy sends its timeout as grpc-timeout) gets
-// the local decision, not its deadline's error.
+// In time means within Timeout, or within half the time the caller's
+// context has left when that is sooner: an operation waits for the
+// executor no longer, then is decided locally, and a caller with a short
+// deadline gets the local decision, not its deadline's error. Envoy's
+// rate-limit filter gives up after 20 ms by default and then lets the
+// request through unlimited (failure_mode_deny false); it sends that
+// timeout as the call's deadline (grpc-timeout), so behind a default Envoy
+// the first checks of an outage, which wait before a breaker opens, are
+// decided within 10 ms of the service receiving them, whatever Timeout
+// says.
 //
 // A key's local share starts from what this instance last saw of the
 // key's bucket: when one of the executor's answers told how many tokens
@@ -95,7 +97,7 @@ type Degrade struct {
 	Instances func() int
 	// Timeout bounds the wait for the executor before an operation is
 	// decided locally (DefaultDegradeTimeout when 0); a caller's deadline
-	// shortens it to three quarters of the time left, when that is less.
+	// shortens it to half the time left, when that is less.
 	// Probes and charges, which no caller waits on, wait for the
 	// executor as long, and at least 100 ms (a restarted backend's new
 	// connection must have time to be made).
@@ -116,15 +118,13 @@ type Degrade struct {
 
 // The defaults of Degrade.
 const (
-	// DefaultDegradeTimeout is half the default timeout of Envoy's
-	// rate-limit filters (20 ms, failing open: failure_mode_deny false),
-	// the other half left for the local decision, the service's gRPC and
-	// the network, and far below httplimit's (250 ms): the first checks
-	// of an outage, those that wait before a breaker opens, get the local
-	// decision rather than their front door's failure mode. A healthy
-	// backend answering slower than that is an outage to degrade; behind a
-	// default Envoy its answers would have come too late anyway.
-	DefaultDegradeTimeout = 10 * time.Millisecond
+	// DefaultDegradeTimeout is below httplimit's default timeout (250 ms).
+	// A caller with a nearer deadline shortens the wait (see Degrade), as
+	// Envoy's rate-limit filter does with its 20 ms, so the default need
+	// not be that short: 10 ms left a Redis restarted on a loaded machine
+	// unanswered for 1.4-25 s (every check cut a new connection's dial
+	// short), 100 ms for 22-266 ms (TestRedisOutageDegrades).
+	DefaultDegradeTimeout = 100 * time.Millisecond
 	// DefaultDegradeFailures opens a breaker on the third outage in a row:
 	// one lost packet does not, a dead backend costs three timeouts.
 	DefaultDegradeFailures = 3

@@ -57,18 +57,23 @@ func maxOf(ds []time.Duration) time.Duration {
 	return m
 }
 
+// envoyCall is a check's context as the service gets it behind a default
+// Envoy: the filter's timeout as the call's deadline (grpc-timeout).
+func envoyCall() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), envoyTimeout)
+}
+
 func TestDegradeOutageStartWithinEnvoysTimeout(t *testing.T) {
 	// The first checks of an outage, all waiting on the store when it
-	// hangs, are decided within Envoy's default timeout with the default
+	// hangs, under Envoy's deadline, are decided within it with the default
 	// Degrade: behind a default Envoy none passes unlimited. A loaded
 	// machine may delay a goroutine's wake-up past the bound: a trial that
 	// misses it is tried again, up to 10 times, and the test fails only
-	// when none makes it (with the former 100 ms default, every trial
-	// waits 100 ms).
+	// when none makes it (before, every check waited for the deadline and
+	// failed with its error, which outageStart reports).
 	var worst []time.Duration
 	for trial := range 10 {
-		w := outageStart(t, bucketgrid.Degrade{Instances: func() int { return 3 }}, 16,
-			func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) })
+		w := outageStart(t, bucketgrid.Degrade{Instances: func() int { return 3 }}, 16, envoyCall)
 		worst = append(worst, w)
 		if w <= envoyTimeout {
 			t.Logf("trial %d: the slowest of 16 checks at the outage's start took %v (trials %v)", trial, w, worst)
@@ -79,14 +84,14 @@ func TestDegradeOutageStartWithinEnvoysTimeout(t *testing.T) {
 }
 
 func TestDegradeDecidesBeforeCallersDeadline(t *testing.T) {
-	// A caller whose deadline is nearer than Degrade.Timeout (Envoy's
-	// 20 ms, sent as grpc-timeout) gets a local decision, not its deadline's
-	// error: the wait for the store ends before the deadline does. Judged by
-	// outcome, not time, so a loaded machine cannot fail it.
+	// A caller whose deadline is nearer than Degrade.Timeout gets a local
+	// decision, not its deadline's error: the wait for the store ends
+	// before the deadline does. Judged by outcome, not time, so a loaded
+	// machine cannot fail it (a check woken after the deadline is decided
+	// locally all the same). Without a deadline, Timeout bounds the wait.
 	for _, timeout := range []time.Duration{0, time.Second} {
-		outageStart(t, bucketgrid.Degrade{Instances: func() int { return 3 }, Timeout: timeout}, 16,
-			func() (context.Context, context.CancelFunc) {
-				return context.WithTimeout(context.Background(), envoyTimeout)
-			})
+		outageStart(t, bucketgrid.Degrade{Instances: func() int { return 3 }, Timeout: timeout}, 16, envoyCall)
 	}
+	outageStart(t, bucketgrid.Degrade{Instances: func() int { return 3 }, Timeout: time.Millisecond}, 16,
+		func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) })
 }

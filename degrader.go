@@ -164,15 +164,16 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 
 // cutoff returns when a check under ctx, starting now, stops waiting for
 // the executor and is decided locally: after Degrade.Timeout, or after
-// three quarters of the time ctx has left when that is sooner, so that the
-// local decision reaches a caller with a short deadline (Envoy's 20 ms,
-// sent as grpc-timeout) before it gives up.
+// half the time ctx has left when that is sooner, so that the local
+// decision reaches a caller with a short deadline (Envoy's 20 ms, sent as
+// grpc-timeout) before it gives up, the other half left for the decision,
+// the answer's way back and a loaded machine's scheduling.
 func (g *degrader) cutoff(ctx context.Context) time.Time {
 	now := time.Now()
 	wait := g.timeout
 	if dl, ok := ctx.Deadline(); ok {
-		if left := dl.Sub(now); left > 0 && left/4*3 < wait {
-			wait = left / 4 * 3
+		if left := dl.Sub(now); left > 0 && left/2 < wait {
+			wait = left / 2
 		}
 	}
 	return now.Add(wait)
@@ -483,11 +484,11 @@ func (g *degrader) charge(s charge) bool {
 }
 
 // minBackgroundWait is the least a probe or a charge, which no caller
-// waits on, waits for the executor: a backend that restarted answers only
-// after a new connection's dial and handshake, which a loaded machine
-// does not finish within a check's 10 ms; cut at that, every probe would
-// cancel its own dial, and the breaker stay open (5–25 s after a Redis
-// restart in TestRedisOutageDegrades, against 36–44 ms).
+// waits on, waits for the executor, whatever Degrade.Timeout: a backend
+// that restarted answers only after a new connection's dial and
+// handshake, which a loaded machine may not finish within a short
+// timeout; cut at it, every probe would cancel its own dial, and the
+// breaker stay open.
 const minBackgroundWait = 100 * time.Millisecond
 
 // backgroundWait returns how long a probe or a charge waits for the

@@ -222,7 +222,7 @@ func WithBucketOptions(opts ...bucketgrid.HandleOption) ManagedOption {
 // (WithFailOpen) still answers the failures that are no outage and the
 // outages degrade cannot decide (the plan failing). The WithTimeout
 // deadline reaches the Manager, which stops waiting for the backend after
-// d.Timeout (10 ms by default) or three quarters of that deadline,
+// d.Timeout (100 ms by default) or half the time that deadline leaves,
 // whichever is sooner, so the local decision arrives before the
 // middleware gives up.
 func WithDegrade(d bucketgrid.Degrade) ManagedOption {
