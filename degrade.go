@@ -26,9 +26,10 @@ import (
 // rate-limit filter gives up after 20 ms by default and then lets the
 // request through unlimited (failure_mode_deny false); it sends that
 // timeout as the call's deadline (grpc-timeout), so behind a default Envoy
-// the first checks of an outage, which wait before a breaker opens, are
-// decided within 10 ms of the service receiving them, whatever Timeout
-// says.
+// the first checks of an outage, which wait before a breaker opens, stop
+// waiting 10 ms after the service received them, whatever Timeout says,
+// and are answered within Envoy's 20 ms
+// (TestDegradeOutageStartWithinEnvoysTimeout).
 //
 // A key's local share starts from what this instance last saw of the
 // key's bucket: when one of the executor's answers told how many tokens
@@ -44,9 +45,7 @@ import (
 // made it forget) starts from a full share: the fleet may then admit up
 // to one limit more than the bucket held. That is the price of not
 // refusing, for the length of an outage, clients new to this instance and
-// every client of an instance just started; behind a balancer that
-// spreads a client's requests, each instance sees an active key within a
-// few of them.
+// every client of an instance just started.
 //
 // A circuit breaker per route (the key's owner on a grid, see Router; the
 // whole store otherwise) stops waiting for a backend that failed Failures
