@@ -12,12 +12,40 @@ import (
 )
 
 // Degrade configures a Manager's degraded mode (WithDegrade): when the
-// executor fails with an outage or does not answer within Timeout, the
+// executor fails with an outage or does not answer in time, the
 // operation is decided from a bucket in this process holding this
 // instance's share of the limit (core.Config.Share with the number of
 // instances), so that the instances together admit about the limit while
 // the backend is out: nobody unlimited, nobody refused who would have been
 // admitted. The zero value selects the defaults.
+//
+// In time means within Timeout, or within half the time the caller's
+// context has left when that is sooner: an operation waits for the
+// executor no longer, then is decided locally, and a caller with a short
+// deadline gets the local decision, not its deadline's error. Envoy's
+// rate-limit filter gives up after 20 ms by default and then lets the
+// request through unlimited (failure_mode_deny false); it sends that
+// timeout as the call's deadline (grpc-timeout), so behind a default Envoy
+// the first checks of an outage, which wait before a breaker opens, stop
+// waiting 10 ms after the service received them, whatever Timeout says,
+// and are answered within Envoy's 20 ms
+// (TestDegradeOutageStartWithinEnvoysTimeout).
+//
+// A key's local share starts from what this instance last saw of the
+// key's bucket: when one of the executor's answers told how many tokens
+// were left (TryConsumeAndReturnRemaining, EstimateAbilityToConsume, a
+// refused TryConsume, a TryConsumeAsMuchAsPossible that took less than
+// asked, a verbose answer's diagnostics), the share holds at most that
+// many divided by the instances, rounded down, and refills from the
+// moment of that answer at the share's rate. The instances together thus
+// start from no more than the bucket held when each last saw it: an
+// outage that begins after a limit was used up admits only what refills
+// meanwhile. A key this instance never saw answered (or whose last answer
+// added tokens, or reset or reconfigured the bucket, or that MaxKeys
+// made it forget) starts from a full share: the fleet may then admit up
+// to one limit more than the bucket held. That is the price of not
+// refusing, for the length of an outage, clients new to this instance and
+// every client of an instance just started.
 //
 // A circuit breaker per route (the key's owner on a grid, see Router; the
 // whole store otherwise) stops waiting for a backend that failed Failures
@@ -25,7 +53,7 @@ import (
 // at once, and one probe at a time (a read of a key's configuration) is sent
 // in the background every Probe of the Manager's clock, whether operations
 // come or not. The breaker closes when a probe is answered: within Probe
-// (plus a probe's Timeout) of the backend's return. What the local buckets consumed
+// (plus a probe's wait) of the backend's return. What the local buckets consumed
 // is then charged to the real ones, never minting: with
 // wire.OpTryConsumeAsMuchAsPossible of the tokens consumed locally (a bucket
 // is charged at most what it holds, and never gains a token), sent in the
@@ -67,8 +95,11 @@ type Degrade struct {
 	// while the store is out). Values below 1 count as 1.
 	Instances func() int
 	// Timeout bounds the wait for the executor before an operation is
-	// decided locally (DefaultDegradeTimeout when 0). It applies only when
-	// the caller's context leaves more time than that.
+	// decided locally (DefaultDegradeTimeout when 0); a caller's deadline
+	// shortens it to half the time left, when that is less.
+	// Probes and charges, which no caller waits on, wait for the
+	// executor as long, and at least 100 ms (a restarted backend's new
+	// connection must have time to be made).
 	Timeout time.Duration
 	// Failures is the number of outages in a row on one route that opens its
 	// breaker (DefaultDegradeFailures when 0).
@@ -79,14 +110,19 @@ type Degrade struct {
 	Probe time.Duration
 	// MaxKeys bounds the local buckets (DefaultDegradeMaxKeys when 0). Past it,
 	// an arbitrary local bucket is dropped, and with it the consumption it
-	// would have charged.
+	// would have charged. It bounds as well the keys whose last-seen
+	// tokens are kept (past it, an arbitrary one is forgotten).
 	MaxKeys int
 }
 
 // The defaults of Degrade.
 const (
-	// DefaultDegradeTimeout is below httplimit's default timeout (250 ms),
-	// so that a middleware gets the local decision rather than failing open.
+	// DefaultDegradeTimeout is below httplimit's default timeout (250 ms).
+	// A caller with a nearer deadline shortens the wait (see Degrade), as
+	// Envoy's rate-limit filter does with its 20 ms, so the default need
+	// not be that short: 10 ms left a Redis restarted on a loaded machine
+	// unanswered for 1.4-25 s (every check cut a new connection's dial
+	// short), 100 ms for 22-266 ms (TestRedisOutageDegrades).
 	DefaultDegradeTimeout = 100 * time.Millisecond
 	// DefaultDegradeFailures opens a breaker on the third outage in a row:
 	// one lost packet does not, a dead backend costs three timeouts.

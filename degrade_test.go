@@ -478,13 +478,16 @@ func BenchmarkDegrade(b *testing.B) {
 	}
 	d := bucketgrid.Degrade{Instances: func() int { return 3 }}
 	for _, bc := range []struct {
-		name string
-		down bool
-		opts []bucketgrid.ManagerOption
+		name      string
+		down      bool
+		remaining bool // TryConsumeAndReturnRemaining: the answer's tokens are kept (see Degrade)
+		opts      []bucketgrid.ManagerOption
 	}{
-		{"backend-up/without", false, nil},
-		{"backend-up/degrade", false, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
-		{"breaker-open/degrade", true, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
+		{"backend-up/without", false, false, nil},
+		{"backend-up/degrade", false, false, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
+		{"backend-up/without/remaining", false, true, nil},
+		{"backend-up/degrade/remaining", false, true, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
+		{"breaker-open/degrade", true, false, []bucketgrid.ManagerOption{bucketgrid.WithDegrade(d)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			s := &outageStore{Store: memstore.New()}
@@ -501,7 +504,11 @@ func BenchmarkDegrade(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
+				if bc.remaining {
+					if p, err := h.TryConsumeAndReturnRemaining(ctx, 1); !p.Consumed || err != nil {
+						b.Fatal(p, err)
+					}
+				} else if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
 					b.Fatal(ok, err)
 				}
 			}

@@ -26,6 +26,7 @@ type degrader struct {
 	maxKeys   int
 
 	breakers breakers
+	seen     seenMap // what the executor last said of each key's tokens
 
 	mu     sync.Mutex
 	shares map[string]*share // by store key; guarded by mu
@@ -81,6 +82,7 @@ func newDegrader(m *Manager, d Degrade) *degrader {
 		}
 	}
 	g.router, _ = m.exec.(Router)
+	g.seen.init(g.maxKeys)
 	return g
 }
 
@@ -102,12 +104,22 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		}
 		return g.local(ctx, h, ops, verbose)
 	}
+	cut := g.cutoff(ctx)
 	var s *share
 	var carry int64
 	if g.n.Load() > 0 && len(ops) < wire.MaxOps {
 		var err error
-		if s, carry, err = g.claim(ctx, h.storeKey); err != nil {
+		if s, carry, err = g.claim(ctx, h.storeKey, cut); err != nil {
 			return wire.Response{}, err
+		}
+		if !time.Now().Before(cut) {
+			// the charge under way took the check's time: decided
+			// locally, not counted against the route (the charge's own
+			// outcome is)
+			if carry > 0 {
+				g.release(s, carry, false)
+			}
+			return g.local(ctx, h, ops, verbose)
 		}
 	}
 	sent := ops
@@ -116,17 +128,10 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		sent = append(sent, wire.Op{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: carry})
 		sent = append(sent, ops...)
 	}
-	rctx, cancel := ctx, context.CancelFunc(nil)
-	var deadline time.Time // of the timeout, when it is ours
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > g.timeout {
-		rctx, cancel = context.WithTimeout(ctx, g.timeout)
-		deadline, _ = rctx.Deadline()
-	}
+	rctx, cancel := context.WithDeadline(ctx, cut)
 	var fromExec bool
 	resp, err := h.remote(rctx, sent, verbose, &fromExec)
-	if cancel != nil {
-		cancel()
-	}
+	cancel()
 	if carry > 0 {
 		if err == nil {
 			g.charged.Add(resp.Results[0].Tokens)
@@ -136,16 +141,18 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	}
 	if err == nil {
 		b.succeeded()
+		g.saw(h.storeKey, ops, &resp)
 		if g.n.Load() > 0 {
 			g.settle(h.storeKey)
 		}
 		return resp, nil
 	}
-	// An executor that overran the timeout (a grid member whose store
-	// waits on a dead replica) may have let the caller's own deadline,
-	// later than the timeout's, pass meanwhile: that is the outage's, and
-	// decided locally too. A caller that canceled gets its error.
-	overran := !deadline.IsZero() && !time.Now().Before(deadline) && !errors.Is(ctx.Err(), context.Canceled)
+	// An executor that overran the cut-off (a grid member whose store
+	// waits on a dead replica, or a goroutine woken late on a loaded
+	// machine) may have let the caller's own deadline, later than the
+	// cut-off, pass meanwhile: that is the outage's, and decided locally
+	// too. A caller that canceled gets its error.
+	overran := !time.Now().Before(cut) && !errors.Is(ctx.Err(), context.Canceled)
 	if !fromExec || (ctx.Err() != nil && !overran) || !g.outage(err) {
 		return resp, err
 	}
@@ -155,14 +162,31 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	return g.local(ctx, h, ops, verbose)
 }
 
+// cutoff returns when a check under ctx, starting now, stops waiting for
+// the executor and is decided locally: after Degrade.Timeout, or after
+// half the time ctx has left when that is sooner, so that the local
+// decision reaches a caller with a short deadline (Envoy's 20 ms, sent as
+// grpc-timeout) before it gives up, the other half left for the decision,
+// the answer's way back and a loaded machine's scheduling.
+func (g *degrader) cutoff(ctx context.Context) time.Time {
+	now := time.Now()
+	wait := g.timeout
+	if dl, ok := ctx.Deadline(); ok {
+		if left := dl.Sub(now); left > 0 && left/2 < wait {
+			wait = left / 2
+		}
+	}
+	return now.Add(wait)
+}
+
 // claim takes the consumption of key's local share that is still to be
 // charged, for the caller to charge atomically before its own operations,
-// after waiting for a charge of the share already under way (at most
-// Degrade.Timeout: one still running then is left behind): so nothing
-// this instance asks of key's real bucket is decided before what it
-// consumed locally was taken from it. The caller must release s when the
-// claimed consumption is more than 0.
-func (g *degrader) claim(ctx context.Context, key string) (*share, int64, error) {
+// after waiting for a charge of the share already under way (until cut at
+// most: one still running then is left behind): so nothing this instance
+// asks of key's real bucket is decided before what it consumed locally was
+// taken from it. The caller must release s when the claimed consumption is
+// more than 0.
+func (g *degrader) claim(ctx context.Context, key string, cut time.Time) (*share, int64, error) {
 	g.mu.Lock()
 	for {
 		s := g.shares[key]
@@ -172,7 +196,7 @@ func (g *degrader) claim(ctx context.Context, key string) (*share, int64, error)
 		}
 		if w := s.inflight; w != nil {
 			g.mu.Unlock()
-			t := time.NewTimer(g.timeout)
+			t := time.NewTimer(time.Until(cut))
 			select {
 			case <-w:
 				t.Stop()
@@ -278,6 +302,11 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 		s.local++ // a new version: Process replaces the configuration, tokens carried over
 	}
 	req.Config, req.ConfigVersion = &s.cutCfg, s.local
+	if s.stored == nil {
+		if seen, ok := g.seen.get(h.storeKey); ok {
+			s.stored = seedShare(&s.cutCfg, s.local, seen, n)
+		}
+	}
 	stored, changed, resp := wire.Process(s.stored, req, now)
 	if err := resp.Err(); err != nil {
 		return wire.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
@@ -440,19 +469,31 @@ type charge struct {
 // crashed owner's keys): never minting. It reports whether the executor
 // answered.
 func (g *degrader) charge(s charge) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), g.backgroundWait())
 	defer cancel()
 	cfg := s.cfg
 	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: s.version, Expiry: g.m.expiry,
 		Ops: []wire.Op{{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: s.consumed}}}
 	resp, err := g.exec.Execute(ctx, s.key, req)
-	if err != nil || resp.Status != wire.StatusOK {
+	if err != nil || resp.Status != wire.StatusOK || len(resp.Results) != 1 {
 		g.chargeFailed.Add(1)
 		return false
 	}
 	g.charged.Add(resp.Results[0].Tokens)
 	return true
 }
+
+// minBackgroundWait is the least a probe or a charge, which no caller
+// waits on, waits for the executor, whatever Degrade.Timeout: a backend
+// that restarted answers only after a new connection's dial and
+// handshake, which a loaded machine may not finish within a short
+// timeout; cut at it, every probe would cancel its own dial, and the
+// breaker stay open.
+const minBackgroundWait = 100 * time.Millisecond
+
+// backgroundWait returns how long a probe or a charge waits for the
+// executor: Degrade.Timeout, at least minBackgroundWait.
+func (g *degrader) backgroundWait() time.Duration { return max(g.timeout, minBackgroundWait) }
 
 // probeRoute asks the executor for key's configuration, a read that changes
 // nothing, and closes b when it answers. A panic in the executor is
@@ -467,7 +508,7 @@ func (g *degrader) probeRoute(b *breaker, key string) {
 	}
 }
 
-// ask reads key's configuration, within Degrade.Timeout, and reports
+// ask reads key's configuration, within backgroundWait, and reports
 // whether the executor answered (a panic in it counts as no answer).
 func (g *degrader) ask(key string) (answered bool) {
 	defer func() {
@@ -475,7 +516,7 @@ func (g *degrader) ask(key string) (answered bool) {
 			answered = false
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), g.backgroundWait())
 	defer cancel()
 	_, err := g.exec.Execute(ctx, key, wire.Request{Ops: []wire.Op{{Kind: wire.OpGetConfiguration}}})
 	return err == nil || !g.outage(err)

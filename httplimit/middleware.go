@@ -221,9 +221,11 @@ func WithBucketOptions(opts ...bucketgrid.HandleOption) ManagedOption {
 // describe the local share, the decisions are counted apart
 // (Stats.DegradedAllowed, Stats.DegradedLimited), and the failure mode
 // (WithFailOpen) still answers the failures that are no outage and the
-// outages degrade cannot decide (the plan failing). Keep d.Timeout below
-// the middleware's WithTimeout (the defaults, 100 ms and 250 ms, are), or
-// the middleware stops waiting before the local decision arrives.
+// outages degrade cannot decide (the plan failing). The WithTimeout
+// deadline reaches the Manager, which stops waiting for the backend after
+// d.Timeout (100 ms by default) or half the time that deadline leaves,
+// whichever is sooner, so the local decision arrives before the
+// middleware gives up.
 func WithDegrade(d bucketgrid.Degrade) ManagedOption {
 	return managedOption(func(o *options) { o.degrade = &d })
 }

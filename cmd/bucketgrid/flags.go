@@ -209,7 +209,7 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or count them with -degrade-count, or each admits the whole limit); with -degrade-count, the least count")
 	fs.BoolVar(&c.Degrade.Count, "degrade-count", false, "with a store URI and -degrade, count the instances sharing the store: each keeps a presence record in it with a TTL of -degrade-count-ttl, refreshed every quarter of it; while the store is out, the last count seen")
 	fs.DurationVar(&c.Degrade.CountTTL, "degrade-count-ttl", presence.DefaultTTL, "under -degrade-count, how long a stopped instance is still counted at most (its record's TTL)")
-	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long to wait for the backend before deciding locally (below -timeout)")
+	fs.DurationVar(&c.Degrade.Timeout, "degrade-timeout", bucketgrid.DefaultDegradeTimeout, "under -degrade, how long a check waits for the backend before it is decided locally, at most; a caller's deadline (Envoy sends its filter timeout, 20 ms by default, failing open) shortens the wait to half the time left, so that the local decision arrives in time. Below -timeout")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
