@@ -84,15 +84,18 @@ func (u upstream) serve(raw string) (string, bool) {
 
 func isHex(c byte) bool { return strings.IndexByte("0123456789abcdefABCDEF", c) >= 0 }
 
-// replaceFold replaces old (upper case hex escapes) in any letter case.
+// replaceFold replaces old (an upper case escape) in any letter case.
 func replaceFold(s, old, repl string) string {
-	for {
-		i := strings.Index(strings.ToUpper(s), old)
-		if i < 0 {
-			return s
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if i+len(old) <= len(s) && strings.EqualFold(s[i:i+len(old)], old) {
+			b.WriteString(repl)
+			i += len(old) - 1
+			continue
 		}
-		s = s[:i] + repl + s[i+len(old):]
+		b.WriteByte(s[i])
 	}
+	return b.String()
 }
 
 // decodeUnreservedRef decodes the escapes of RFC 3986's unreserved
@@ -181,6 +184,7 @@ var pathSeeds = []string{
 	"//api/x", "/api//x", "/static/../api/x", "/api/./x", "/../api/x", "/api/x/.", "/api%2Fx", "/api%5cx",
 	"/api\\x", "/x/..;/api/x", "/x/%2e%2e/api/x", "/x//../api/x", "/x/;/../api/x", "/api/x#f", "/api/x%",
 	"/a/b/../../api/x", "/api/x/y/..", "/api/x/..", "//..", "/#/../api/x", "/api/x%00", "*", "",
+	"/" + strings.Repeat("a/", 70) + strings.Repeat("../", 70) + "api;/x",
 }
 
 // FuzzPathSpellings: no spelling of a limited path escapes its limit — for
@@ -203,6 +207,9 @@ func FuzzPathSpellings(f *testing.F) {
 	ups := upstreams()
 	envoyTomcat := upstream{merge: 2}
 	f.Fuzz(func(t *testing.T, p string) {
+		if len(p) > 512 {
+			return // longer than any path a test needs, past the 128-byte buffer
+		}
 		for i, l := range pathLimits {
 			r := vms[i].do("", map[string]string{":path": p})
 			switch r.status {
