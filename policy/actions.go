@@ -48,13 +48,20 @@ type Action struct {
 type MatchKind uint8
 
 // The matches of Envoy's HeaderMatcher this package implements (exact,
-// prefix, suffix, contains and present, directly or as string_match).
+// prefix, suffix, contains and present, directly or as string_match), and
+// MatchPathSeparatedPrefix.
 const (
 	MatchExact MatchKind = iota + 1
 	MatchPrefix
 	MatchSuffix
 	MatchContains
 	MatchPresent
+	// MatchPathSeparatedPrefix matches Value itself and Value followed by
+	// "/" or "?": a prefix that ends where a path segment ends, so "/api"
+	// matches "/api", "/api/x" and "/api?q" but not "/apix". It is the rule
+	// of Envoy's route match path_separated_prefix; Envoy's header matchers
+	// have no such match.
+	MatchPathSeparatedPrefix
 )
 
 // HeaderMatcher is one of Envoy's header matchers (config.route.v3.HeaderMatcher).
@@ -159,8 +166,12 @@ func (m *HeaderMatcher) matches(a Attributes) bool {
 		match = m.Present
 	case MatchExact:
 		match = v == m.Value || m.IgnoreCase && strings.EqualFold(v, m.Value)
-	case MatchPrefix:
-		match = len(v) >= len(m.Value) && equal(v[:len(m.Value)], m.Value, m.IgnoreCase)
+	case MatchPrefix, MatchPathSeparatedPrefix:
+		n := len(m.Value)
+		match = len(v) >= n && equal(v[:n], m.Value, m.IgnoreCase)
+		if match && m.Kind == MatchPathSeparatedPrefix && len(v) > n {
+			match = v[n] == '/' || v[n] == '?'
+		}
 	case MatchSuffix:
 		match = len(v) >= len(m.Value) && equal(v[len(v)-len(m.Value):], m.Value, m.IgnoreCase)
 	case MatchContains:

@@ -59,3 +59,21 @@ func TestEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestPathSeparatedPrefix: the prefix ends where a segment ends, in any
+// letter case with IgnoreCase.
+func TestPathSeparatedPrefix(t *testing.T) {
+	m := HeaderMatcher{Name: ":path", Kind: MatchPathSeparatedPrefix, Value: "/api"}
+	folded := m
+	folded.IgnoreCase = true
+	for path, want := range map[string][2]bool{
+		"/api": {true, true}, "/api/": {true, true}, "/api/x": {true, true}, "/api?q=1": {true, true},
+		"/apix": {false, false}, "/api.json": {false, false}, "/ap": {false, false}, "/x/api": {false, false},
+		"/API/x": {false, true}, "/Api": {false, true},
+	} {
+		a := attrs{headers: map[string]string{":path": path}}
+		if got := [2]bool{m.matches(a), folded.matches(a)}; got != want {
+			t.Errorf("%q: match %v, with ignore_case %v; want %v", path, got[0], got[1], want)
+		}
+	}
+}

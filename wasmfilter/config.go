@@ -76,6 +76,10 @@ type Config struct {
 	// StatPrefix starts the name of every metric (default "bucketgrid"):
 	// 1 to 64 characters of [A-Za-z0-9_].
 	StatPrefix string `json:"stat_prefix,omitempty"`
+	// RawPath makes the actions read :path as Envoy passes it, as Envoy's
+	// own rate-limit actions do, instead of normalised (see the package
+	// documentation, "Paths"). Off by default.
+	RawPath bool `json:"raw_path,omitempty"`
 }
 
 // HeadersConfig selects the response headers, as package policy renders
@@ -165,11 +169,12 @@ type settings struct {
 	body        []byte
 	contentType string
 	prefix      string
+	rawPath     bool
 }
 
 func (c *Config) compile() (*settings, error) {
 	s := &settings{maxAttempts: 16, contentType: "text/plain", body: []byte(DefaultDenyBody),
-		prefix: "bucketgrid", slots: DefaultSlots}
+		prefix: "bucketgrid", slots: DefaultSlots, rawPath: c.RawPath}
 	switch c.FailureMode {
 	case "", "open":
 		s.failOpen = true

@@ -220,7 +220,7 @@ func TestFormerFormatSaysHowToMigrate(t *testing.T) {
 		{`{` + ruleBase + `, ` + policies + `}`, "policies", []string{"rate_limits", "rules"}},
 		{`{"policies": []}`, "policies", []string{"domain, rate_limits and rules"}},
 		{`{"path": {"normalize": true, "ignore_case": true}, ` + ruleBase + `}`, "path",
-			[]string{"normalize_path", "merge_slashes", "path_with_escaped_slashes_action", "';'", "ignore_case"}},
+			[]string{"normalises :path", "raw_path", "';'", "path_separated_prefix", "ignore_case"}},
 	} {
 		env := newFakeEnvoy()
 		h := newFakeHost(env.shared, env.clock, c.doc)

@@ -39,6 +39,8 @@ func decodeConfig(raw []byte) (Config, error) {
 			d.str(&c.TableFull)
 		case "max_attempts":
 			d.int(&c.MaxAttempts)
+		case "raw_path":
+			d.bool(&c.RawPath)
 		case "headers":
 			d.object(func(d *decoder, name string) bool {
 				switch name {

@@ -32,7 +32,8 @@
 // domain they are for, and the route's rate_limits, whose actions build the
 // descriptors as Envoy's rate-limit filter builds them (request_headers,
 // remote_address, generic_key, header_value_match with exact, prefix,
-// suffix, contains and present matchers; package policy):
+// suffix, contains and present matchers, and path_separated_prefix; package
+// policy):
 //
 //	{
 //	  "domain": "edge",
@@ -59,20 +60,58 @@
 // (slots) named "rules". A key longer than MaxKeyLen bytes is replaced by
 // its digest, in a namespace no literal key reaches.
 //
-// Paths are matched as Envoy's actions match them, as Envoy passes :path:
-// normalise them in Envoy's HTTP connection manager (normalize_path,
-// merge_slashes, path_with_escaped_slashes_action). Envoy keeps ";" path
-// parameters and the query: a prefix_match without its final slash
-// ("/api") counts "/api;a=b/x" with "/api/x".
+// # Paths
+//
+// Unlike Envoy's own rate-limit actions, which match :path as it comes, the
+// filter's matchers (and request_headers on :path) see it normalised, so
+// that a client's spelling cannot choose its limit; raw_path: true turns
+// this off and matches as a bare Envoy matcher does. The normal form is the
+// path an upstream serves when it reads it as RFC 3986 does and also cuts
+// ";" parameters off each segment as Tomcat, Jetty and Spring do:
+//
+//   - the query is cut off ("/api/x?bust=1" → "/api/x");
+//   - ";" parameters are cut off every segment ("/api;a=b/x", "/api;/x" and
+//     "/;/api/x" → "/api/x"); an escaped "%3B" stays data;
+//   - escapes of unreserved characters are decoded ("/%61pi/x" → "/api/x"),
+//     the hex digits of the others upper-cased;
+//   - "." and ".." segments are removed (RFC 3986 §5.2.4, as Envoy's
+//     normalize_path does), then runs of "/" merged (as merge_slashes does);
+//     a path ending in "/" or a dot segment keeps a final "/".
+//
+// The path Envoy forwards is not changed. A request whose path upstreams
+// read differently is refused with 400 (details bucketgrid_ambiguous_path,
+// counted as invalid_path), since no single reading could be counted: an
+// escaped slash or backslash (%2F, %5C; Envoy's
+// path_with_escaped_slashes_action REJECT_REQUEST), a "\", a dot segment
+// spelled with an escape or a parameter ("%2E%2E", "..;"), a ".." after an
+// empty segment that follows a named one ("/a//../b" is /a/b to Envoy, /b
+// to nginx), a malformed escape, "#", a control character or a space, and
+// a path not starting with "/" other than "*". Paths are not case-folded:
+// use a string_match with ignore_case for case-insensitive upstreams.
+//
+// FuzzPathSpellings holds the promise: for any request path, no upstream
+// reading it in any combination of these ways (parameters kept or cut,
+// escaped separators decoded or not, "\" a separator or not, escapes
+// decoded before or after dot segments, slashes merged never, before or
+// after) serves a resource under a limited path when the filter lets the
+// request through uncounted.
+//
+// A :path exact_match, prefix_match or path_separated_prefix whose value
+// no normalised path can match ("/api;v=1/", "/%61pi") is refused at
+// configure time with the form that would. path_separated_prefix is the
+// filter's addition to Envoy's header matchers (Envoy has it as a route
+// match only): "/api" matches "/api", "/api/…" and "/api?…", never "/apix",
+// which prefix_match "/api" counts.
 //
 // The filter's former configuration format (policies, path) is refused
 // with an error that says what replaces each of its members. What it had
 // and the rule format has not: a cost per request (every request is one
 // hit), several bandwidths in one bucket (each limit is a descriptor of its
 // own, told apart by a generic_key), the refund of earlier policies when a
-// later one refused (every descriptor counts, as in the service), its own
-// path normalisation, and the refusal of policy names whose metrics would
-// collide (there is one metric set now).
+// later one refused (every descriptor counts, as in the service), case
+// folding of paths (a string_match with ignore_case replaces it), and the
+// refusal of policy names whose metrics would collide (there is one metric
+// set now).
 //
 // # When the filter cannot decide
 //
@@ -104,7 +143,8 @@
 // The filter's counters are defined with proxy_define_metric and named
 // "<stat_prefix>.policy.rules.<event>" (stat_prefix defaults to
 // "bucketgrid"): ok, over_limit, error, failure_mode_allowed, table_full,
-// table_full_allowed, evicted, cas_conflict, cas_gave_up and invalid_key.
+// table_full_allowed, evicted, cas_conflict, cas_gave_up, invalid_key and
+// invalid_path.
 // Envoy files them under "wasmcustom." and shows them without it; every
 // worker adds to the same counters. examples/envoy/envoy.yaml turns
 // "rules" into a tag.

@@ -72,7 +72,8 @@ func TestExampleEnvoyYAML(t *testing.T) {
 	if c.Domain != "edge" || len(c.RateLimits) != 3 || len(c.Rules) != 1 {
 		t.Fatalf("plugin configuration: domain %q, %d rate_limits, %d rule documents", c.Domain, len(c.RateLimits), len(c.Rules))
 	}
-	// The filter matches :path as Envoy passes it: Envoy must normalise it.
+	// The filter normalises what its matchers see; Envoy normalises what it
+	// forwards, so the upstream serves the path that was counted.
 	if !hcm.GetNormalizePath().GetValue() || !hcm.GetMergeSlashes() ||
 		hcm.GetPathWithEscapedSlashesAction() != hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT {
 		t.Fatalf("connection manager: normalize_path %v, merge_slashes %v, path_with_escaped_slashes_action %v",

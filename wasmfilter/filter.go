@@ -232,9 +232,12 @@ func (p *Plugin) refuse(r refusal) Action {
 		hdrs = append(hdrs, [2]string{"retry-after", strconv.FormatInt(r.retry, 10)})
 	}
 	body, ct := p.set.body, p.set.contentType
-	if r.status == 429 {
+	switch {
+	case r.status == 429:
 		hdrs = append(hdrs, [2]string{"x-envoy-ratelimited", "true"})
-	} else {
+	case r.details == "bucketgrid_ambiguous_path":
+		body, ct = []byte("ambiguous request path\n"), "text/plain"
+	default:
 		body, ct = []byte("invalid rate-limit key\n"), "text/plain"
 	}
 	hdrs = append(hdrs, [2]string{"content-type", ct})

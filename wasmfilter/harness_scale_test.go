@@ -43,7 +43,7 @@ func TestWasmMetrics(t *testing.T) {
 	if ok, over := e.metric("rules", "ok"), e.metric("rules", "over_limit"); ok != 3 || over != 2 {
 		t.Fatalf("ok %d over_limit %d, want 3 and 2", ok, over)
 	}
-	if n := len(e.stats.Names()); n != 10 {
+	if n := len(e.stats.Names()); n != 11 {
 		t.Fatalf("%d metrics: %v", n, e.stats.Names())
 	}
 	e.shared.Fail = func(op, key string) uint32 { return 10 }

@@ -31,11 +31,14 @@ const (
 	// metricInvalidKey counts requests answered 400 for a key the store
 	// cannot hold.
 	metricInvalidKey
+	// metricInvalidPath counts requests answered 400 for a :path whose
+	// spelling upstreams read differently (see normalizePath).
+	metricInvalidPath
 	numMetrics
 )
 
 var metricEvents = [numMetrics]string{"ok", "over_limit", "error", "failure_mode_allowed", "table_full",
-	"table_full_allowed", "evicted", "cas_conflict", "cas_gave_up", "invalid_key"}
+	"table_full_allowed", "evicted", "cas_conflict", "cas_gave_up", "invalid_key", "invalid_path"}
 
 // metrics are the filter's counters: names, and ids once defined.
 type metrics struct {

@@ -1,8 +1,7 @@
 package wasmfilter
 
 // The errors that refuse the filter's former configuration format, which
-// had policies of its own and normalised paths itself; each says what
-// replaces every member of it.
+// had policies of its own; each says what replaces every member of it.
 const (
 	migratePolicies = `the filter's own "policies" format is no longer read: give envoyproxy/ratelimit's rule format ` +
 		`(domain, rate_limits and rules, the files cmd/bucketgrid loads; see examples/envoy). ` +
@@ -19,9 +18,8 @@ const (
 		`Not available: cost (every request is one hit: divide the limits by the cost), ` +
 		`a refill other than the rate, bandwidth ids, version (a changed rule keeps the hits counted), ` +
 		`and the refund of earlier policies when a later one refuses (every descriptor counts, as the rate-limit service counts)`
-	migratePath = `the filter no longer normalises :path; it reads it as Envoy's rate-limit actions read it, ` +
-		`query and ';' parameters included. Normalise in Envoy's HTTP connection manager: normalize_path: true, ` +
-		`merge_slashes: true, path_with_escaped_slashes_action (UNESCAPE_AND_REDIRECT or REJECT_REQUEST). ` +
-		`Envoy keeps ';' path parameters: match a prefix without its final slash (prefix_match "/api" also ` +
-		`counts "/api;a=b/x") or route paths holding ';' away; ignore_case → a string_match with ignore_case: true`
+	migratePath = `the filter's "path" member is gone: the filter normalises :path before its matchers ` +
+		`(query and ';' parameters cut off, escapes and dot segments resolved; raw_path: true turns it off); ` +
+		`match a subtree with path_separated_prefix ("/api" counts /api and /api/..., never /apix); ` +
+		`ignore_case → a string_match with ignore_case: true`
 )

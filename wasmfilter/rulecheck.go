@@ -13,9 +13,13 @@ import (
 
 // attributes are the request values Envoy's rate-limit actions read, from
 // the host; the first host failure (other than an absent value) is kept.
+// Unless raw, :path is normalised (normalizePath); badPath reports that it
+// was refused.
 type attributes struct {
-	host Host
-	err  error
+	host    Host
+	err     error
+	raw     bool
+	badPath bool
 }
 
 func (a *attributes) Header(name string) (string, bool) {
@@ -23,7 +27,13 @@ func (a *attributes) Header(name string) (string, bool) {
 	if err != nil && !errors.Is(err, StatusNotFound) && a.err == nil {
 		a.err = err
 	}
-	return v, found && err == nil
+	found = found && err == nil
+	if found && name == ":path" && !a.raw {
+		if v, found = normalizePath(v); !found {
+			a.badPath = true
+		}
+	}
+	return v, found
 }
 
 func (a *attributes) RemoteAddress() (string, bool) {
@@ -47,7 +57,7 @@ func (a *attributes) RemoteAddress() (string, bool) {
 // its response. A failure to decide follows failure_mode (see failure).
 func (p *Plugin) Check() (a Action, pending [][2]string) {
 	set, m := p.set, &p.set.metrics
-	attrs := attributes{host: p.host}
+	attrs := attributes{host: p.host, raw: set.rawPath}
 	req := rules.Request{Domain: set.domain}
 	for _, acts := range set.limits {
 		if entries, ok := rules.Entries(acts, &attrs); ok {
@@ -59,6 +69,10 @@ func (p *Plugin) Check() (a Action, pending [][2]string) {
 			return p.refuse(r), nil
 		}
 		return ActionContinue, nil
+	}
+	if attrs.badPath {
+		m.add(p.host, metricInvalidPath, 1)
+		return p.refuse(refusal{status: 400, details: "bucketgrid_ambiguous_path"}), nil
 	}
 	if len(req.Descriptors) == 0 {
 		return ActionContinue, nil // Envoy asks nothing either

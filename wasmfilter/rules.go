@@ -39,8 +39,12 @@ func (c *Config) compileRules(s *settings) error {
 	s.domain, s.rules = c.Domain, rs
 	for i := range c.RateLimits {
 		acts := c.RateLimits[i].Actions
+		at := "rate_limits[" + strconv.Itoa(i) + "].actions"
 		if len(acts) == 0 || len(acts) > rules.MaxEntries {
-			return configErr("rate_limits["+strconv.Itoa(i)+"].actions", "want 1 to "+strconv.Itoa(rules.MaxEntries)+" actions")
+			return configErr(at, "want 1 to "+strconv.Itoa(rules.MaxEntries)+" actions")
+		}
+		if err := checkPathValues(at, acts, s.rawPath); err != nil {
+			return err
 		}
 		s.limits = append(s.limits, acts)
 	}
@@ -52,6 +56,38 @@ func (c *Config) compileRules(s *settings) error {
 	}
 	if c.Headers.Draft {
 		s.headers |= rules.DraftHeaders
+	}
+	return nil
+}
+
+// checkPathValues refuses a path_separated_prefix that does not start
+// with "/" or ends with one, and unless raw a :path matcher whose exact,
+// prefix or path_separated_prefix value no normalised :path can match,
+// naming the form that would. A prefix is judged as the start of a longer
+// path, so "/api/." (of "/api/.well-known") stays.
+func checkPathValues(at string, acts []rules.Action, raw bool) error {
+	for i := range acts {
+		for _, m := range acts[i].Headers {
+			v, k := m.Value, m.Kind
+			sep := k == rules.MatchPathSeparatedPrefix
+			if sep && (m.Name != ":path" || v == "" || v[0] != '/' || v[len(v)-1] == '/') {
+				return configErr(at, `path_separated_prefix: want a :path that starts with "/", without its final "/"`)
+			}
+			if raw || m.Name != ":path" || v == "" || k != rules.MatchExact && k != rules.MatchPrefix && !sep {
+				continue
+			}
+			tail := ""
+			if k == rules.MatchPrefix {
+				tail = "x"
+			}
+			if n, ok := normalizePath(v + tail); n != v+tail {
+				if !ok {
+					n = "none: the filter refuses it as ambiguous"
+				}
+				return configErr(at, ":path "+v+" never matches a normalised :path; "+
+					strings.TrimSuffix(n, tail)+" would (or set raw_path)")
+			}
+		}
 	}
 	return nil
 }
@@ -154,6 +190,8 @@ func decodeMatcher(d *decoder) rules.HeaderMatcher {
 			m.Name = strings.ToLower(m.Name)
 		case "exact_match", "prefix_match", "suffix_match", "contains_match":
 			set(stringMatch(name[:len(name)-len("_match")]), d)
+		case "path_separated_prefix":
+			set(rules.MatchPathSeparatedPrefix, d)
 		case "present_match":
 			kinds++
 			m.Kind = rules.MatchPresent
@@ -183,7 +221,7 @@ func decodeMatcher(d *decoder) rules.HeaderMatcher {
 	case m.Name == "":
 		d.fail("name is required")
 	case kinds != 1:
-		d.fail("want exactly one of exact_match, prefix_match, suffix_match, contains_match, present_match and string_match (safe_regex_match and range_match are not supported)")
+		d.fail("want exactly one of exact_match, prefix_match, suffix_match, contains_match, present_match, string_match and path_separated_prefix (safe_regex_match and range_match are not supported)")
 	}
 	return m
 }
