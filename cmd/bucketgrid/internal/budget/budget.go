@@ -12,7 +12,7 @@
 // request ends.
 //
 // Once half of a Budget is taken, each peer address may hold at most
-// 1/PeerShare of it and each connection 1/ConnShare (see Budget), so the
+// an eighth of it and each connection a thirty-second (see Budget), so the
 // clients of one address cannot fill it for everyone.
 package budget
 
@@ -35,8 +35,8 @@ import (
 // Budget is a count of bytes that requests in flight take and give back.
 // It is safe for concurrent use.
 //
-// Once half of it is taken, a peer address that holds 1/PeerShare of it,
-// or a connection that holds 1/ConnShare, takes no more: a client, however
+// Once half of it is taken, a peer address that holds an eighth of it, or
+// a connection that holds a thirty-second, takes no more: a client, however
 // many connections it opens from one address, leaves the rest to the
 // others.
 type Budget struct {
@@ -51,14 +51,14 @@ type Budget struct {
 	conns map[*peer.Peer]int64 // held by each connection (gRPC puts one *peer.Peer in all its calls' contexts)
 }
 
-// PeerShare and ConnShare are the shares of a budget, as fractions
-// 1/PeerShare and 1/ConnShare, beyond which a peer address and a
+// peerShare and connShare are the shares of a budget, as fractions
+// 1/peerShare and 1/connShare, beyond which a peer address and a
 // connection take no more once half of the budget is taken: a client from
 // one address alone stops at half of it, and clients from other addresses
 // find the rest, each taking at least one request.
 const (
-	PeerShare = 8
-	ConnShare = 32
+	peerShare = 8
+	connShare = 32
 )
 
 // New returns a budget of limit bytes.
@@ -204,7 +204,7 @@ func (b *Budget) takeAs(o owner, n int64) (ok, shared bool) {
 		return false, false
 	}
 	if b.used.Load() > b.limit/2 &&
-		(b.peers[o.addr] >= b.limit/PeerShare || b.conns[o.conn] >= b.limit/ConnShare) {
+		(b.peers[o.addr] >= b.limit/peerShare || b.conns[o.conn] >= b.limit/connShare) {
 		b.give(n)
 		return false, true
 	}

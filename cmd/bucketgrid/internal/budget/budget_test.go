@@ -258,7 +258,7 @@ func dialFrom(t *testing.T, addr, local string) *grpc.ClientConn {
 // TestOnePeerLeavesRoomForOthers: calls from one peer address, however
 // many connections it opens, hold at most half the budget when it is
 // alone, and calls from other addresses still find room; a
-// connection holds at most 1/ConnShare once half is taken. Each refusal
+// connection holds at most 1/connShare once half is taken. Each refusal
 // by a share is counted.
 func TestOnePeerLeavesRoomForOthers(t *testing.T) {
 	const perCall = 1000
@@ -300,7 +300,7 @@ func TestOnePeerLeavesRoomForOthers(t *testing.T) {
 		t.Fatalf("one address held %d calls, want 32 (half the budget: beyond it, only an address holding less than its share takes more)", held)
 	}
 	// one connection of another address: its share of a connection
-	if got, want := watch(healthpb.NewHealthClient(dialFrom(t, ln.Addr().String(), "127.0.0.2")), 64), 64/ConnShare; got != want {
+	if got, want := watch(healthpb.NewHealthClient(dialFrom(t, ln.Addr().String(), "127.0.0.2")), 64), 64/connShare; got != want {
 		t.Fatalf("another address's connection held %d calls, want %d (its connection share)", got, want)
 	}
 	// and a third address still gets in
