@@ -11,9 +11,9 @@
 // call settles for what it still holds; everything goes back when the
 // request ends.
 //
-// Once half of a Budget is taken, each peer address may hold at most
-// an eighth of it and each connection a thirty-second (see Budget), so the
-// clients of one address cannot fill it for everyone.
+// Once half of a Budget is taken, a peer address that holds an eighth of
+// it, or a connection that holds a thirty-second, takes no more (see
+// Budget), so the clients of one address cannot fill it for everyone.
 package budget
 
 import (
