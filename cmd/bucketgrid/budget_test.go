@@ -44,7 +44,7 @@ func TestBudgetRefusalsAreCounted(t *testing.T) {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if got := metricLine(t, in, "bucketgrid_rls_budget_limit_bytes"); got != "131072" {
+	if got := metricLine(t, in, `bucketgrid_rls_budget_limit_bytes{budget="checks"}`); got != "131072" {
 		t.Fatalf("budget_limit_bytes %q, want 131072", got)
 	}
 	hctx, hold := context.WithCancel(ctx)
@@ -52,9 +52,10 @@ func TestBudgetRefusalsAreCounted(t *testing.T) {
 	if _, err := cc.NewStream(hctx, &grpc.StreamDesc{StreamName: "ShouldRateLimit"}, wire.ShouldRateLimit); err != nil {
 		t.Fatal(err)
 	}
-	for metricLine(t, in, "bucketgrid_rls_budget_inflight_bytes") != "131072" { // the headers arrive asynchronously
+	const inflight = `bucketgrid_rls_budget_inflight_bytes{budget="checks"}`
+	for metricLine(t, in, inflight) != "131072" { // the headers arrive asynchronously
 		if ctx.Err() != nil {
-			t.Fatalf("the unfinished check holds %q bytes, want %d", metricLine(t, in, "bucketgrid_rls_budget_inflight_bytes"), perCall)
+			t.Fatalf("the unfinished check holds %q bytes, want %d", metricLine(t, in, inflight), perCall)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -77,7 +78,7 @@ func TestBudgetRefusalsAreCounted(t *testing.T) {
 		}
 	}
 	for answer, want := range map[string]string{"over_limit": "1", "resource_exhausted": "1", "unavailable": "2"} {
-		if got := metricLine(t, in, `bucketgrid_rls_budget_refusals_total{answer="`+answer+`"}`); got != want {
+		if got := metricLine(t, in, `bucketgrid_rls_budget_refusals_total{answer="`+answer+`",budget="checks"}`); got != want {
 			t.Errorf("budget_refusals_total{answer=%q} = %q, want %s", answer, got, want)
 		}
 	}

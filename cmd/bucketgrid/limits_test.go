@@ -81,6 +81,12 @@ func limitsInstance(t *testing.T, extra ...string) *proc {
 // reports the bytes the server accepted and how many calls it ended.
 func unfinished(t *testing.T, addr string, streams, size int, deadline time.Duration) (accepted int64, ended int) {
 	t.Helper()
+	return unfinishedCalls(t, addr, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", streams, size, deadline)
+}
+
+// unfinishedCalls is unfinished with calls of the method path.
+func unfinishedCalls(t *testing.T, addr, path string, streams, size int, deadline time.Duration) (accepted int64, ended int) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +172,7 @@ func unfinished(t *testing.T, addr string, streams, size int, deadline time.Dura
 		id := uint32(2*i + 1)
 		hbuf.Reset()
 		for _, f := range []hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-			{Name: ":path", Value: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+			{Name: ":path", Value: path},
 			{Name: ":authority", Value: addr}, {Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"}} {
 			enc.WriteField(f)
 		}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
@@ -151,9 +152,10 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	// the pool is sized for the requests in flight, not for the cores: gRPC
 	// starts a goroutine for a request that finds every worker busy.
 	inflight := budget.New(c.Limits.MaxInflightBytes)
-	m.Budget(inflight)
+	m.Budget("checks", inflight)
 	opts := append(grpcLimits(c.Limits, c.Limits.GRPCMaxRecv), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
-		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRecv), wire.ShouldRateLimit))
+		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRecv),
+			budget.Methods{Main: []string{wire.ShouldRateLimit}, Answer: []string{wire.ShouldRateLimit}}))
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
@@ -171,8 +173,11 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	var rlqs *quota.Server // renews assignments while it runs, below
 	var qs *grpc.Server
 	if c.RLQS {
+		qb := budget.New(c.Limits.RLQSMaxBytes)
+		m.Budget("quota", qb)
+		// health Watch and reflection streams hold at most half of it
 		qopts := append(grpcLimits(c.Limits, c.Limits.RLQSMaxRecv),
-			budget.New(c.Limits.RLQSMaxBytes).GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.RLQSMaxRecv)))
+			qb.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.RLQSMaxRecv), budget.Methods{Main: []string{rlqspb.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName}}))
 		if creds != nil {
 			qopts = append(qopts, grpc.Creds(creds))
 		}

@@ -292,3 +292,18 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestJSONBodyTooLarge: a /json body beyond -http-max-body is answered
+// 413, as the flag says, not 400 (a body that is wrong).
+func TestJSONBodyTooLarge(t *testing.T) {
+	in, _ := memoryInstance(t, "-http-max-body", "1000")
+	body := `{"domain":"srv","descriptors":[{"entries":[{"key":"k","value":"` + strings.Repeat("x", 2000) + `"}]}]}`
+	r, err := http.Post("http://"+in.httpAddr+"/json", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a %d-byte body over -http-max-body 1000: %d, want 413", len(body), r.StatusCode)
+	}
+}

@@ -10,32 +10,61 @@
 // request is served without its share. Once its message is decoded, a gRPC
 // call settles for what it still holds; everything goes back when the
 // request ends.
+//
+// Once half of a Budget is taken, a peer address that holds an eighth of
+// it, or a connection that holds a thirty-second, takes no more (see
+// Budget), so the clients of one address cannot fill it for everyone.
 package budget
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
 
 // Budget is a count of bytes that requests in flight take and give back.
 // It is safe for concurrent use.
+//
+// Once half of it is taken, a peer address that holds an eighth of it, or
+// a connection that holds a thirty-second, takes no more: a client, however
+// many connections it opens from one address, leaves the rest to the
+// others.
 type Budget struct {
 	limit                            int64
 	used                             atomic.Int64
-	others                           atomic.Int64 // held by calls of methods GRPC was not told to answer, when it was told some
+	others                           atomic.Int64 // held by calls of methods other than Methods.Main, when it names some
 	answered, exhausted, unavailable atomic.Int64 // refusals, by answer (see Refusals)
+	shared                           atomic.Int64 // refusals over a peer's or a connection's share
+
+	mu    sync.Mutex
+	peers map[string]int64     // held by each peer address (host only)
+	conns map[*peer.Peer]int64 // held by each connection (gRPC puts one *peer.Peer in all its calls' contexts)
 }
 
+// peerShare and connShare are the shares of a budget, as fractions
+// 1/peerShare and 1/connShare, beyond which a peer address and a
+// connection take no more once half of the budget is taken: a client from
+// one address alone stops at half of it, and clients from other addresses
+// find the rest, each taking at least one request.
+const (
+	peerShare = 8
+	connShare = 32
+)
+
 // New returns a budget of limit bytes.
-func New(limit int64) *Budget { return &Budget{limit: limit} }
+func New(limit int64) *Budget {
+	return &Budget{limit: limit, peers: map[string]int64{}, conns: map[*peer.Peer]int64{}}
+}
 
 // take takes n bytes if they fit, and reports whether they did.
 func (b *Budget) take(n int64) bool {
@@ -58,7 +87,7 @@ func (b *Budget) Limit() int64 { return b.limit }
 // Refusals counts the requests that found the budget full, by how they
 // were answered.
 type Refusals struct {
-	// Answered counts calls of a method named to GRPC's answer, let
+	// Answered counts calls of a method named in Methods.Answer, let
 	// through to be answered at once without their message being read
 	// (a rate-limit check answered OVER_LIMIT).
 	Answered int64
@@ -66,6 +95,9 @@ type Refusals struct {
 	Exhausted int64
 	// HTTP counts HTTP requests answered 503.
 	HTTP int64
+	// Shared counts, of the refusals above, those that found room in the
+	// budget but not in their peer address's or connection's share.
+	Shared int64
 }
 
 // Total returns every refusal, however answered.
@@ -73,14 +105,17 @@ func (r Refusals) Total() int64 { return r.Answered + r.Exhausted + r.HTTP }
 
 // Refusals returns how many requests found the budget full.
 func (b *Budget) Refusals() Refusals {
-	return Refusals{Answered: b.answered.Load(), Exhausted: b.exhausted.Load(), HTTP: b.unavailable.Load()}
+	return Refusals{Answered: b.answered.Load(), Exhausted: b.exhausted.Load(), HTTP: b.unavailable.Load(),
+		Shared: b.shared.Load()}
 }
 
 // grant is what one request holds; held < 0 once given back. A grant
-// whose share is set holds its bytes in that share as well.
+// whose share is set holds its bytes in that share as well, and one with
+// an owner in its peer's and connection's counts.
 type grant struct {
 	b     *Budget
 	share *atomic.Int64
+	owner owner
 	held  atomic.Int64
 }
 
@@ -89,6 +124,7 @@ func (g *grant) give(n int64) {
 	if g.share != nil {
 		g.share.Add(-n)
 	}
+	g.b.owned(g.owner, -n)
 }
 
 func (g *grant) settle(n int64) {
@@ -112,26 +148,96 @@ func (g *grant) release() {
 
 type grantKey struct{}
 
+// owner is who holds a grant: a peer address and a connection, either
+// unknown (empty, nil).
+type owner struct {
+	addr string
+	conn *peer.Peer
+}
+
+// ownerOf returns the owner of the gRPC call of ctx.
+func ownerOf(ctx context.Context) owner {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return owner{}
+	}
+	return owner{addr: host(p.Addr.String()), conn: p}
+}
+
+// host is addr without its port.
+func host(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// owned adds n to o's counts, forgetting a count that falls to 0.
+func (b *Budget) owned(o owner, n int64) {
+	if o == (owner{}) {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if o.addr != "" {
+		if b.peers[o.addr] += n; b.peers[o.addr] <= 0 {
+			delete(b.peers, o.addr)
+		}
+	}
+	if o.conn != nil {
+		if b.conns[o.conn] += n; b.conns[o.conn] <= 0 {
+			delete(b.conns, o.conn)
+		}
+	}
+}
+
+// takeAs takes n bytes for o if they fit in the budget and, once half of
+// it is taken, o holds less than its shares; shared reports a refusal by
+// a share.
+func (b *Budget) takeAs(o owner, n int64) (ok, shared bool) {
+	if o == (owner{}) {
+		return b.take(n), false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.take(n) {
+		return false, false
+	}
+	if b.used.Load() > b.limit/2 &&
+		(b.peers[o.addr] >= b.limit/peerShare || b.conns[o.conn] >= b.limit/connShare) {
+		b.give(n)
+		return false, true
+	}
+	if o.addr != "" {
+		b.peers[o.addr] += n
+	}
+	if o.conn != nil {
+		b.conns[o.conn] += n
+	}
+	return true, false
+}
+
 // reserve takes n bytes for the request of ctx until ctx ends. With a
 // share, the bytes are also counted in it, which may hold at most half the
-// budget.
-func (b *Budget) reserve(ctx context.Context, n int64, share *atomic.Int64) (context.Context, bool) {
+// budget. shared reports a refusal by the peer's or connection's share.
+func (b *Budget) reserve(ctx context.Context, n int64, share *atomic.Int64) (_ context.Context, ok, shared bool) {
 	if share != nil {
 		if share.Add(n) > b.limit/2 {
 			share.Add(-n)
-			return ctx, false
+			return ctx, false, false
 		}
 	}
-	if !b.take(n) {
+	o := ownerOf(ctx)
+	if ok, shared = b.takeAs(o, n); !ok {
 		if share != nil {
 			share.Add(-n)
 		}
-		return ctx, false
+		return ctx, false, shared
 	}
-	g := &grant{b: b, share: share}
+	g := &grant{b: b, share: share, owner: o}
 	g.held.Store(n)
 	context.AfterFunc(ctx, g.release)
-	return context.WithValue(ctx, grantKey{}, g), true
+	return context.WithValue(ctx, grantKey{}, g), true, false
 }
 
 // Settle lowers what the request of ctx holds to n bytes, once what it
@@ -146,36 +252,46 @@ func Settle(ctx context.Context, n int64) {
 // ErrExhausted is the status of a gRPC call refused for want of room.
 var ErrExhausted = status.Error(codes.ResourceExhausted, "the service holds its whole memory budget for requests in flight; retry")
 
+// Methods say how GRPC treats the calls of each method (full names,
+// "/package.Service/Method").
+type Methods struct {
+	// Main are the methods the budget is for. When Main names some, the
+	// calls of every other method together hold at most half the budget.
+	// Those calls can be streams that stay open as long as their client
+	// likes (a health Watch, server reflection), and without the cap
+	// enough of them would leave no room for the main methods.
+	Main []string
+	// Answer are the methods, of Main, whose calls are not refused with
+	// an error when they find no room: they reach their handler with
+	// Exhausted true, and the handler answers them without reading their
+	// message. An error is what a proxy may let through (Envoy's
+	// failure_mode_deny: false does), so a method whose answer can refuse
+	// (a rate-limit check answered OVER_LIMIT) must not get one from a
+	// client that fills the budget.
+	Answer []string
+}
+
 // GRPC returns the server option that takes perCall bytes for every call
 // when its headers arrive, before any of its message is read, and gives
-// them back when the call ends; a call that finds no room is refused with
-// RESOURCE_EXHAUSTED and its stream reset, so its data is never buffered.
-// perCall is what a call can make the server hold: its flow-control window
-// of unread bytes and a message being assembled.
-//
-// Calls of the methods named in answer (full names, "/package.Service/Method")
-// are not refused with an error when they find no room: they reach their
-// handler with Exhausted true, and the handler answers them without reading
-// their message. An error is what a proxy may let through (Envoy's
-// failure_mode_deny: false does), so a method whose answer can refuse (a
-// rate-limit check answered OVER_LIMIT) must not get one from a client
-// that fills the budget.
-//
-// When answer names methods, the calls of every other method together hold
-// at most half the budget. Those calls can be streams that stay open as
-// long as their client likes (a health Watch, server reflection), and
-// without the cap enough of them would leave no room for the answered
-// methods: every check would be refused while the streams sat idle.
-func (b *Budget) GRPC(perCall int64, answer ...string) grpc.ServerOption {
+// them back when the call ends; a call that finds no room (in the budget,
+// or in its peer address's or connection's share) is refused with
+// RESOURCE_EXHAUSTED and its stream reset, so its data is never buffered,
+// unless m.Answer names its method. perCall is what a call can make the
+// server hold: its flow-control window of unread bytes and a message
+// being assembled.
+func (b *Budget) GRPC(perCall int64, m Methods) grpc.ServerOption {
 	return grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		answered := slices.Contains(answer, info.FullMethodName)
+		answered := slices.Contains(m.Answer, info.FullMethodName)
 		var share *atomic.Int64
-		if len(answer) > 0 && !answered {
+		if len(m.Main) > 0 && !slices.Contains(m.Main, info.FullMethodName) {
 			share = &b.others
 		}
-		rctx, ok := b.reserve(ctx, perCall, share)
+		rctx, ok, shared := b.reserve(ctx, perCall, share)
 		if ok {
 			return rctx, nil
+		}
+		if shared {
+			b.shared.Add(1)
 		}
 		if answered {
 			b.answered.Add(1)
@@ -198,7 +314,8 @@ func Exhausted(ctx context.Context) bool {
 
 // HTTP returns h with every request taking its body's bytes (as its
 // Content-Length says, at most maxBody; maxBody when it says nothing) for
-// as long as h runs; a request that finds no room is answered 503 with
+// as long as h runs, counted in its peer address's share; a request that
+// finds no room is answered 503 with
 // Retry-After: 1 and its body is never read.
 func (b *Budget) HTTP(h http.Handler, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -206,7 +323,12 @@ func (b *Budget) HTTP(h http.Handler, maxBody int64) http.Handler {
 		if r.ContentLength >= 0 && r.ContentLength < n {
 			n = r.ContentLength
 		}
-		if !b.take(n) {
+		o := owner{addr: host(r.RemoteAddr)}
+		ok, shared := b.takeAs(o, n)
+		if !ok {
+			if shared {
+				b.shared.Add(1)
+			}
 			b.unavailable.Add(1)
 			w.Header().Set("Retry-After", "1")
 			w.Header().Set("Connection", "close") // the unread body goes with the connection
@@ -214,7 +336,7 @@ func (b *Budget) HTTP(h http.Handler, maxBody int64) http.Handler {
 				strconv.FormatInt(b.limit, 10)+" bytes); retry", http.StatusServiceUnavailable)
 			return
 		}
-		defer b.give(n)
+		defer func() { b.give(n); b.owned(o, -n) }()
 		h.ServeHTTP(w, r)
 	})
 }

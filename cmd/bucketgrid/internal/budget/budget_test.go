@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,7 +24,7 @@ import (
 func TestGRPCCallsShareOneBudget(t *testing.T) {
 	const perCall = 1000
 	b := New(2 * perCall)
-	s := grpc.NewServer(b.GRPC(perCall))
+	s := grpc.NewServer(b.GRPC(perCall, Methods{}))
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,13 +32,10 @@ func TestGRPCCallsShareOneBudget(t *testing.T) {
 	}
 	go s.Serve(ln)
 	defer s.Stop()
-	dial := func() healthpb.HealthClient {
-		cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return healthpb.NewHealthClient(cc)
+	peers := 0
+	dial := func() healthpb.HealthClient { // each from a peer address of its own
+		peers++
+		return healthpb.NewHealthClient(dialFrom(t, ln.Addr().String(), fmt.Sprintf("127.0.0.%d", peers)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -96,7 +94,7 @@ func TestOtherStreamsLeaveTheAnsweredRoom(t *testing.T) {
 	const perCall = 1000
 	const check = "/grpc.health.v1.Health/Check"
 	b := New(4 * perCall)
-	s := grpc.NewServer(b.GRPC(perCall, check))
+	s := grpc.NewServer(b.GRPC(perCall, Methods{Main: []string{check}, Answer: []string{check}}))
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -132,8 +130,9 @@ func TestOtherStreamsLeaveTheAnsweredRoom(t *testing.T) {
 	if opened != 2 {
 		t.Fatalf("%d Watch streams held room, want 2 (half the budget)", opened)
 	}
-	for range 2 {
-		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+	for i := range 2 { // from other addresses: the Watch streams' peer holds its share
+		other := healthpb.NewHealthClient(dialFrom(t, ln.Addr().String(), fmt.Sprintf("127.0.0.%d", 2+i)))
+		if _, err := other.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 			t.Fatalf("the answered method beside the open streams: %v", err)
 		}
 	}
@@ -145,7 +144,7 @@ func TestOtherStreamsLeaveTheAnsweredRoom(t *testing.T) {
 func TestSettleOnlyLowers(t *testing.T) {
 	b := New(100)
 	ctx, cancel := context.WithCancel(context.Background())
-	ctx, ok := b.reserve(ctx, 60, nil)
+	ctx, ok, _ := b.reserve(ctx, 60, nil)
 	if !ok {
 		t.Fatal("60 of 100 refused")
 	}
@@ -158,8 +157,12 @@ func TestSettleOnlyLowers(t *testing.T) {
 		t.Fatalf("settled at 10: %d held", b.Used())
 	}
 	cancel()
-	for b.Used() != 0 {
-		time.Sleep(time.Millisecond) // AfterFunc runs on its own goroutine
+	deadline := time.Now().Add(time.Minute)
+	for b.Used() != 0 { // AfterFunc runs on its own goroutine
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still held a minute after the request ended", b.Used())
+		}
+		time.Sleep(time.Millisecond)
 	}
 	Settle(ctx, 5) // after release: nothing
 	if b.Used() != 0 {
@@ -184,6 +187,16 @@ func TestHTTPBodiesShareOneBudget(t *testing.T) {
 	}), 1000)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
+	defer func() {
+		select {
+		case <-hold:
+		default:
+			close(hold) // a failed test must not leave srv.Close waiting
+		}
+	}()
+	// the other requests from another address: the holding one's has its share
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	other := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 	done := make(chan error, 1)
 	go func() {
 		resp, err := http.Post(srv.URL+"/hold", "text/plain", strings.NewReader(strings.Repeat("a", 800)))
@@ -194,7 +207,7 @@ func TestHTTPBodiesShareOneBudget(t *testing.T) {
 	}()
 	<-held
 	<-read
-	resp, err := http.Post(srv.URL+"/other", "text/plain", strings.NewReader(strings.Repeat("b", 300)))
+	resp, err := other.Post(srv.URL+"/other", "text/plain", strings.NewReader(strings.Repeat("b", 300)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +221,7 @@ func TestHTTPBodiesShareOneBudget(t *testing.T) {
 	default:
 	}
 	// A body that fits in what is left goes through.
-	resp, err = http.Post(srv.URL+"/other", "text/plain", strings.NewReader(strings.Repeat("c", 150)))
+	resp, err = other.Post(srv.URL+"/other", "text/plain", strings.NewReader(strings.Repeat("c", 150)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,5 +238,76 @@ func TestHTTPBodiesShareOneBudget(t *testing.T) {
 	}
 	if got := b.Refusals(); got != (Refusals{HTTP: 1}) {
 		t.Fatalf("refusals %+v, want one 503", got)
+	}
+}
+
+// dialFrom returns a connection to addr from the loopback address local
+// (any of 127.0.0.0/8), so that a test can speak as several peers.
+func dialFrom(t *testing.T, addr, local string) *grpc.ClientConn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// TestOnePeerLeavesRoomForOthers: calls from one peer address, however
+// many connections it opens, hold at most half the budget when it is
+// alone, and calls from other addresses still find room; a
+// connection holds at most 1/connShare once half is taken. Each refusal
+// by a share is counted.
+func TestOnePeerLeavesRoomForOthers(t *testing.T) {
+	const perCall = 1000
+	b := New(64 * perCall)
+	s := grpc.NewServer(b.GRPC(perCall, Methods{}))
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// watch opens Watch streams on hc until one is refused; they stay open.
+	watch := func(hc healthpb.HealthClient, most int) int {
+		for opened := 0; ; opened++ {
+			w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil {
+				_, err = w.Recv()
+			}
+			if status.Code(err) == codes.ResourceExhausted {
+				return opened
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opened > most {
+				t.Fatalf("more than %d streams held room", most)
+			}
+		}
+	}
+	// the attacker: one address, four connections
+	held := 0
+	for range 4 {
+		held += watch(healthpb.NewHealthClient(dialFrom(t, ln.Addr().String(), "127.0.0.1")), 64)
+	}
+	if held != 32 {
+		t.Fatalf("one address held %d calls, want 32 (half the budget: beyond it, only an address holding less than its share takes more)", held)
+	}
+	// one connection of another address: its share of a connection
+	if got, want := watch(healthpb.NewHealthClient(dialFrom(t, ln.Addr().String(), "127.0.0.2")), 64), 64/connShare; got != want {
+		t.Fatalf("another address's connection held %d calls, want %d (its connection share)", got, want)
+	}
+	// and a third address still gets in
+	if _, err := healthpb.NewHealthClient(dialFrom(t, ln.Addr().String(), "127.0.0.3")).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("a call from a third address beside them: %v", err)
+	}
+	if got := b.Refusals(); got.Shared != 5 || got.Exhausted != 5 {
+		t.Fatalf("refusals %+v, want 5, all by a share", got)
 	}
 }

@@ -19,6 +19,7 @@ var quotaSeries = []struct{ name, help, label string }{
 	{"streams_opened_total", "Quota streams accepted.", ""},
 	{"streams_open", "Quota streams open now.", ""},
 	{"reports_total", "Usage reports received.", ""},
+	{"streams_closed_total", "Quota streams the server closed for want of reports, by reason (silent: no whole report within 3 s of its start; idle: none for 3 report periods, 15 s).", "reason"},
 	{"report_buckets_total", "Bucket usages in the reports received.", ""},
 	{"buckets", "Bucket ids the open streams subscribed, tracked now.", ""},
 	{"grid_buckets", "Grid buckets whose Envoys share them now.", ""},
@@ -68,6 +69,8 @@ func (c *quotaCollector) Collect(ch chan<- prometheus.Metric) {
 	emit("streams_opened_total", counter, s.StreamsOpened)
 	emit("streams_open", gauge, int64(s.Streams))
 	emit("reports_total", counter, s.Reports)
+	emit("streams_closed_total", counter, s.Closed.Silent, "silent")
+	emit("streams_closed_total", counter, s.Closed.Idle, "idle")
 	emit("report_buckets_total", counter, s.Usages)
 	emit("buckets", gauge, int64(s.Buckets))
 	emit("grid_buckets", gauge, int64(s.GridBuckets))

@@ -16,7 +16,8 @@ func TestQuota(t *testing.T) {
 			GridBuckets: 7, Ghosts: 8, Refused: quota.Refusals{StreamLimit: 9, ServerLimit: 22, TooLarge: 23}, TrackedBytes: 24, Dropped: 10,
 			Evicted:       quota.Evictions{Ghost: 25, Largest: 26, Idle: 27},
 			Actions:       quota.Actions{TokenBucket: 11, AllowAll: 12, DenyAll: 13, Abandon: 14},
-			AbandonedIdle: 15, AbandonedUnreported: 16, Expired: 17, TokensPaid: 18, TokensReturned: 19, Debt: 20, GridErrors: 21}
+			AbandonedIdle: 15, AbandonedUnreported: 16, Expired: 17, TokensPaid: 18, TokensReturned: 19, Debt: 20, GridErrors: 21,
+			Closed: quota.Closes{Silent: 28, Idle: 29}}
 	})
 	fams, err := m.Registry().Gather()
 	if err != nil {
@@ -46,6 +47,7 @@ func TestQuota(t *testing.T) {
 		"bucketgrid_rlqs_refused_buckets_total{reason=server_limit}": 22, "bucketgrid_rlqs_refused_buckets_total{reason=too_large}": 23,
 		"bucketgrid_rlqs_tracked_bytes": 24, "bucketgrid_rlqs_evicted_buckets_total{rule=ghost}": 25,
 		"bucketgrid_rlqs_evicted_buckets_total{rule=largest_stream}": 26, "bucketgrid_rlqs_evicted_buckets_total{rule=idle}": 27,
+		"bucketgrid_rlqs_streams_closed_total{reason=silent}": 28, "bucketgrid_rlqs_streams_closed_total{reason=idle}": 29,
 	}
 	for name, v := range want {
 		if g, ok := got[name]; !ok || g != v {

@@ -51,6 +51,14 @@ func newFleet(t testing.TB, rules string, opts Options) *fleet {
 	f.mgr = bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(clk)), cas.WithClock(clk)),
 		bucketgrid.WithEagerConfig())
 	opts.Manager, opts.Clock = f.mgr, clk
+	// simulated Envoys may go quiet for as long as a test likes, unless
+	// the test is about closing quiet streams
+	if opts.FirstReport == 0 {
+		opts.FirstReport = 24 * time.Hour
+	}
+	if opts.StreamIdle == 0 {
+		opts.StreamIdle = 24 * time.Hour
+	}
 	opts.Config = func() *policy.Rules { return f.cfg }
 	if f.srv, err = New(opts); err != nil {
 		t.Fatal(err)
@@ -156,6 +164,7 @@ type rawStream struct {
 	sent, received atomic.Int64
 	mu             sync.Mutex
 	got            []*rlqspb.RateLimitQuotaResponse
+	ended          chan error // the stream's end, once
 }
 
 // raw opens a rawStream on the fleet's server.
@@ -167,12 +176,13 @@ func (f *fleet) raw() *rawStream {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	r := &rawStream{t: f.t, st: st}
+	r := &rawStream{t: f.t, st: st, ended: make(chan error, 1)}
 	f.raws = append(f.raws, r)
 	go func() {
 		for {
 			resp, err := st.Recv()
 			if err != nil {
+				r.ended <- err
 				return
 			}
 			r.mu.Lock()

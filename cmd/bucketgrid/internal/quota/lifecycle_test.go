@@ -7,6 +7,8 @@ import (
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -225,5 +227,52 @@ func TestAbandonCrossingAReport(t *testing.T) {
 	defer f.srv.mu.Unlock()
 	if len(st.subs) != 0 {
 		t.Fatalf("%d buckets kept 15 s after their last report, want none", len(st.subs))
+	}
+}
+
+// TestQuietStreamsAreClosed: a stream that sends no report within
+// FirstReport of its start, and one that sends none for StreamIdle after
+// its last, are closed by the server with Unavailable (Envoy opens a new
+// stream at its next report), and counted. A stream holds its room of the
+// port's memory budget while it is open; before, a silent one held it
+// forever.
+func TestQuietStreamsAreClosed(t *testing.T) {
+	f := newFleet(t, tenantRules, Options{FirstReport: 3 * time.Second, StreamIdle: 15 * time.Second})
+	// closedBy advances the clock a second at a time until r ends, and
+	// returns how far it went.
+	closedBy := func(r *rawStream, most time.Duration) time.Duration {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for went := time.Duration(0); ; {
+			select {
+			case err := <-r.ended:
+				if status.Code(err) != codes.Unavailable {
+					t.Fatalf("the quiet stream ended with %v, want Unavailable", err)
+				}
+				return went
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the quiet stream still open after %v of the clock", went)
+			}
+			if went < most {
+				f.clk.Advance(time.Second)
+				went += time.Second
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	silent := f.raw()
+	if went := closedBy(silent, time.Minute); went > 4*time.Second {
+		t.Fatalf("a stream without a report closed after %v, want at most FirstReport (3s) and a step", went)
+	}
+	quiet := f.raw()
+	quiet.send(reportOf(usageOf(tenant, 1, 0, 0)))
+	f.settle()
+	if went := closedBy(quiet, time.Minute); went > 16*time.Second {
+		t.Fatalf("a stream quiet after one report closed after %v, want at most StreamIdle (15s) and a step", went)
+	}
+	if s := f.srv.Stats(); s.Closed != (Closes{Silent: 1, Idle: 1}) {
+		t.Fatalf("closed %+v, want one silent and one idle", s.Closed)
 	}
 }

@@ -67,6 +67,15 @@ type Options struct {
 	// bounds (more than 32 entries, more than 4096 bytes) are never
 	// tracked.
 	MaxTrackedBytes int64
+	// FirstReport closes a stream that has not sent a whole report this
+	// long after it opened; default 3s. Envoy sends its first report as
+	// soon as it opens a stream (global_client_impl.cc), so only a client
+	// that means to hold a stream's room without using it waits longer.
+	FirstReport time.Duration
+	// StreamIdle closes a stream that has sent no whole report for this
+	// long, a report it has begun and not finished included; default
+	// 3×Period (Envoy reports every Period: two reports lost).
+	StreamIdle time.Duration
 	// Logger receives errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -131,6 +140,12 @@ func New(o Options) (*Server, error) {
 	if o.MaxTrackedBytes == 0 {
 		o.MaxTrackedBytes = 1 << 30
 	}
+	if o.FirstReport == 0 {
+		o.FirstReport = 3 * time.Second
+	}
+	if o.StreamIdle == 0 {
+		o.StreamIdle = 3 * o.Period
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -139,8 +154,9 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("%w: Period %v: want whole seconds (Envoy reads only those)", ErrOptions, o.Period)
 	case o.TTL%time.Second != 0 || o.TTL < o.Period+time.Second:
 		return nil, fmt.Errorf("%w: TTL %v: want whole seconds, at least Period + 1s", ErrOptions, o.TTL)
-	case o.Delivery < 0 || o.Delivery >= o.Period || o.Burst <= 0 || o.IdleAfter <= 0 || o.Timeout <= 0 || o.MaxBuckets < 0 || o.MaxTrackedBytes < 0:
-		return nil, fmt.Errorf("%w: Delivery below Period, Burst, IdleAfter, Timeout and MaxBuckets positive", ErrOptions)
+	case o.Delivery < 0 || o.Delivery >= o.Period || o.Burst <= 0 || o.IdleAfter <= 0 || o.Timeout <= 0 || o.MaxBuckets < 0 || o.MaxTrackedBytes < 0 ||
+		o.FirstReport < 0 || o.StreamIdle < 0:
+		return nil, fmt.Errorf("%w: Delivery below Period, Burst, IdleAfter, Timeout, MaxBuckets, FirstReport and StreamIdle positive", ErrOptions)
 	}
 	return &Server{opts: o, period: int64(o.Period), ttl: int64(o.TTL), delivery: int64(o.Delivery),
 		streams: map[*stream]struct{}{}, pools: map[string]*pool{}, ghostSet: map[*sub]struct{}{}, stop: make(chan struct{}),
@@ -208,6 +224,7 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLi
 
 	ctx := gs.Context()
 	recvErr := make(chan error, 1)
+	got := make(chan struct{}, 1) // a whole report arrived
 	go func() {
 		for {
 			r, err := gs.Recv()
@@ -215,11 +232,32 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLi
 				recvErr <- err
 				return
 			}
+			select {
+			case got <- struct{}{}:
+			default:
+			}
 			s.report(ctx, st, r)
 		}
 	}()
+	// The stream holds its room of the port's budget (a window and a
+	// report) for as long as it is open: one that sends no report keeps
+	// it from an Envoy that would.
+	silent := true
+	quiet, stop := clock.After(s.opts.Clock, s.opts.FirstReport)
+	defer func() { stop() }()
 	for {
 		select {
+		case <-got:
+			stop()
+			silent = false
+			quiet, stop = clock.After(s.opts.Clock, s.opts.StreamIdle)
+		case <-quiet:
+			if silent {
+				s.counts.closedSilent.Add(1)
+				return status.Errorf(codes.Unavailable, "no usage report within %v of the stream's start", s.opts.FirstReport)
+			}
+			s.counts.closedIdle.Add(1)
+			return status.Errorf(codes.Unavailable, "no whole usage report for %v", s.opts.StreamIdle)
 		case resp := <-st.out:
 			if err := gs.Send(resp); err != nil {
 				return err

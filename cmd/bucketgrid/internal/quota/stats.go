@@ -22,6 +22,8 @@ type Stats struct {
 	// client's own close or cancel (a message over the size limit, a
 	// failed send).
 	StreamErrors int64
+	// Closed counts streams the server closed for want of reports.
+	Closed Closes
 	// Reports is the usage reports handled (their immediate answers
 	// queued); Usages the bucket usages they held.
 	Reports, Usages int64
@@ -58,6 +60,14 @@ type Stats struct {
 	// GridErrors counts grid operations that failed (the assignments they
 	// were to pay for are left to expire).
 	GridErrors int64
+}
+
+// Closes counts streams closed by the server for want of reports.
+type Closes struct {
+	// Silent: no whole report within FirstReport of the stream's start.
+	Silent int64
+	// Idle: no whole report for StreamIdle since the last one.
+	Idle int64
 }
 
 // Actions counts bucket actions by kind.
@@ -101,6 +111,7 @@ type counters struct {
 	expired, paid, returned, gridErrors atomic.Int64
 	evictedGhost, evictedLargest        atomic.Int64
 	evictedIdle                         atomic.Int64
+	closedSilent, closedIdle            atomic.Int64
 }
 
 // sentActions counts the actions of one response sent.
@@ -143,6 +154,7 @@ func (s *Server) Stats() Stats {
 	c := &s.counts
 	st := Stats{
 		StreamsOpened: c.streamsOpened.Load(), StreamErrors: c.streamErrors.Load(),
+		Closed:  Closes{Silent: c.closedSilent.Load(), Idle: c.closedIdle.Load()},
 		Reports: c.reports.Load(), Usages: c.usages.Load(),
 		Refused: Refusals{StreamLimit: c.refusedStream.Load(), ServerLimit: c.refusedServer.Load(),
 			TooLarge: c.refusedSize.Load()},

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"errors"
 	"io"
 	"net/http"
 
@@ -14,7 +15,9 @@ const maxJSONBody = 1 << 20
 // JSONHandler serves envoyproxy/ratelimit's JSON endpoint (POST /json): the
 // body is a RateLimitRequest in protobuf's JSON mapping, the answer the
 // RateLimitResponse, with status 200 when OK, 429 when over the limit, 400
-// for a body or request that is wrong, 503 when no answer could be had.
+// for a body or request that is wrong, 413 for a body over the bound (its
+// own, or a http.MaxBytesHandler's around it), 503 when no answer could be
+// had.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -23,6 +26,10 @@ func (s *Service) JSONHandler() http.Handler {
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			http.Error(w, "request body: "+err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
 		if err != nil {
 			http.Error(w, "request body: "+err.Error(), http.StatusBadRequest)
 			return

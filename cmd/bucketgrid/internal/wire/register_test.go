@@ -33,7 +33,7 @@ func (a *admitAll) ShouldRateLimit(context.Context, *rlspb.RateLimitRequest) (*r
 func TestFullBudgetIsOverLimit(t *testing.T) {
 	const perCall = 1000
 	b := budget.New(perCall) // room for one call in flight
-	s := grpc.NewServer(grpc.ForceServerCodecV2(NewCodec()), b.GRPC(perCall, ShouldRateLimit))
+	s := grpc.NewServer(grpc.ForceServerCodecV2(NewCodec()), b.GRPC(perCall, budget.Methods{Main: []string{ShouldRateLimit}, Answer: []string{ShouldRateLimit}}))
 	srv := &admitAll{}
 	Register(s, srv, 0)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
