@@ -289,7 +289,7 @@ func TestAttacks(t *testing.T) {
 	})
 
 	t.Run("certificate naming another host", func(t *testing.T) {
-		// Issue 34: a certificate of the cluster CA issued for another host
+		// A certificate of the cluster CA issued for another host
 		// (10.9.9.9), presented from this one. The owner channel answered
 		// its frames, and its tunnel carried the password to Olric's port,
 		// where the stored buckets were read and deleted.

@@ -84,7 +84,7 @@ func TestDoorsThrottle(t *testing.T) {
 // TestDoorsVerifiedSource makes a member's verified handshake from
 // 127.0.0.3, then doorBurst+4 failed handshakes from the same address (an
 // attacker on the member's host or behind its NAT), and checks that the
-// member still gets in from there. Before (issue 34), the attacker's
+// member still gets in from there. Before the throttle knew verified sources, the attacker's
 // failures shut it out for about 20 s.
 func TestDoorsVerifiedSource(t *testing.T) {
 	s := newSecrets(t)

@@ -403,13 +403,13 @@ func TestRogueMember(t *testing.T) {
 		{name: "gossip key only, plain owner channel"},
 		{name: "gossip key and password, another CA's certificate", cert: ptr(wrong.ca.leaf(t)), password: s.password},
 		{name: "gossip key and password, a cluster certificate naming another host", cert: &unnamed, password: s.password},
-		// Issue 34: the proof a member gives was a password HMAC over the
+		// The proof a member gives was a password HMAC over the
 		// asker's nonce alone, so a rogue without the password asked a
 		// real member the question it was asked and passed the answer on.
 		{name: "gossip key and a cluster certificate, no password, relaying a member's proof", cert: &named, opt: func(r *rogue) {
 			r.relay, r.relayCert = ms[0].ChannelAddr(), &named
 		}},
-		// Issue 34: a real member's metadata under another gossip name,
+		// A real member's metadata under another gossip name,
 		// proven with every credential (its own certificate, the password).
 		{name: "every credential, a real member's metadata under another name", cert: &named, password: s.password, opt: func(r *rogue) {
 			r.meta = ms[1].members.ml.LocalNode().Meta

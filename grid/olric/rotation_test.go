@@ -109,7 +109,7 @@ func TestGossipKeyRotation(t *testing.T) {
 // TestChannelSecretMistake starts, beside a 2-member cluster secured with a
 // ChannelSecret, a member with the right gossip key and password but
 // another ChannelSecret (an old file, a typo): Start fails with ErrJoin
-// naming the certificate, and no member admits it. Before (issue 34), it
+// naming the certificate, and no member admits it. Before Start waited for a proven peer, it
 // started as a cluster of one, Peers notwithstanding, and admitted a full
 // capacity on every key.
 func TestChannelSecretMistake(t *testing.T) {
