@@ -162,7 +162,7 @@ type Config struct {
 	// connections one already opened and stops gossiping to its holder,
 	// whose gossip records it no longer admits: with the list on every
 	// member, the holder is declared dead by gossip and its partitions move
-	// to the others (see "Revocation" in the package documentation).
+	// to the others (see "Trust" in the package documentation).
 	RevokedFile string
 
 	// ChannelSecret secures the owner channel without a PKI, an
