@@ -192,6 +192,9 @@ func TestCertFilesReload(t *testing.T) {
 	rekeyed := ca.issue(t, nil, time.Now().Add(72*time.Hour))
 	dir.update(t, secretFiles(t, rekeyed, ca))
 	serves("the renewed certificate, new key", rekeyed)
+	if got := presented(t, m, ca); got.SerialNumber.Cmp(rekeyed.Leaf.SerialNumber) != 0 {
+		t.Fatalf("dialling, the member presents serial %x, want the renewed %x", got.SerialNumber, rekeyed.Leaf.SerialNumber)
+	}
 	if n := m.creds.store.failures.Load(); n != 0 {
 		t.Fatalf("%d reload failures on good files; log:\n%s", n, logs.String())
 	}
@@ -232,6 +235,45 @@ func TestCertFilesReload(t *testing.T) {
 	if conn := tlsDial(t, m.ChannelAddr(), newcomer); conn == nil || channelAttempt(t, conn, "ca-after") == "" {
 		t.Fatal("a certificate of the new CA is refused after the CA file was reloaded")
 	}
+}
+
+// presented returns the certificate m presents when it dials a member:
+// a server of ca that stands in for one at a free base port.
+func presented(t *testing.T, m *Member, ca *testCA) *x509.Certificate {
+	t.Helper()
+	base := freeBase(t)
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan *x509.Certificate, 1)
+	go func() {
+		defer close(got)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{ca.issue(t, nil, time.Now().Add(time.Hour))}, ClientAuth: tls.RequireAnyClientCert})
+		if tc.Handshake() == nil {
+			got <- tc.ConnectionState().PeerCertificates[0]
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := m.dial(ctx, fmt.Sprintf("127.0.0.1:%d", base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte{0}) // the server's handshake ends with the client's Finished
+	leaf, ok := <-got
+	if !ok {
+		t.Fatal("the member presented no certificate")
+	}
+	return leaf
 }
 
 // TestParseRevocations reads a revocation list as operators write it and
@@ -351,7 +393,7 @@ func TestRevokedExpelled(t *testing.T) {
 		}
 		return false
 	}
-	if !waitFor(t, "the revoked member expelled", 20*time.Second, func() bool { return !owns() }) {
+	if !waitFor(t, "the revoked member expelled", 60*time.Second, func() bool { return !owns() }) {
 		t.Fatalf("the revoked member still owns partitions after 60 s; log:\n%s", logs.String())
 	}
 	t.Logf("the revoked member owned no partition %v after its revocation (HealInterval %v)", time.Since(start).Round(time.Millisecond), ms[0].cfg.HealInterval)
