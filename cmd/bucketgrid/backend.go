@@ -56,6 +56,7 @@ func gridConfig(g gridFlags) (olric.Config, error) {
 		cfg.JoinTimeout = g.JoinTimeout
 	}
 	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = g.TLSCert, g.TLSKey, g.TLSCA
+	cfg.RevokedFile = g.TLSRevoked
 	cfg.Insecure = g.Insecure
 	cfg.Leases.Enabled = g.Leases
 	if g.LeaseLifetime > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"flag"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -273,17 +274,21 @@ func TestGridConfig(t *testing.T) {
 	})
 	f := func(name string) string { return filepath.Join(dir, name) }
 	cfg, err := gridConfig(gridFlags{Bind: "127.0.0.1:4000", Env: "lan", Replicas: 2, Peers: []string{"h:4002"},
-		SecretFile: f("secret"), PasswordFile: f("password"), GossipKeyFile: f("keys")})
+		SecretFile: f("secret"), PasswordFile: f("password"), GossipKeyFile: f("keys"), TLSRevoked: f("revoked")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.BindAddr != "127.0.0.1" || cfg.BindPort != 4000 || cfg.ReplicaCount != 2 || cfg.Env != "lan" ||
 		string(cfg.ChannelSecret) != strings.Repeat("s", 40) || cfg.Password != "pw" ||
-		len(cfg.GossipKeys) != 2 || len(cfg.GossipKeys[0]) != 16 || len(cfg.GossipKeys[1]) != 32 {
+		len(cfg.GossipKeys) != 2 || len(cfg.GossipKeys[0]) != 16 || len(cfg.GossipKeys[1]) != 32 ||
+		cfg.RevokedFile != f("revoked") {
 		t.Fatalf("%+v", cfg)
 	}
 	if cfg.Leases.Enabled {
 		t.Errorf("leases on without -grid-leases: %+v", cfg.Leases)
+	}
+	if c, err := parseFlags(flag.NewFlagSet("bucketgrid", flag.ContinueOnError), []string{"-config", "x", "-grid-tls-revoked", "r"}); err != nil || c.Grid.TLSRevoked != "r" {
+		t.Errorf("-grid-tls-revoked r: %q, %v", c.Grid.TLSRevoked, err)
 	}
 	cfg, err = gridConfig(gridFlags{Bind: "127.0.0.1:4000", Leases: true, LeaseLifetime: 30 * time.Millisecond})
 	if err != nil || !cfg.Leases.Enabled || cfg.Leases.Lifetime != 30*time.Millisecond {

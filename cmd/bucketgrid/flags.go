@@ -96,6 +96,7 @@ type gridFlags struct {
 	// the owner channel's mutual TLS: PEM files of this member's
 	// certificate, its key and the cluster CA; or a shared secret
 	TLSCert, TLSKey, TLSCA string
+	TLSRevoked             string // the revocation list, re-read while running
 	SecretFile             string
 	GossipKeyFile          string // base64 keys, one a line; the first encrypts
 	PasswordFile           string // Olric's AUTH password
@@ -170,6 +171,7 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 	fs.StringVar(&c.Grid.TLSCert, "grid-tls-cert", "", "PEM `file` of this member's certificate (owner channel mutual TLS; with -grid-tls-key and -grid-tls-ca)")
 	fs.StringVar(&c.Grid.TLSKey, "grid-tls-key", "", "PEM `file` of this member's private key")
 	fs.StringVar(&c.Grid.TLSCA, "grid-tls-ca", "", "PEM `file` of the CA that issues the members' certificates")
+	fs.StringVar(&c.Grid.TLSRevoked, "grid-tls-revoked", "", "`file` of revoked member certificates, one serial number or SHA-256 fingerprint in hex a line; re-read while running, like the -grid-tls-* files (a listed member is refused and expelled)")
 	fs.StringVar(&c.Grid.SecretFile, "grid-secret-file", "", "`file` holding, in base64 (openssl rand -base64 32), a secret of at least 32 random bytes shared by every member, instead of -grid-tls-*: the owner channel's mutual TLS without a PKI")
 	fs.StringVar(&c.Grid.GossipKeyFile, "grid-gossip-key-file", "", "`file` of gossip encryption keys (16, 24 or 32 bytes, base64, one a line; the first encrypts)")
 	fs.StringVar(&c.Grid.PasswordFile, "grid-password-file", "", "`file` holding the password of Olric's own port")

@@ -269,7 +269,7 @@ func TestAttacks(t *testing.T) {
 		// The control: with a member's certificate the same frames are
 		// answered (on a key of no victim), so the cases above were refused
 		// for their credentials, not for their frames.
-		_, member, err := mutualTLS(s.ca.tlsConfig(t))
+		_, member, err := mutualTLS(s.ca.tlsConfig(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +278,7 @@ func TestAttacks(t *testing.T) {
 		}
 		// A member with the wrong credentials is refused the same way: a
 		// caller's TLS configuration built from another CA.
-		_, client, err := mutualTLS(wrong.ca.tlsConfig(t))
+		_, client, err := mutualTLS(wrong.ca.tlsConfig(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

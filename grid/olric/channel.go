@@ -204,6 +204,7 @@ func (m *Member) authenticate(nc *newConn, p *[len(preamble)]byte) (c net.Conn, 
 		if tc.Handshake() != nil || m.verifySource(raw, tc) != nil {
 			return nil, false
 		}
+		m.trust.callers.Store(raw, tc.ConnectionState().PeerCertificates[0])
 		c = tc
 	}
 	if _, err := io.ReadFull(c, p[:]); err != nil || !knownPreamble(*p) {
@@ -243,6 +244,7 @@ func (m *Member) serveConn(nc *newConn) {
 		delete(m.conns.established, nc.c)
 		delete(m.conns.special, nc.c)
 		m.connMu.Unlock()
+		m.trust.callers.Delete(nc.c)
 	}()
 	c, p := m.handshake(nc)
 	if c == nil {
@@ -529,7 +531,7 @@ func (m *Member) dial(ctx context.Context, name string) (net.Conn, error) {
 		return c, nil
 	}
 	host, _, _ := net.SplitHostPort(addr)
-	tc := tls.Client(c, dialTLS(m.creds.client, host))
+	tc := tls.Client(c, m.creds.dialTLS(host))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, err

@@ -143,8 +143,27 @@ type Config struct {
 
 	// TLSCertFile, TLSKeyFile and TLSCAFile are PEM files of this member's
 	// certificate chain, its private key and the cluster CA, an
-	// alternative to TLS with the same meaning. All three or none.
+	// alternative to TLS with the same meaning, and the production path:
+	// the operator's CA issues each member's certificate (cert-manager's
+	// tls.crt, tls.key and ca.crt in Kubernetes). All three or none. The
+	// member re-reads them four times a HealInterval: a renewed
+	// certificate, key or CA is used from the next connection on, without
+	// a restart; a replacement that does not parse is logged to LogOutput
+	// and the files in use stay in use.
 	TLSCertFile, TLSKeyFile, TLSCAFile string
+
+	// RevokedFile, when set, names the cluster's revocation list: one
+	// certificate a line, as its serial number in hex (`openssl x509
+	// -serial`) or its SHA-256 fingerprint (`openssl x509 -fingerprint
+	// -sha256`), colons allowed, '#' starting a comment. It needs channel
+	// TLS and is re-read like the TLS files (a list that does not parse is
+	// logged, and the previous one stays). A member refuses a listed
+	// certificate on every owner-channel connection, closes the
+	// connections one already opened and stops gossiping to its holder,
+	// whose gossip records it no longer admits: with the list on every
+	// member, the holder is declared dead by gossip and its partitions move
+	// to the others (see "Trust" in the package documentation).
+	RevokedFile string
 
 	// ChannelSecret secures the owner channel without a PKI, an
 	// alternative to TLS: every member derives the same Ed25519 CA key from

@@ -40,7 +40,28 @@
 //
 // The cluster CA is the one root of trust (Config.TLS, the PEM files
 // TLSCertFile, TLSKeyFile and TLSCAFile, or a CA derived from
-// ChannelSecret). A node is a member only once it proved a certificate of
+// ChannelSecret). The PEM files are the production path: the operator's CA
+// issues each member a certificate naming its host, as cert-manager does
+// in Kubernetes, and the member re-reads the files four times a
+// HealInterval, so a renewed certificate, key or CA (the files swapped at
+// once through the ..data link) is used from the next connection on,
+// without a restart, and a replacement that does not parse is logged and
+// the files in use stay in use. This is what operators know from Consul
+// and etcd (certificate files reloaded in place) and CockroachDB (a
+// certificate directory re-read while running). ChannelSecret is the
+// development mode: whoever holds the secret is the CA.
+//
+// Revocation: Config.RevokedFile, re-read like the PEM files, lists
+// certificates by serial number or SHA-256 fingerprint, the role a CRL
+// plays elsewhere. With a certificate listed on every member, every
+// handshake with its holder fails at both ends (owner channel, tunnel,
+// identity question), the connections it opened are closed, and no member
+// sends it gossip or admits its gossip records, so gossip declares it dead
+// after its failure detection (see "Crash fail-over window"), Olric drops
+// it and its partitions move to the others. Its own process keeps running,
+// outside the cluster.
+//
+// A node is a member only once it proved a certificate of
 // that CA naming its BindAddr: memberlist's Alive and Merge delegates
 // refuse every gossip record until the member that received it dialled the
 // node's owner channel (its name's port + 1), the node completed mutual TLS

@@ -72,7 +72,7 @@ func TestDoorsThrottle(t *testing.T) {
 	if refused < 3 {
 		t.Errorf("%d of the attempts beyond the burst were refused before a handshake, want ≥ 3", refused)
 	}
-	_, client, err := mutualTLS(s.ca.tlsConfig(t))
+	_, client, err := mutualTLS(s.ca.tlsConfig(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -152,17 +152,23 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.trust.init(m)
-	oc := m.olricConfig(peers)
+	oc, err := m.olricConfig(peers)
+	if err != nil {
+		m.cancel()
+		return nil, err
+	}
 
 	// go-redis, which Olric uses for its connections, logs through a
 	// package-level logger; point it at LogOutput too.
 	redis.SetLogger(redisLogger{log.New(cfg.LogOutput, "redis: ", log.LstdFlags)})
 
 	if m.ln, err = cfg.listen("tcp", m.chanAddr); err != nil {
+		m.trust.closeNet()
 		m.cancel()
 		return nil, fmt.Errorf("bucketgrid/olric: owner channel: %w", err)
 	}
 	if m.db, err = olricdb.New(oc); err != nil {
+		m.trust.closeNet()
 		m.ln.Close()
 		m.cancel()
 		return nil, fmt.Errorf("bucketgrid/olric: %w", err)
@@ -171,6 +177,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	// joiner on it (trust.go) while it joins.
 	m.wg.Add(1)
 	go m.serve()
+	if m.creds.store != nil {
+		m.wg.Add(1)
+		go m.watchCerts()
+	}
 	for attempt := 1; ; attempt++ {
 		go func() { m.startErr <- m.db.Start() }()
 		err := m.start(ctx, peers)
@@ -216,16 +226,23 @@ func (m *Member) restartOlric(ctx context.Context, peers []string) error {
 		return fmt.Errorf("bucketgrid/olric: start: %w", sctx.Err())
 	}
 	m.trust.forgetSelf()
-	db, err := olricdb.New(m.olricConfig(peers))
+	m.trust.closeNet()
+	oc, err := m.olricConfig(peers)
 	if err != nil {
+		return err
+	}
+	db, err := olricdb.New(oc)
+	if err != nil {
+		m.trust.closeNet()
 		return fmt.Errorf("bucketgrid/olric: %w", err)
 	}
 	m.db = db
 	return nil
 }
 
-// olricConfig translates the member's configuration into Olric's.
-func (m *Member) olricConfig(peers []string) *olricconfig.Config {
+// olricConfig translates the member's configuration into Olric's. With a
+// revocation list it binds the gossip address (see gossipNet).
+func (m *Member) olricConfig(peers []string) (*olricconfig.Config, error) {
 	cfg := &m.cfg
 	oc := olricconfig.New(cfg.Env)
 	oc.Client = olricconfig.NewClient()
@@ -246,6 +263,14 @@ func (m *Member) olricConfig(peers []string) *olricconfig.Config {
 		oc.Client.Dialer = m.dialOlric
 	}
 	m.failureDetection(oc.MemberlistConfig)
+	if m.creds.store != nil && m.creds.store.revokedFile != "" {
+		g, err := m.newGossipNet()
+		if err != nil {
+			return nil, err
+		}
+		m.trust.net = g
+		oc.MemberlistConfig.Transport = g
+	}
 	oc.Authentication = &olricconfig.Authentication{Password: m.creds.password}
 	oc.Peers = peers
 	// Never form a new cluster when told to join one: Olric would after
@@ -279,7 +304,7 @@ func (m *Member) olricConfig(peers []string) *olricconfig.Config {
 	// failed start), which its Shutdown then waits for.
 	oc.BootstrapTimeout = min(cfg.JoinTimeout, cfg.RoutingLease)
 	oc.Hasher = hasher.NewDefaultHasher()
-	return oc
+	return oc, nil
 }
 
 // start waits for Olric to join and become operable and starts the
@@ -745,6 +770,7 @@ func (m *Member) shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	m.trust.closeNet()
 	m.trust.stop()
 	m.ln.Close()
 	m.connMu.Lock()

@@ -294,7 +294,12 @@ type gridLoad struct {
 }
 
 func startGridLoad(ms []*Member, prefix string) *gridLoad {
-	g := &gridLoad{keys: keySet(prefix, 60), stop: make(chan struct{})}
+	return startLoadOn(ms, keySet(prefix, 60))
+}
+
+// startLoadOn is startGridLoad on the given keys.
+func startLoadOn(ms []*Member, keys []string) *gridLoad {
+	g := &gridLoad{keys: keys, stop: make(chan struct{})}
 	g.done = make([]atomic.Int64, len(g.keys))
 	cfg := testBucket(1 << 40)
 	for w, m := range ms {

@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"os"
+
 	"strings"
 	"time"
 
@@ -32,20 +32,29 @@ type credentials struct {
 	keyring *memberlist.Keyring
 	// password is Olric's AUTH password; empty means none.
 	password string
+	// store is the reloadable certificate files and revocation list;
+	// nil when neither is configured.
+	store *certStore
 }
 
 // credentials checks c's security settings and builds them. It refuses a
 // member reachable from the network without all of them unless c.Insecure.
 func (c *Config) credentials() (credentials, error) {
 	var cr credentials
-	base, err := c.channelTLS()
+	var err error
+	if cr.store, err = newCertStore(c); err != nil {
+		return cr, err
+	}
+	base, err := c.channelTLS(cr.store)
 	if err != nil {
 		return cr, err
 	}
 	if base != nil {
-		if cr.server, cr.client, err = mutualTLS(base); err != nil {
+		if cr.server, cr.client, err = mutualTLS(base, cr.store); err != nil {
 			return cr, err
 		}
+	} else if c.RevokedFile != "" {
+		return cr, fmt.Errorf("%w: RevokedFile needs channel TLS (TLS, TLSCertFile or ChannelSecret)", ErrSecurity)
 	}
 	if len(c.GossipKeys) > 0 {
 		for i, k := range c.GossipKeys {
@@ -86,8 +95,9 @@ func (c *Config) credentials() (credentials, error) {
 }
 
 // channelTLS returns the TLS configuration of the owner channel from
-// whichever of TLS, the TLS files or ChannelSecret is set, or nil.
-func (c *Config) channelTLS() (*tls.Config, error) {
+// whichever of TLS, the TLS files (read into store) or ChannelSecret is
+// set, or nil.
+func (c *Config) channelTLS(store *certStore) (*tls.Config, error) {
 	files := c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCAFile != ""
 	n := 0
 	for _, set := range []bool{c.TLS != nil, files, len(c.ChannelSecret) > 0} {
@@ -101,22 +111,8 @@ func (c *Config) channelTLS() (*tls.Config, error) {
 	case c.TLS != nil:
 		return c.TLS.Clone(), nil
 	case files:
-		if c.TLSCertFile == "" || c.TLSKeyFile == "" || c.TLSCAFile == "" {
-			return nil, fmt.Errorf("%w: TLSCertFile, TLSKeyFile and TLSCAFile go together", ErrSecurity)
-		}
-		cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrSecurity, err)
-		}
-		pem, err := os.ReadFile(c.TLSCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrSecurity, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: no certificate in %s", ErrSecurity, c.TLSCAFile)
-		}
-		return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
+		// Read by newCertStore; served from it (see mutualTLS).
+		return &tls.Config{Certificates: []tls.Certificate{*store.cert.Load()}, RootCAs: store.roots.Load()}, nil
 	case len(c.ChannelSecret) > 0:
 		return secretTLS(c.ChannelSecret, c.BindAddr)
 	}
@@ -126,8 +122,11 @@ func (c *Config) channelTLS() (*tls.Config, error) {
 // mutualTLS derives the two ends of the owner channel from base: TLS 1.3
 // only, client certificates required and verified against the cluster CA.
 // client is a template: dialTLS completes it for the host dialled, whose
-// certificate must name it.
-func mutualTLS(base *tls.Config) (server, client *tls.Config, err error) {
+// certificate must name it. With store, certificates come from its files
+// and the CA from its file (when it has them) as they are when each
+// connection starts, and a certificate on its revocation list is refused
+// at both ends.
+func mutualTLS(base *tls.Config, store *certStore) (server, client *tls.Config, err error) {
 	if len(base.Certificates) == 0 && (base.GetCertificate == nil || base.GetClientCertificate == nil) {
 		return nil, nil, fmt.Errorf("%w: TLS has no certificate", ErrSecurity)
 	}
@@ -142,7 +141,55 @@ func mutualTLS(base *tls.Config) (server, client *tls.Config, err error) {
 	}
 	client = base.Clone()
 	client.MinVersion = tls.VersionTLS13
+	if store == nil {
+		return server, client, nil
+	}
+	if store.files {
+		server.Certificates, server.GetCertificate = nil, store.getCertificate
+		client.Certificates, client.GetClientCertificate = nil, store.getClientCertificate
+		client.RootCAs = nil // see credentials.dialTLS
+	}
+	// The client's chain is verified here, against the CA of the moment.
+	cas, next := server.ClientCAs, server.VerifyConnection
+	server.ClientCAs, server.ClientAuth = nil, tls.RequireAnyClientCert
+	server.VerifyConnection = func(cs tls.ConnectionState) error {
+		pool := cas
+		if store.files {
+			pool = store.roots.Load()
+		}
+		if err := verifyChain(cs.PeerCertificates, pool, x509.ExtKeyUsageClientAuth); err != nil {
+			return err
+		}
+		if store.isRevoked(cs.PeerCertificates[0]) {
+			return errRevoked
+		}
+		if next != nil {
+			return next(cs)
+		}
+		return nil
+	}
+	cnext := client.VerifyConnection
+	client.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) > 0 && store.isRevoked(cs.PeerCertificates[0]) {
+			return errRevoked
+		}
+		if cnext != nil {
+			return cnext(cs)
+		}
+		return nil
+	}
 	return server, client, nil
+}
+
+// dialTLS returns the client configuration for dialling the member on
+// host (see dialTLS), with the CA of the moment.
+func (cr *credentials) dialTLS(host string) *tls.Config {
+	if cr.store == nil || !cr.store.files {
+		return dialTLS(cr.client, host)
+	}
+	t := cr.client.Clone()
+	t.RootCAs = cr.store.roots.Load()
+	return dialTLS(t, host)
 }
 
 // dialTLS returns the client configuration for dialling the member on
@@ -172,6 +219,18 @@ var errUnnamed = errors.New("bucketgrid/olric: the certificate does not name the
 // verifyMember checks that chain (leaf first) is a certificate of the
 // cluster CA for usage that names host.
 func verifyMember(chain []*x509.Certificate, roots *x509.CertPool, host string, usage x509.ExtKeyUsage) error {
+	if err := verifyChain(chain, roots, usage); err != nil {
+		return err
+	}
+	if err := chain[0].VerifyHostname(host); err != nil {
+		return fmt.Errorf("%w %s: %v", errUnnamed, host, err)
+	}
+	return nil
+}
+
+// verifyChain checks that chain (leaf first) is a certificate of the
+// cluster CA for usage.
+func verifyChain(chain []*x509.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) error {
 	if len(chain) == 0 {
 		return errors.New("bucketgrid/olric: member presented no certificate")
 	}
@@ -179,17 +238,12 @@ func verifyMember(chain []*x509.Certificate, roots *x509.CertPool, host string, 
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	if _, err := chain[0].Verify(x509.VerifyOptions{
+	_, err := chain[0].Verify(x509.VerifyOptions{
 		Roots:         roots,
 		Intermediates: inter,
 		KeyUsages:     []x509.ExtKeyUsage{usage},
-	}); err != nil {
-		return err
-	}
-	if err := chain[0].VerifyHostname(host); err != nil {
-		return fmt.Errorf("%w %s: %v", errUnnamed, host, err)
-	}
-	return nil
+	})
+	return err
 }
 
 // verifySource checks that the certificate tc's client proved names the

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -92,12 +93,18 @@ type trust struct {
 	refusal  error
 	mu       sync.Mutex
 	self     *record
-	verified map[string]record    // by node name
-	failedAt map[string]int64     // by node name, m.mono nanoseconds
-	inFlight map[string]chan bool // verifications under way, by name
-	syncDue  int64                // see spend, m.mono nanoseconds
-	lastErr  error                // the last failed verification's
-	merged   atomic.Bool          // a state sync reached this member (NotifyMerge)
+	verified map[string]record     // by node name
+	certs    map[string]provenCert // the certificates nodes proved, by name (expel.go)
+	// callers holds the certificate of each owner-channel connection
+	// served, by its accepted net.Conn (expel.go).
+	callers  sync.Map
+	blocked  atomic.Pointer[map[string]bool] // gossip addresses of revoked nodes
+	net      *gossipNet                      // nil unless RevokedFile; set before Olric starts
+	failedAt map[string]int64                // by node name, m.mono nanoseconds
+	inFlight map[string]chan bool            // verifications under way, by name
+	syncDue  int64                           // see spend, m.mono nanoseconds
+	lastErr  error                           // the last failed verification's
+	merged   atomic.Bool                     // a state sync reached this member (NotifyMerge)
 	// keyStrikes counts probeKeys's findings in a row; only Start's
 	// goroutine touches it.
 	keyStrikes int
@@ -110,6 +117,7 @@ func (t *trust) init(m *Member) {
 	t.m = m
 	t.refused = make(chan struct{})
 	t.verified = map[string]record{}
+	t.certs = map[string]provenCert{}
 	t.failedAt = map[string]int64{}
 	t.inFlight = map[string]chan bool{}
 }
@@ -310,11 +318,14 @@ func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
 	ch := make(chan bool)
 	t.inFlight[n.Name] = ch
 	t.mu.Unlock()
-	err := t.prove(ctx, n.Name, want)
+	leaf, err := t.prove(ctx, n.Name, want)
 	t.mu.Lock()
 	delete(t.inFlight, n.Name)
 	if err == nil {
 		t.verified[n.Name] = want
+		if leaf != nil && (len(t.certs) < maxSeen || t.certs[n.Name].leaf != nil) {
+			t.certs[n.Name] = provenCert{leaf: leaf, addr: want.addr}
+		}
 		delete(t.failedAt, n.Name)
 	} else {
 		t.failedAt[n.Name] = t.m.mono()
@@ -328,10 +339,11 @@ func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
 	return err
 }
 
-// prove dials the member called name and compares what it says with want.
+// prove dials the member called name and compares what it says with want;
+// it returns the certificate the member proved (nil without TLS).
 // While this member starts, a difference in security settings refuses the
 // join (see ErrSecurityMismatch).
-func (t *trust) prove(ctx context.Context, name string, want record) error {
+func (t *trust) prove(ctx context.Context, name string, want record) (*x509.Certificate, error) {
 	m := t.m
 	var nonce [nonceLen]byte
 	rand.Read(nonce[:])
@@ -342,7 +354,7 @@ func (t *trust) prove(ctx context.Context, name string, want record) error {
 				t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
 			}
 		}
-		return fmt.Errorf("%w: %s: %v", errUnproven, name, err)
+		return nil, fmt.Errorf("%w: %s: %v", errUnproven, name, err)
 	}
 	hasPw := a.flags&proofFlagPw != 0
 	var why string
@@ -358,15 +370,15 @@ func (t *trust) prove(ctx context.Context, name string, want record) error {
 		if !m.started.Load() {
 			t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
 		}
-		return fmt.Errorf("%w: %s: %s", errUnproven, name, why)
+		return nil, fmt.Errorf("%w: %s: %s", errUnproven, name, why)
 	}
 	if a.r != want {
-		return fmt.Errorf("%w: %s answered another record than gossip's", errUnproven, name)
+		return nil, fmt.Errorf("%w: %s answered another record than gossip's", errUnproven, name)
 	}
 	if got := metaName(want.meta); got != name {
-		return fmt.Errorf("%w: %s gossips the metadata of %q", errUnproven, name, got)
+		return nil, fmt.Errorf("%w: %s gossips the metadata of %q", errUnproven, name, got)
 	}
-	return nil
+	return a.leaf, nil
 }
 
 // metaName returns the member name in Olric's node metadata (its
@@ -468,7 +480,8 @@ type answer struct {
 	r       record
 	flags   byte
 	mac     []byte
-	binding []byte // the connection's, see tlsBinding
+	binding []byte            // the connection's, see tlsBinding
+	leaf    *x509.Certificate // the answerer's, with TLS
 }
 
 // askIdentity asks the member called name for its record over its owner
@@ -482,6 +495,9 @@ func (m *Member) askIdentity(ctx context.Context, name string, nonce [nonceLen]b
 	defer c.Close()
 	if a.binding, err = tlsBinding(c); err != nil {
 		return a, err
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		a.leaf = tc.ConnectionState().PeerCertificates[0]
 	}
 	if _, err := c.Write(appendField(nonce[:], []byte(m.name))); err != nil {
 		return a, err

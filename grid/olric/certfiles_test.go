@@ -1,0 +1,429 @@
+package olric
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core/wire"
+)
+
+// secretDir is a directory laid out as Kubernetes writes a secret volume
+// (cert-manager's tls.crt, tls.key and ca.crt): each name is a link into
+// ..data, a link to a timestamped directory; an update writes a new
+// directory and renames a new ..data link over the old one, so the three
+// files change at once.
+type secretDir struct {
+	dir string
+	gen int
+}
+
+func newSecretDir(t *testing.T, files map[string][]byte) *secretDir {
+	t.Helper()
+	d := &secretDir{dir: t.TempDir()}
+	d.update(t, files)
+	for name := range files {
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(d.dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func (d *secretDir) path(name string) string { return filepath.Join(d.dir, name) }
+
+// update replaces the files' contents at once, as the kubelet does.
+func (d *secretDir) update(t *testing.T, files map[string][]byte) {
+	t.Helper()
+	d.gen++
+	ts := fmt.Sprintf("..2026_12_07_%06d", d.gen)
+	if err := os.Mkdir(filepath.Join(d.dir, ts), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(d.dir, ts, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(d.dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issue signs a loopback member certificate valid until notAfter for key
+// (a new one when nil).
+func (ca *testCA) issue(t *testing.T, key *ecdsa.PrivateKey, notAfter time.Time) tls.Certificate {
+	t.Helper()
+	if key == nil {
+		var err error
+		if key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "member"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// secretFiles are the PEM files of cert and the CAs, as cert-manager names
+// them.
+func secretFiles(t *testing.T, cert tls.Certificate, cas ...*testCA) map[string][]byte {
+	t.Helper()
+	kb, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caPEM []byte
+	for _, ca := range cas {
+		caPEM = append(caPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})...)
+	}
+	return map[string][]byte{
+		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
+		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
+		"ca.crt":  caPEM,
+	}
+}
+
+// syncBuffer is a LogOutput tests can read while the member writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCertFilesReload is the operator renewing a member's certificate the
+// way cert-manager does, without restarting it: the renewed certificate
+// (same key, then a new key) is what the member serves on the next
+// connection; a replacement that does not parse, or whose key does not
+// match, is refused with a logged, counted error and the certificate in
+// use stays; a CA rotation (the CA file with the old and the new CA, the
+// member's certificate from the new one) lets members of the new CA in.
+// Before, the files were read once at Start.
+func TestCertFilesReload(t *testing.T) {
+	ca := newTestCA(t, "operator CA")
+	first := ca.issue(t, nil, time.Now().Add(24*time.Hour))
+	dir := newSecretDir(t, secretFiles(t, first, ca))
+	var logs syncBuffer
+	c := testConfig(t)
+	c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = dir.path("tls.crt"), dir.path("tls.key"), dir.path("ca.crt")
+	c.HealInterval = 200 * time.Millisecond
+	c.LogOutput = &logs
+	m, err := Start(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shutdownAll(t, []*Member{m}) })
+
+	clientOf := func(cas *x509.CertPool, cert tls.Certificate) *tls.Config {
+		_, client, err := mutualTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: cas}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dialTLS(client, "127.0.0.1")
+	}
+	client := clientOf(ca.pool, ca.issue(t, nil, time.Now().Add(time.Hour)))
+	served := func() *x509.Certificate {
+		conn := tlsDial(t, m.ChannelAddr(), client)
+		if conn == nil {
+			t.Fatal("the member's certificate was refused")
+		}
+		defer conn.Close()
+		return conn.(*tls.Conn).ConnectionState().PeerCertificates[0]
+	}
+	serves := func(what string, want tls.Certificate) {
+		t.Helper()
+		if !waitFor(t, what, 30*time.Second, func() bool { return served().SerialNumber.Cmp(want.Leaf.SerialNumber) == 0 }) {
+			t.Fatalf("%s: the member serves serial %x, want %x", what, served().SerialNumber, want.Leaf.SerialNumber)
+		}
+	}
+	serves("the first certificate", first)
+
+	renewed := ca.issue(t, first.PrivateKey.(*ecdsa.PrivateKey), time.Now().Add(48*time.Hour))
+	dir.update(t, secretFiles(t, renewed, ca))
+	serves("the renewed certificate, same key", renewed)
+
+	rekeyed := ca.issue(t, nil, time.Now().Add(72*time.Hour))
+	dir.update(t, secretFiles(t, rekeyed, ca))
+	serves("the renewed certificate, new key", rekeyed)
+	if got := presented(t, m, ca); got.SerialNumber.Cmp(rekeyed.Leaf.SerialNumber) != 0 {
+		t.Fatalf("dialling, the member presents serial %x, want the renewed %x", got.SerialNumber, rekeyed.Leaf.SerialNumber)
+	}
+	if n := m.creds.store.failures.Load(); n != 0 {
+		t.Fatalf("%d reload failures on good files; log:\n%s", n, logs.String())
+	}
+
+	// Bad input loses nothing.
+	bad := secretFiles(t, ca.issue(t, nil, time.Now().Add(96*time.Hour)), ca)
+	bad["tls.crt"] = []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+	dir.update(t, bad)
+	if !waitFor(t, "a refused reload", 30*time.Second, func() bool { return m.creds.store.failures.Load() >= 1 }) {
+		t.Fatal("a certificate file that does not parse was not counted")
+	}
+	mismatched := secretFiles(t, ca.issue(t, nil, time.Now().Add(96*time.Hour)), ca)
+	mismatched["tls.key"] = secretFiles(t, ca.issue(t, nil, time.Now().Add(96*time.Hour)), ca)["tls.key"]
+	dir.update(t, mismatched)
+	if !waitFor(t, "a refused reload", 30*time.Second, func() bool { return m.creds.store.failures.Load() >= 2 }) {
+		t.Fatal("a key that does not match its certificate was not counted")
+	}
+	if got := served(); got.SerialNumber.Cmp(rekeyed.Leaf.SerialNumber) != 0 {
+		t.Fatalf("after bad files the member serves serial %x, want the last good one %x", got.SerialNumber, rekeyed.Leaf.SerialNumber)
+	}
+	if l := logs.String(); strings.Count(l, "certificate files not reloaded") < 2 {
+		t.Fatalf("the refused reloads were not logged; log:\n%s", l)
+	}
+
+	// CA rotation: a member of the new CA is refused, then let in.
+	next := newTestCA(t, "operator CA 2")
+	both := x509.NewCertPool()
+	both.AddCert(ca.cert)
+	both.AddCert(next.cert)
+	newcomer := clientOf(both, next.issue(t, nil, time.Now().Add(time.Hour)))
+	if conn := tlsDial(t, m.ChannelAddr(), newcomer); conn != nil && channelAttempt(t, conn, "ca-before") != "" {
+		t.Fatal("a certificate of a CA not yet in the CA file was accepted: the test proves nothing")
+	}
+	rotated := next.issue(t, nil, time.Now().Add(24*time.Hour))
+	dir.update(t, secretFiles(t, rotated, ca, next))
+	client = newcomer
+	serves("the certificate of the new CA", rotated)
+	if conn := tlsDial(t, m.ChannelAddr(), newcomer); conn == nil || channelAttempt(t, conn, "ca-after") == "" {
+		t.Fatal("a certificate of the new CA is refused after the CA file was reloaded")
+	}
+}
+
+// presented returns the certificate m presents when it dials a member:
+// a server of ca that stands in for one at a free base port.
+func presented(t *testing.T, m *Member, ca *testCA) *x509.Certificate {
+	t.Helper()
+	base := freeBase(t)
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan *x509.Certificate, 1)
+	go func() {
+		defer close(got)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{ca.issue(t, nil, time.Now().Add(time.Hour))}, ClientAuth: tls.RequireAnyClientCert})
+		if tc.Handshake() == nil {
+			got <- tc.ConnectionState().PeerCertificates[0]
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := m.dial(ctx, fmt.Sprintf("127.0.0.1:%d", base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte{0}) // the server's handshake ends with the client's Finished
+	leaf, ok := <-got
+	if !ok {
+		t.Fatal("the member presented no certificate")
+	}
+	return leaf
+}
+
+// TestParseRevocations reads a revocation list as operators write it and
+// refuses lines that are neither a serial number nor a fingerprint.
+func TestParseRevocations(t *testing.T) {
+	ca := newTestCA(t, "CA")
+	a, b, c := ca.issue(t, nil, time.Now().Add(time.Hour)), ca.issue(t, nil, time.Now().Add(time.Hour)), ca.issue(t, nil, time.Now().Add(time.Hour))
+	fp := sha256.Sum256(b.Leaf.Raw)
+	var colons []string
+	for _, x := range fp {
+		colons = append(colons, fmt.Sprintf("%02X", x))
+	}
+	list := fmt.Sprintf("# revoked 2026-12-07\n\nserial=%X  # host a\nsha256 Fingerprint=%s\n", a.Leaf.SerialNumber, strings.Join(colons, ":"))
+	r, err := parseRevocations([]byte(list))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.has(a.Leaf) || !r.has(b.Leaf) || r.has(c.Leaf) {
+		t.Fatalf("has: %v %v %v, want true true false", r.has(a.Leaf), r.has(b.Leaf), r.has(c.Leaf))
+	}
+	if r, err := parseRevocations([]byte(hex.EncodeToString(fp[:]) + "\n")); err != nil || !r.has(b.Leaf) {
+		t.Fatalf("a bare fingerprint: %v", err)
+	}
+	for _, bad := range []string{"host-a\n", "serial=12345678901234567890123456789012345678901234\n", "zz\n"} {
+		if _, err := parseRevocations([]byte("# ok\n" + bad)); err == nil || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%q: %v, want an error naming line 2", bad, err)
+		}
+	}
+}
+
+// TestRevokedExpelled is the operator revoking a member's certificate on a
+// secured 3-member grid in the PEM-file mode, by writing its serial number
+// into the revocation list of the two others. Within the heal intervals
+// the others own every partition between them; the revoked member's open
+// connection is closed, and its requests on the owner channel, its tunnel
+// and its identity question are refused; the checks on the others' keys
+// stay exact and available throughout. Before, RevokedFile did not exist
+// and a certificate was good until it expired.
+func TestRevokedExpelled(t *testing.T) {
+	s := newSecrets(t)
+	type files struct {
+		revoked string
+		cert    tls.Certificate
+	}
+	var mu sync.Mutex
+	byPort := map[int]files{}
+	var logs syncBuffer
+	ms := startCluster(t, 3, func(c *Config) {
+		c.LogOutput = &logs
+		cert := s.ca.issue(t, nil, time.Now().Add(24*time.Hour))
+		dir := newSecretDir(t, secretFiles(t, cert, s.ca))
+		c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = dir.path("tls.crt"), dir.path("tls.key"), dir.path("ca.crt")
+		c.RevokedFile = filepath.Join(t.TempDir(), "revoked")
+		if err := os.WriteFile(c.RevokedFile, []byte("# nothing revoked\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.GossipKeys = [][]byte{s.gossip}
+		c.Password = s.password
+		mu.Lock()
+		byPort[c.BindPort] = files{revoked: c.RevokedFile, cert: cert}
+		mu.Unlock()
+	})
+	fileOf := func(m *Member) files {
+		_, p, _ := net.SplitHostPort(m.Name())
+		var port int
+		fmt.Sscan(p, &port)
+		return byPort[port]
+	}
+	revoked, others := ms[2], ms[:2]
+	rf := fileOf(revoked)
+
+	// The revoked member's certificate opens a channel connection now.
+	_, as, err := mutualTLS(&tls.Config{Certificates: []tls.Certificate{rf.cert}, RootCAs: s.ca.pool}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asRevoked := dialTLS(as, "127.0.0.1")
+	open := tlsDial(t, others[0].ChannelAddr(), asRevoked)
+	if open == nil {
+		t.Fatal("the member's certificate was refused before its revocation")
+	}
+	defer open.Close()
+	bucket := testBucket(10)
+	req := availableReq(&bucket)
+	open.Write(append(preamble[:], requestFrame(1, kindExecute, 5*time.Second, "revoked-open", wire.AppendRequest(nil, &req))...))
+	br := bufio.NewReader(open)
+	var pre [len(preamble)]byte
+	if _, err := io.ReadFull(br, pre[:]); err != nil || pre != preamble {
+		t.Fatalf("channel before the revocation: %v", err)
+	}
+	if _, err := (&frameReader{r: br}).next(); err != nil {
+		t.Fatalf("channel before the revocation: %v", err)
+	}
+
+	var keys []string
+	for _, k := range keySet("revoked", 120) {
+		if o := others[0].Owner(k); o != revoked.Name() {
+			keys = append(keys, k)
+		}
+	}
+	load := startLoadOn(others, keys)
+
+	start := time.Now()
+	list := fmt.Sprintf("# revoked for the test\nserial=%X\n", rf.cert.Leaf.SerialNumber)
+	for _, m := range others {
+		if err := os.WriteFile(fileOf(m).revoked, []byte(list), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owns := func() bool {
+		for _, m := range others {
+			for _, o := range m.routes.Load().owners {
+				if o == revoked.Name() {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if !waitFor(t, "the revoked member expelled", 60*time.Second, func() bool { return !owns() }) {
+		t.Fatalf("the revoked member still owns partitions after 60 s; log:\n%s", logs.String())
+	}
+	t.Logf("the revoked member owned no partition %v after its revocation (HealInterval %v)", time.Since(start).Round(time.Millisecond), ms[0].cfg.HealInterval)
+
+	open.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the revoked member's open connection: %v, want it closed", err)
+	}
+	for _, m := range others {
+		if conn := tlsDial(t, m.ChannelAddr(), asRevoked); conn != nil && channelAttempt(t, conn, "revoked") != "" {
+			t.Errorf("%s served the revoked certificate's requests", m.Name())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var nonce [nonceLen]byte
+		if _, err := revoked.askIdentity(ctx, m.Name(), nonce); err == nil {
+			t.Errorf("%s answered the revoked member's identity question", m.Name())
+		}
+		if conn, err := revoked.dialOlric(ctx, "tcp", m.Name()); err == nil {
+			if got := resp(t, conn, bufio.NewReader(conn), "AUTH", s.password); !strings.HasPrefix(got, "read:") && !strings.HasPrefix(got, "write:") {
+				t.Errorf("%s's tunnel answered the revoked member: %q", m.Name(), got)
+			}
+			conn.Close()
+		}
+		cancel()
+		m.trust.mu.Lock()
+		_, proven := m.trust.verified[revoked.Name()]
+		m.trust.mu.Unlock()
+		if proven {
+			t.Errorf("%s still holds the revoked member proven", m.Name())
+		}
+	}
+	load.finish(t, others)
+}

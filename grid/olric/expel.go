@@ -1,0 +1,154 @@
+package olric
+
+import (
+	"crypto/x509"
+	"fmt"
+	"log"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Revocation. A member holds, for each node it admitted, the certificate
+// the node proved (trust.verify), and for each owner-channel connection it
+// serves, the certificate of its caller (trust.callers). When its
+// revocation list changes (Config.RevokedFile, re-read by watchCerts) it
+// acts on every listed certificate at once:
+//   - new connections from or to its holder fail their TLS handshake
+//     (mutualTLS), so its requests, tunnelled Olric traffic and identity
+//     answers are refused, and no member admits its gossip records again;
+//   - the connections its holder opened are closed;
+//   - the member forgets the holder's proof and sends it no gossip (the
+//     gossip transport, gossipNet): its probes of the holder fail, and the
+//     holder's refutations are refused as unproven, so gossip declares it
+//     dead after its suspicion timeout, Olric drops it from the member
+//     list and its partitions move to the others.
+
+// logf writes a line to Config.LogOutput.
+func (m *Member) logf(format string, args ...any) {
+	log.New(m.cfg.LogOutput, "bucketgrid/olric: ", log.LstdFlags).Printf(format, args...)
+}
+
+// provenCert is the certificate a node proved and its gossip address.
+type provenCert struct {
+	leaf *x509.Certificate
+	addr string
+}
+
+// expelRevoked acts on the revocation list just installed (see above).
+func (m *Member) expelRevoked() {
+	s := m.creds.store
+	var closing []net.Conn
+	m.trust.callers.Range(func(k, v any) bool {
+		if s.isRevoked(v.(*x509.Certificate)) {
+			closing = append(closing, k.(net.Conn))
+		}
+		return true
+	})
+	for _, c := range closing {
+		c.Close()
+	}
+	t := &m.trust
+	blocked := map[string]bool{}
+	var names []string
+	t.mu.Lock()
+	for name, p := range t.certs {
+		if s.isRevoked(p.leaf) {
+			delete(t.verified, name)
+			blocked[p.addr] = true
+			names = append(names, name)
+		}
+	}
+	t.mu.Unlock()
+	t.blocked.Store(&blocked)
+	if len(names) > 0 || len(closing) > 0 {
+		m.logf("revocation list: expelling %v, %d connections closed", names, len(closing))
+	}
+}
+
+// gossipBlocked reports whether addr is the gossip address of a node whose
+// certificate is revoked.
+func (t *trust) gossipBlocked(addr string) bool {
+	b := t.blocked.Load()
+	return b != nil && (*b)[addr]
+}
+
+// gossipNet is memberlist's network transport sending nothing to the
+// gossip addresses of revoked nodes (see above).
+type gossipNet struct {
+	*memberlist.NetTransport
+	t    *trust
+	once sync.Once
+}
+
+// newGossipNet binds the member's gossip address.
+func (m *Member) newGossipNet() (*gossipNet, error) {
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{m.cfg.MemberlistBindAddr},
+		BindPort:  m.cfg.MemberlistBindPort,
+		Logger:    log.New(m.cfg.LogOutput, "memberlist: ", log.LstdFlags),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bucketgrid/olric: gossip: %w", err)
+	}
+	return &gossipNet{NetTransport: nt, t: &m.trust}, nil
+}
+
+// refuse returns the error of a send (op "write" over "udp") or dial (op
+// "dial" over "tcp") to addr if it is blocked, as the network would: a
+// failure memberlist counts against the node, so that it is suspected.
+func (g *gossipNet) refuse(network, op, addr string) error {
+	if !g.t.gossipBlocked(addr) {
+		return nil
+	}
+	a, _ := net.ResolveUDPAddr("udp", addr)
+	return &net.OpError{Op: op, Net: network, Addr: a, Err: errRevoked}
+}
+
+// WriteTo implements memberlist.Transport.
+func (g *gossipNet) WriteTo(b []byte, addr string) (time.Time, error) {
+	if err := g.refuse("udp", "write", addr); err != nil {
+		return time.Time{}, err
+	}
+	return g.NetTransport.WriteTo(b, addr)
+}
+
+// WriteToAddress implements memberlist.NodeAwareTransport.
+func (g *gossipNet) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if err := g.refuse("udp", "write", a.Addr); err != nil {
+		return time.Time{}, err
+	}
+	return g.NetTransport.WriteToAddress(b, a)
+}
+
+// DialTimeout implements memberlist.Transport.
+func (g *gossipNet) DialTimeout(addr string, d time.Duration) (net.Conn, error) {
+	if err := g.refuse("tcp", "dial", addr); err != nil {
+		return nil, err
+	}
+	return g.NetTransport.DialTimeout(addr, d)
+}
+
+// DialAddressTimeout implements memberlist.NodeAwareTransport.
+func (g *gossipNet) DialAddressTimeout(a memberlist.Address, d time.Duration) (net.Conn, error) {
+	if err := g.refuse("tcp", "dial", a.Addr); err != nil {
+		return nil, err
+	}
+	return g.NetTransport.DialAddressTimeout(a, d)
+}
+
+// Shutdown implements memberlist.Transport; it may be called more than
+// once (by memberlist, and by the member for a memberlist never created).
+func (g *gossipNet) Shutdown() error {
+	g.once.Do(func() { g.NetTransport.Shutdown() })
+	return nil
+}
+
+// closeNet shuts the gossip transport down, if there is one.
+func (t *trust) closeNet() {
+	if g := t.net; g != nil {
+		g.Shutdown()
+	}
+}
