@@ -22,13 +22,31 @@ import (
 )
 
 // Store is an in-memory cas.Store. The zero value is not usable; call New.
+// Expired entries stay in memory until an operation, on any key, runs at
+// least a second (of its clock) after the last sweep: it removes them all,
+// so keys nobody uses again are released within a second of expiring while
+// the store is in use; a store no operation reaches keeps them until one
+// does.
 type Store struct {
 	mu      sync.Mutex
 	entries map[string]entry
 	next    cas.Version
 	clock   clock.Clock
 	latency time.Duration
+	// nextSweep is when an operation next removes every expired entry;
+	// peak the most entries the map held since it was last rebuilt
+	nextSweep int64
+	peak      int
 }
+
+// sweepEvery is how often, at most, an operation of a Store also removes
+// every expired entry (see Store).
+const sweepEvery = time.Second
+
+// shrinkMin is the fewest entries the map must have held to be rebuilt
+// once it holds under a quarter of them: a Go map keeps the room of the
+// most entries it ever held.
+const shrinkMin = 1024
 
 type entry struct {
 	data    []byte
@@ -71,13 +89,36 @@ func (s *Store) wait(ctx context.Context) error {
 }
 
 // live returns the entry of key if present and not expired; s.mu held.
+// Once every sweepEvery it removes every expired entry first.
 func (s *Store) live(key string) (entry, bool) {
+	now := s.clock.Now()
+	if now >= s.nextSweep {
+		s.sweep(now)
+	}
 	e, ok := s.entries[key]
-	if ok && e.expires != 0 && s.clock.Now() >= e.expires {
+	if ok && e.expires != 0 && now >= e.expires {
 		delete(s.entries, key)
 		return entry{}, false
 	}
 	return e, ok
+}
+
+// sweep removes every expired entry and rebuilds the map when it holds
+// under a quarter of its peak; s.mu held.
+func (s *Store) sweep(now int64) {
+	s.nextSweep = now + int64(sweepEvery)
+	for k, e := range s.entries {
+		if e.expires != 0 && now >= e.expires {
+			delete(s.entries, k)
+		}
+	}
+	if s.peak >= shrinkMin && len(s.entries) < s.peak/4 {
+		m := make(map[string]entry, len(s.entries))
+		for k, e := range s.entries {
+			m[k] = e
+		}
+		s.entries, s.peak = m, len(m)
+	}
 }
 
 func (s *Store) put(key string, data []byte, ttl time.Duration) {
@@ -87,6 +128,7 @@ func (s *Store) put(key string, data []byte, ttl time.Duration) {
 		e.expires = s.clock.Now() + int64(ttl)
 	}
 	s.entries[key] = e
+	s.peak = max(s.peak, len(s.entries))
 }
 
 var (

@@ -38,6 +38,7 @@ type fleet struct {
 	start  int64
 	ticks  int64 // periods run
 	mgr    *bucketgrid.Manager
+	store  *memstore.Store // the grid's
 }
 
 func newFleet(t testing.TB, rules string, opts Options) *fleet {
@@ -48,7 +49,8 @@ func newFleet(t testing.TB, rules string, opts Options) *fleet {
 		t.Fatal(err)
 	}
 	f := &fleet{t: t, clk: clk, cfg: cfg, start: clk.Now()}
-	f.mgr = bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(clk)), cas.WithClock(clk)),
+	f.store = memstore.New(memstore.WithClock(clk))
+	f.mgr = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(clk)),
 		bucketgrid.WithEagerConfig())
 	opts.Manager, opts.Clock = f.mgr, clk
 	// simulated Envoys may go quiet for as long as a test likes, unless

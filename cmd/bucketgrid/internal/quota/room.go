@@ -133,6 +133,7 @@ func (s *Server) dropGhost(g *sub) {
 func (s *Server) track(sb *sub) {
 	st := sb.st
 	st.subs[sb.key] = sb
+	st.subsPeak = max(st.subsPeak, len(st.subs))
 	st.pushFront(sb)
 	s.tracked += sb.cost
 	st.bytes += sb.cost

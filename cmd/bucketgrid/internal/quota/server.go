@@ -97,6 +97,9 @@ type Server struct {
 	ghostSet map[*sub]struct{}
 	// byBytes is the open streams by the bytes they hold (room.go)
 	byBytes streamHeap
+	// poolsPeak and ghostsPeak are the most entries pools and ghostSet
+	// held since they were last rebuilt (shrink)
+	poolsPeak, ghostsPeak int
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -193,8 +196,10 @@ type stream struct {
 	out    chan *rlqspb.RateLimitQuotaResponse
 	domain string
 	subs   map[string]*sub // by canonical bucket id
-	closed bool
-	seq    uint64 // reports handled
+	// subsPeak is the most entries subs held since it was last rebuilt
+	subsPeak int
+	closed   bool
+	seq      uint64 // reports handled
 	// bytes is the subCost of its subs (ghosts included); heapAt its
 	// place in Server.byBytes (-1 once closed)
 	bytes  int64
@@ -300,6 +305,7 @@ func (s *Server) close(st *stream) {
 		if sb.pool != nil && sb.kind == bucketAssigned && sb.g > 0 {
 			sb.ghost = true
 			s.ghostSet[sb] = struct{}{}
+			s.ghostsPeak = max(s.ghostsPeak, len(s.ghostSet))
 			continue
 		}
 		if sb.pool != nil {
@@ -435,6 +441,7 @@ func (s *Server) bindSub(sb *sub, cfg *policy.Rules) {
 	if p == nil {
 		p = &pool{members: map[*sub]struct{}{}}
 		s.pools[sb.b.key] = p
+		s.poolsPeak = max(s.poolsPeak, len(s.pools))
 	}
 	p.b = sb.b
 	p.members[sb] = struct{}{}

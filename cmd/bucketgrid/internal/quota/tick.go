@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"sync"
+	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
@@ -24,6 +25,7 @@ func (s *Server) tick(ctx context.Context) {
 	s.mu.Lock()
 	s.next = next
 	for st := range s.streams {
+		st.subs = shrink(st.subs, &st.subsPeak)
 		for _, sb := range st.subs {
 			if sb.cfg != cfg {
 				s.rebind(sb, cfg, now)
@@ -48,6 +50,8 @@ func (s *Server) tick(ctx context.Context) {
 		}
 		pools = append(pools, p)
 	}
+	s.pools = shrink(s.pools, &s.poolsPeak)
+	s.ghostSet = shrink(s.ghostSet, &s.ghostsPeak)
 	s.mu.Unlock()
 
 	var mu sync.Mutex
@@ -69,6 +73,36 @@ func (s *Server) tick(ctx context.Context) {
 	for st, a := range acts {
 		s.push(st, a)
 	}
+}
+
+// releaseAfter bounds how long the server holds a bucket after the last
+// report that named it on a stream that then closed: its assignment runs
+// until it expires on its Envoy (TTL after it was sent, plus Delivery),
+// and the first period that starts after that forgets it, and its pool
+// when no other Envoy shares it.
+func (s *Server) releaseAfter() time.Duration {
+	return s.opts.TTL + s.opts.Delivery + s.opts.Period
+}
+
+// shrinkMin is the fewest entries a map must have held to be rebuilt by
+// shrink.
+const shrinkMin = 1024
+
+// shrink returns m, or a copy of it once it holds less than a quarter of
+// the most it held (*peak, which it updates): a Go map keeps the room of
+// the most entries it ever held, so a table a flood filled would hold the
+// flood's memory after its buckets are released.
+func shrink[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	*peak = max(*peak, len(m))
+	if *peak < shrinkMin || len(m) >= *peak/4 {
+		return m
+	}
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	*peak = len(m)
+	return c
 }
 
 // rebind moves sb to its binding under cfg; s.mu must be held. Leaving a
