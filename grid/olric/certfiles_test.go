@@ -397,6 +397,25 @@ func TestRevokedExpelled(t *testing.T) {
 		t.Fatalf("the revoked member still owns partitions after 60 s; log:\n%s", logs.String())
 	}
 	t.Logf("the revoked member owned no partition %v after its revocation (HealInterval %v)", time.Since(start).Round(time.Millisecond), ms[0].cfg.HealInterval)
+	// Its gossip is refused and logged as revoked (unverified.go).
+	revokedGossip := memberlistAddr(revoked.cfg)
+	if !waitFor(t, "revoked gossip logged", 90*time.Second, func() bool {
+		for _, m := range others {
+			if m.trust.unverified.counts().revoked == 0 {
+				return false
+			}
+		}
+		for _, l := range unverifiedLines(logs.String(), revokedGossip) {
+			if strings.Contains(l, "certificate revoked") {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Errorf("the others did not count or log the revoked member's gossip as revoked: %+v, %+v; log:\n%s", others[0].trust.unverified.counts(), others[1].trust.unverified.counts(), logs.String())
+	} else {
+		t.Logf("%v after its revocation: %q", time.Since(start).Round(time.Millisecond), unverifiedLines(logs.String(), revokedGossip))
+	}
 
 	open.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {

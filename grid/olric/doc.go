@@ -78,6 +78,13 @@
 // cannot pass a member's answer off as its own. A member answers only an
 // asker whose certificate names the host it says it is.
 //
+// A running member logs the gossip it refuses because the node's proof
+// failed, to LogOutput: "gossip of node N from A refused, unverified:",
+// then why ("proof failed:" and the error, or "certificate revoked:" and
+// the error). It logs at most one line per gossip address a minute and at
+// most 16 such lines a minute in all, so a holder of the gossip key cannot
+// flood the log; the next line logged says how many were suppressed.
+//
 // Around that root, each port has its own defence:
 //
 //   - The owner channel runs mutual TLS 1.3: both ends present a

@@ -104,7 +104,10 @@ type trust struct {
 	inFlight map[string]chan bool            // verifications under way, by name
 	syncDue  int64                           // see spend, m.mono nanoseconds
 	lastErr  error                           // the last failed verification's
-	merged   atomic.Bool                     // a state sync reached this member (NotifyMerge)
+	// unverified counts and logs the gossip records refused
+	// (unverified.go).
+	unverified refusals
+	merged     atomic.Bool // a state sync reached this member (NotifyMerge)
 	// keyStrikes counts probeKeys's findings in a row; only Start's
 	// goroutine touches it.
 	keyStrikes int
@@ -209,9 +212,11 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 			return nil
 		}
 		t.charge()
+		t.count(n.Name, n.Address(), err)
 		return err
 	}
 	t.background(n)
+	t.count(n.Name, n.Address(), errUnproven)
 	return errUnproven
 }
 
@@ -336,6 +341,11 @@ func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
 	}
 	t.mu.Unlock()
 	close(ch)
+	if err == nil {
+		t.provenNow(n.Name)
+	} else {
+		t.failedProof(n.Name, want.addr, err)
+	}
 	return err
 }
 
@@ -354,7 +364,7 @@ func (t *trust) prove(ctx context.Context, name string, want record) (*x509.Cert
 				t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
 			}
 		}
-		return nil, fmt.Errorf("%w: %s: %v", errUnproven, name, err)
+		return nil, fmt.Errorf("%w: %s: %w", errUnproven, name, err)
 	}
 	hasPw := a.flags&proofFlagPw != 0
 	var why string
