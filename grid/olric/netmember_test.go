@@ -30,6 +30,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/internal/netbed"
+	metrics "github.com/hashicorp/go-metrics/compat"
 )
 
 // netMemberEnv makes the test binary a member on a host of the test bed
@@ -72,6 +73,9 @@ import (
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	HANDOVERS         how many partitions this member guarded after a
 //	                  routing read: "HANDOVERS n"
+//	GOSSIP            how many times this member's gossip took another
+//	                  member for suspect and for dead (see gossipEvents):
+//	                  "GOSSIP suspect dead"
 //	OWNED p n         which of p0 … p(n-1) this member owns: "OWNED i …"
 //	DEGRADE p n s ms  checks with degrade on and off for s seconds, saying
 //	                  when ms have passed (see netDegrade)
@@ -150,6 +154,13 @@ func netMemberMain() int {
 		c.LogOutput = os.Stderr
 	}
 	c.JoinTimeout = 60 * time.Second
+	var gossip gossipEvents
+	mc := metrics.DefaultConfig("")
+	mc.EnableRuntimeMetrics = false
+	if _, err := metrics.NewGlobal(mc, &gossip); err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
 	m, err := Start(context.Background(), c)
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -377,6 +388,8 @@ func netMemberMain() int {
 			fmt.Println("LATENCY", took[len(took)/2].Microseconds(), took[(len(took)*99+99)/100-1].Microseconds(), failed)
 		case "HANDOVERS":
 			fmt.Println("HANDOVERS", m.handovers.Load())
+		case "GOSSIP":
+			fmt.Println("GOSSIP", gossip.suspect.Load(), gossip.dead.Load())
 		case "OWNED":
 			out := []string{"OWNED"}
 			for i := range arg(2) {
@@ -401,6 +414,30 @@ func netMemberMain() int {
 }
 
 func init() { children[netMemberEnv] = netMemberMain }
+
+// gossipEvents counts gossip's own verdicts in a member's process, through
+// the counters memberlist keeps (go-metrics): memberlist.msg.suspect when
+// this member's view of another turns from alive to suspect, and
+// memberlist.msg.dead when it turns to dead (or left, a graceful leave).
+// memberlist counts only such changes: a repeated or refuted message, or
+// one about this member itself, counts nothing.
+type gossipEvents struct{ suspect, dead atomic.Int64 }
+
+func (g *gossipEvents) IncrCounterWithLabels(key []string, _ float32, _ []metrics.Label) {
+	switch strings.Join(key, ".") {
+	case "memberlist.msg.suspect":
+		g.suspect.Add(1)
+	case "memberlist.msg.dead":
+		g.dead.Add(1)
+	}
+}
+
+func (g *gossipEvents) IncrCounter(key []string, val float32)                { g.IncrCounterWithLabels(key, val, nil) }
+func (*gossipEvents) SetGauge([]string, float32)                             {}
+func (*gossipEvents) SetGaugeWithLabels([]string, float32, []metrics.Label)  {}
+func (*gossipEvents) EmitKey([]string, float32)                              {}
+func (*gossipEvents) AddSample([]string, float32)                            {}
+func (*gossipEvents) AddSampleWithLabels([]string, float32, []metrics.Label) {}
 
 // netCluster is a cluster of members, one per host of a test bed.
 type netCluster struct {
