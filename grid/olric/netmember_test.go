@@ -1,4 +1,19 @@
-//go:build linux && !race
+//go:build linux
+
+// The test bed (internal/netbed, network namespaces) needs Linux. Its tests
+// are built with and without the race detector: scripts/test runs them all
+// in its pass without -race, and TestNetCluster, TestNetStarvedMember and
+// TestNetCrashWindow (a cluster across hosts, pauses, kills and rejoins)
+// again under -race in a step of their own. Each member is a process of
+// its own, whose races the test's race detector does not see: they reach
+// the output on the member's standard error, and that step fails on any
+// that is not a known upstream one (scripts/racecheck.go -members). Under
+// -race the three passed with their bounds unchanged (82 s and 101 s of
+// wall time in two runs, build included, 446–455 MB the largest resident
+// set of a process), and every member reported
+// Olric v0.7.4's known race with memberlist (forgiven there). The race pass
+// of every package skips ^TestNet; the other test-bed tests were not
+// measured under -race.
 
 package olric
 
@@ -533,7 +548,7 @@ func (c *netCluster) start(t *testing.T, i int) {
 	spec, _ := json.Marshal(c.specs[i])
 	cmd := c.bed.Hosts[i].Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), netMemberEnv+"="+string(spec))
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = os.Stderr // a race detector's reports included: see the top of this file
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
