@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/bucketgrid/bucketgrid v0.1.0
 	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/hashicorp/go-metrics v0.5.4
 	github.com/hashicorp/memberlist v0.5.3
 	github.com/olric-data/olric v0.7.4
 	github.com/redis/go-redis/v9 v9.23.0
@@ -22,7 +23,6 @@ require (
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-immutable-radix v1.3.1 // indirect
-	github.com/hashicorp/go-metrics v0.5.4 // indirect
 	github.com/hashicorp/go-msgpack/v2 v2.1.3 // indirect
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/hashicorp/go-sockaddr v1.0.7 // indirect
