@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // leaseRecord is what an owner keeps, in memory, of the leases it granted
@@ -61,7 +62,7 @@ func (f *fenceRecords) since(p, epoch uint64, now int64) int64 {
 // fence decides whether req (nil: a removal) on key, found as stored, may
 // run now (m.mono) in partition p's epoch. An operation that can give the
 // bucket tokens otherwise than by refill (see fences) waits, answered
-// kindHold, until no lease it does not know of and none of the key's
+// frame.KindHold, until no lease it does not know of and none of the key's
 // leases it granted can still be used: until Lifetime after this member's
 // first execution in the epoch, and until the key's record's liveUntil,
 // with no lease granted on the key meanwhile. When it runs, the key's
@@ -82,7 +83,7 @@ func (f *fenceRecords) fence(st *stripe, key string, p, epoch uint64, now int64,
 		wait = max(wait, rec.liveUntil-now)
 	}
 	if wait > 0 {
-		return outcome{kind: kindHold, hold: wait}, true
+		return outcome{kind: frame.KindHold, hold: wait}, true
 	}
 	if rec != nil {
 		rec.gen = f.gens.Add(1)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // LeaseConfig configures token leases (see "Token leases" in the package
@@ -344,7 +345,7 @@ func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.
 // splitLease separates a lease request's outcome into the answer to the
 // caller's n operations and the grant.
 func splitLease(o outcome, n int, x *leaseExec) outcome {
-	if o.kind != kindOK || o.resp.Status != wire.StatusOK || len(o.resp.Results) != n+2 {
+	if o.kind != frame.KindOK || o.resp.Status != wire.StatusOK || len(o.resp.Results) != n+2 {
 		o.resp.Diagnostics = nil
 		return o
 	}
@@ -363,7 +364,7 @@ func splitLease(o outcome, n int, x *leaseExec) outcome {
 	return o
 }
 
-// appendGrant encodes a grant after the frame header of a kindLeased
+// appendGrant encodes a grant after the frame header of a frame.KindLeased
 // answer; the response follows it.
 func appendGrant(dst []byte, g *grant) []byte {
 	dst = binary.AppendUvarint(dst, uint64(g.granted))
@@ -382,12 +383,12 @@ func parseGrant(p []byte) (*grant, []byte, error) {
 	var v [7]uint64
 	var err error
 	for i := range v {
-		if v[i], p, err = parseUvarint(p); err != nil {
+		if v[i], p, err = frame.Uvarint(p); err != nil {
 			return nil, nil, err
 		}
 	}
 	if v[0] == 0 || v[0] > math.MaxInt64 || v[5] == 0 || v[5] > math.MaxInt64 || v[6] > uint64(len(p)) {
-		return nil, nil, errFrame
+		return nil, nil, frame.ErrMalformed
 	}
 	view, err := wire.DecodeState(p[:v[6]])
 	if err != nil {
@@ -411,12 +412,12 @@ func appendLeaseParams(dst []byte, want int64, g giveBack) []byte {
 func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error) {
 	var v [6]uint64
 	for i := range v {
-		if v[i], p, err = parseUvarint(p); err != nil {
+		if v[i], p, err = frame.Uvarint(p); err != nil {
 			return 0, giveBack{}, nil, err
 		}
 	}
 	if v[0] == 0 || v[0] > math.MaxInt64 || v[1] > math.MaxInt64 {
-		return 0, giveBack{}, nil, errFrame
+		return 0, giveBack{}, nil, frame.ErrMalformed
 	}
 	return int64(v[0]), giveBack{unused: int64(v[1]), epoch: v[2], at: int64(v[3]), fp: v[4], gen: v[5]}, p, nil
 }
@@ -560,12 +561,12 @@ func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Reques
 			budget = time.Now().Add(m.cfg.RequestTimeout)
 		}
 		raw := wire.AppendRequest(appendLeaseParams(nil, want, give), req)
-		o = m.remote(ctx, owner, kindLease, key, nil, raw, remaining(ctx, budget))
+		o = m.remote(ctx, owner, frame.KindLease, key, nil, raw, remaining(ctx, budget))
 	}
-	if o.kind != kindOK {
+	if o.kind != frame.KindOK {
 		// No lease asked, or anything but an answer: a plain request,
 		// with its retries.
-		o, err = m.do(ctx, key, req, kindExecute, nil)
+		o, err = m.do(ctx, key, req, frame.KindExecute, nil)
 	}
 	e.mu.Lock()
 	if ask {

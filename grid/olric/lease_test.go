@@ -12,6 +12,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // leaseSim runs the lease protocol between one simulated owner (the owner
@@ -81,7 +82,7 @@ func (s *leaseSim) owner(t *testing.T, req *wire.Request, lx *leaseExec) outcome
 	}
 	b, _ := wire.DecodeState(s.stored)
 	s.avail = append(s.avail, simPoint{s.now, b.AvailableTokens(s.now)})
-	return outcome{kind: kindOK, resp: resp}
+	return outcome{kind: frame.KindOK, resp: resp}
 }
 
 // check is one TryConsume(1) by holder i at the current time.

@@ -23,6 +23,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // ErrClosed is returned by a Member that is shutting down or shut down.
@@ -412,19 +413,19 @@ func (m *Member) LiveInstances() int { return max(m.routes.Load().members, 1) }
 
 // outcome is the result of one attempt at a request.
 type outcome struct {
-	kind    byte // kindOK, kindNotOwner, kindHold or kindError
+	kind    byte // frame.KindOK, frame.KindNotOwner, frame.KindHold or frame.KindError
 	resp    wire.Response
 	removed bool
-	hold    int64 // nanoseconds, for kindHold
+	hold    int64 // nanoseconds, for frame.KindHold
 	err     error
-	retry   bool   // for kindError: the request may be retried elsewhere
-	grant   *grant // for kindOK of a lease request: the lease granted
+	retry   bool   // for frame.KindError: the request may be retried elsewhere
+	grant   *grant // for frame.KindOK of a lease request: the lease granted
 }
 
 // execOwner runs a request as the owner of key (hash h): under the key's
 // stripe lock, against the Olric data, with this member's clock. It refuses
-// (kindNotOwner) when this member's routing read says another member owns
-// the key, holds (kindHold) during a hand-over, on a stale routing read or
+// (frame.KindNotOwner) when this member's routing read says another member owns
+// the key, holds (frame.KindHold) during a hand-over, on a stale routing read or
 // while shutting down, and runs nothing for a caller gone by b (see hold).
 // Callers go through execBounded, which bounds their wait.
 func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, b bound) outcome {
@@ -448,9 +449,9 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 		delete(o.st.cache, key)
 		m.journal.drop(key)
 		if _, err := m.dm.Delete(o.ctx, key); err != nil {
-			return outcome{kind: kindError, err: err, retry: true}
+			return outcome{kind: frame.KindError, err: err, retry: true}
 		}
-		return outcome{kind: kindOK, removed: true}
+		return outcome{kind: frame.KindOK, removed: true}
 	}
 	s, failed, ok := m.read(&o, key)
 	if !ok {
@@ -482,10 +483,10 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 				return f
 			}
 		}
-		return outcome{kind: kindOK, resp: resp}
+		return outcome{kind: frame.KindOK, resp: resp}
 	}
 	if err := m.write(&o, key, newStored, resp.TTL); err != nil {
-		return outcome{kind: kindError, err: err, retry: true}
+		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
 	if o.r.split {
 		m.journal.put(key, newStored, resp.TTL, m.cfg.Clock.Now())
@@ -493,7 +494,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	if lx != nil {
 		lx.granted(&resp, m.mono(), m.leases.fence.life)
 	}
-	return outcome{kind: kindOK, resp: resp}
+	return outcome{kind: frame.KindOK, resp: resp}
 }
 
 // stripe is one per-key lock with the cache of the buckets it guards.
@@ -569,7 +570,7 @@ func (m *Member) Execute(ctx context.Context, key string, req wire.Request) (wir
 			return resp, err
 		}
 	}
-	o, err := m.do(ctx, key, &req, kindExecute, nil)
+	o, err := m.do(ctx, key, &req, frame.KindExecute, nil)
 	return o.resp, err
 }
 
@@ -579,12 +580,12 @@ func (m *Member) Remove(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	_, err := m.do(ctx, key, nil, kindRemove, nil)
+	_, err := m.do(ctx, key, nil, frame.KindRemove, nil)
 	return err
 }
 
-// do runs a request of the given kind (kindExecute with req, kindRemove,
-// or kindMerge with its payload in merge) on key's owner, following
+// do runs a request of the given kind (frame.KindExecute with req, frame.KindRemove,
+// or frame.KindMerge with its payload in merge) on key's owner, following
 // ownership changes until ctx ends.
 func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byte, merge []byte) (outcome, error) {
 	// Without a deadline, RequestTimeout bounds the waits (a timer per
@@ -616,7 +617,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 		var o outcome
 		switch owner := r.owners[p]; owner {
 		case "":
-			o = outcome{kind: kindNotOwner}
+			o = outcome{kind: frame.KindNotOwner}
 		case m.name:
 			c := ownerCall{kind: kind, key: key, h: h, req: req, merge: merge}
 			if !budget.IsZero() {
@@ -628,11 +629,11 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 		}
 		var wait time.Duration
 		switch o.kind {
-		case kindOK:
+		case frame.KindOK:
 			return o, nil
-		case kindNoQuorum:
+		case frame.KindNoQuorum:
 			return outcome{}, ErrNoQuorum
-		case kindNotOwner:
+		case frame.KindNotOwner:
 			last = errors.New("owner unknown or moved")
 			if err := m.waitRefresh(ctx); err != nil {
 				return outcome{}, fmt.Errorf("bucketgrid/olric: %w (%v)", err, last)
@@ -641,7 +642,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 				return outcome{}, fmt.Errorf("bucketgrid/olric: %w after %v (%v)", context.DeadlineExceeded, m.cfg.RequestTimeout, last)
 			}
 			continue
-		case kindHold:
+		case frame.KindHold:
 			last = errors.New("owner holding the key during a hand-over")
 			wait = time.Duration(o.hold)
 		default:

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // maxJournal bounds the buckets a member journals during a split; beyond
@@ -117,7 +118,7 @@ func (m *Member) sendJournal() {
 				payload := binary.AppendUvarint(nil, uint64(ttl))
 				payload = append(payload, e.state...)
 				ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RequestTimeout)
-				_, err := m.do(ctx, key, nil, kindMerge, payload)
+				_, err := m.do(ctx, key, nil, frame.KindMerge, payload)
 				cancel()
 				if err == nil {
 					j.dropIf(key, e)
@@ -158,9 +159,9 @@ func (j *journal) dropIf(key string, e journalEntry) {
 // same rules as execOwner: the state with fewer available tokens now, as
 // core computes them, is kept.
 func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []byte, b bound) outcome {
-	ttl, incoming, err := parseUvarint(payload)
+	ttl, incoming, err := frame.Uvarint(payload)
 	if err != nil || len(incoming) == 0 {
-		return outcome{kind: kindError, err: errFrame}
+		return outcome{kind: frame.KindError, err: frame.ErrMalformed}
 	}
 	o, refused, ok := m.hold(ctx, h, b)
 	if !ok {
@@ -172,13 +173,13 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 		return failed
 	}
 	if !fewerTokens(incoming, s.state, m.cfg.Clock.Now()) {
-		return outcome{kind: kindOK, removed: true}
+		return outcome{kind: frame.KindOK, removed: true}
 	}
 	incoming = slices.Clone(incoming) // the connection's read buffer; the cache keeps it
 	if err := m.write(&o, key, incoming, int64(ttl)); err != nil {
-		return outcome{kind: kindError, err: err, retry: true}
+		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
-	return outcome{kind: kindOK, removed: true}
+	return outcome{kind: frame.KindOK, removed: true}
 }
 
 // availableOp asks core for a bucket's available tokens.
