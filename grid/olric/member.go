@@ -24,6 +24,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/journal"
 )
 
 // ErrClosed is returned by a Member that is shutting down or shut down.
@@ -91,8 +92,8 @@ type Member struct {
 	// handovers counts the partitions this member guarded after a routing
 	// read (acquired, or possibly changed across a gap or a split).
 	handovers atomic.Int64
-	journal   journal     // buckets written while the cluster was split
-	leases    *leaseTable // nil unless Config.Leases.Enabled
+	journal   journal.Journal // buckets written while the cluster was split
+	leases    *leaseTable     // nil unless Config.Leases.Enabled
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -134,7 +135,6 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		doors:    newDoors(),
 		peers:    map[string]*peer{},
 		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
-		journal:  journal{entries: map[string]journalEntry{}},
 		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
 	}
 	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
@@ -447,7 +447,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 			}
 		}
 		delete(o.st.cache, key)
-		m.journal.drop(key)
+		m.journal.Drop(key)
 		if _, err := m.dm.Delete(o.ctx, key); err != nil {
 			return outcome{kind: frame.KindError, err: err, retry: true}
 		}
@@ -489,7 +489,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
 	if o.r.split {
-		m.journal.put(key, newStored, resp.TTL, m.cfg.Clock.Now())
+		m.journal.Put(key, newStored, resp.TTL, m.cfg.Clock.Now())
 	}
 	if lx != nil {
 		lx.granted(&resp, m.mono(), m.leases.fence.life)

@@ -52,7 +52,7 @@ type routes struct {
 	quorum bool
 	// split: gossip missed some of the members this one knows, so what
 	// it executes may diverge from another side's; those buckets are
-	// journaled and merged once everyone is back (see journal).
+	// journaled and merged once everyone is back (see internal/journal).
 	split bool
 	// splitSince is when the split began (m.mono), and absent the members
 	// missing from the routing table at some read since, while split.
