@@ -13,6 +13,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/fence"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
@@ -102,7 +103,7 @@ func leaseable(req *wire.Request, view *core.State) bool {
 			consumes = true
 		case wire.OpEstimate, wire.OpAvailableTokens:
 		case wire.OpReplaceConfiguration:
-			if view != nil && !replacesNothing(op, view) {
+			if view != nil && !fence.ReplacesNothing(op, view) {
 				return false
 			}
 		default:
@@ -110,20 +111,6 @@ func leaseable(req *wire.Request, view *core.State) bool {
 		}
 	}
 	return consumes
-}
-
-// replacesNothing reports whether a replacement leaves view as it is (see
-// wire.OpReplaceConfiguration).
-func replacesNothing(op *wire.Op, view *core.State) bool {
-	if op.Config == nil || op.Inheritance == core.InheritReset || !view.Config.Equal(op.Config) {
-		return false
-	}
-	for i := range view.Bands {
-		if view.Bands[i].Size > view.Config.Bandwidths[i].Capacity {
-			return false
-		}
-	}
-	return true
 }
 
 // decide runs req on l at holder time now (m.mono). It answers only when
@@ -255,9 +242,9 @@ type leaseExec struct {
 	give  giveBack
 	now   int64  // the owner's clock at execution
 	epoch uint64 // the partition's epoch at execution
-	// rec is the key's record (fence.go); nil when the owner keeps no room
-	// for it, and then nothing is granted.
-	rec     *leaseRecord
+	// rec is the key's record (internal/fence); nil when the owner keeps no
+	// room for it, and then nothing is granted.
+	rec     *fence.Record
 	noGrant bool  // the grant operation was turned into a read
 	life    int64 // the Lifetime the owner allows the grant
 }
@@ -283,14 +270,14 @@ func leaseRequest(req *wire.Request, want int64) wire.Request {
 // turns the grant into a read when the owner has no record for the key
 // or a fence blocks grants at mono (m.mono). Called with the key's lock
 // held.
-func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch uint64, rec *leaseRecord, mono int64) {
+func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch uint64, rec *fence.Record, mono int64) {
 	x.now, x.epoch, x.rec = now, epoch, rec
 	req.Ops[0] = wire.Op{Kind: wire.OpAvailableTokens}
-	if rec == nil || mono < rec.blocked {
+	if rec == nil || mono < rec.Blocked {
 		x.noGrant = true
 		req.Ops[len(req.Ops)-1] = wire.Op{Kind: wire.OpAvailableTokens}
 	}
-	if x.give.unused <= 0 || x.give.epoch != epoch || rec == nil || x.give.gen != rec.gen || len(stored) == 0 {
+	if x.give.unused <= 0 || x.give.epoch != epoch || rec == nil || x.give.gen != rec.Gen || len(stored) == 0 {
 		return
 	}
 	b, err := wire.DecodeState(stored)
@@ -312,7 +299,7 @@ func (x *leaseExec) granted(resp *wire.Response, mono, life int64) {
 		return
 	}
 	x.life = life
-	x.rec.liveUntil = max(x.rec.liveUntil, mono+life)
+	x.rec.LiveUntil = max(x.rec.LiveUntil, mono+life)
 }
 
 // grant is a lease as the owner hands it out.
@@ -360,7 +347,7 @@ func splitLease(o outcome, n int, x *leaseExec) outcome {
 	for i := range view.Bands {
 		view.Bands[i].Size += granted
 	}
-	o.grant = &grant{granted: granted, at: x.now, epoch: x.epoch, fp: fingerprint(&view), gen: x.rec.gen, life: x.life, view: view}
+	o.grant = &grant{granted: granted, at: x.now, epoch: x.epoch, fp: fingerprint(&view), gen: x.rec.Gen, life: x.life, view: view}
 	return o
 }
 
@@ -427,7 +414,7 @@ func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error)
 // leaseTable is a member's leases and demand, per key.
 type leaseTable struct {
 	cfg    LeaseConfig
-	fence  *fenceRecords // the owner side: what this member granted
+	fence  *fence.Table // the owner side: what this member granted
 	shards [64]leaseShard
 	local  atomic.Int64 // checks decided on a lease, for tests and benchmarks
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/fence"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
@@ -32,7 +33,7 @@ type leaseSim struct {
 	grants   []simGrant
 	ownerAdm []int64 // owner times of the admissions the owner decided
 	leased   int     // checks decided on a lease
-	rec      leaseRecord
+	rec      fence.Record
 }
 
 type simHolder struct {
@@ -57,7 +58,7 @@ func newLeaseSim(t *testing.T, bw core.Bandwidth, holders int, life time.Duratio
 	}
 	st := core.NewState(cfg, 0)
 	s := &leaseSim{cfg: cfg, stored: wire.AppendState(nil, &st), life: int64(life), minDem: 2,
-		holders: make([]simHolder, holders), rec: leaseRecord{gen: 1}}
+		holders: make([]simHolder, holders), rec: fence.Record{Gen: 1}}
 	for i := range s.holders {
 		s.holders[i].grant = -1
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/fence"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/journal"
 )
@@ -140,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
 	if cfg.Leases.Enabled {
 		m.leases = newLeaseTable(cfg.Leases)
-		m.leases.fence = newFenceRecords(cfg.Leases, cfg.PartitionCount, cfg.Stripes)
+		m.leases.fence = fence.New(int64(cfg.Leases.Lifetime), cfg.Leases.MaxKeys, cfg.PartitionCount, cfg.Stripes)
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.chanAddr, err = channelAddr(m.name); err != nil {
@@ -442,8 +443,8 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	defer m.release(&o)
 	if remove {
 		if m.leases != nil {
-			if f, held := m.leases.fence.fence(o.st, key, h%m.cfg.PartitionCount, o.epoch, o.now, nil, nil); held {
-				return f
+			if wait, held := m.leases.fence.Hold(o.st.leased, key, h%m.cfg.PartitionCount, o.epoch, o.now, nil, nil); held {
+				return outcome{kind: frame.KindHold, hold: wait}
 			}
 		}
 		delete(o.st.cache, key)
@@ -457,13 +458,13 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	if !ok {
 		return failed
 	}
-	var rec *leaseRecord
+	var rec *fence.Record
 	if m.leases != nil {
-		if f, held := m.leases.fence.fence(o.st, key, h%m.cfg.PartitionCount, o.epoch, o.now, req, s.state); held {
-			return f
+		if wait, held := m.leases.fence.Hold(o.st.leased, key, h%m.cfg.PartitionCount, o.epoch, o.now, req, s.state); held {
+			return outcome{kind: frame.KindHold, hold: wait}
 		}
 		if lx != nil {
-			rec = m.leases.fence.record(o.st, key, o.now)
+			rec = m.leases.fence.Record(&o.st.leased, key, o.now)
 		}
 	}
 	now := m.cfg.Clock.Now()
@@ -492,7 +493,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 		m.journal.Put(key, newStored, resp.TTL, m.cfg.Clock.Now())
 	}
 	if lx != nil {
-		lx.granted(&resp, m.mono(), m.leases.fence.life)
+		lx.granted(&resp, m.mono(), m.leases.fence.Life())
 	}
 	return outcome{kind: frame.KindOK, resp: resp}
 }
@@ -502,8 +503,8 @@ type stripe struct {
 	mu    sync.Mutex
 	cache map[string]cached
 	// leased holds the records of the leases this member granted on the
-	// stripe's keys (fence.go); nil with leases off.
-	leased map[string]*leaseRecord
+	// stripe's keys (internal/fence); nil with leases off.
+	leased fence.Records
 }
 
 // cached is the last state this member wrote for a bucket it owns. The
