@@ -26,6 +26,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/fence"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/journal"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/lost"
 )
 
 // ErrClosed is returned by a Member that is shutting down or shut down.
@@ -469,9 +470,9 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	}
 	now := m.cfg.Clock.Now()
 	synthetic := false
-	if s.state == nil && m.cfg.LostState == LostEmpty && createsLost(req) {
+	if s.state == nil && m.cfg.LostState == LostEmpty && lost.Creates(req) {
 		if at := o.r.lostAt[h%m.cfg.PartitionCount]; at != 0 {
-			s.state, synthetic = emptySince(req, at, now), true
+			s.state, synthetic = lost.EmptySince(req, at, now), true
 		}
 	}
 	if lx != nil {

@@ -36,7 +36,7 @@ var floors = [][]string{
 // An internal package of a part listed here must have a room.
 var rooms = map[string][][]string{
 	"grid/olric": {
-		{"grid/olric/internal/fence", "grid/olric/internal/frame", "grid/olric/internal/journal"},
+		{"grid/olric/internal/fence", "grid/olric/internal/frame", "grid/olric/internal/journal", "grid/olric/internal/lost"},
 	},
 }
 
