@@ -18,6 +18,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // ---- what an attacker on the network does ----
@@ -99,26 +100,26 @@ func channelAttempt(t *testing.T, c net.Conn, key string) string {
 	defer c.Close()
 	hijack, _ := core.NewConfig(core.Intervally(10, 10, time.Hour))
 	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &hijack, Ops: []wire.Op{{Kind: wire.OpForceAddTokens, Tokens: 2e12}}}
-	f := append(preamble[:], requestFrame(1, kindExecute, 5*time.Second, key, wire.AppendRequest(nil, &req))...)
-	f = append(f, requestFrame(2, kindRemove, 5*time.Second, key, nil)...)
+	f := append(frame.Preamble[:], requestFrame(1, frame.KindExecute, 5*time.Second, key, wire.AppendRequest(nil, &req))...)
+	f = append(f, requestFrame(2, frame.KindRemove, 5*time.Second, key, nil)...)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	c.Write(f) // may fail: the member may already have hung up
 	r := bufio.NewReader(c)
-	var pre [len(preamble)]byte
-	if _, err := io.ReadFull(r, pre[:]); err != nil || pre != preamble {
+	var pre [len(frame.Preamble)]byte
+	if _, err := io.ReadFull(r, pre[:]); err != nil || pre != frame.Preamble {
 		if err != nil && !isClosed(err) {
 			t.Errorf("read: %v; want the member to hang up", err)
 		}
 		return ""
 	}
-	fr := &frameReader{r: r}
+	fr := frame.NewReader(r, nil, 0, 0)
 	var kinds []byte
 	for range 2 {
-		body, err := fr.next()
+		body, err := fr.Next()
 		if err != nil {
 			break
 		}
-		_, kind, _, _ := parseFrame(body)
+		_, kind, _, _ := frame.Parse(body)
 		kinds = append(kinds, kind)
 	}
 	return fmt.Sprintf("channel answers of kinds %v", kinds)

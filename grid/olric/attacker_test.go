@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 	"io"
 	"net"
 	"os"
@@ -56,7 +57,7 @@ func attackerMain() int {
 	pool.AppendCertsFromPEM(pem)
 	auth := &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}
 	header := func(size uint32) []byte {
-		return binary.BigEndian.AppendUint32(append([]byte(nil), preamble[:]...), size)
+		return binary.BigEndian.AppendUint32(append([]byte(nil), frame.Preamble[:]...), size)
 	}
 	kinds := []struct {
 		tls  bool

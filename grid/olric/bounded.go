@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // An owner-side execution can block for longer than its caller waits:
@@ -37,13 +38,13 @@ var errDetached = errors.New("bucketgrid/olric: the owner's store is not answeri
 // ownerCall is what an owner-side execution needs, so that it can run on a
 // goroutine of its own.
 type ownerCall struct {
-	kind  byte // kindExecute, kindRemove, kindMerge or kindLease
+	kind  byte // frame.KindExecute, frame.KindRemove, frame.KindMerge or frame.KindLease
 	key   string
 	h     uint64
-	req   *wire.Request // kindExecute and kindLease
-	merge []byte        // kindMerge
-	want  int64         // kindLease
-	give  giveBack      // kindLease
+	req   *wire.Request // frame.KindExecute and frame.KindLease
+	merge []byte        // frame.KindMerge
+	want  int64         // frame.KindLease
+	give  giveBack      // frame.KindLease
 	// notAfter is when the caller stops waiting, m.mono nanoseconds; 0
 	// when ctx alone says it.
 	notAfter int64
@@ -56,12 +57,12 @@ type ownerCall struct {
 func (m *Member) run(ctx context.Context, c *ownerCall, try bool) outcome {
 	b := bound{notAfter: c.notAfter, try: try}
 	switch c.kind {
-	case kindMerge:
+	case frame.KindMerge:
 		return m.execMerge(ctx, c.key, c.h, c.merge, b)
-	case kindLease:
+	case frame.KindLease:
 		return m.execLease(ctx, c.key, c.h, c.req, c.want, c.give, b)
 	default:
-		return m.execOwner(ctx, c.key, c.h, c.req, c.kind == kindRemove, b)
+		return m.execOwner(ctx, c.key, c.h, c.req, c.kind == frame.KindRemove, b)
 	}
 }
 
@@ -92,7 +93,7 @@ func (m *Member) execBounded(ctx context.Context, c *ownerCall) outcome {
 		limit = maxDetached
 	}
 	if m.detached.Load() >= limit {
-		return outcome{kind: kindError, err: errDetached}
+		return outcome{kind: frame.KindError, err: errDetached}
 	}
 	x := executions.Get().(*execution)
 	x.ctx, x.call = ctx, *c
@@ -129,7 +130,7 @@ func (m *Member) execBounded(ctx context.Context, c *ownerCall) outcome {
 		<-x.done
 		return x.take()
 	}
-	return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: %w while the owner's execution was under way", err)}
+	return outcome{kind: frame.KindError, err: fmt.Errorf("bucketgrid/olric: %w while the owner's execution was under way", err)}
 }
 
 // localOnly reports whether partition h's data is this member's alone in
@@ -138,7 +139,7 @@ func (m *Member) execBounded(ctx context.Context, c *ownerCall) outcome {
 func (m *Member) localOnly(h uint64) bool {
 	r := m.routes.Load()
 	if r == nil {
-		return true // still starting: hold answers kindHold in place
+		return true // still starting: hold answers frame.KindHold in place
 	}
 	p := h % m.cfg.PartitionCount
 	return r.backups[p] == "" && r.history[p] == m.name

@@ -18,6 +18,16 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
+)
+
+// trust.go's names for what internal/frame owns; they go when trust.go
+// names frame's own.
+const channelVersion = frame.Version
+
+var (
+	preamble = frame.Preamble
+	errFrame = frame.ErrMalformed
 )
 
 var (
@@ -154,8 +164,8 @@ func (m *Member) serve() {
 // if there is room. It returns the connection to use, or nil, and the
 // preamble it opened with (see serveSpecial). A connection that spoke but
 // failed TLS or the preamble counts against its source (see doors).
-func (m *Member) handshake(nc *newConn) (net.Conn, [len(preamble)]byte) {
-	var p [len(preamble)]byte
+func (m *Member) handshake(nc *newConn) (net.Conn, [len(frame.Preamble)]byte) {
+	var p [len(frame.Preamble)]byte
 	c, ok := m.authenticate(nc, &p)
 	if !ok {
 		if nc.spoke.Load() && m.ctx.Err() == nil {
@@ -174,7 +184,7 @@ func (m *Member) handshake(nc *newConn) (net.Conn, [len(preamble)]byte) {
 		return nil, p // dropped meanwhile
 	}
 	m.conns.handshaking = slices.Delete(m.conns.handshaking, i, i+1)
-	if p != preamble {
+	if p != frame.Preamble {
 		if len(m.conns.special) >= m.maxSpecial() {
 			return nil, p
 		}
@@ -190,7 +200,7 @@ func (m *Member) handshake(nc *newConn) (net.Conn, [len(preamble)]byte) {
 
 // authenticate runs TLS, when configured, and reads the preamble into p;
 // ok is false when either failed.
-func (m *Member) authenticate(nc *newConn, p *[len(preamble)]byte) (c net.Conn, ok bool) {
+func (m *Member) authenticate(nc *newConn, p *[len(frame.Preamble)]byte) (c net.Conn, ok bool) {
 	raw := nc.c
 	raw.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
 	var first [1]byte
@@ -250,44 +260,44 @@ func (m *Member) serveConn(nc *newConn) {
 	if c == nil {
 		return
 	}
-	if p != preamble {
+	if p != frame.Preamble {
 		m.serveSpecial(c, p)
 		return
 	}
-	fr := frameReader{r: bufio.NewReaderSize(c, connBuf), conn: c, idle: m.cfg.ChannelIdleTimeout, step: m.cfg.ChannelIOTimeout}
+	fr := frame.NewReader(bufio.NewReaderSize(c, connBuf), c, m.cfg.ChannelIdleTimeout, m.cfg.ChannelIOTimeout)
 	w := bufio.NewWriterSize(c, connBuf)
-	w.Write(preamble[:])
+	w.Write(frame.Preamble[:])
 	_, tlsConn := c.(*tls.Conn)
 	var out []byte
 	var received int64 // when the bytes of the current batch were read
 	for {
-		fresh := fr.r.Buffered() == 0
-		buf, err := fr.next()
+		fresh := fr.Buffered() == 0
+		buf, err := fr.Next()
 		if err != nil {
 			return
 		}
 		if fresh {
 			received = m.mono()
 		}
-		id, kind, payload, err := parseFrame(buf)
-		if err != nil || (kind != kindExecute && kind != kindRemove && kind != kindMerge && kind != kindLease) {
+		id, kind, payload, err := frame.Parse(buf)
+		if err != nil || (kind != frame.KindExecute && kind != frame.KindRemove && kind != frame.KindMerge && kind != frame.KindLease) {
 			return
 		}
-		budget, payload, err := parseUvarint(payload)
+		budget, payload, err := frame.Uvarint(payload)
 		if err != nil {
 			return
 		}
-		key, rest, err := parseKey(payload)
+		key, rest, err := frame.Key(payload)
 		if err != nil {
 			return
 		}
 		var req wire.Request
 		var want int64
 		var give giveBack
-		if err = checkKey(key); err == nil && kind == kindLease {
+		if err = checkKey(key); err == nil && kind == frame.KindLease {
 			want, give, rest, err = parseLeaseParams(rest)
 		}
-		if err == nil && (kind == kindExecute || kind == kindLease) {
+		if err == nil && (kind == frame.KindExecute || kind == frame.KindLease) {
 			req, err = wire.DecodeRequest(rest)
 		}
 		switch {
@@ -298,42 +308,42 @@ func (m *Member) serveConn(nc *newConn) {
 		default:
 			// The caller waits budget from when the batch was read, and
 			// the execution may not outlast it (execBounded). Not m.ctx:
-			// a member closing answers through hold (kindHold, so that the
+			// a member closing answers through hold (frame.KindHold, so that the
 			// caller goes to the next owner), and its Olric calls end with
 			// the routing lease, which m.ctx ends too.
 			c := ownerCall{kind: kind, key: key, h: m.hash(key), notAfter: received + int64(min(budget, 1<<62)), owned: true}
 			switch kind {
-			case kindMerge:
+			case frame.KindMerge:
 				c.merge = rest
-			case kindLease:
+			case frame.KindLease:
 				c.req, c.want, c.give = &req, want, give
-			case kindExecute:
+			case frame.KindExecute:
 				c.req = &req
 			}
 			o := m.execBounded(context.Background(), &c)
 			out = o.appendFrame(out[:0], id)
 		}
-		if w.Available() < len(out) || fr.r.Buffered() == 0 {
+		if w.Available() < len(out) || fr.Buffered() == 0 {
 			c.SetWriteDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
 		}
 		if _, err := w.Write(out); err != nil {
 			return
 		}
-		if cap(out) > keepFrameBuf {
+		if cap(out) > frame.KeepBuf {
 			out = nil
 		}
-		if fr.r.Buffered() == 0 && tlsConn {
+		if fr.Buffered() == 0 && tlsConn {
 			// TLS hands out one record per Read, so requests that came in
 			// several records would get a flush each. Take whatever TLS
 			// already holds or the socket already has, without waiting
 			// (a deadline in the past makes the read a poll), and flush
 			// once for all of it.
 			c.SetReadDeadline(pollDeadline)
-			if _, err := fr.r.Peek(1); err == nil {
+			if _, err := fr.Peek(1); err == nil {
 				received = m.mono()
 			}
 		}
-		if fr.r.Buffered() == 0 {
+		if fr.Buffered() == 0 {
 			if err := w.Flush(); err != nil {
 				return
 			}
@@ -343,40 +353,40 @@ func (m *Member) serveConn(nc *newConn) {
 
 func appendErrorFrame(dst []byte, id uint64, err error) []byte {
 	start := len(dst)
-	dst = appendFrameHeader(dst, id, kindError)
+	dst = frame.AppendHeader(dst, id, frame.KindError)
 	dst = append(dst, err.Error()...)
-	return finishFrame(dst, start)
+	return frame.Finish(dst, start)
 }
 
 // appendFrame encodes an owner outcome as the answer to request id.
 func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 	start := len(dst)
 	switch o.kind {
-	case kindOK:
+	case frame.KindOK:
 		if o.grant != nil {
-			dst = appendFrameHeader(dst, id, kindLeased)
+			dst = frame.AppendHeader(dst, id, frame.KindLeased)
 			dst = appendGrant(dst, o.grant)
 			dst = wire.AppendResponse(dst, &o.resp)
 			break
 		}
-		dst = appendFrameHeader(dst, id, kindOK)
+		dst = frame.AppendHeader(dst, id, frame.KindOK)
 		if !o.removed {
 			dst = wire.AppendResponse(dst, &o.resp)
 		}
-	case kindHold:
-		dst = appendFrameHeader(dst, id, kindHold)
+	case frame.KindHold:
+		dst = frame.AppendHeader(dst, id, frame.KindHold)
 		dst = binary.AppendUvarint(dst, uint64(o.hold))
-	case kindNotOwner:
-		dst = appendFrameHeader(dst, id, kindNotOwner)
-	case kindNoQuorum:
-		dst = appendFrameHeader(dst, id, kindNoQuorum)
+	case frame.KindNotOwner:
+		dst = frame.AppendHeader(dst, id, frame.KindNotOwner)
+	case frame.KindNoQuorum:
+		dst = frame.AppendHeader(dst, id, frame.KindNoQuorum)
 	default:
 		return appendErrorFrame(dst, id, o.err)
 	}
-	if len(dst)-start-4 > maxFrame {
+	if len(dst)-start-4 > frame.Max {
 		return appendErrorFrame(dst[:start], id, errors.New("bucketgrid/olric: response larger than the frame limit"))
 	}
-	return finishFrame(dst, start)
+	return frame.Finish(dst, start)
 }
 
 // ---- caller side ----
@@ -385,28 +395,28 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 // connection's reader.
 type reply struct {
 	kind byte
-	resp wire.Response // kindOK with a payload (an execute's answer)
-	body bool          // kindOK: the answer had a payload
-	hold int64         // kindHold: nanoseconds to wait
-	msg  string        // kindError: the owner's message
+	resp wire.Response // frame.KindOK with a payload (an execute's answer)
+	body bool          // frame.KindOK: the answer had a payload
+	hold int64         // frame.KindHold: nanoseconds to wait
+	msg  string        // frame.KindError: the owner's message
 	err  error         // the connection failed, or the answer did not decode
-	// grant is a kindLeased answer's lease (kind is then kindOK)
+	// grant is a frame.KindLeased answer's lease (kind is then frame.KindOK)
 	grant *grant
 }
 
 // decodeReply decodes an answer's payload; it keeps no reference to it.
 func decodeReply(kind byte, payload []byte) reply {
 	switch kind {
-	case kindOK:
+	case frame.KindOK:
 		if len(payload) == 0 {
-			return reply{kind: kindOK}
+			return reply{kind: frame.KindOK}
 		}
 		resp, err := wire.DecodeResponse(payload)
 		if err != nil {
 			return reply{err: err}
 		}
-		return reply{kind: kindOK, resp: resp, body: true}
-	case kindLeased:
+		return reply{kind: frame.KindOK, resp: resp, body: true}
+	case frame.KindLeased:
 		g, rest, err := parseGrant(payload)
 		if err != nil {
 			return reply{err: err}
@@ -415,21 +425,21 @@ func decodeReply(kind byte, payload []byte) reply {
 		if err != nil {
 			return reply{err: err}
 		}
-		return reply{kind: kindOK, resp: resp, body: true, grant: g}
-	case kindNotOwner:
-		return reply{kind: kindNotOwner}
-	case kindNoQuorum:
-		return reply{kind: kindNoQuorum}
-	case kindHold:
+		return reply{kind: frame.KindOK, resp: resp, body: true, grant: g}
+	case frame.KindNotOwner:
+		return reply{kind: frame.KindNotOwner}
+	case frame.KindNoQuorum:
+		return reply{kind: frame.KindNoQuorum}
+	case frame.KindHold:
 		d, n := binary.Uvarint(payload)
 		if n <= 0 {
-			return reply{err: errFrame}
+			return reply{err: frame.ErrMalformed}
 		}
-		return reply{kind: kindHold, hold: int64(min(d, uint64(time.Hour)))}
-	case kindError:
-		return reply{kind: kindError, msg: string(payload)}
+		return reply{kind: frame.KindHold, hold: int64(min(d, uint64(time.Hour)))}
+	case frame.KindError:
+		return reply{kind: frame.KindError, msg: string(payload)}
 	}
-	return reply{err: errFrame}
+	return reply{err: frame.ErrMalformed}
 }
 
 // replyChans recycles the channels calls wait on: a channel goes back only
@@ -491,7 +501,7 @@ func (m *Member) peerFor(ctx context.Context, name string) (*peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", errPeerGone, name, err)
 	}
-	p = &peer{m: m, name: name, c: c, pending: map[uint64]chan reply{}, wbuf: append([]byte(nil), preamble[:]...)}
+	p = &peer{m: m, name: name, c: c, pending: map[uint64]chan reply{}, wbuf: append([]byte(nil), frame.Preamble[:]...)}
 	m.peerMu.Lock()
 	if m.peersClosed {
 		m.peerMu.Unlock()
@@ -565,19 +575,19 @@ func (p *peer) fail(err error) {
 // callers until the connection breaks.
 func (p *peer) read() {
 	defer p.m.wg.Done()
-	fr := frameReader{r: bufio.NewReaderSize(p.c, connBuf), conn: p.c, step: p.m.cfg.ChannelIOTimeout}
-	var pre [len(preamble)]byte
-	if _, err := io.ReadFull(fr.r, pre[:]); err != nil || pre != preamble {
-		p.fail(cmpErr(err, errPreamble))
+	fr := frame.NewReader(bufio.NewReaderSize(p.c, connBuf), p.c, 0, p.m.cfg.ChannelIOTimeout)
+	var pre [len(frame.Preamble)]byte
+	if _, err := io.ReadFull(fr, pre[:]); err != nil || pre != frame.Preamble {
+		p.fail(cmpErr(err, frame.ErrPreamble))
 		return
 	}
 	for {
-		buf, err := fr.next()
+		buf, err := fr.Next()
 		if err != nil {
 			p.fail(err)
 			return
 		}
-		id, kind, payload, err := parseFrame(buf)
+		id, kind, payload, err := frame.Parse(buf)
 		if err != nil {
 			p.fail(err)
 			return
@@ -600,8 +610,8 @@ func cmpErr(err, def error) error {
 	return def
 }
 
-// call sends one request (req nil for kindRemove; raw, the payload after
-// the key, for kindMerge) and waits for its answer. budget is how long the
+// call sends one request (req nil for frame.KindRemove; raw, the payload after
+// the key, for frame.KindMerge) and waits for its answer. budget is how long the
 // caller still waits; it travels in the frame.
 func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Request, raw []byte, budget time.Duration) reply {
 	if budget <= 0 {
@@ -621,20 +631,20 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Reques
 		return reply{err: errPeerBusy}
 	}
 	start := len(p.wbuf)
-	p.wbuf = appendFrameHeader(p.wbuf, p.nextID+1, kind)
+	p.wbuf = frame.AppendHeader(p.wbuf, p.nextID+1, kind)
 	p.wbuf = binary.AppendUvarint(p.wbuf, uint64(budget))
-	p.wbuf = appendKey(p.wbuf, key)
+	p.wbuf = frame.AppendKey(p.wbuf, key)
 	if req != nil {
 		p.wbuf = wire.AppendRequest(p.wbuf, req)
 	}
 	p.wbuf = append(p.wbuf, raw...)
-	if len(p.wbuf)-start-4 > maxFrame {
+	if len(p.wbuf)-start-4 > frame.Max {
 		p.wbuf = p.wbuf[:start]
 		p.mu.Unlock()
 		replyChans.Put(ch)
 		return reply{err: errTooLarge}
 	}
-	p.wbuf = finishFrame(p.wbuf, start)
+	p.wbuf = frame.Finish(p.wbuf, start)
 	p.nextID++
 	id := p.nextID
 	p.pending[id] = ch
@@ -650,7 +660,7 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Reques
 			p.c.SetWriteDeadline(time.Now().Add(p.m.cfg.ChannelIOTimeout))
 			_, err := p.c.Write(buf)
 			p.mu.Lock()
-			if cap(buf) <= keepFrameBuf*4 {
+			if cap(buf) <= frame.KeepBuf*4 {
 				p.spare = buf[:0]
 			}
 			if err != nil {
@@ -677,40 +687,40 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Reques
 	}
 }
 
-// remote runs a request on the owner called name (req nil for kindRemove
-// and kindMerge; raw the payload of a merge).
+// remote runs a request on the owner called name (req nil for frame.KindRemove
+// and frame.KindMerge; raw the payload of a merge).
 func (m *Member) remote(ctx context.Context, name string, kind byte, key string, req *wire.Request, raw []byte, budget time.Duration) outcome {
 	p, err := m.peerFor(ctx, name)
 	if err != nil {
-		return outcome{kind: kindError, err: err, retry: errors.Is(err, errPeerGone)}
+		return outcome{kind: frame.KindError, err: err, retry: errors.Is(err, errPeerGone)}
 	}
 	r := p.call(ctx, kind, key, req, raw, budget)
 	if r.err != nil {
-		return outcome{kind: kindError, err: r.err, retry: errors.Is(r.err, errPeerGone) || errors.Is(r.err, errPeerBusy)}
+		return outcome{kind: frame.KindError, err: r.err, retry: errors.Is(r.err, errPeerGone) || errors.Is(r.err, errPeerBusy)}
 	}
 	switch r.kind {
-	case kindOK:
-		if kind == kindRemove || kind == kindMerge {
-			return outcome{kind: kindOK, removed: kind == kindRemove}
+	case frame.KindOK:
+		if kind == frame.KindRemove || kind == frame.KindMerge {
+			return outcome{kind: frame.KindOK, removed: kind == frame.KindRemove}
 		}
 		if !r.body {
-			return outcome{kind: kindError, err: errFrame}
+			return outcome{kind: frame.KindError, err: frame.ErrMalformed}
 		}
-		return outcome{kind: kindOK, resp: r.resp, grant: r.grant}
-	case kindNotOwner:
-		return outcome{kind: kindNotOwner}
-	case kindNoQuorum:
-		return outcome{kind: kindNoQuorum}
-	case kindHold:
-		return outcome{kind: kindHold, hold: r.hold}
-	case kindError:
+		return outcome{kind: frame.KindOK, resp: r.resp, grant: r.grant}
+	case frame.KindNotOwner:
+		return outcome{kind: frame.KindNotOwner}
+	case frame.KindNoQuorum:
+		return outcome{kind: frame.KindNoQuorum}
+	case frame.KindHold:
+		return outcome{kind: frame.KindHold, hold: r.hold}
+	case frame.KindError:
 		if strings.Contains(r.msg, errExpired.Error()) {
 			// The owner gave up at the budget this member sent (before or
 			// while executing): the caller's deadline, as a local
 			// execution reports it.
-			return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s: %w", name, r.msg, context.DeadlineExceeded)}
+			return outcome{kind: frame.KindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s: %w", name, r.msg, context.DeadlineExceeded)}
 		}
-		return outcome{kind: kindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s", name, r.msg)}
+		return outcome{kind: frame.KindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s", name, r.msg)}
 	}
-	return outcome{kind: kindError, err: errFrame}
+	return outcome{kind: frame.KindError, err: frame.ErrMalformed}
 }

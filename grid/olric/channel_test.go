@@ -2,6 +2,7 @@ package olric
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // openChannel connects to m's owner channel in plain TCP, sends data and
@@ -49,16 +52,16 @@ func TestChannelDeadlines(t *testing.T) {
 		c.ChannelIdleTimeout = time.Hour
 	})
 	m := ms[0]
-	half := binary.BigEndian.AppendUint32(append(preamble[:], nil...), 100)
+	half := binary.BigEndian.AppendUint32(append(frame.Preamble[:], nil...), 100)
 	half = append(half, 1, 2, 3)
 	for _, tc := range []struct {
 		name string
 		send []byte
 	}{
 		{"silent", nil},
-		{"half a preamble", preamble[:2]},
+		{"half a frame.Preamble", frame.Preamble[:2]},
 		{"half a frame", half},
-		{"half a header", append(preamble[:], 0, 0)},
+		{"half a header", append(frame.Preamble[:], 0, 0)},
 	} {
 		c, r := openChannel(t, m, tc.send)
 		if !closedWithin(c, r, 10*time.Second) {
@@ -67,24 +70,24 @@ func TestChannelDeadlines(t *testing.T) {
 	}
 	// Idle after the preamble: the idle deadline (an hour) applies, not
 	// the frame deadline; a request still gets its answer.
-	c, r := openChannel(t, m, preamble[:])
+	c, r := openChannel(t, m, frame.Preamble[:])
 	time.Sleep(time.Second) // longer than ChannelIOTimeout, on purpose
 	cfg := testBucket(5)
 	req := wire.AppendRequest(nil, new(consumeReq(&cfg, 1)))
-	if _, err := c.Write(requestFrame(1, kindExecute, 5*time.Second, "idle", req)); err != nil {
+	if _, err := c.Write(requestFrame(1, frame.KindExecute, 5*time.Second, "idle", req)); err != nil {
 		t.Fatal(err)
 	}
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var pre [len(preamble)]byte
+	var pre [len(frame.Preamble)]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		t.Fatalf("idle connection closed before its idle deadline: %v", err)
 	}
-	if _, err := (&frameReader{r: r}).next(); err != nil {
+	if _, err := frame.NewReader(r, nil, 0, 0).Next(); err != nil {
 		t.Fatalf("no answer on an idle connection: %v", err)
 	}
 
 	ms = startCluster(t, 1, func(c *Config) { c.ChannelIdleTimeout = 300 * time.Millisecond })
-	c, r = openChannel(t, ms[0], preamble[:])
+	c, r = openChannel(t, ms[0], frame.Preamble[:])
 	if !closedWithin(c, r, 10*time.Second) {
 		t.Error("idle connection open 10 s after a 300 ms idle deadline")
 	}
@@ -97,29 +100,29 @@ func TestExpiredRequestsDropped(t *testing.T) {
 	cfg := testBucket(5)
 	consume := wire.AppendRequest(nil, new(consumeReq(&cfg, 3)))
 	avail := wire.AppendRequest(nil, new(availableReq(&cfg)))
-	f := append(preamble[:], requestFrame(1, kindExecute, 1, "late", consume)...) // 1 ns left
-	f = append(f, requestFrame(2, kindExecute, 5*time.Second, "late", avail)...)
+	f := append(frame.Preamble[:], requestFrame(1, frame.KindExecute, 1, "late", consume)...) // 1 ns left
+	f = append(f, requestFrame(2, frame.KindExecute, 5*time.Second, "late", avail)...)
 	c, r := openChannel(t, m, f)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var pre [len(preamble)]byte
+	var pre [len(frame.Preamble)]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		t.Fatal(err)
 	}
-	fr := &frameReader{r: r}
+	fr := frame.NewReader(r, nil, 0, 0)
 	for range 2 {
-		body, err := fr.next()
+		body, err := fr.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
-		id, kind, payload, _ := parseFrame(body)
+		id, kind, payload, _ := frame.Parse(body)
 		switch id {
 		case 1:
-			if kind != kindError || !strings.Contains(string(payload), "expired") {
+			if kind != frame.KindError || !strings.Contains(string(payload), "expired") {
 				t.Errorf("expired request: kind %d %q, want an expiry error", kind, payload)
 			}
 		case 2:
 			resp, err := wire.DecodeResponse(payload)
-			if kind != kindOK || err != nil || resp.Results[0].Tokens != 5 {
+			if kind != frame.KindOK || err != nil || resp.Results[0].Tokens != 5 {
 				t.Errorf("after the expired request: kind %d %v %v, want 5 tokens", kind, resp.Results, err)
 			}
 		}
@@ -139,7 +142,7 @@ func TestPeerWriteBounds(t *testing.T) {
 	big := largestRequest(t)
 	size := len(wire.AppendRequest(nil, &big))
 	first := make(chan reply, 1)
-	go func() { first <- p.call(context.Background(), kindExecute, "k", &big, nil, time.Minute) }()
+	go func() { first <- p.call(context.Background(), frame.KindExecute, "k", &big, nil, time.Minute) }()
 	// Wait until the first call is writing (and blocked: nobody reads): it
 	// has taken its frame out of wbuf. Flushing alone is not enough, as the
 	// flusher yields before it takes wbuf, and calls appended meanwhile
@@ -159,7 +162,7 @@ func TestPeerWriteBounds(t *testing.T) {
 			t.Fatal("pending writes never refused")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-		r := p.call(ctx, kindExecute, "k", &big, nil, time.Minute)
+		r := p.call(ctx, frame.KindExecute, "k", &big, nil, time.Minute)
 		cancel()
 		if errors.Is(r.err, errPeerBusy) {
 			busy = r.err
@@ -177,5 +180,102 @@ func TestPeerWriteBounds(t *testing.T) {
 	}
 	if _, ok := m.peers["stuck"]; ok {
 		t.Error("failed peer still registered")
+	}
+}
+
+// requestFrame encodes one caller frame as a v2 caller sends it.
+func requestFrame(id uint64, kind byte, budget time.Duration, key string, req []byte) []byte {
+	f := frame.AppendHeader(nil, id, kind)
+	f = binary.AppendUvarint(f, uint64(budget))
+	f = frame.AppendKey(f, key)
+	f = append(f, req...)
+	return frame.Finish(f, 0)
+}
+
+// TestMaxFrameFitsLargestRequest builds the largest request core accepts,
+// with the longest key Olric stores, and its largest answer, and checks
+// that both fit in a frame.
+func TestMaxFrameFitsLargestRequest(t *testing.T) {
+	req := largestRequest(t)
+	enc := wire.AppendRequest(nil, &req)
+	f := requestFrame(1<<63, frame.KindExecute, time.Duration(1<<62), string(make([]byte, 255)), enc)
+	if len(f)-4 > frame.Max {
+		t.Errorf("largest request: %d bytes, limit %d", len(f)-4, frame.Max)
+	}
+	_, _, resp := wire.Process(nil, req, 1<<62)
+	if resp.Diagnostics == nil || len(resp.Results) != wire.MaxOps {
+		t.Fatalf("not the largest answer: %+v", resp.Status)
+	}
+	for i := range resp.Results {
+		resp.Results[i] = wire.Result{OK: true, Tokens: 1 << 62, Wait: 1 << 62, Reset: 1 << 62}
+	}
+	resp.TTL = 1 << 62
+	o := outcome{kind: frame.KindOK, resp: resp}
+	if n := len(o.appendFrame(nil, 1<<63)) - 4; n > frame.Max {
+		t.Errorf("largest answer: %d bytes, limit %d", n, frame.Max)
+	}
+	t.Logf("largest request frame %d bytes, answer %d", len(f)-4, len(o.appendFrame(nil, 1<<63))-4)
+}
+
+// largestRequest returns the largest request core accepts.
+func largestRequest(t testing.TB) wire.Request {
+	t.Helper()
+	var bws []core.Bandwidth
+	for i := range core.MaxBandwidths {
+		b := core.Greedy(1<<62, 1<<62, time.Duration(1<<62))
+		b.ID = string(bytes.Repeat([]byte{byte('a' + i)}, core.MaxIDLen))
+		bws = append(bws, b)
+	}
+	cfg, err := core.NewConfig(bws...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := make([]wire.Op, wire.MaxOps)
+	for i := range ops {
+		ops[i] = wire.Op{Kind: wire.OpTryConsume, Tokens: 1 << 62, MaxWait: 1 << 62}
+	}
+	return wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, ConfigVersion: 1 << 62, Ops: ops, Verbose: true}
+}
+
+// TestOwnerChannelRejectsGarbage checks that a corrupt request gets an
+// error answer, that a malformed frame closes the connection, and that the
+// member keeps serving afterwards.
+func TestOwnerChannelRejectsGarbage(t *testing.T) {
+	ms := startCluster(t, 1, nil)
+	m := ms[0]
+	c, err := net.Dial("tcp", m.ChannelAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	f := append(frame.Preamble[:], requestFrame(7, frame.KindExecute, time.Second, "k", []byte{0xff, 0xff})...)
+	if _, err := c.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	var pre [len(frame.Preamble)]byte
+	if _, err := io.ReadFull(r, pre[:]); err != nil || pre != frame.Preamble {
+		t.Fatalf("preamble %q %v", pre, err)
+	}
+	fr := frame.NewReader(r, nil, 0, 0)
+	body, err := fr.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, kind, _, err := frame.Parse(body); err != nil || id != 7 || kind != frame.KindError {
+		t.Fatalf("answer to a corrupt request: id %d kind %d err %v; want an error frame", id, kind, err)
+	}
+	// A frame claiming to be larger than allowed ends the connection.
+	if _, err := c.Write([]byte{0xff, 0xff, 0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fr.Next(); err == nil {
+		t.Fatal("connection still open after an oversized frame")
+	}
+	cfg, _ := core.NewConfig(core.Intervally(5, 5, time.Hour))
+	resp, err := m.Execute(context.Background(), "after-garbage", consumeReq(&cfg, 2))
+	if err != nil || !resp.Results[0].OK {
+		t.Fatalf("member stopped serving: %v %v", resp, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // emfileEnv makes the test binary a member that runs out of file
@@ -106,7 +107,7 @@ func TestFileDescriptorExhaustion(t *testing.T) {
 }
 
 // rawCall sends one execute request on a new plain owner-channel
-// connection and checks that the answer is kindOK.
+// connection and checks that the answer is frame.KindOK.
 func rawCall(addr, key string, req []byte) error {
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
@@ -114,19 +115,19 @@ func rawCall(addr, key string, req []byte) error {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(3 * time.Second))
-	if _, err := c.Write(append(preamble[:], requestFrame(1, kindExecute, 2*time.Second, key, req)...)); err != nil {
+	if _, err := c.Write(append(frame.Preamble[:], requestFrame(1, frame.KindExecute, 2*time.Second, key, req)...)); err != nil {
 		return err
 	}
 	r := bufio.NewReader(c)
-	var pre [len(preamble)]byte
+	var pre [len(frame.Preamble)]byte
 	if _, err := io.ReadFull(r, pre[:]); err != nil {
 		return err
 	}
-	body, err := (&frameReader{r: r}).next()
+	body, err := frame.NewReader(r, nil, 0, 0).Next()
 	if err != nil {
 		return err
 	}
-	if _, kind, payload, _ := parseFrame(body); kind != kindOK {
+	if _, kind, payload, _ := frame.Parse(body); kind != frame.KindOK {
 		return fmt.Errorf("answer of kind %d: %s", kind, payload)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // TestKeyLength checks the key rule: keys of up to MaxKeyLen bytes (any
@@ -60,31 +61,31 @@ func TestKeyLength(t *testing.T) {
 	// An owner refuses such a key from the channel too (a caller would
 	// not send it), with an error answer, and keeps the connection.
 	req := wire.AppendRequest(nil, new(consumeReq(&cfg, 1)))
-	f := append(preamble[:], requestFrame(1, kindExecute, time.Second, long, req)...)
-	f = append(f, requestFrame(2, kindExecute, time.Second, "short", req)...)
+	f := append(frame.Preamble[:], requestFrame(1, frame.KindExecute, time.Second, long, req)...)
+	f = append(f, requestFrame(2, frame.KindExecute, time.Second, "short", req)...)
 	c, r := openChannel(t, ms[0], f)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	var pre [len(preamble)]byte
+	var pre [len(frame.Preamble)]byte
 	io.ReadFull(r, pre[:])
-	fr := &frameReader{r: r}
+	fr := frame.NewReader(r, nil, 0, 0)
 	answers := map[uint64]byte{}
 	for range 2 {
-		body, err := fr.next()
+		body, err := fr.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
-		id, kind, payload, _ := parseFrame(body)
+		id, kind, payload, _ := frame.Parse(body)
 		answers[id] = kind
 		if id == 1 && strings.Contains(string(payload), "s3cr3t") {
 			t.Errorf("the error answer shows the key: %s", payload)
 		}
 	}
-	if answers[1] != kindError {
+	if answers[1] != frame.KindError {
 		t.Errorf("long key answered with kind %d, want an error", answers[1])
 	}
 	// "short" may belong to the other member: either answer is fine, but
 	// an answer it gets.
-	if k := answers[2]; k != kindOK && k != kindNotOwner {
+	if k := answers[2]; k != frame.KindOK && k != frame.KindNotOwner {
 		t.Errorf("next request answered with kind %d", k)
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/fence"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // LeaseConfig configures token leases (see "Token leases" in the package
@@ -101,7 +103,7 @@ func leaseable(req *wire.Request, view *core.State) bool {
 			consumes = true
 		case wire.OpEstimate, wire.OpAvailableTokens:
 		case wire.OpReplaceConfiguration:
-			if view != nil && !replacesNothing(op, view) {
+			if view != nil && !fence.ReplacesNothing(op, view) {
 				return false
 			}
 		default:
@@ -109,20 +111,6 @@ func leaseable(req *wire.Request, view *core.State) bool {
 		}
 	}
 	return consumes
-}
-
-// replacesNothing reports whether a replacement leaves view as it is (see
-// wire.OpReplaceConfiguration).
-func replacesNothing(op *wire.Op, view *core.State) bool {
-	if op.Config == nil || op.Inheritance == core.InheritReset || !view.Config.Equal(op.Config) {
-		return false
-	}
-	for i := range view.Bands {
-		if view.Bands[i].Size > view.Config.Bandwidths[i].Capacity {
-			return false
-		}
-	}
-	return true
 }
 
 // decide runs req on l at holder time now (m.mono). It answers only when
@@ -254,9 +242,9 @@ type leaseExec struct {
 	give  giveBack
 	now   int64  // the owner's clock at execution
 	epoch uint64 // the partition's epoch at execution
-	// rec is the key's record (fence.go); nil when the owner keeps no room
-	// for it, and then nothing is granted.
-	rec     *leaseRecord
+	// rec is the key's record (internal/fence); nil when the owner keeps no
+	// room for it, and then nothing is granted.
+	rec     *fence.Record
 	noGrant bool  // the grant operation was turned into a read
 	life    int64 // the Lifetime the owner allows the grant
 }
@@ -282,14 +270,14 @@ func leaseRequest(req *wire.Request, want int64) wire.Request {
 // turns the grant into a read when the owner has no record for the key
 // or a fence blocks grants at mono (m.mono). Called with the key's lock
 // held.
-func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch uint64, rec *leaseRecord, mono int64) {
+func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch uint64, rec *fence.Record, mono int64) {
 	x.now, x.epoch, x.rec = now, epoch, rec
 	req.Ops[0] = wire.Op{Kind: wire.OpAvailableTokens}
-	if rec == nil || mono < rec.blocked {
+	if rec == nil || mono < rec.Blocked {
 		x.noGrant = true
 		req.Ops[len(req.Ops)-1] = wire.Op{Kind: wire.OpAvailableTokens}
 	}
-	if x.give.unused <= 0 || x.give.epoch != epoch || rec == nil || x.give.gen != rec.gen || len(stored) == 0 {
+	if x.give.unused <= 0 || x.give.epoch != epoch || rec == nil || x.give.gen != rec.Gen || len(stored) == 0 {
 		return
 	}
 	b, err := wire.DecodeState(stored)
@@ -311,7 +299,7 @@ func (x *leaseExec) granted(resp *wire.Response, mono, life int64) {
 		return
 	}
 	x.life = life
-	x.rec.liveUntil = max(x.rec.liveUntil, mono+life)
+	x.rec.LiveUntil = max(x.rec.LiveUntil, mono+life)
 }
 
 // grant is a lease as the owner hands it out.
@@ -344,7 +332,7 @@ func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.
 // splitLease separates a lease request's outcome into the answer to the
 // caller's n operations and the grant.
 func splitLease(o outcome, n int, x *leaseExec) outcome {
-	if o.kind != kindOK || o.resp.Status != wire.StatusOK || len(o.resp.Results) != n+2 {
+	if o.kind != frame.KindOK || o.resp.Status != wire.StatusOK || len(o.resp.Results) != n+2 {
 		o.resp.Diagnostics = nil
 		return o
 	}
@@ -359,11 +347,11 @@ func splitLease(o outcome, n int, x *leaseExec) outcome {
 	for i := range view.Bands {
 		view.Bands[i].Size += granted
 	}
-	o.grant = &grant{granted: granted, at: x.now, epoch: x.epoch, fp: fingerprint(&view), gen: x.rec.gen, life: x.life, view: view}
+	o.grant = &grant{granted: granted, at: x.now, epoch: x.epoch, fp: fingerprint(&view), gen: x.rec.Gen, life: x.life, view: view}
 	return o
 }
 
-// appendGrant encodes a grant after the frame header of a kindLeased
+// appendGrant encodes a grant after the frame header of a frame.KindLeased
 // answer; the response follows it.
 func appendGrant(dst []byte, g *grant) []byte {
 	dst = binary.AppendUvarint(dst, uint64(g.granted))
@@ -382,12 +370,12 @@ func parseGrant(p []byte) (*grant, []byte, error) {
 	var v [7]uint64
 	var err error
 	for i := range v {
-		if v[i], p, err = parseUvarint(p); err != nil {
+		if v[i], p, err = frame.Uvarint(p); err != nil {
 			return nil, nil, err
 		}
 	}
 	if v[0] == 0 || v[0] > math.MaxInt64 || v[5] == 0 || v[5] > math.MaxInt64 || v[6] > uint64(len(p)) {
-		return nil, nil, errFrame
+		return nil, nil, frame.ErrMalformed
 	}
 	view, err := wire.DecodeState(p[:v[6]])
 	if err != nil {
@@ -411,12 +399,12 @@ func appendLeaseParams(dst []byte, want int64, g giveBack) []byte {
 func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error) {
 	var v [6]uint64
 	for i := range v {
-		if v[i], p, err = parseUvarint(p); err != nil {
+		if v[i], p, err = frame.Uvarint(p); err != nil {
 			return 0, giveBack{}, nil, err
 		}
 	}
 	if v[0] == 0 || v[0] > math.MaxInt64 || v[1] > math.MaxInt64 {
-		return 0, giveBack{}, nil, errFrame
+		return 0, giveBack{}, nil, frame.ErrMalformed
 	}
 	return int64(v[0]), giveBack{unused: int64(v[1]), epoch: v[2], at: int64(v[3]), fp: v[4], gen: v[5]}, p, nil
 }
@@ -426,7 +414,7 @@ func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error)
 // leaseTable is a member's leases and demand, per key.
 type leaseTable struct {
 	cfg    LeaseConfig
-	fence  *fenceRecords // the owner side: what this member granted
+	fence  *fence.Table // the owner side: what this member granted
 	shards [64]leaseShard
 	local  atomic.Int64 // checks decided on a lease, for tests and benchmarks
 }
@@ -560,12 +548,12 @@ func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Reques
 			budget = time.Now().Add(m.cfg.RequestTimeout)
 		}
 		raw := wire.AppendRequest(appendLeaseParams(nil, want, give), req)
-		o = m.remote(ctx, owner, kindLease, key, nil, raw, remaining(ctx, budget))
+		o = m.remote(ctx, owner, frame.KindLease, key, nil, raw, remaining(ctx, budget))
 	}
-	if o.kind != kindOK {
+	if o.kind != frame.KindOK {
 		// No lease asked, or anything but an answer: a plain request,
 		// with its retries.
-		o, err = m.do(ctx, key, req, kindExecute, nil)
+		o, err = m.do(ctx, key, req, frame.KindExecute, nil)
 	}
 	e.mu.Lock()
 	if ask {

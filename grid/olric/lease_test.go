@@ -12,6 +12,8 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/fence"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // leaseSim runs the lease protocol between one simulated owner (the owner
@@ -31,7 +33,7 @@ type leaseSim struct {
 	grants   []simGrant
 	ownerAdm []int64 // owner times of the admissions the owner decided
 	leased   int     // checks decided on a lease
-	rec      leaseRecord
+	rec      fence.Record
 }
 
 type simHolder struct {
@@ -56,7 +58,7 @@ func newLeaseSim(t *testing.T, bw core.Bandwidth, holders int, life time.Duratio
 	}
 	st := core.NewState(cfg, 0)
 	s := &leaseSim{cfg: cfg, stored: wire.AppendState(nil, &st), life: int64(life), minDem: 2,
-		holders: make([]simHolder, holders), rec: leaseRecord{gen: 1}}
+		holders: make([]simHolder, holders), rec: fence.Record{Gen: 1}}
 	for i := range s.holders {
 		s.holders[i].grant = -1
 	}
@@ -81,7 +83,7 @@ func (s *leaseSim) owner(t *testing.T, req *wire.Request, lx *leaseExec) outcome
 	}
 	b, _ := wire.DecodeState(s.stored)
 	s.avail = append(s.avail, simPoint{s.now, b.AvailableTokens(s.now)})
-	return outcome{kind: kindOK, resp: resp}
+	return outcome{kind: frame.KindOK, resp: resp}
 }
 
 // check is one TryConsume(1) by holder i at the current time.

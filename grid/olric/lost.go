@@ -1,13 +1,6 @@
 package olric
 
-import (
-	"errors"
-	"slices"
-	"strings"
-
-	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/core/wire"
-)
+import "errors"
 
 // LostState is how a member creates a bucket it finds absent in a
 // partition it took over without a readable copy: from a previous owner
@@ -36,52 +29,3 @@ var ErrLostState = errors.New("bucketgrid/olric: LostState must be LostEmpty or 
 
 // valid reports whether s is one of the constants.
 func (s LostState) valid() bool { return s == LostEmpty || s == LostFull }
-
-// lostTakeover reports whether this member, acquiring partition p in read
-// nr after read prev, can read none of p's latest state: every member
-// that held p's data in prev (its owners, previous owners and backups)
-// has left nr (owns no partition there and holds none of p's data), and
-// this member was not one of them. Olric drops a member that left the
-// cluster from every owner and backup list, and keeps a living previous
-// owner in p's owner list until p's data has moved; one it dropped from
-// p's list while alive held no data of p, so p's absent buckets are truly
-// absent. present names nr's owners. A partition with no holder in prev
-// (a cluster still forming) is not lost.
-func (m *Member) lostTakeover(prev, nr *routes, p int, present map[string]struct{}) bool {
-	if prev == nil || prev.holders[p] == "" {
-		return false
-	}
-	now := strings.Split(nr.holders[p], ",")
-	for _, h := range strings.Split(prev.holders[p], ",") {
-		if _, ok := present[h]; ok || h == m.name || slices.Contains(now, h) {
-			return false
-		}
-	}
-	return true
-}
-
-// emptySince returns the stored bytes of a new bucket of req's
-// configuration that was empty at lostAt (Unix nanoseconds of the owner's
-// clock, at most now) and refilled since: core refills it to now as it
-// would any bucket, with integer arithmetic.
-func emptySince(req *wire.Request, lostAt, now int64) []byte {
-	at := min(lostAt, now)
-	b := core.NewState(req.Config.Clone(), at)
-	b.Refill(at) // an aligned bandwidth starts at its last boundary
-	for i := range b.Bands {
-		b.Bands[i].Size = min(b.Bands[i].Size, 0)
-		b.Bands[i].RoundingError = 0
-	}
-	b.ConfigVersion = req.ConfigVersion
-	return wire.AppendState(nil, &b)
-}
-
-// createsLost reports whether req, finding its bucket absent, would create
-// it, so that under LostEmpty it must start from emptySince.
-func createsLost(req *wire.Request) bool {
-	switch req.Mode {
-	case wire.ModeCreateIfAbsent, wire.ModeCreateOrReplace, wire.ModeReconstruct:
-		return req.Config != nil
-	}
-	return false
-}

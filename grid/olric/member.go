@@ -23,6 +23,10 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/fence"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/journal"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/lost"
 )
 
 // ErrClosed is returned by a Member that is shutting down or shut down.
@@ -90,8 +94,8 @@ type Member struct {
 	// handovers counts the partitions this member guarded after a routing
 	// read (acquired, or possibly changed across a gap or a split).
 	handovers atomic.Int64
-	journal   journal     // buckets written while the cluster was split
-	leases    *leaseTable // nil unless Config.Leases.Enabled
+	journal   journal.Journal // buckets written while the cluster was split
+	leases    *leaseTable     // nil unless Config.Leases.Enabled
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -133,13 +137,12 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		doors:    newDoors(),
 		peers:    map[string]*peer{},
 		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
-		journal:  journal{entries: map[string]journalEntry{}},
 		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
 	}
 	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
 	if cfg.Leases.Enabled {
 		m.leases = newLeaseTable(cfg.Leases)
-		m.leases.fence = newFenceRecords(cfg.Leases, cfg.PartitionCount, cfg.Stripes)
+		m.leases.fence = fence.New(int64(cfg.Leases.Lifetime), cfg.Leases.MaxKeys, cfg.PartitionCount, cfg.Stripes)
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.chanAddr, err = channelAddr(m.name); err != nil {
@@ -437,19 +440,19 @@ func (m *Member) LiveInstances() int { return max(m.routes.Load().members, 1) }
 
 // outcome is the result of one attempt at a request.
 type outcome struct {
-	kind    byte // kindOK, kindNotOwner, kindHold or kindError
+	kind    byte // frame.KindOK, frame.KindNotOwner, frame.KindHold or frame.KindError
 	resp    wire.Response
 	removed bool
-	hold    int64 // nanoseconds, for kindHold
+	hold    int64 // nanoseconds, for frame.KindHold
 	err     error
-	retry   bool   // for kindError: the request may be retried elsewhere
-	grant   *grant // for kindOK of a lease request: the lease granted
+	retry   bool   // for frame.KindError: the request may be retried elsewhere
+	grant   *grant // for frame.KindOK of a lease request: the lease granted
 }
 
 // execOwner runs a request as the owner of key (hash h): under the key's
 // stripe lock, against the Olric data, with this member's clock. It refuses
-// (kindNotOwner) when this member's routing read says another member owns
-// the key, holds (kindHold) during a hand-over, on a stale routing read or
+// (frame.KindNotOwner) when this member's routing read says another member owns
+// the key, holds (frame.KindHold) during a hand-over, on a stale routing read or
 // while shutting down, and runs nothing for a caller gone by b (see hold).
 // Callers go through execBounded, which bounds their wait.
 func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, b bound) outcome {
@@ -466,35 +469,35 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	defer m.release(&o)
 	if remove {
 		if m.leases != nil {
-			if f, held := m.leases.fence.fence(o.st, key, h%m.cfg.PartitionCount, o.epoch, o.now, nil, nil); held {
-				return f
+			if wait, held := m.leases.fence.Hold(o.st.leased, key, h%m.cfg.PartitionCount, o.epoch, o.now, nil, nil); held {
+				return outcome{kind: frame.KindHold, hold: wait}
 			}
 		}
 		delete(o.st.cache, key)
-		m.journal.drop(key)
+		m.journal.Drop(key)
 		if _, err := m.dm.Delete(o.ctx, key); err != nil {
-			return outcome{kind: kindError, err: err, retry: true}
+			return outcome{kind: frame.KindError, err: err, retry: true}
 		}
-		return outcome{kind: kindOK, removed: true}
+		return outcome{kind: frame.KindOK, removed: true}
 	}
 	s, failed, ok := m.read(&o, key)
 	if !ok {
 		return failed
 	}
-	var rec *leaseRecord
+	var rec *fence.Record
 	if m.leases != nil {
-		if f, held := m.leases.fence.fence(o.st, key, h%m.cfg.PartitionCount, o.epoch, o.now, req, s.state); held {
-			return f
+		if wait, held := m.leases.fence.Hold(o.st.leased, key, h%m.cfg.PartitionCount, o.epoch, o.now, req, s.state); held {
+			return outcome{kind: frame.KindHold, hold: wait}
 		}
 		if lx != nil {
-			rec = m.leases.fence.record(o.st, key, o.now)
+			rec = m.leases.fence.Record(&o.st.leased, key, o.now)
 		}
 	}
 	now := m.cfg.Clock.Now()
 	synthetic := false
-	if s.state == nil && m.cfg.LostState == LostEmpty && createsLost(req) {
+	if s.state == nil && m.cfg.LostState == LostEmpty && lost.Creates(req) {
 		if at := o.r.lostAt[h%m.cfg.PartitionCount]; at != 0 {
-			s.state, synthetic = emptySince(req, at, now), true
+			s.state, synthetic = lost.EmptySince(req, at, now), true
 		}
 	}
 	if lx != nil {
@@ -507,18 +510,18 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 				return f
 			}
 		}
-		return outcome{kind: kindOK, resp: resp}
+		return outcome{kind: frame.KindOK, resp: resp}
 	}
 	if err := m.write(&o, key, newStored, resp.TTL); err != nil {
-		return outcome{kind: kindError, err: err, retry: true}
+		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
 	if o.r.split {
-		m.journal.put(key, newStored, resp.TTL, m.cfg.Clock.Now())
+		m.journal.Put(key, newStored, resp.TTL, m.cfg.Clock.Now())
 	}
 	if lx != nil {
-		lx.granted(&resp, m.mono(), m.leases.fence.life)
+		lx.granted(&resp, m.mono(), m.leases.fence.Life())
 	}
-	return outcome{kind: kindOK, resp: resp}
+	return outcome{kind: frame.KindOK, resp: resp}
 }
 
 // stripe is one per-key lock with the cache of the buckets it guards.
@@ -526,8 +529,8 @@ type stripe struct {
 	mu    sync.Mutex
 	cache map[string]cached
 	// leased holds the records of the leases this member granted on the
-	// stripe's keys (fence.go); nil with leases off.
-	leased map[string]*leaseRecord
+	// stripe's keys (internal/fence); nil with leases off.
+	leased fence.Records
 }
 
 // cached is the last state this member wrote for a bucket it owns. The
@@ -594,7 +597,7 @@ func (m *Member) Execute(ctx context.Context, key string, req wire.Request) (wir
 			return resp, err
 		}
 	}
-	o, err := m.do(ctx, key, &req, kindExecute, nil)
+	o, err := m.do(ctx, key, &req, frame.KindExecute, nil)
 	return o.resp, err
 }
 
@@ -604,12 +607,12 @@ func (m *Member) Remove(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	_, err := m.do(ctx, key, nil, kindRemove, nil)
+	_, err := m.do(ctx, key, nil, frame.KindRemove, nil)
 	return err
 }
 
-// do runs a request of the given kind (kindExecute with req, kindRemove,
-// or kindMerge with its payload in merge) on key's owner, following
+// do runs a request of the given kind (frame.KindExecute with req, frame.KindRemove,
+// or frame.KindMerge with its payload in merge) on key's owner, following
 // ownership changes until ctx ends.
 func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byte, merge []byte) (outcome, error) {
 	// Without a deadline, RequestTimeout bounds the waits (a timer per
@@ -641,7 +644,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 		var o outcome
 		switch owner := r.owners[p]; owner {
 		case "":
-			o = outcome{kind: kindNotOwner}
+			o = outcome{kind: frame.KindNotOwner}
 		case m.name:
 			c := ownerCall{kind: kind, key: key, h: h, req: req, merge: merge}
 			if !budget.IsZero() {
@@ -653,11 +656,11 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 		}
 		var wait time.Duration
 		switch o.kind {
-		case kindOK:
+		case frame.KindOK:
 			return o, nil
-		case kindNoQuorum:
+		case frame.KindNoQuorum:
 			return outcome{}, ErrNoQuorum
-		case kindNotOwner:
+		case frame.KindNotOwner:
 			last = errors.New("owner unknown or moved")
 			if err := m.waitRefresh(ctx); err != nil {
 				return outcome{}, fmt.Errorf("bucketgrid/olric: %w (%v)", err, last)
@@ -666,7 +669,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 				return outcome{}, fmt.Errorf("bucketgrid/olric: %w after %v (%v)", context.DeadlineExceeded, m.cfg.RequestTimeout, last)
 			}
 			continue
-		case kindHold:
+		case frame.KindHold:
 			last = errors.New("owner holding the key during a hand-over")
 			wait = time.Duration(o.hold)
 		default:

@@ -199,7 +199,7 @@ func netMemberMain() int {
 			}
 			for {
 				r := m.routes.Load()
-				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.len() == 0) && !guarded(m, r) {
+				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.Len() == 0) && !guarded(m, r) {
 					h := fnv.New64a()
 					for _, o := range r.owners {
 						h.Write([]byte(o + ","))
@@ -208,7 +208,7 @@ func netMemberMain() int {
 					break
 				}
 				if time.Since(start) > limit {
-					fmt.Println("WAIT timeout", r.members, "members in routing, gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.len(), "guarded", guarded(m, r))
+					fmt.Println("WAIT timeout", r.members, "members in routing, gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.Len(), "guarded", guarded(m, r))
 					break
 				}
 				time.Sleep(10 * time.Millisecond)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 	olricdb "github.com/olric-data/olric"
 )
 
@@ -35,8 +36,8 @@ type bound struct {
 // that this member owns the key's partition in its newest routing read and
 // may execute for it now. If so it returns the hold (end it with
 // m.release); if not, it returns false with the outcome to answer, holding
-// nothing: kindNotOwner when another member owns the key, kindHold during a
-// hand-over, on a stale routing read or while shutting down, kindNoQuorum
+// nothing: frame.KindNotOwner when another member owns the key, frame.KindHold during a
+// hand-over, on a stale routing read or while shutting down, frame.KindNoQuorum
 // without a quorum, kindBusy when b.try and the stripe is locked, and an
 // error when the caller stopped waiting (ctx ended or b.notAfter passed)
 // while hold waited for the lock: nothing runs for a caller that left.
@@ -44,7 +45,7 @@ func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcom
 	m.gate.RLock()
 	if m.leaving.Load() {
 		m.gate.RUnlock()
-		return ownerHold{}, outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}, false
+		return ownerHold{}, outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh)}, false
 	}
 	p := h % m.cfg.PartitionCount
 	st := &m.stripes[(h>>32)%uint64(len(m.stripes))]
@@ -61,7 +62,7 @@ func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcom
 		if err == nil {
 			err = errExpired
 		}
-		return ownerHold{}, outcome{kind: kindError, err: err}, false
+		return ownerHold{}, outcome{kind: frame.KindError, err: err}, false
 	}
 	if o, ok := m.mayExecute(r, p, now); !ok {
 		st.mu.Unlock()
@@ -79,21 +80,21 @@ func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcom
 // see hold.
 func (m *Member) mayExecute(r *routes, p uint64, now int64) (outcome, bool) {
 	if r == nil { // still starting
-		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh)}, false
+		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh)}, false
 	}
 	if r.owners[p] != m.name {
 		m.kick()
-		return outcome{kind: kindNotOwner}, false
+		return outcome{kind: frame.KindNotOwner}, false
 	}
 	if now-r.start >= int64(m.cfg.RoutingLease) {
 		m.kick()
-		return outcome{kind: kindHold, hold: int64(m.cfg.RoutingRefresh / 4)}, false
+		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh / 4)}, false
 	}
 	if g := r.guardUntil[p]; now < g {
-		return outcome{kind: kindHold, hold: g - now}, false
+		return outcome{kind: frame.KindHold, hold: g - now}, false
 	}
 	if !r.quorum {
-		return outcome{kind: kindNoQuorum}, false
+		return outcome{kind: frame.KindNoQuorum}, false
 	}
 	return outcome{}, true
 }
@@ -124,10 +125,10 @@ func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, o
 	case errors.Is(err, olricdb.ErrKeyNotFound):
 		return ownedState{}, outcome{}, true
 	case err != nil:
-		return ownedState{}, outcome{kind: kindError, err: err, retry: true}, false
+		return ownedState{}, outcome{kind: frame.KindError, err: err, retry: true}, false
 	}
 	if s.state, err = gr.Byte(); err != nil {
-		return ownedState{}, outcome{kind: kindError, err: err}, false
+		return ownedState{}, outcome{kind: frame.KindError, err: err}, false
 	}
 	s.expiresAt = gr.TTL()
 	return s, outcome{}, true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 	olricdb "github.com/olric-data/olric"
 )
 
@@ -28,7 +29,7 @@ func (m *Member) replicate(ctx context.Context, st *stripe, key string, state []
 		return outcome{}, false // expiring now: leave it to Olric
 	}
 	if err != nil {
-		return outcome{kind: kindError, err: err, retry: true}, true
+		return outcome{kind: frame.KindError, err: err, retry: true}, true
 	}
 	if m.cfg.CacheEntries > 0 {
 		st.put(key, cached{state: state, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(m.stripes))

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/lost"
 )
 
 // routes is one read of Olric's routing table, as this member uses it.
@@ -33,7 +35,7 @@ type routes struct {
 	// holders[p] names, comma-separated, every member holding data of
 	// partition p in Olric's table (owners, previous owners, backups), for
 	// every partition: who a later owner of p could read p's state from
-	// (see lostTakeover).
+	// (see internal/lost).
 	holders []string
 	// lostAt[p], for a partition this member owns, is when (Unix
 	// nanoseconds of Config.Clock) it took p over without a readable copy
@@ -52,7 +54,7 @@ type routes struct {
 	quorum bool
 	// split: gossip missed some of the members this one knows, so what
 	// it executes may diverge from another side's; those buckets are
-	// journaled and merged once everyone is back (see journal).
+	// journaled and merged once everyone is back (see internal/journal).
 	split bool
 	// splitSince is when the split began (m.mono), and absent the members
 	// missing from the routing table at some read since, while split.
@@ -175,7 +177,7 @@ func (m *Member) refresh(ctx context.Context) error {
 			if prev != nil {
 				if prev.owners[p] == m.name {
 					nr.lostAt[p] = prev.lostAt[p]
-				} else if m.lostTakeover(prev, nr, p, distinct) {
+				} else if lost.Takeover(m.name, prev.holders[p], nr.holders[p], distinct) {
 					nr.lostAt[p] = wallNow
 				}
 				m.handovers.Add(1)

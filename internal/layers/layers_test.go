@@ -28,6 +28,36 @@ var floors = [][]string{
 	{"examples", "internal/layers"},
 }
 
+// rooms gives the internal packages of a part (under its internal/) their
+// own floors inside the part, lowest first. A room may import rooms of lower
+// floors and packages below its part's floor; never its part's other
+// packages (up), nor another room of its floor (sideways), and its tests
+// are held to the same. The part's other packages may import every room.
+// An internal package of a part listed here must have a room.
+var rooms = map[string][][]string{
+	"grid/olric": {
+		{"grid/olric/internal/fence", "grid/olric/internal/frame", "grid/olric/internal/journal", "grid/olric/internal/lost"},
+	},
+}
+
+// room returns the room of rel inside part, its floor there
+// (len(rooms[part]) for the part's packages outside its rooms), and whether
+// it is the part's internal package without a room.
+func room(part, rel string) (string, int, bool) {
+	fs, ok := rooms[part]
+	if !ok {
+		return "", 0, false
+	}
+	for f, rs := range fs {
+		for _, r := range rs {
+			if rel == r || strings.HasPrefix(rel, r+"/") {
+				return r, f, false
+			}
+		}
+	}
+	return "", len(fs), strings.HasPrefix(rel, part+"/internal/")
+}
+
 // harnesses are the test scaffolding parts.
 var harnesses = []string{"internal/harness", "internal/netbed"}
 
@@ -101,6 +131,9 @@ func TestLayers(t *testing.T) {
 		}
 		check := func(imp string, test bool) {
 			to, tf, ok := part(imp)
+			if ok && to == from && imp != p.ImportPath {
+				checkRoom(t, from, p.ImportPath, imp)
+			}
 			if !ok || to == from || imp == p.ImportPath {
 				return // outside the module, or within its own part
 			}
@@ -118,11 +151,28 @@ func TestLayers(t *testing.T) {
 				t.Errorf("%s (floor %d, %q) imports %s (floor %d, %q): up or sideways", p.ImportPath, ff, from, imp, tf, to)
 			}
 		}
+		if _, _, lost := room(from, strings.TrimPrefix(p.ImportPath, module+"/")); lost {
+			t.Errorf("%s has no room: add it to rooms[%q] in this file", p.ImportPath, from)
+		}
 		for _, imp := range p.Imports {
 			check(imp, ff == len(floors))
 		}
 		for _, imp := range slices.Concat(p.TestImports, p.XTestImports) {
 			check(imp, true)
 		}
+	}
+}
+
+// checkRoom fails for an import from one package of part to another that
+// points up or sideways among the part's rooms.
+func checkRoom(t *testing.T, part, path, imp string) {
+	t.Helper()
+	if _, ok := rooms[part]; !ok {
+		return
+	}
+	from, ff, _ := room(part, strings.TrimPrefix(path, module+"/"))
+	to, tf, _ := room(part, strings.TrimPrefix(imp, module+"/"))
+	if (from != to || from == "") && tf >= ff {
+		t.Errorf("%s (room floor %d of %s) imports %s (room floor %d): up or sideways inside %s", path, ff, part, imp, tf, part)
 	}
 }

@@ -1,0 +1,65 @@
+// Package lost owns the rules of grid/olric's lost state: when a member
+// that takes a partition over can read none of its latest state (Takeover),
+// which requests create a bucket such a partition lost (Creates), and the
+// state such a bucket starts from under LostEmpty (EmptySince). When a
+// member applies them, and the LostState setting itself, belong to
+// grid/olric (see "Lost state" in its package documentation).
+package lost
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
+)
+
+// Takeover reports whether member self, acquiring a partition whose data
+// holders (its owners, previous owners and backups, comma-separated) were
+// prev in the last routing read and are now in the new one, can read none
+// of the partition's latest state: every member that held its data in prev
+// has left the new read (present, which names its owners, lacks it, and
+// now holds it not), and self was not one of them. Olric drops a member
+// that left the cluster from every owner and backup list, and keeps a
+// living previous owner in the partition's owner list until its data has
+// moved; one it dropped from the list while alive held no data of the
+// partition, so its absent buckets are truly absent. A partition with no
+// holder in prev (a cluster still forming) is not lost.
+func Takeover(self, prev, now string, present map[string]struct{}) bool {
+	if prev == "" {
+		return false
+	}
+	holders := strings.Split(now, ",")
+	for _, h := range strings.Split(prev, ",") {
+		if _, ok := present[h]; ok || h == self || slices.Contains(holders, h) {
+			return false
+		}
+	}
+	return true
+}
+
+// EmptySince returns the stored bytes of a new bucket of req's
+// configuration that was empty at lostAt (Unix nanoseconds of the owner's
+// clock, at most now) and refilled since: core refills it to now as it
+// would any bucket, with integer arithmetic.
+func EmptySince(req *wire.Request, lostAt, now int64) []byte {
+	at := min(lostAt, now)
+	b := core.NewState(req.Config.Clone(), at)
+	b.Refill(at) // an aligned bandwidth starts at its last boundary
+	for i := range b.Bands {
+		b.Bands[i].Size = min(b.Bands[i].Size, 0)
+		b.Bands[i].RoundingError = 0
+	}
+	b.ConfigVersion = req.ConfigVersion
+	return wire.AppendState(nil, &b)
+}
+
+// Creates reports whether req, finding its bucket absent, would create
+// it, so that under LostEmpty it must start from EmptySince.
+func Creates(req *wire.Request) bool {
+	switch req.Mode {
+	case wire.ModeCreateIfAbsent, wire.ModeCreateOrReplace, wire.ModeReconstruct:
+		return req.Config != nil
+	}
+	return false
+}
