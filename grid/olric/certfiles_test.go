@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 )
 
 // secretDir is a directory laid out as Kubernetes writes a secret volume
@@ -358,13 +359,13 @@ func TestRevokedExpelled(t *testing.T) {
 	defer open.Close()
 	bucket := testBucket(10)
 	req := availableReq(&bucket)
-	open.Write(append(preamble[:], requestFrame(1, kindExecute, 5*time.Second, "revoked-open", wire.AppendRequest(nil, &req))...))
+	open.Write(append(preamble[:], requestFrame(1, frame.KindExecute, 5*time.Second, "revoked-open", wire.AppendRequest(nil, &req))...))
 	br := bufio.NewReader(open)
 	var pre [len(preamble)]byte
 	if _, err := io.ReadFull(br, pre[:]); err != nil || pre != preamble {
 		t.Fatalf("channel before the revocation: %v", err)
 	}
-	if _, err := (&frameReader{r: br}).next(); err != nil {
+	if _, err := frame.NewReader(br, nil, 0, 0).Next(); err != nil {
 		t.Fatalf("channel before the revocation: %v", err)
 	}
 
