@@ -268,7 +268,14 @@
 // record stays with the member: a partition that moves on again to a
 // living member before its buckets refilled (a restarted member taking
 // its partitions back, say) carries its written buckets along, and its
-// absent ones start full there.
+// absent ones start full there. And a graceful Shutdown with ReplicaCount
+// 1 is not always seen as a loss: when the new owner acquired a partition
+// while Olric still listed the leaver as its previous owner (the data had
+// not moved), and the leaver then left, the new owner was already a holder
+// of the partition and records no takeover, so the leaver's buckets it
+// never read start full (TestGracefulLeave allows it for the leaver's
+// buckets only, and counts it: seen in about 1 run of 4 at a load of 20).
+// Keep ReplicaCount 2 where members are restarted.
 //
 // # Network splits
 //

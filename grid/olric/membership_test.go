@@ -200,8 +200,9 @@ func TestJoinUnderLoad(t *testing.T) {
 
 // TestGracefulLeave stops one of three members while 6 goroutines on the
 // other two drain 100 buckets of capacity 40. With two replicas nothing is
-// lost and nothing over-admitted; with one, exactly the leaver's buckets
-// start over empty (Config.LostState), so nothing is over-admitted either.
+// lost and nothing over-admitted; with one, the leaver's buckets start over
+// empty (Config.LostState), or full where the new owner saw no takeover
+// (doc.go, "Lost state"), and no other bucket is touched.
 func TestGracefulLeave(t *testing.T) {
 	for _, rf := range []int{1, 2} {
 		t.Run(fmt.Sprintf("replicas=%d", rf), func(t *testing.T) {
@@ -243,15 +244,20 @@ func TestGracefulLeave(t *testing.T) {
 			l.waitCalls(t, 3000)
 			l.stop(t)
 
-			lost, lostElsewhere := 0, 0
+			lost, lostElsewhere, fullAgain := 0, 0, 0
 			for i, k := range keys {
 				resp, err := ms[i%2].Execute(context.Background(), k, availableReq(&cfg))
 				if err != nil {
 					t.Fatal(err)
 				}
-				switch got := resp.Results[0].Tokens; got {
-				case capacity - 10:
-				case 0:
+				switch got := resp.Results[0].Tokens; {
+				case got == capacity-10:
+				case got == capacity && rf == 1 && owned[k]:
+					// The leaver's bucket, whose partition the new owner
+					// acquired while the leaver was still listed: no
+					// takeover recorded (doc.go, "Lost state").
+					fullAgain++
+				case got == 0:
 					lost++
 					if !owned[k] {
 						lostElsewhere++
@@ -261,19 +267,19 @@ func TestGracefulLeave(t *testing.T) {
 				}
 			}
 			over, overKeys := l.overAdmitted(capacity)
-			t.Logf("replicas=%d: shutdown took %v; %d of %d buckets lost (%d owned by the leaver); under load over-admission %d tokens on %d keys",
-				rf, left.Round(time.Millisecond), lost, len(keys), countTrue(owned), over, overKeys)
+			t.Logf("replicas=%d: shutdown took %v; %d of %d buckets lost (%d owned by the leaver), %d of the leaver's started full; under load over-admission %d tokens on %d keys",
+				rf, left.Round(time.Millisecond), lost, len(keys), countTrue(owned), fullAgain, over, overKeys)
 			if lostElsewhere > 0 {
 				t.Errorf("%d buckets not owned by the leaver were lost", lostElsewhere)
 			}
 			switch rf {
 			case 1:
-				if lost != countTrue(owned) {
-					t.Errorf("%d buckets lost, want the leaver's %d", lost, countTrue(owned))
+				if lost+fullAgain != countTrue(owned) {
+					t.Errorf("%d buckets lost and %d started full, want the leaver's %d in all", lost, fullAgain, countTrue(owned))
 				}
 				for i, k := range lk {
-					if d := l.admitted[i].Load() - capacity; d > 0 {
-						t.Errorf("%s over-admitted %d (owned by the leaver: %v); a lost bucket starts empty", k, d, leaverOwned[k])
+					if d := l.admitted[i].Load() - capacity; d > 0 && (!leaverOwned[k] || d > capacity) {
+						t.Errorf("%s over-admitted %d (owned by the leaver: %v); a lost bucket starts empty, or full where no takeover was seen, never more", k, d, leaverOwned[k])
 					}
 				}
 			case 2:
