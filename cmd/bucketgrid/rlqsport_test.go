@@ -233,9 +233,9 @@ func TestSilentQuotaStreamsLockNoEnvoyOut(t *testing.T) {
 	if silent < 1 || exhausted < 2*room {
 		t.Fatalf("/metrics: %d silent streams closed, %d quota streams refused; want at least 1 and %d", silent, exhausted, 2*room)
 	}
-	t.Logf("attacker's streams: %v; /metrics: %d closed silent, %d refused", ends, silent, exhausted)
 	cancel()
-	wg.Wait()
+	wg.Wait() // ends is the attacker goroutines' until they are done
+	t.Logf("attacker's streams: %v; /metrics: %d closed silent, %d refused", ends, silent, exhausted)
 }
 
 // TestPartialQuotaReportsTimeOut: quota streams whose first report never
