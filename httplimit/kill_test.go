@@ -137,8 +137,13 @@ func TestOneKeyKilled(t *testing.T) {
 					t.Errorf("stats %+v: the hang must be counted as failing open", s)
 				}
 			case "corrupt record, RecoveryReconstruct":
-				if n := m.Stats().CorruptReplaced; n != 1 || s.FailedOpen != 0 {
-					t.Errorf("CorruptReplaced %d, stats %+v", n, s)
+				// Each of the two goroutines on the key may meet the
+				// record before the other's new bucket replaced it, and
+				// each such request counts (ManagerStats): 1 or 2, seen 2
+				// beside 8 busy loops. That one bucket replaced it is
+				// what the statuses above judge (capacity × 200).
+				if n := m.Stats().CorruptReplaced; n < 1 || n > 2 || s.FailedOpen != 0 {
+					t.Errorf("CorruptReplaced %d (want 1, or 2 when both goroutines met the record), stats %+v", n, s)
 				}
 			}
 		})
