@@ -115,16 +115,12 @@ func (g *degrader) saw(key string, ops []wire.Op, resp *wire.Response) {
 // boundary). The n instances together start
 // from no more than what each last saw.
 func seedShare(cut *core.Config, v int64, seen seenTokens, n int) []byte {
-	st := core.NewState(cut.Clone(), seen.At)
-	st.Refill(seen.At) // an aligned bandwidth refills from its last boundary before seen.At, not from its first
-	st.ConfigVersion = v
 	k := int64(max(n, 1))
 	q := seen.Tokens / k
 	if seen.Tokens < 0 && seen.Tokens%k != 0 {
 		q-- // rounded down below zero too
 	}
-	for i := range st.Bands {
-		st.Bands[i].Size = min(st.Bands[i].Size, q)
-	}
+	st := core.NewStateHolding(cut.Clone(), seen.At, q)
+	st.ConfigVersion = v
 	return wire.AppendState(nil, &st)
 }

@@ -37,6 +37,20 @@ func NewState(cfg Config, now int64) State {
 	return b
 }
 
+// NewStateHolding returns the bucket of a valid configuration that held at
+// most n tokens in each bandwidth at now and refills from then: NewState at
+// now, brought up to now (an aligned bandwidth from its last boundary), each
+// bandwidth's size then cut to n (a negative n is a debt). Its refill
+// progress (RoundingError) is kept.
+func NewStateHolding(cfg Config, now, n int64) State {
+	b := NewState(cfg, now)
+	b.Refill(now)
+	for i := range b.Bands {
+		b.Bands[i].Size = min(b.Bands[i].Size, n)
+	}
+	return b
+}
+
 // Clone returns a deep copy of b.
 func (b *State) Clone() State {
 	return State{Config: b.Config.Clone(), ConfigVersion: b.ConfigVersion,

@@ -43,12 +43,9 @@ func Takeover(self, prev, now string, present map[string]struct{}) bool {
 // clock, at most now) and refilled since: core refills it to now as it
 // would any bucket, with integer arithmetic.
 func EmptySince(req *wire.Request, lostAt, now int64) []byte {
-	at := min(lostAt, now)
-	b := core.NewState(req.Config.Clone(), at)
-	b.Refill(at) // an aligned bandwidth starts at its last boundary
+	b := core.NewStateHolding(req.Config.Clone(), min(lostAt, now), 0)
 	for i := range b.Bands {
-		b.Bands[i].Size = min(b.Bands[i].Size, 0)
-		b.Bands[i].RoundingError = 0
+		b.Bands[i].RoundingError = 0 // a lost bucket keeps no refill progress either
 	}
 	b.ConfigVersion = req.ConfigVersion
 	return wire.AppendState(nil, &b)
