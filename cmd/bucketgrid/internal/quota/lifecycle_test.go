@@ -238,40 +238,43 @@ func TestAbandonCrossingAReport(t *testing.T) {
 // forever.
 func TestQuietStreamsAreClosed(t *testing.T) {
 	f := newFleet(t, tenantRules, Options{FirstReport: 3 * time.Second, StreamIdle: 15 * time.Second})
-	// closedBy advances the clock a second at a time until r ends, and
-	// returns how far it went.
-	closedBy := func(r *rawStream, most time.Duration) time.Duration {
+	// armed waits until the server's handler of the one open stream has
+	// armed its timer, so that the clock's steps count from its start.
+	armed := func() {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
-		for went := time.Duration(0); ; {
-			select {
-			case err := <-r.ended:
-				if status.Code(err) != codes.Unavailable {
-					t.Fatalf("the quiet stream ended with %v, want Unavailable", err)
-				}
-				return went
-			default:
-			}
+		for f.clk.Timers() != 1 {
 			if time.Now().After(deadline) {
-				t.Fatalf("the quiet stream still open after %v of the clock", went)
-			}
-			if went < most {
-				f.clk.Advance(time.Second)
-				went += time.Second
+				t.Fatalf("%d stream timers waiting on the clock, want 1", f.clk.Timers())
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-	silent := f.raw()
-	if went := closedBy(silent, time.Minute); went > 4*time.Second {
-		t.Fatalf("a stream without a report closed after %v, want at most FirstReport (3s) and a step", went)
+	// closedWithin advances the clock by most, a second at a time, and
+	// then waits (on the real clock, generously) for r to end: a server
+	// that keeps r open past most fails.
+	closedWithin := func(r *rawStream, most time.Duration) {
+		t.Helper()
+		for went := time.Duration(0); went < most; went += time.Second {
+			f.clk.Advance(time.Second)
+		}
+		select {
+		case err := <-r.ended:
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("the quiet stream ended with %v, want Unavailable", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("the quiet stream still open %v of the clock after its timer was armed", most)
+		}
 	}
+	silent := f.raw()
+	armed()
+	closedWithin(silent, 4*time.Second) // FirstReport (3s) and a step
 	quiet := f.raw()
+	armed()
 	quiet.send(reportOf(usageOf(tenant, 1, 0, 0)))
 	f.settle()
-	if went := closedBy(quiet, time.Minute); went > 16*time.Second {
-		t.Fatalf("a stream quiet after one report closed after %v, want at most StreamIdle (15s) and a step", went)
-	}
+	closedWithin(quiet, 16*time.Second) // StreamIdle (15s) after the report, and a step
 	if s := f.srv.Stats(); s.Closed != (Closes{Silent: 1, Idle: 1}) {
 		t.Fatalf("closed %+v, want one silent and one idle", s.Closed)
 	}

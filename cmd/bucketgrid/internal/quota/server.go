@@ -229,7 +229,11 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLi
 
 	ctx := gs.Context()
 	recvErr := make(chan error, 1)
-	got := make(chan struct{}, 1) // a whole report arrived
+	// last is the clock's reading when the latest whole report arrived (0:
+	// none yet). The receiver stamps it before handling the report, so a
+	// report counts from its arrival even when this loop runs late, and a
+	// report that arrived before the timer fired always keeps the stream.
+	var last atomic.Int64
 	go func() {
 		for {
 			r, err := gs.Recv()
@@ -237,29 +241,27 @@ func (s *Server) StreamRateLimitQuotas(gs grpc.BidiStreamingServer[rlqspb.RateLi
 				recvErr <- err
 				return
 			}
-			select {
-			case got <- struct{}{}:
-			default:
-			}
+			last.Store(max(s.opts.Clock.Now(), 1))
 			s.report(ctx, st, r)
 		}
 	}()
 	// The stream holds its room of the port's budget (a window and a
 	// report) for as long as it is open: one that sends no report keeps
-	// it from an Envoy that would.
-	silent := true
+	// it from an Envoy that would. The timer runs to FirstReport, then to
+	// StreamIdle after the latest report, re-armed only when it fires.
 	quiet, stop := clock.After(s.opts.Clock, s.opts.FirstReport)
 	defer func() { stop() }()
 	for {
 		select {
-		case <-got:
-			stop()
-			silent = false
-			quiet, stop = clock.After(s.opts.Clock, s.opts.StreamIdle)
 		case <-quiet:
-			if silent {
+			l := last.Load()
+			if l == 0 {
 				s.counts.closedSilent.Add(1)
 				return status.Errorf(codes.Unavailable, "no usage report within %v of the stream's start", s.opts.FirstReport)
+			}
+			if left := time.Duration(l + int64(s.opts.StreamIdle) - s.opts.Clock.Now()); left > 0 {
+				quiet, stop = clock.After(s.opts.Clock, left)
+				continue
 			}
 			s.counts.closedIdle.Add(1)
 			return status.Errorf(codes.Unavailable, "no whole usage report for %v", s.opts.StreamIdle)
