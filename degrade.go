@@ -22,14 +22,16 @@ import (
 // In time means within Timeout, or within half the time the caller's
 // context has left when that is sooner: an operation waits for the
 // executor no longer, then is decided locally, and a caller with a short
-// deadline gets the local decision, not its deadline's error. Envoy's
+// deadline gets the local decision, not its deadline's error (also when
+// its deadline had passed before the operation began). Envoy's
 // rate-limit filter gives up after 20 ms by default and then lets the
 // request through unlimited (failure_mode_deny false); it sends that
 // timeout as the call's deadline (grpc-timeout), so behind a default Envoy
 // the first checks of an outage, which wait before a breaker opens, stop
 // waiting 10 ms after the service received them, whatever Timeout says,
-// and are answered within Envoy's 20 ms
-// (TestDegradeOutageStartWithinEnvoysTimeout).
+// and are answered within Envoy's 20 ms on a machine that runs them when
+// they wake (TestDegradeOutageStartWithinCallersDeadline keeps the rule,
+// BenchmarkDegradeOutageStart measures the time).
 //
 // A key's local share starts from what this instance last saw of the
 // key's bucket: when one of the executor's answers told how many tokens

@@ -38,7 +38,7 @@ func TestDegradeIdleInstanceCharges(t *testing.T) {
 			other := bucketgrid.NewManager(exec, bucketgrid.WithClock(c)) // another instance, without degrade
 			base := runtime.NumGoroutine()
 			m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c), bucketgrid.WithDegrade(bucketgrid.Degrade{
-				Instances: func() int { return 3 }, Failures: tt.failures, Probe: probe, Timeout: 50 * time.Millisecond}))
+				Instances: func() int { return 3 }, Failures: tt.failures, Probe: probe, Timeout: storeWait}))
 			defer m.Close()
 			if tt.before > 0 {
 				if ok, err := other.Bucket("k", nine).TryConsume(ctx, tt.before); !ok || err != nil {
@@ -75,7 +75,7 @@ func TestDegradeCloseStopsProber(t *testing.T) {
 	base := runtime.NumGoroutine()
 	m := bucketgrid.NewManager(cas.New(store, cas.WithClock(c)), bucketgrid.WithClock(c),
 		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 2, Probe: probe,
-			Timeout: 50 * time.Millisecond}))
+			Timeout: storeWait}))
 	store.mode.Store(storeDown)
 	h := m.Bucket("k", nine)
 	consumeAll(t, h, true)
@@ -112,7 +112,7 @@ func TestDegradeBackgroundChargeRacesRequests(t *testing.T) {
 		store := &outageStore{Store: memstore.New(memstore.WithClock(c))}
 		exec := cas.New(store, cas.WithClock(c))
 		m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c), bucketgrid.WithDegrade(bucketgrid.Degrade{
-			Instances: func() int { return 3 }, Failures: 2, Probe: probe, Timeout: 50 * time.Millisecond}))
+			Instances: func() int { return 3 }, Failures: 2, Probe: probe, Timeout: storeWait}))
 		store.mode.Store(storeDown)
 		if got := consumeAll(t, m.Bucket("k", nine), true); got != 3 {
 			t.Fatalf("admitted %d while down, want 3", got)

@@ -31,7 +31,7 @@ func newFleet(t *testing.T) *fleet {
 	for range 3 {
 		m := bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), bucketgrid.WithClock(f.clock),
 			bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 2,
-				Probe: time.Hour, Timeout: 20 * time.Millisecond}))
+				Probe: time.Hour, Timeout: storeWait}))
 		t.Cleanup(func() { m.Close() })
 		f.ms = append(f.ms, m)
 	}

@@ -76,13 +76,19 @@ type degradeFixture struct {
 // probe is the fixture's Degrade.Probe.
 const probe = time.Second
 
+// storeWait is the tests' Degrade.Timeout: long enough that a store call
+// made slow by a loaded machine under -race (tens of milliseconds) is not
+// taken for an outage, so that only a down or hung store is decided
+// locally where a test expects it.
+const storeWait = 500 * time.Millisecond
+
 func newDegradeFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *degradeFixture {
 	t.Helper()
 	f := &degradeFixture{clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
 	f.instances.Store(3)
 	f.store = &outageStore{Store: memstore.New(memstore.WithClock(f.clock))}
 	d := bucketgrid.Degrade{Instances: func() int { return int(f.instances.Load()) }, Failures: 2, Probe: probe,
-		Timeout: 50 * time.Millisecond}
+		Timeout: storeWait}
 	opts = append([]bucketgrid.ManagerOption{bucketgrid.WithClock(f.clock), bucketgrid.WithDegrade(d)}, opts...)
 	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), opts...)
 	return f

@@ -104,6 +104,12 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		}
 		return g.local(ctx, h, ops, verbose)
 	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// the caller's deadline passed before the check began (a
+		// goroutine woken late on a loaded machine): no time to ask the
+		// executor, and nothing learned about the route
+		return g.local(ctx, h, ops, verbose)
+	}
 	cut := g.cutoff(ctx)
 	var s *share
 	var carry int64
@@ -172,8 +178,8 @@ func (g *degrader) cutoff(ctx context.Context) time.Time {
 	now := time.Now()
 	wait := g.timeout
 	if dl, ok := ctx.Deadline(); ok {
-		if left := dl.Sub(now); left > 0 && left/2 < wait {
-			wait = left / 2
+		if left := max(dl.Sub(now), 0); left/2 < wait {
+			wait = left / 2 // 0 once the deadline passed
 		}
 	}
 	return now.Add(wait)
@@ -202,7 +208,12 @@ func (g *degrader) claim(ctx context.Context, key string, cut time.Time) (*share
 				t.Stop()
 			case <-ctx.Done():
 				t.Stop()
-				return nil, 0, ctx.Err()
+				if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return nil, 0, ctx.Err()
+				}
+				// woken after the caller's deadline, itself after cut:
+				// decided locally, as when the timer fires first
+				return nil, 0, nil
 			case <-t.C:
 				// the charge is stuck (an executor past its timeout):
 				// go on without it rather than wait with it
