@@ -12,7 +12,10 @@ type MemoryConfig struct {
 	Bytes int
 	// TTL bounds how long a key is remembered after the read or write that
 	// taught it, on the executor's clock; a bucket written with a shorter
-	// TTL is remembered no longer than that TTL.
+	// TTL is remembered no longer than that TTL. Expired keys are dropped
+	// by the first operation on their part of the memory at least a TTL
+	// after it last dropped them (TestMemorySweepsExpired), so they do not
+	// stay until the bounds need their room.
 	TTL time.Duration
 }
 

@@ -33,6 +33,8 @@ type memShard struct {
 	bytes    int
 	maxSlots int
 	maxBytes int
+	ttl      int64 // the memory's TTL: the time between sweeps
+	sweepAt  int64 // executor clock; the next operation from then on sweeps
 }
 
 type memSlot struct {
@@ -55,6 +57,7 @@ func newMemory(c MemoryConfig) *memory {
 			index:    make(map[string]int32),
 			maxSlots: (c.Entries + n - 1) / n,
 			maxBytes: c.Bytes / n,
+			ttl:      int64(c.TTL),
 		}
 	}
 	return m
@@ -70,6 +73,7 @@ func (m *memory) get(key string, now int64) (data []byte, ver Version, ok bool) 
 	s := m.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweep(now)
 	i, found := s.index[key]
 	if !found {
 		return nil, 0, false
@@ -97,6 +101,7 @@ func (m *memory) put(key string, data []byte, ver Version, now int64, ttl time.D
 	}
 	s := m.shard(key)
 	s.mu.Lock()
+	s.sweep(now)
 	s.put(key, data, ver, now+life)
 	s.mu.Unlock()
 }
@@ -207,6 +212,23 @@ func (s *memShard) evict(keep int32) bool {
 		}
 	}
 	return false
+}
+
+// sweep removes the expired entries once a TTL has passed since the last
+// sweep; s.mu held. Without it, keys no one asks for again would stay until
+// the bounds need their room: up to the whole byte bound after a burst. A
+// sweep walks every slot, once a TTL per shard, so its cost is shared by
+// the operations of a TTL; a shard no operation reaches is not swept.
+func (s *memShard) sweep(now int64) {
+	if now < s.sweepAt {
+		return
+	}
+	s.sweepAt = now + s.ttl
+	for i := range s.slots {
+		if sl := &s.slots[i]; sl.live && now >= sl.expires {
+			s.remove(int32(i))
+		}
+	}
 }
 
 // remove frees slot i; s.mu held.

@@ -144,3 +144,33 @@ func TestMemoryOversizedValueIsNotKept(t *testing.T) {
 		t.Fatal("a value larger than a shard's bound was kept")
 	}
 }
+
+// TestMemorySweepsExpired: entries past their TTL go at the next operation
+// on their shard after a TTL has passed, not only when their own key is
+// read or the bounds need their room: a burst of keys no one asks for
+// again does not stay up to the byte bound.
+func TestMemorySweepsExpired(t *testing.T) {
+	m := newMemory(MemoryConfig{Entries: 1 << 16, Bytes: 16 << 20, TTL: time.Second})
+	for i := range 10_000 {
+		m.put("burst-"+strconv.Itoa(i), make([]byte, 64), Version(i+1), 0, 0)
+	}
+	later := int64(2 * time.Second)
+	touched := map[*memShard]bool{}
+	fresh := 0
+	for i := 0; len(touched) < len(m.shards); i++ {
+		k := "fresh-" + strconv.Itoa(i)
+		touched[m.shard(k)] = true
+		m.put(k, make([]byte, 64), Version(1), later, 0)
+		fresh++
+	}
+	if n := m.len(); n != fresh {
+		t.Fatalf("after a TTL and an operation on every shard the memory holds %d keys, want the %d fresh ones", n, fresh)
+	}
+	bytes := 0
+	for i := range m.shards {
+		bytes += m.shards[i].bytes
+	}
+	if most := fresh * cost("fresh-"+strconv.Itoa(fresh), make([]byte, 64)); bytes > most {
+		t.Fatalf("the memory counts %d bytes for %d fresh keys, want at most %d", bytes, fresh, most)
+	}
+}

@@ -35,8 +35,8 @@ func metricLine(t *testing.T, in *instance, name string) string {
 // answered OVER_LIMIT unread, a health check refused RESOURCE_EXHAUSTED, a
 // /json request answered 503.
 func TestBudgetRefusalsAreCounted(t *testing.T) {
-	const perCall = 64<<10 + 64<<10 // -grpc-window plus -grpc-max-recv, the defaults
-	in, _ := memoryInstance(t, "-max-inflight-bytes", "131072")
+	const perCall = 64<<10 + 64<<10 // -grpc-window plus -grpc-max-read
+	in, _ := memoryInstance(t, "-max-inflight-bytes", "131072", "-grpc-max-read", "65536")
 	cc, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

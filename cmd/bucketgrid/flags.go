@@ -56,7 +56,8 @@ type config struct {
 type limitFlags struct {
 	GRPCMaxConns       int           // gRPC connections served at once; more wait to be accepted
 	GRPCMaxStreams     int           // concurrent calls per gRPC connection (SETTINGS_MAX_CONCURRENT_STREAMS)
-	GRPCMaxRecv        int           // bytes of one request message
+	GRPCMaxRecv        int           // bytes of one request message decided; a larger check is OVER_LIMIT
+	GRPCMaxRead        int           // bytes of one request message read (gRPC's limit on the check port)
 	GRPCWindow         int           // HTTP/2 flow-control window per stream and connection
 	GRPCReadTimeout    time.Duration // time for a call's request message to arrive
 	GRPCIdleTimeout    time.Duration // a connection without calls for this long is closed
@@ -194,7 +195,8 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 	fs.Int64Var(&c.Limits.RLQSMaxBytes, "rlqs-max-inflight-bytes", 1<<30, "`bytes` all quota streams together may make the service hold: a stream takes -grpc-window plus -rlqs-max-recv for as long as it is open (a report may arrive at any time); one that finds no room is refused RESOURCE_EXHAUSTED (Envoy retries at its next report). Apart from -max-inflight-bytes, so quota streams never take the checks' room")
 	fs.IntVar(&c.Limits.GRPCMaxConns, "grpc-max-conns", 1024, "gRPC connections served at once; further ones wait to be accepted")
 	fs.IntVar(&c.Limits.GRPCMaxStreams, "grpc-max-streams", 100, "concurrent calls one gRPC connection may have (announced to the client)")
-	fs.IntVar(&c.Limits.GRPCMaxRecv, "grpc-max-recv", 64<<10, "largest request message in `bytes` (a RateLimitRequest is a few hundred; at most 64 descriptors of 4096 bytes are decided)")
+	fs.IntVar(&c.Limits.GRPCMaxRecv, "grpc-max-recv", 64<<10, "largest request message decided, in `bytes` (a RateLimitRequest is a few hundred; at most 64 descriptors of 4096 bytes are decided); a larger check, up to -grpc-max-read, is answered OVER_LIMIT")
+	fs.IntVar(&c.Limits.GRPCMaxRead, "grpc-max-read", 256<<10, "largest request message read on the gRPC port, in `bytes`: a check over -grpc-max-recv up to it is answered OVER_LIMIT, a message beyond it is refused RESOURCE_EXHAUSTED by gRPC (an error Envoy's failure_mode_deny: false lets through), so keep it above what Envoy can send: its max_request_headers_kb times the descriptors one header feeds")
 	fs.IntVar(&c.Limits.GRPCWindow, "grpc-window", 64<<10, "HTTP/2 flow-control window in `bytes` per call and per connection (at least 65535; fixed, so a client cannot grow it)")
 	fs.DurationVar(&c.Limits.GRPCReadTimeout, "grpc-read-timeout", 5*time.Second, "how long a call's request message may take to arrive in full before the call is reset")
 	fs.DurationVar(&c.Limits.GRPCIdleTimeout, "grpc-idle-timeout", 5*time.Minute, "a gRPC connection without calls for this long is closed")
@@ -206,7 +208,7 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 	fs.IntVar(&c.Limits.HTTPMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest HTTP request header in `bytes` (431 beyond)")
 	fs.DurationVar(&c.Limits.HTTPReadTimeout, "http-read-timeout", 10*time.Second, "how long reading an HTTP request, header and body, may take")
 	fs.DurationVar(&c.Limits.HTTPIdleTimeout, "http-idle-timeout", time.Minute, "an idle keep-alive HTTP connection is closed after this long")
-	fs.Int64Var(&c.Limits.MaxInflightBytes, "max-inflight-bytes", 256<<20, "`bytes` that all connections' requests in flight together may make the service hold: a gRPC call takes -grpc-window plus -grpc-max-recv until its message is decoded, a /json request its body; one that finds no room is refused at once (a check OVER_LIMIT, unread; other gRPC calls RESOURCE_EXHAUSTED, and together hold at most half of it; HTTP 503)")
+	fs.Int64Var(&c.Limits.MaxInflightBytes, "max-inflight-bytes", 256<<20, "`bytes` that all connections' requests in flight together may make the service hold: a gRPC call takes -grpc-window plus -grpc-max-read until its message is decoded, a /json request its body; one that finds no room is refused at once (a check OVER_LIMIT, unread; other gRPC calls RESOURCE_EXHAUSTED, and together hold at most half of it; HTTP 503)")
 	fs.BoolVar(&c.Degrade.On, "degrade", false, "while the backend is out, decide from a local share of each limit (the limit divided by the instances) instead of answering Unavailable, which Envoy's failure_mode_deny turns into unlimited by default. Off by default: a grid holds a key up to its hand-over grace (over a second) when members join, longer than -degrade-timeout, so keys moving are decided from shares then")
 	fs.IntVar(&c.Degrade.Instances, "degrade-instances", 0, "number of instances sharing the limits under -degrade; 0: the grid's live members (with a store URI, say how many instances run, or count them with -degrade-count, or each admits the whole limit); with -degrade-count, the least count")
 	fs.BoolVar(&c.Degrade.Count, "degrade-count", false, "with a store URI and -degrade, count the instances sharing the store: each keeps a presence record in it with a TTL of -degrade-count-ttl, refreshed every quarter of it; while the store is out, the last count seen")
@@ -307,8 +309,11 @@ func parseFlagsEnv(fs *flag.FlagSet, args []string, lookup func(string) (string,
 		l.HTTPMaxBody < 1 || l.HTTPMaxHeaderBytes < 1 {
 		errs = append(errs, errors.New("-grpc-max-conns, -grpc-max-streams, -grpc-max-recv, -http-max-conns, -http-max-body and -http-max-header-bytes must be positive"))
 	}
-	if l := c.Limits; l.MaxInflightBytes < int64(l.GRPCWindow)+int64(l.GRPCMaxRecv) || l.MaxInflightBytes < l.HTTPMaxBody {
-		errs = append(errs, fmt.Errorf("-max-inflight-bytes %d: want at least -grpc-window plus -grpc-max-recv and at least -http-max-body, or no request fits", l.MaxInflightBytes))
+	if l := c.Limits; l.GRPCMaxRead < l.GRPCMaxRecv {
+		errs = append(errs, fmt.Errorf("-grpc-max-read %d: want at least -grpc-max-recv (%d), or checks between them fail RESOURCE_EXHAUSTED instead of OVER_LIMIT", l.GRPCMaxRead, l.GRPCMaxRecv))
+	}
+	if l := c.Limits; l.MaxInflightBytes < int64(l.GRPCWindow)+int64(l.GRPCMaxRead) || l.MaxInflightBytes < l.HTTPMaxBody {
+		errs = append(errs, fmt.Errorf("-max-inflight-bytes %d: want at least -grpc-window plus -grpc-max-read and at least -http-max-body, or no request fits", l.MaxInflightBytes))
 	}
 	if l := c.Limits; c.RLQS && (l.RLQSMaxRecv < 1 || l.RLQSMaxBytes < int64(l.GRPCWindow)+int64(l.RLQSMaxRecv)) {
 		errs = append(errs, fmt.Errorf("-rlqs-max-recv %d, -rlqs-max-inflight-bytes %d: want a positive size and room for at least one stream (-grpc-window plus -rlqs-max-recv)", l.RLQSMaxRecv, l.RLQSMaxBytes))

@@ -13,7 +13,7 @@ import (
 // grpc-go's window growth (BDP estimation), which let one connection's
 // unfinished messages take hundreds of MiB: with it, a call holds at most
 // its window of unread bytes plus one message of at most maxRecv
-// (GRPCMaxRecv, RLQSMaxRecv on the quota port), and a connection
+// (GRPCMaxRead, RLQSMaxRecv on the quota port), and a connection
 // GRPCMaxStreams calls. Connection-level window updates are sent
 // as data arrives, so only the per-call windows hold memory.
 func grpcLimits(l limitFlags, maxRecv int) []grpc.ServerOption {

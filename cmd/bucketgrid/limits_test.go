@@ -215,16 +215,17 @@ func unfinishedCalls(t *testing.T, addr, path string, streams, size int, deadlin
 }
 
 // TestUnfinishedMessagesAreBounded: one connection starts many calls whose
-// messages never finish, of a size over -grpc-max-recv and under it. The
-// server holds a bounded amount for them (per call its flow-control window
-// and at most one message of -grpc-max-recv: 100 calls × 128 KiB) and ends
-// every call: the oversized at once, the others at -grpc-read-timeout.
+// messages never finish, of a size over -grpc-max-read, between it and
+// -grpc-max-recv, and under both. The server holds a bounded amount for
+// them (per call its flow-control window and at most one message of
+// -grpc-max-read: 100 calls × 320 KiB) and ends every call: the oversized
+// at once, the others at -grpc-read-timeout.
 // grpc-go's defaults let its windows grow, and 100 calls of 3.8 MiB held
 // 381 MiB until the connection closed.
 func TestUnfinishedMessagesAreBounded(t *testing.T) {
 	p := limitsInstance(t, "-grpc-read-timeout", "1s")
 	const bound = 48 << 20
-	for _, size := range []int{3_800_000, 60_000} {
+	for _, size := range []int{3_800_000, 250_000, 60_000} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			base := rssBytes(t, p.Pid())
 			stop := make(chan struct{})

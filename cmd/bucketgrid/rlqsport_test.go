@@ -11,6 +11,7 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -74,7 +75,8 @@ func quotaStreamFrom(t *testing.T, addr, local string) (grpc.BidiStreamingClient
 // (10,000, ids of a 32-byte key) sends them all in one report of about
 // 0.7 MiB, ten times -grpc-max-recv: the quota port takes it and answers
 // every bucket, while a check on the gRPC port is still held to
-// -grpc-max-recv.
+// -grpc-max-recv (answered OVER_LIMIT) and read up to -grpc-max-read only
+// (beyond it, gRPC refuses the call RESOURCE_EXHAUSTED itself).
 func TestRLQSLargeEnvoyReport(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"api.yaml": rlqsPortRules})
 	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-backend", "memory",
@@ -103,10 +105,14 @@ func TestRLQSLargeEnvoyReport(t *testing.T) {
 	}
 	t.Logf("a report of 10,000 buckets (%d bytes) answered in full", size)
 
-	// the check path keeps its own, smaller bound
+	// the check path keeps its own, smaller bounds
 	rq := req("api", "api_key", strings.Repeat("x", 100<<10))
+	if resp, err := call(client(t, in.grpcAddr), rq); err != nil || resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a 100 KiB check on the gRPC port: %v %v, want OVER_LIMIT (-grpc-max-recv)", resp, err)
+	}
+	rq = req("api", "api_key", strings.Repeat("x", 300<<10))
 	if _, err := call(client(t, in.grpcAddr), rq); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("a 100 KiB check on the gRPC port: %v, want ResourceExhausted (-grpc-max-recv)", err)
+		t.Fatalf("a 300 KiB check on the gRPC port: %v, want ResourceExhausted (-grpc-max-read)", err)
 	}
 }
 

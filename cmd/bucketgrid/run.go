@@ -153,14 +153,18 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (err error) {
 	// starts a goroutine for a request that finds every worker busy.
 	inflight := budget.New(c.Limits.MaxInflightBytes)
 	m.Budget("checks", inflight)
-	opts := append(grpcLimits(c.Limits, c.Limits.GRPCMaxRecv), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
-		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRecv),
+	// gRPC reads a check up to -grpc-max-read and the handler answers one
+	// over -grpc-max-recv OVER_LIMIT: grpc-go refuses a message over its
+	// limit itself, RESOURCE_EXHAUSTED, which Envoy lets through. A call
+	// can hold a whole message of -grpc-max-read, so that is its reservation.
+	opts := append(grpcLimits(c.Limits, c.Limits.GRPCMaxRead), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
+		inflight.GRPC(int64(c.Limits.GRPCWindow)+int64(c.Limits.GRPCMaxRead),
 			budget.Methods{Main: []string{wire.ShouldRateLimit}, Answer: []string{wire.ShouldRateLimit}}))
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
 	gs := grpc.NewServer(opts...)
-	wire.Register(gs, svc, c.Limits.GRPCReadTimeout)
+	wire.Register(gs, svc, c.Limits.GRPCReadTimeout, c.Limits.GRPCMaxRecv)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)

@@ -27,7 +27,8 @@ import (
 )
 
 // Codec is gRPC's "proto" codec, except that it decodes a
-// *rlspb.RateLimitRequest without checking that its strings are UTF-8.
+// *rlspb.RateLimitRequest without checking that its strings are UTF-8, and
+// the handler's check request (see Register) only within its size bound.
 // Everything else (responses, health, reflection, the quota service) goes
 // to the standard codec. Install it with grpc.ForceServerCodecV2.
 type Codec struct{ std encoding.CodecV2 }
@@ -44,6 +45,15 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.std.Marshal(v)
 // Unmarshal decodes data into v: a *rlspb.RateLimitRequest by DecodeRequest,
 // anything else by the standard codec.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if m, ok := v.(*check); ok {
+		// An error here would become gRPC Internal, written by grpc-go
+		// before the handler could answer: an oversized message is left
+		// undecoded and the handler refuses it.
+		if m.size = data.Len(); m.size > m.max {
+			return nil
+		}
+		return DecodeRequest(data.Materialize(), m.req)
+	}
 	if req, ok := v.(*rlspb.RateLimitRequest); ok {
 		return DecodeRequest(data.Materialize(), req)
 	}

@@ -21,10 +21,14 @@ import (
 // starts many calls and never finishes their messages would hold their
 // buffers forever. A call that found the service's memory budget full
 // (budget.Exhausted; see budget.Budget.GRPC with ShouldRateLimit) is
-// answered OVER_LIMIT without its message being read. On the wire the call
-// is the same unary call.
-func Register(s *grpc.Server, srv rlspb.RateLimitServiceServer, readTimeout time.Duration) {
-	h := handler{srv: srv, readTimeout: readTimeout}
+// answered OVER_LIMIT without its message being read, and so is a message
+// of more than maxRecv bytes once read (decoding it needs Codec): the
+// server's transport limit (grpc.MaxRecvMsgSize) must be above maxRecv, or
+// grpc-go refuses the call RESOURCE_EXHAUSTED itself, an error Envoy's
+// failure_mode_deny: false lets through. On the wire the call is the same
+// unary call.
+func Register(s *grpc.Server, srv rlspb.RateLimitServiceServer, readTimeout time.Duration, maxRecv int) {
+	h := handler{srv: srv, readTimeout: readTimeout, maxRecv: maxRecv}
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: rlspb.RateLimitService_ServiceDesc.ServiceName,
 		HandlerType: (*rlspb.RateLimitServiceServer)(nil),
@@ -36,6 +40,19 @@ func Register(s *grpc.Server, srv rlspb.RateLimitServiceServer, readTimeout time
 type handler struct {
 	srv         rlspb.RateLimitServiceServer
 	readTimeout time.Duration
+	maxRecv     int
+}
+
+// check is the message the handler reads: Codec decodes it into req only
+// if it is at most max bytes, and records its size either way.
+type check struct {
+	req       *rlspb.RateLimitRequest
+	max, size int
+}
+
+// overLimit is the answer to a check the service refuses unread.
+func overLimit() *rlspb.RateLimitResponse {
+	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT}
 }
 
 // ShouldRateLimit is the full name of the rate-limit check, as a call's
@@ -47,11 +64,17 @@ func (h handler) shouldRateLimit(_ any, stream grpc.ServerStream) error {
 		// No room to read the message: refuse the request rather than fail
 		// the call, which Envoy's default failure_mode_deny: false would
 		// let through. The unread message goes with the stream's reset.
-		return stream.SendMsg(&rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT})
+		return stream.SendMsg(overLimit())
 	}
 	in := new(rlspb.RateLimitRequest)
-	if err := h.recv(stream, in); err != nil {
+	m := &check{req: in, max: h.maxRecv}
+	if err := h.recv(stream, m); err != nil {
 		return err
+	}
+	if m.size > m.max {
+		// Decided, not failed, for the same reason: a client chooses the
+		// descriptors' values, and so the message's size.
+		return stream.SendMsg(overLimit())
 	}
 	// The message is decoded: the call holds the request now, not its
 	// window and message buffer.
@@ -64,7 +87,7 @@ func (h handler) shouldRateLimit(_ any, stream grpc.ServerStream) error {
 }
 
 // recv reads the call's one message into in, within h.readTimeout.
-func (h handler) recv(stream grpc.ServerStream, in *rlspb.RateLimitRequest) error {
+func (h handler) recv(stream grpc.ServerStream, in *check) error {
 	if h.readTimeout <= 0 {
 		return stream.RecvMsg(in)
 	}

@@ -35,7 +35,7 @@ func TestFullBudgetIsOverLimit(t *testing.T) {
 	b := budget.New(perCall) // room for one call in flight
 	s := grpc.NewServer(grpc.ForceServerCodecV2(NewCodec()), b.GRPC(perCall, budget.Methods{Main: []string{ShouldRateLimit}, Answer: []string{ShouldRateLimit}}))
 	srv := &admitAll{}
-	Register(s, srv, 0)
+	Register(s, srv, 0, 1<<20)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
