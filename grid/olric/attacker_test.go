@@ -33,7 +33,7 @@ const attackerEnv = "BUCKETGRID_OLRIC_ATTACKER"
 
 // attackerDialer connects connections of kind k from 127.0.0.(2+k),
 // sources other than the members' 127.0.0.1, as attackers on the network
-// would: the member bounds failed handshakes per source address (doors.go),
+// would: the member bounds failed handshakes per source address (internal/trust.Throttle),
 // so the kinds that fail (announce) are throttled without keeping the
 // others from testing the connection limits.
 func attackerDialer(k int) *net.Dialer {

@@ -7,11 +7,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -27,6 +25,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/trust"
 )
 
 // secretDir is a directory laid out as Kubernetes writes a secret volume
@@ -196,7 +195,7 @@ func TestCertFilesReload(t *testing.T) {
 	if got := presented(t, m, ca); got.SerialNumber.Cmp(rekeyed.Leaf.SerialNumber) != 0 {
 		t.Fatalf("dialling, the member presents serial %x, want the renewed %x", got.SerialNumber, rekeyed.Leaf.SerialNumber)
 	}
-	if n := m.creds.store.failures.Load(); n != 0 {
+	if n := m.trust.creds.store.Failures(); n != 0 {
 		t.Fatalf("%d reload failures on good files; log:\n%s", n, logs.String())
 	}
 
@@ -204,13 +203,13 @@ func TestCertFilesReload(t *testing.T) {
 	bad := secretFiles(t, ca.issue(t, nil, time.Now().Add(96*time.Hour)), ca)
 	bad["tls.crt"] = []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
 	dir.update(t, bad)
-	if !waitFor(t, "a refused reload", 30*time.Second, func() bool { return m.creds.store.failures.Load() >= 1 }) {
+	if !waitFor(t, "a refused reload", 30*time.Second, func() bool { return m.trust.creds.store.Failures() >= 1 }) {
 		t.Fatal("a certificate file that does not parse was not counted")
 	}
 	mismatched := secretFiles(t, ca.issue(t, nil, time.Now().Add(96*time.Hour)), ca)
 	mismatched["tls.key"] = secretFiles(t, ca.issue(t, nil, time.Now().Add(96*time.Hour)), ca)["tls.key"]
 	dir.update(t, mismatched)
-	if !waitFor(t, "a refused reload", 30*time.Second, func() bool { return m.creds.store.failures.Load() >= 2 }) {
+	if !waitFor(t, "a refused reload", 30*time.Second, func() bool { return m.trust.creds.store.Failures() >= 2 }) {
 		t.Fatal("a key that does not match its certificate was not counted")
 	}
 	if got := served(); got.SerialNumber.Cmp(rekeyed.Leaf.SerialNumber) != 0 {
@@ -275,34 +274,6 @@ func presented(t *testing.T, m *Member, ca *testCA) *x509.Certificate {
 		t.Fatal("the member presented no certificate")
 	}
 	return leaf
-}
-
-// TestParseRevocations reads a revocation list as operators write it and
-// refuses lines that are neither a serial number nor a fingerprint.
-func TestParseRevocations(t *testing.T) {
-	ca := newTestCA(t, "CA")
-	a, b, c := ca.issue(t, nil, time.Now().Add(time.Hour)), ca.issue(t, nil, time.Now().Add(time.Hour)), ca.issue(t, nil, time.Now().Add(time.Hour))
-	fp := sha256.Sum256(b.Leaf.Raw)
-	var colons []string
-	for _, x := range fp {
-		colons = append(colons, fmt.Sprintf("%02X", x))
-	}
-	list := fmt.Sprintf("# revoked 2026-12-07\n\nserial=%X  # host a\nsha256 Fingerprint=%s\n", a.Leaf.SerialNumber, strings.Join(colons, ":"))
-	r, err := parseRevocations([]byte(list))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !r.has(a.Leaf) || !r.has(b.Leaf) || r.has(c.Leaf) {
-		t.Fatalf("has: %v %v %v, want true true false", r.has(a.Leaf), r.has(b.Leaf), r.has(c.Leaf))
-	}
-	if r, err := parseRevocations([]byte(hex.EncodeToString(fp[:]) + "\n")); err != nil || !r.has(b.Leaf) {
-		t.Fatalf("a bare fingerprint: %v", err)
-	}
-	for _, bad := range []string{"host-a\n", "serial=12345678901234567890123456789012345678901234\n", "zz\n"} {
-		if _, err := parseRevocations([]byte("# ok\n" + bad)); err == nil || !strings.Contains(err.Error(), "line 2") {
-			t.Errorf("%q: %v, want an error naming line 2", bad, err)
-		}
-	}
 }
 
 // TestRevokedExpelled is the operator revoking a member's certificate on a
@@ -402,7 +373,7 @@ func TestRevokedExpelled(t *testing.T) {
 	revokedGossip := memberlistAddr(revoked.cfg)
 	if !waitFor(t, "revoked gossip logged", 90*time.Second, func() bool {
 		for _, m := range others {
-			if m.trust.unverified.counts().revoked == 0 {
+			if m.trust.unverified.Counts().Revoked == 0 {
 				return false
 			}
 		}
@@ -413,7 +384,7 @@ func TestRevokedExpelled(t *testing.T) {
 		}
 		return false
 	}) {
-		t.Errorf("the others did not count or log the revoked member's gossip as revoked: %+v, %+v; log:\n%s", others[0].trust.unverified.counts(), others[1].trust.unverified.counts(), logs.String())
+		t.Errorf("the others did not count or log the revoked member's gossip as revoked: %+v, %+v; log:\n%s", others[0].trust.unverified.Counts(), others[1].trust.unverified.Counts(), logs.String())
 	} else {
 		t.Logf("%v after its revocation: %q", time.Since(start).Round(time.Millisecond), unverifiedLines(logs.String(), revokedGossip))
 	}
@@ -427,8 +398,8 @@ func TestRevokedExpelled(t *testing.T) {
 			t.Errorf("%s served the revoked certificate's requests", m.Name())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var nonce [nonceLen]byte
-		if _, err := revoked.askIdentity(ctx, m.Name(), nonce); err == nil {
+		var nonce [trust.NonceLen]byte
+		if _, err := revoked.trust.askIdentity(ctx, m.Name(), nonce); err == nil {
 			t.Errorf("%s answered the revoked member's identity question", m.Name())
 		}
 		if conn, err := revoked.dialOlric(ctx, "tcp", m.Name()); err == nil {

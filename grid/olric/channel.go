@@ -25,10 +25,7 @@ import (
 // names frame's own.
 const channelVersion = frame.Version
 
-var (
-	preamble = frame.Preamble
-	errFrame = frame.ErrMalformed
-)
+var preamble = frame.Preamble
 
 var (
 	// errPeerGone reports a broken owner-channel connection; the caller
@@ -127,7 +124,7 @@ func (m *Member) serve() {
 			continue
 		}
 		delay = 0
-		if !m.doors.admit(c.RemoteAddr(), m.mono()) {
+		if !m.trust.doors.Admit(c.RemoteAddr(), m.mono()) {
 			c.Close() // too many failed handshakes from there lately
 			<-m.connSlots
 			continue
@@ -163,18 +160,18 @@ func (m *Member) serve() {
 // preamble) within ChannelIOTimeout and moves it to the established ones,
 // if there is room. It returns the connection to use, or nil, and the
 // preamble it opened with (see serveSpecial). A connection that spoke but
-// failed TLS or the preamble counts against its source (see doors).
+// failed TLS or the preamble counts against its source (see internal/trust.Throttle).
 func (m *Member) handshake(nc *newConn) (net.Conn, [len(frame.Preamble)]byte) {
 	var p [len(frame.Preamble)]byte
 	c, ok := m.authenticate(nc, &p)
 	if !ok {
 		if nc.spoke.Load() && m.ctx.Err() == nil {
-			m.doors.failed(nc.c.RemoteAddr(), m.mono())
+			m.trust.doors.Failed(nc.c.RemoteAddr(), m.mono())
 		}
 		return nil, p
 	}
-	if m.creds.server != nil {
-		m.doors.verified(nc.c.RemoteAddr(), m.mono())
+	if m.trust.creds.server != nil {
+		m.trust.doors.Verified(nc.c.RemoteAddr(), m.mono())
 	}
 	nc.c.SetDeadline(time.Time{})
 	m.connMu.Lock()
@@ -209,9 +206,9 @@ func (m *Member) authenticate(nc *newConn, p *[len(frame.Preamble)]byte) (c net.
 	}
 	nc.spoke.Store(true)
 	c = &prefixConn{Conn: raw, prefix: first[:]}
-	if m.creds.server != nil {
-		tc := tls.Server(c, m.creds.server)
-		if tc.Handshake() != nil || m.verifySource(raw, tc) != nil {
+	if m.trust.creds.server != nil {
+		tc := tls.Server(c, m.trust.creds.server)
+		if tc.Handshake() != nil || m.trust.verifySource(raw, tc) != nil {
 			return nil, false
 		}
 		m.trust.callers.Store(raw, tc.ConnectionState().PeerCertificates[0])
@@ -537,11 +534,11 @@ func (m *Member) dial(ctx context.Context, name string) (net.Conn, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	if m.creds.client == nil {
+	if m.trust.creds.client == nil {
 		return c, nil
 	}
 	host, _, _ := net.SplitHostPort(addr)
-	tc := tls.Client(c, m.creds.dialTLS(host))
+	tc := tls.Client(c, m.trust.creds.dialTLS(host))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, err

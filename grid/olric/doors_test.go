@@ -6,39 +6,12 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/trust"
 )
 
-func TestDoorsBudget(t *testing.T) {
-	d := newDoors()
-	a := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}
-	b := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 1}
-	now := int64(time.Hour)
-	for i := range doorBurst {
-		if !d.admit(a, now) {
-			t.Fatalf("refused after %d failures, burst %d", i, doorBurst)
-		}
-		d.failed(a, now)
-	}
-	if d.admit(a, now) {
-		t.Fatal("admitted after the burst")
-	}
-	if !d.admit(b, now) {
-		t.Fatal("another source refused")
-	}
-	if d.admit(a, now+int64(doorCost)-1) || !d.admit(a, now+int64(doorCost)) {
-		t.Fatal("one attempt more per doorCost")
-	}
-	// The table stays bounded.
-	for i := range doorSources + 10 {
-		d.failed(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i)), Port: 1}, now)
-	}
-	if n := len(d.due); n > doorSources {
-		t.Fatalf("%d sources remembered, bound %d", n, doorSources)
-	}
-}
-
 // TestDoorsThrottle makes failed handshakes on a secured member's owner
-// channel from one source (127.0.0.3): after doorBurst of them, its
+// channel from one source (127.0.0.3): after trust.DoorBurst of them, its
 // connections are closed before any handshake, while a member from
 // 127.0.0.1 still gets in. Before, every attempt got a handshake (Olric's
 // password could be tried 12,000 times a second on its port).
@@ -61,11 +34,11 @@ func TestDoorsThrottle(t *testing.T) {
 		return c.ConnectionState().HandshakeComplete
 	}
 	refused := 0
-	for i := range doorBurst + 4 {
+	for i := range trust.DoorBurst + 4 {
 		if !try() {
 			refused++
-			if i < doorBurst {
-				t.Errorf("attempt %d refused before any handshake, burst %d", i, doorBurst)
+			if i < trust.DoorBurst {
+				t.Errorf("attempt %d refused before any handshake, burst %d", i, trust.DoorBurst)
 			}
 		}
 	}
@@ -82,7 +55,7 @@ func TestDoorsThrottle(t *testing.T) {
 }
 
 // TestDoorsVerifiedSource makes a member's verified handshake from
-// 127.0.0.3, then doorBurst+4 failed handshakes from the same address (an
+// 127.0.0.3, then trust.DoorBurst+4 failed handshakes from the same address (an
 // attacker on the member's host or behind its NAT), and checks that the
 // member still gets in from there. Before the throttle knew verified sources, the attacker's
 // failures shut it out for about 20 s.
@@ -107,16 +80,14 @@ func TestDoorsVerifiedSource(t *testing.T) {
 		t.Fatal("the member got no answer before the attack")
 	}
 	attacker := &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{wrong.ca.leaf(t)}}
-	for range doorBurst + 4 {
+	for range trust.DoorBurst + 4 {
 		c := dial(attacker)
 		var b [1]byte
 		c.Read(b[:])
 		c.Close()
 	}
-	m.doors.mu.Lock()
-	owed := time.Duration(m.doors.due[netip.AddrFrom4([4]byte{127, 0, 0, 3})] - m.mono())
-	m.doors.mu.Unlock()
-	if owed <= (doorBurst-1)*doorCost {
+	owed := m.trust.doors.Owed(netip.AddrFrom4([4]byte{127, 0, 0, 3}), m.mono())
+	if owed <= (trust.DoorBurst-1)*trust.DoorCost {
 		t.Fatalf("the address owes %v, within its burst: the test proves nothing", owed)
 	}
 	if got := channelAttempt(t, dial(member), "door-member"); got == "" {

@@ -39,10 +39,10 @@ type provenCert struct {
 
 // expelRevoked acts on the revocation list just installed (see above).
 func (m *Member) expelRevoked() {
-	s := m.creds.store
+	s := m.trust.creds.store
 	var closing []net.Conn
 	m.trust.callers.Range(func(k, v any) bool {
-		if s.isRevoked(v.(*x509.Certificate)) {
+		if s.IsRevoked(v.(*x509.Certificate)) {
 			closing = append(closing, k.(net.Conn))
 		}
 		return true
@@ -55,7 +55,7 @@ func (m *Member) expelRevoked() {
 	var names []string
 	t.mu.Lock()
 	for name, p := range t.certs {
-		if s.isRevoked(p.leaf) {
+		if s.IsRevoked(p.leaf) {
 			delete(t.verified, name)
 			blocked[p.addr] = true
 			names = append(names, name)
@@ -70,7 +70,7 @@ func (m *Member) expelRevoked() {
 
 // gossipBlocked reports whether addr is the gossip address of a node whose
 // certificate is revoked.
-func (t *trust) gossipBlocked(addr string) bool {
+func (t *guard) gossipBlocked(addr string) bool {
 	b := t.blocked.Load()
 	return b != nil && (*b)[addr]
 }
@@ -79,7 +79,7 @@ func (t *trust) gossipBlocked(addr string) bool {
 // gossip addresses of revoked nodes (see above).
 type gossipNet struct {
 	*memberlist.NetTransport
-	t    *trust
+	t    *guard
 	once sync.Once
 }
 
@@ -147,7 +147,7 @@ func (g *gossipNet) Shutdown() error {
 }
 
 // closeNet shuts the gossip transport down, if there is one.
-func (t *trust) closeNet() {
+func (t *guard) closeNet() {
 	if g := t.net; g != nil {
 		g.Shutdown()
 	}

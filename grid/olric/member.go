@@ -38,7 +38,6 @@ var ErrClosed = errors.New("bucketgrid/olric: member closed")
 // bucketgrid.NewManager. A Member is safe for concurrent use.
 type Member struct {
 	cfg      Config
-	creds    credentials
 	name     string // BindAddr:BindPort, Olric's member name
 	chanAddr string // owner-channel address, BindAddr:BindPort+1
 	base     time.Time
@@ -78,8 +77,7 @@ type Member struct {
 
 	ln           net.Listener
 	acceptErrors atomic.Int64 // failed Accepts, for tests
-	doors        *doors       // failed handshakes per source
-	trust        trust        // who proved membership (trust.go)
+	trust        guard        // credentials, proofs, revocation, the throttle (trust.go)
 	connMu       sync.Mutex
 	conns        conns
 	connSlots    chan struct{} // one per connection goroutine; see maxConnGoroutines
@@ -126,7 +124,6 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 
 	m := &Member{
 		cfg:      cfg,
-		creds:    creds,
 		name:     net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)),
 		base:     time.Now(),
 		startErr: make(chan error, 1),
@@ -134,7 +131,6 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		genCh:    make(chan struct{}),
 		stripes:  make([]stripe, cfg.Stripes),
 		conns:    conns{established: map[net.Conn]struct{}{}, special: map[net.Conn]struct{}{}},
-		doors:    newDoors(),
 		peers:    map[string]*peer{},
 		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
 		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
@@ -154,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.cancel()
 		return nil, err
 	}
-	m.trust.init(m)
+	m.trust.init(m, creds)
 	oc, err := m.olricConfig(peers)
 	if err != nil {
 		m.cancel()
@@ -180,9 +176,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	// joiner on it (trust.go) while it joins.
 	m.wg.Add(1)
 	go m.serve()
-	if m.creds.store != nil {
+	if m.trust.creds.store != nil {
 		m.wg.Add(1)
-		go m.watchCerts()
+		go m.trust.watchCerts()
 	}
 	for attempt := 1; ; attempt++ {
 		go func() { m.startErr <- m.db.Start() }()
@@ -255,18 +251,18 @@ func (m *Member) olricConfig(peers []string) (*olricconfig.Config, error) {
 	oc.MemberlistConfig.BindPort = cfg.MemberlistBindPort
 	oc.MemberlistConfig.AdvertiseAddr = ""
 	oc.MemberlistConfig.AdvertisePort = cfg.MemberlistBindPort
-	oc.MemberlistConfig.Keyring = m.creds.keyring
+	oc.MemberlistConfig.Keyring = m.trust.creds.keyring
 	// Olric sets memberlist's Delegate and Events itself but leaves Alive
 	// and Merge alone: they admit only members that proved themselves.
 	oc.MemberlistConfig.Alive = gossipGate{m}
 	oc.MemberlistConfig.Merge = gossipGate{m}
-	if m.creds.client != nil {
+	if m.trust.creds.client != nil {
 		// Olric's own traffic to other members goes through their owner
 		// channel's mutual TLS (tunnel.go).
 		oc.Client.Dialer = m.dialOlric
 	}
 	m.failureDetection(oc.MemberlistConfig)
-	if m.creds.store != nil && m.creds.store.revokedFile != "" {
+	if m.trust.creds.store != nil && m.trust.creds.store.RevokedFile() != "" {
 		g, err := m.newGossipNet()
 		if err != nil {
 			return nil, err
@@ -274,7 +270,7 @@ func (m *Member) olricConfig(peers []string) (*olricconfig.Config, error) {
 		m.trust.net = g
 		oc.MemberlistConfig.Transport = g
 	}
-	oc.Authentication = &olricconfig.Authentication{Password: m.creds.password}
+	oc.Authentication = &olricconfig.Authentication{Password: m.trust.creds.password}
 	oc.Peers = peers
 	// Never form a new cluster when told to join one: Olric would after
 	// MaxJoinAttempts; Start gives up at JoinTimeout instead.

@@ -21,6 +21,8 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/goleak"
+
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/trust"
 )
 
 // rogue is a node that joins gossip as an Olric member would: memberlist
@@ -208,35 +210,35 @@ func (r *rogue) serveChannel(l net.Listener, cert *tls.Certificate, meta []byte,
 			}
 			if r.answerer != nil {
 				r.answerer.trust.mu.Lock()
-				r.answerer.trust.self = &record{meta: string(meta), addr: gossip}
+				r.answerer.trust.self = &trust.Record{Meta: string(meta), Addr: gossip}
 				r.answerer.trust.mu.Unlock()
-				r.answerer.serveIdentity(c)
+				r.answerer.trust.serveIdentity(c)
 				return
 			}
 			br := bufio.NewReader(c)
 			// The question: a nonce, and (other than the first version,
 			// "BGOI") the asker's name.
-			q := make([]byte, nonceLen)
+			q := make([]byte, trust.NonceLen)
 			if _, err := io.ReadFull(br, q); err != nil {
 				return
 			}
 			if string(pre[:4]) != "BGOI" {
-				f, err := readField(br, maxAddr)
+				f, err := trust.ReadField(br, trust.MaxAddr)
 				if err != nil {
 					return
 				}
-				q = appendField(q, f)
+				q = trust.AppendField(q, f)
 			}
 			tail := make([]byte, 33)
 			if r.password != "" {
-				tail = append([]byte{proofFlagPw}, nonceMAC(r.password, q[:nonceLen])...)
+				tail = append([]byte{trust.ProofFlagPw}, nonceMAC(r.password, q[:trust.NonceLen])...)
 			}
 			if r.relay != "" {
 				if tail = r.relayed(append(pre[:], q...)); tail == nil {
 					return
 				}
 			}
-			c.Write(append(appendField(appendField(nil, meta), []byte(gossip)), tail...))
+			c.Write(append(trust.AppendField(trust.AppendField(nil, meta), []byte(gossip)), tail...))
 		})
 	}
 }
@@ -265,7 +267,7 @@ func (r *rogue) relayed(q []byte) []byte {
 	}
 	br := bufio.NewReader(c)
 	for range 2 {
-		if _, err := readField(br, maxMeta); err != nil {
+		if _, err := trust.ReadField(br, trust.MaxMeta); err != nil {
 			return nil
 		}
 	}
@@ -418,7 +420,8 @@ func TestRogueMember(t *testing.T) {
 		// proven with every credential (its own certificate, the password).
 		{name: "every credential, a real member's metadata under another name", cert: &named, password: s.password, opt: func(r *rogue) {
 			r.meta = ms[1].members.ml.LocalNode().Meta
-			r.answerer = &Member{cfg: Config{ChannelIOTimeout: 5 * time.Second}, creds: credentials{password: s.password}, name: r.name}
+			r.answerer = &Member{cfg: Config{ChannelIOTimeout: 5 * time.Second}, name: r.name}
+			r.answerer.trust.init(r.answerer, credentials{password: s.password})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/trust"
 )
 
 // credentials are a member's security settings, ready to use.
@@ -34,7 +36,7 @@ type credentials struct {
 	password string
 	// store is the reloadable certificate files and revocation list;
 	// nil when neither is configured.
-	store *certStore
+	store *trust.Store
 }
 
 // credentials checks c's security settings and builds them. It refuses a
@@ -97,7 +99,7 @@ func (c *Config) credentials() (credentials, error) {
 // channelTLS returns the TLS configuration of the owner channel from
 // whichever of TLS, the TLS files (read into store) or ChannelSecret is
 // set, or nil.
-func (c *Config) channelTLS(store *certStore) (*tls.Config, error) {
+func (c *Config) channelTLS(store *trust.Store) (*tls.Config, error) {
 	files := c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCAFile != ""
 	n := 0
 	for _, set := range []bool{c.TLS != nil, files, len(c.ChannelSecret) > 0} {
@@ -112,7 +114,7 @@ func (c *Config) channelTLS(store *certStore) (*tls.Config, error) {
 		return c.TLS.Clone(), nil
 	case files:
 		// Read by newCertStore; served from it (see mutualTLS).
-		return &tls.Config{Certificates: []tls.Certificate{*store.cert.Load()}, RootCAs: store.roots.Load()}, nil
+		return &tls.Config{Certificates: []tls.Certificate{*store.Cert()}, RootCAs: store.Roots()}, nil
 	case len(c.ChannelSecret) > 0:
 		return secretTLS(c.ChannelSecret, c.BindAddr)
 	}
@@ -126,7 +128,7 @@ func (c *Config) channelTLS(store *certStore) (*tls.Config, error) {
 // and the CA from its file (when it has them) as they are when each
 // connection starts, and a certificate on its revocation list is refused
 // at both ends.
-func mutualTLS(base *tls.Config, store *certStore) (server, client *tls.Config, err error) {
+func mutualTLS(base *tls.Config, store *trust.Store) (server, client *tls.Config, err error) {
 	if len(base.Certificates) == 0 && (base.GetCertificate == nil || base.GetClientCertificate == nil) {
 		return nil, nil, fmt.Errorf("%w: TLS has no certificate", ErrSecurity)
 	}
@@ -144,9 +146,9 @@ func mutualTLS(base *tls.Config, store *certStore) (server, client *tls.Config, 
 	if store == nil {
 		return server, client, nil
 	}
-	if store.files {
-		server.Certificates, server.GetCertificate = nil, store.getCertificate
-		client.Certificates, client.GetClientCertificate = nil, store.getClientCertificate
+	if store.Files() {
+		server.Certificates, server.GetCertificate = nil, store.GetCertificate
+		client.Certificates, client.GetClientCertificate = nil, store.GetClientCertificate
 		client.RootCAs = nil // see credentials.dialTLS
 	}
 	// The client's chain is verified here, against the CA of the moment.
@@ -154,13 +156,13 @@ func mutualTLS(base *tls.Config, store *certStore) (server, client *tls.Config, 
 	server.ClientCAs, server.ClientAuth = nil, tls.RequireAnyClientCert
 	server.VerifyConnection = func(cs tls.ConnectionState) error {
 		pool := cas
-		if store.files {
-			pool = store.roots.Load()
+		if store.Files() {
+			pool = store.Roots()
 		}
 		if err := verifyChain(cs.PeerCertificates, pool, x509.ExtKeyUsageClientAuth); err != nil {
 			return err
 		}
-		if store.isRevoked(cs.PeerCertificates[0]) {
+		if store.IsRevoked(cs.PeerCertificates[0]) {
 			return errRevoked
 		}
 		if next != nil {
@@ -170,7 +172,7 @@ func mutualTLS(base *tls.Config, store *certStore) (server, client *tls.Config, 
 	}
 	cnext := client.VerifyConnection
 	client.VerifyConnection = func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) > 0 && store.isRevoked(cs.PeerCertificates[0]) {
+		if len(cs.PeerCertificates) > 0 && store.IsRevoked(cs.PeerCertificates[0]) {
 			return errRevoked
 		}
 		if cnext != nil {
@@ -184,11 +186,11 @@ func mutualTLS(base *tls.Config, store *certStore) (server, client *tls.Config, 
 // dialTLS returns the client configuration for dialling the member on
 // host (see dialTLS), with the CA of the moment.
 func (cr *credentials) dialTLS(host string) *tls.Config {
-	if cr.store == nil || !cr.store.files {
+	if cr.store == nil || !cr.store.Files() {
 		return dialTLS(cr.client, host)
 	}
 	t := cr.client.Clone()
-	t.RootCAs = cr.store.roots.Load()
+	t.RootCAs = cr.store.Roots()
 	return dialTLS(t, host)
 }
 
@@ -251,9 +253,10 @@ func verifyChain(chain []*x509.Certificate, roots *x509.CertPool, usage x509.Ext
 // it. A certificate of the cluster CA issued for another host is refused
 // before any byte of the owner channel, the tunnel or the identity
 // question is read. Members dial from their BindAddr (see Config.dial).
-func (m *Member) verifySource(raw net.Conn, tc *tls.Conn) error {
+func (t *guard) verifySource(raw net.Conn, tc *tls.Conn) error {
+	m := t.m
 	certs := tc.ConnectionState().PeerCertificates
-	ip, ok := source(raw.RemoteAddr())
+	ip, ok := trust.Source(raw.RemoteAddr())
 	if len(certs) == 0 || !ok {
 		return errUnnamed
 	}
@@ -362,38 +365,38 @@ var ErrGossipClear = errors.New("bucketgrid/olric: gossip encryption is off (no 
 // RemoveGossipKey(old). Keys set this way last until Shutdown; put the new
 // key in GossipKeys too, so that a restarted member uses it.
 func (m *Member) AddGossipKey(key []byte) error {
-	if m.creds.keyring == nil {
+	if m.trust.creds.keyring == nil {
 		return ErrGossipClear
 	}
-	return m.creds.keyring.AddKey(key)
+	return m.trust.creds.keyring.AddKey(key)
 }
 
 // UseGossipKey makes key, already installed with AddGossipKey or given in
 // GossipKeys, the one the member encrypts gossip with.
 func (m *Member) UseGossipKey(key []byte) error {
-	if m.creds.keyring == nil {
+	if m.trust.creds.keyring == nil {
 		return ErrGossipClear
 	}
-	return m.creds.keyring.UseKey(key)
+	return m.trust.creds.keyring.UseKey(key)
 }
 
 // RemoveGossipKey removes key from the member's keyring: gossip encrypted
 // with it is refused from now on. The primary key cannot be removed.
 func (m *Member) RemoveGossipKey(key []byte) error {
-	if m.creds.keyring == nil {
+	if m.trust.creds.keyring == nil {
 		return ErrGossipClear
 	}
-	return m.creds.keyring.RemoveKey(key)
+	return m.trust.creds.keyring.RemoveKey(key)
 }
 
 // GossipKeys returns the keys of the member's gossip keyring, the primary
 // key first, or nil when gossip is in clear text.
 func (m *Member) GossipKeys() [][]byte {
-	if m.creds.keyring == nil {
+	if m.trust.creds.keyring == nil {
 		return nil
 	}
 	var keys [][]byte
-	for _, k := range m.creds.keyring.GetKeys() {
+	for _, k := range m.trust.creds.keyring.GetKeys() {
 		keys = append(keys, bytes.Clone(k))
 	}
 	return keys

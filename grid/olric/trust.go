@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/trust"
 )
 
 // Membership is proven on the owner channel, never taken from gossip.
@@ -67,33 +68,25 @@ func knownPreamble(p [5]byte) bool {
 var ErrSecurityMismatch = errors.New("bucketgrid/olric: security settings differ from the cluster's")
 
 // errUnproven vetoes a gossip record its node has not proved.
-var errUnproven = errors.New("bucketgrid/olric: node has not proved membership")
+var errUnproven = trust.ErrUnproven
 
-// Limits of an identity answer.
-const (
-	maxMeta         = 512 // memberlist's MetaMaxSize
-	maxAddr         = 300
-	nonceLen        = 32
-	retryProof      = time.Second // a node whose proof failed is not dialled again sooner
-	proofFlagPw     = 1           // the member has Olric's Password
-	proofFlagGossip = 2           // the member has GossipKeys
-)
+// retryProof: a node whose proof failed is not dialled again sooner.
+const retryProof = time.Second
 
-// record is what a node says about itself: its Olric metadata and its
-// gossip address.
-type record struct {
-	meta string
-	addr string
-}
-
-// trust is the member's record of who proved membership.
-type trust struct {
-	m        *Member
-	refused  chan struct{} // closed with refusal set
-	refusal  error
-	mu       sync.Mutex
-	self     *record
-	verified map[string]record     // by node name
+// guard is the member's trust room: its credentials, the throttle of
+// failed handshakes on its owner channel, and its record of who proved
+// membership, with the accounting of the gossip it refused for want of a
+// proof. The mechanisms it drives live in internal/trust.
+type guard struct {
+	m       *Member
+	creds   credentials
+	doors   *trust.Throttle // failed handshakes per source
+	refused chan struct{}   // closed with refusal set
+	refusal error
+	mu      sync.Mutex
+	self    *trust.Record
+	// verified holds the records nodes proved, by node name.
+	verified map[string]trust.Record
 	certs    map[string]provenCert // the certificates nodes proved, by name (expel.go)
 	// callers holds the certificate of each owner-channel connection
 	// served, by its accepted net.Conn (expel.go).
@@ -106,7 +99,7 @@ type trust struct {
 	lastErr  error                           // the last failed verification's
 	// unverified counts and logs the gossip records refused
 	// (unverified.go).
-	unverified refusals
+	unverified trust.Refusals
 	merged     atomic.Bool // a state sync reached this member (NotifyMerge)
 	// keyStrikes counts probeKeys's findings in a row; only Start's
 	// goroutine touches it.
@@ -116,17 +109,19 @@ type trust struct {
 	once       sync.Once
 }
 
-func (t *trust) init(m *Member) {
+func (t *guard) init(m *Member, creds credentials) {
 	t.m = m
+	t.creds = creds
+	t.doors = trust.NewThrottle()
 	t.refused = make(chan struct{})
-	t.verified = map[string]record{}
+	t.verified = map[string]trust.Record{}
 	t.certs = map[string]provenCert{}
 	t.failedAt = map[string]int64{}
 	t.inFlight = map[string]chan bool{}
 }
 
 // refuse records why this member cannot join; Start fails with it.
-func (t *trust) refuse(err error) {
+func (t *guard) refuse(err error) {
 	t.once.Do(func() {
 		t.refusal = err
 		close(t.refused)
@@ -134,21 +129,21 @@ func (t *trust) refuse(err error) {
 }
 
 // lastFailure returns why the last failed verification failed, or nil.
-func (t *trust) lastFailure() error {
+func (t *guard) lastFailure() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.lastErr
 }
 
 // forgetSelf drops this member's own record, for a new Olric member.
-func (t *trust) forgetSelf() {
+func (t *guard) forgetSelf() {
 	t.mu.Lock()
 	t.self = nil
 	t.mu.Unlock()
 }
 
 // stop waits for background verifications; no new one starts.
-func (t *trust) stop() {
+func (t *guard) stop() {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
@@ -156,11 +151,11 @@ func (t *trust) stop() {
 }
 
 // proven reports whether n is a node that proved its record.
-func (t *trust) proven(n *memberlist.Node) bool {
+func (t *guard) proven(n *memberlist.Node) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r, ok := t.verified[n.Name]
-	return ok && r.meta == string(n.Meta) && r.addr == n.Address()
+	return ok && r.Meta == string(n.Meta) && r.Addr == n.Address()
 }
 
 // gossipGate is memberlist's Alive and Merge delegate.
@@ -182,8 +177,8 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		if t.self == nil { // memberlist's own, at its start
-			t.self = &record{meta: string(n.Meta), addr: n.Address()}
-		} else if t.self.meta != string(n.Meta) || t.self.addr != n.Address() {
+			t.self = &trust.Record{Meta: string(n.Meta), Addr: n.Address()}
+		} else if t.self.Meta != string(n.Meta) || t.self.Addr != n.Address() {
 			// Another record under this member's name: most often its
 			// previous process's, which the others still take for alive
 			// (its leave lost), or a forgery. memberlist never adopts a
@@ -237,7 +232,7 @@ const (
 )
 
 // spend reports whether an unknown node may be verified on the spot now.
-func (t *trust) spend() bool {
+func (t *guard) spend() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -247,7 +242,7 @@ func (t *trust) spend() bool {
 }
 
 // charge records a failed verification on the spot.
-func (t *trust) charge() {
+func (t *guard) charge() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.syncDue = max(t.syncDue, t.m.mono()) + int64(syncRefill)
@@ -280,7 +275,7 @@ func (g gossipGate) NotifyMerge(nodes []*memberlist.Node) error {
 
 // background verifies n unless a verification of it is under way or
 // failed less than retryProof ago.
-func (t *trust) background(n *memberlist.Node) {
+func (t *guard) background(n *memberlist.Node) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || t.inFlight[n.Name] != nil {
@@ -301,8 +296,8 @@ func (t *trust) background(n *memberlist.Node) {
 // verify asks n's owner channel who it is and records n as proven if the
 // answer matches its gossip record. Concurrent verifications of one name
 // share the first one's dial.
-func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
-	want := record{meta: string(n.Meta), addr: n.Address()}
+func (t *guard) verify(ctx context.Context, n *memberlist.Node) error {
+	want := trust.Record{Meta: string(n.Meta), Addr: n.Address()}
 	t.mu.Lock()
 	if r, ok := t.verified[n.Name]; ok && r == want {
 		t.mu.Unlock()
@@ -329,14 +324,14 @@ func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
 	if err == nil {
 		t.verified[n.Name] = want
 		if leaf != nil && (len(t.certs) < maxSeen || t.certs[n.Name].leaf != nil) {
-			t.certs[n.Name] = provenCert{leaf: leaf, addr: want.addr}
+			t.certs[n.Name] = provenCert{leaf: leaf, addr: want.Addr}
 		}
 		delete(t.failedAt, n.Name)
 	} else {
 		t.failedAt[n.Name] = t.m.mono()
 		t.lastErr = err
 	}
-	if len(t.failedAt) > 4*doorSources {
+	if len(t.failedAt) > 4*trust.Sources {
 		clear(t.failedAt)
 	}
 	t.mu.Unlock()
@@ -344,7 +339,7 @@ func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
 	if err == nil {
 		t.provenNow(n.Name)
 	} else {
-		t.failedProof(n.Name, want.addr, err)
+		t.failedProof(n.Name, want.Addr, err)
 	}
 	return err
 }
@@ -353,27 +348,27 @@ func (t *trust) verify(ctx context.Context, n *memberlist.Node) error {
 // it returns the certificate the member proved (nil without TLS).
 // While this member starts, a difference in security settings refuses the
 // join (see ErrSecurityMismatch).
-func (t *trust) prove(ctx context.Context, name string, want record) (*x509.Certificate, error) {
+func (t *guard) prove(ctx context.Context, name string, want trust.Record) (*x509.Certificate, error) {
 	m := t.m
-	var nonce [nonceLen]byte
+	var nonce [trust.NonceLen]byte
 	rand.Read(nonce[:])
-	a, err := m.askIdentity(ctx, name, nonce)
+	a, err := t.askIdentity(ctx, name, nonce)
 	if err != nil {
 		if !m.started.Load() {
-			if why := m.securityProbe(ctx, name); why != "" {
+			if why := t.securityProbe(ctx, name); why != "" {
 				t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
 			}
 		}
 		return nil, fmt.Errorf("%w: %s: %w", errUnproven, name, err)
 	}
-	hasPw := a.flags&proofFlagPw != 0
+	hasPw := a.flags&trust.ProofFlagPw != 0
 	var why string
 	switch {
-	case hasPw && m.creds.password == "":
+	case hasPw && t.creds.password == "":
 		why = "the cluster's members have a Password; this member has none (missing: Password)"
-	case !hasPw && m.creds.password != "":
+	case !hasPw && t.creds.password != "":
 		why = "this member has a Password; the cluster's members have none"
-	case hasPw && !hmac.Equal(a.mac, identityMAC(m.creds.password, a.binding, m.name, name, nonce, a.r, a.flags)):
+	case hasPw && !hmac.Equal(a.mac, trust.MAC(t.creds.password, a.binding, m.name, name, nonce, a.r, a.flags)):
 		why = "Password differs from the cluster's"
 	}
 	if why != "" {
@@ -385,7 +380,7 @@ func (t *trust) prove(ctx context.Context, name string, want record) (*x509.Cert
 	if a.r != want {
 		return nil, fmt.Errorf("%w: %s answered another record than gossip's", errUnproven, name)
 	}
-	if got := metaName(want.meta); got != name {
+	if got := metaName(want.Meta); got != name {
 		return nil, fmt.Errorf("%w: %s gossips the metadata of %q", errUnproven, name, got)
 	}
 	return a.leaf, nil
@@ -409,8 +404,7 @@ func metaName(meta string) string {
 // apart, find so. A member whose gossip has not started yet, or that a
 // state sync reached (it has the cluster's keys and waits for proofs),
 // probes nothing.
-func (t *trust) probeKeys(ctx context.Context, peers []string) {
-	m := t.m
+func (t *guard) probeKeys(ctx context.Context, peers []string) {
 	t.mu.Lock()
 	started := t.self != nil
 	t.mu.Unlock()
@@ -428,26 +422,26 @@ func (t *trust) probeKeys(ctx context.Context, peers []string) {
 			continue
 		}
 		name := net.JoinHostPort(host, strconv.Itoa(gp-2))
-		var nonce [nonceLen]byte
-		a, err := m.askIdentity(ctx, name, nonce)
+		var nonce [trust.NonceLen]byte
+		a, err := t.askIdentity(ctx, name, nonce)
 		if err != nil {
-			if why := m.securityProbe(ctx, name); why != "" {
+			if why := t.securityProbe(ctx, name); why != "" {
 				t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
 				return
 			}
 			continue
 		}
-		if a.r.addr != p {
+		if a.r.Addr != p {
 			continue
 		}
 		if t.keyStrikes++; t.keyStrikes < 2 {
 			return
 		}
 		why := "GossipKeys differ from the cluster's"
-		switch has := a.flags&proofFlagGossip != 0; {
-		case has && m.creds.keyring == nil:
+		switch has := a.flags&trust.ProofFlagGossip != 0; {
+		case has && t.creds.keyring == nil:
 			why = "the cluster's members have GossipKeys; this member has none (missing: GossipKeys)"
-		case !has && m.creds.keyring != nil:
+		case !has && t.creds.keyring != nil:
 			why = "this member has GossipKeys; the cluster's members have none"
 		}
 		t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
@@ -455,69 +449,40 @@ func (t *trust) probeKeys(ctx context.Context, peers []string) {
 	}
 }
 
-// identityMAC proves knowledge of Olric's password to a member that knows
-// it, without revealing it, for one answer on one connection: it covers
-// the connection's TLS keying material (binding, see tlsBinding), the
-// asker's and the answerer's names, the asker's nonce and the answer. A
-// proof obtained on one connection is worthless on another, so a member's
-// answer cannot be passed on by a node that lacks the password.
-func identityMAC(password string, binding []byte, asker, answerer string, nonce [nonceLen]byte, r record, flags byte) []byte {
-	h := hmac.New(sha256.New, []byte(password))
-	h.Write([]byte("bucketgrid/olric identity v2"))
-	var b []byte
-	for _, f := range []string{string(binding), asker, answerer, string(nonce[:]), r.meta, r.addr} {
-		b = appendField(b, []byte(f))
-	}
-	h.Write(append(b, flags))
-	return h.Sum(nil)
-}
-
-// tlsBinding returns the keying material exported from c's TLS session
-// (RFC 8446 §7.5, RFC 5705) under this package's label, or nil for a
-// connection without TLS. Both ends of one session get the same bytes; no
-// other session does.
-func tlsBinding(c net.Conn) ([]byte, error) {
-	tc, ok := c.(*tls.Conn)
-	if !ok {
-		return nil, nil
-	}
-	cs := tc.ConnectionState()
-	return cs.ExportKeyingMaterial("EXPORTER-bucketgrid-olric-identity", nil, 32)
-}
-
 // answer is a member's answer to the identity question.
 type answer struct {
-	r       record
+	r       trust.Record
 	flags   byte
 	mac     []byte
-	binding []byte            // the connection's, see tlsBinding
+	binding []byte            // the connection's, see trust.Binding
 	leaf    *x509.Certificate // the answerer's, with TLS
 }
 
 // askIdentity asks the member called name for its record over its owner
 // channel (mutual TLS when configured; its certificate must name it),
 // saying who asks.
-func (m *Member) askIdentity(ctx context.Context, name string, nonce [nonceLen]byte) (a answer, err error) {
+func (t *guard) askIdentity(ctx context.Context, name string, nonce [trust.NonceLen]byte) (a answer, err error) {
+	m := t.m
 	c, err := m.dialSpecial(ctx, name, identityPreamble)
 	if err != nil {
 		return a, err
 	}
 	defer c.Close()
-	if a.binding, err = tlsBinding(c); err != nil {
+	if a.binding, err = trust.Binding(c); err != nil {
 		return a, err
 	}
 	if tc, ok := c.(*tls.Conn); ok {
 		a.leaf = tc.ConnectionState().PeerCertificates[0]
 	}
-	if _, err := c.Write(appendField(nonce[:], []byte(m.name))); err != nil {
+	if _, err := c.Write(trust.AppendField(nonce[:], []byte(m.name))); err != nil {
 		return a, err
 	}
 	br := bufio.NewReader(c)
-	meta, err := readField(br, maxMeta)
+	meta, err := trust.ReadField(br, trust.MaxMeta)
 	if err != nil {
 		return a, err
 	}
-	addr, err := readField(br, maxAddr)
+	addr, err := trust.ReadField(br, trust.MaxAddr)
 	if err != nil {
 		return a, err
 	}
@@ -528,7 +493,7 @@ func (m *Member) askIdentity(ctx context.Context, name string, nonce [nonceLen]b
 	if len(meta) == 0 {
 		return a, errors.New("not started yet")
 	}
-	a.r, a.flags, a.mac = record{meta: string(meta), addr: string(addr)}, tail[0], tail[1:]
+	a.r, a.flags, a.mac = trust.Record{Meta: string(meta), Addr: string(addr)}, tail[0], tail[1:]
 	return a, nil
 }
 
@@ -552,7 +517,8 @@ func (m *Member) dialSpecial(ctx context.Context, name string, pre [5]byte) (net
 // name failed, whether that member's channel security differs from this
 // member's: it answers TLS where this member speaks none, or the plain
 // channel where this member speaks TLS. "" means no difference was seen.
-func (m *Member) securityProbe(ctx context.Context, name string) string {
+func (t *guard) securityProbe(ctx context.Context, name string) string {
+	m := t.m
 	addr, err := channelAddr(name)
 	if err != nil {
 		return ""
@@ -567,37 +533,19 @@ func (m *Member) securityProbe(ctx context.Context, name string) string {
 	defer c.Close()
 	dl, _ := ctx.Deadline()
 	c.SetDeadline(dl)
-	if m.creds.client == nil {
+	if t.creds.client == nil {
 		tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
 		if tc.HandshakeContext(ctx) == nil {
 			return "its owner channel requires mutual TLS; this member has none (missing: TLS, TLSCertFile or ChannelSecret)"
 		}
 		return ""
 	}
-	var nonce [nonceLen]byte
-	c.Write(appendField(append(identityPreamble[:], nonce[:]...), []byte(m.name)))
-	if meta, err := readField(bufio.NewReader(c), maxMeta); err == nil && len(meta) > 0 {
+	var nonce [trust.NonceLen]byte
+	c.Write(trust.AppendField(append(identityPreamble[:], nonce[:]...), []byte(m.name)))
+	if meta, err := trust.ReadField(bufio.NewReader(c), trust.MaxMeta); err == nil && len(meta) > 0 {
 		return "its owner channel has no TLS; this member has TLS (the cluster is missing it)"
 	}
 	return ""
-}
-
-// readField reads a uvarint length of at most limit and that many bytes.
-func readField(r *bufio.Reader, limit int) ([]byte, error) {
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, err
-	}
-	if n > uint64(limit) {
-		return nil, errFrame
-	}
-	b := make([]byte, n)
-	_, err = io.ReadFull(r, b)
-	return b, err
-}
-
-func appendField(dst, b []byte) []byte {
-	return append(binary.AppendUvarint(dst, uint64(len(b))), b...)
 }
 
 // serveSpecial serves a connection that opened with another preamble than
@@ -606,7 +554,7 @@ func appendField(dst, b []byte) []byte {
 func (m *Member) serveSpecial(c net.Conn, p [5]byte) {
 	switch p {
 	case identityPreamble:
-		m.serveIdentity(c)
+		m.trust.serveIdentity(c)
 	case tunnelPreamble:
 		m.serveTunnel(c)
 	}
@@ -614,21 +562,22 @@ func (m *Member) serveSpecial(c net.Conn, p [5]byte) {
 
 // serveIdentity answers who this member is: its Olric metadata and gossip
 // address (empty before memberlist started), whether it has a Password and
-// a proof with it (identityMAC) for this connection, the asker it names and
+// a proof with it (trust.MAC) for this connection, the asker it names and
 // this member. With TLS, the asker's certificate must name the asker's
 // host: the answer is for the member proven on this connection only.
-func (m *Member) serveIdentity(c net.Conn) {
+func (t *guard) serveIdentity(c net.Conn) {
+	m := t.m
 	c.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
 	br := bufio.NewReader(c)
-	var nonce [nonceLen]byte
+	var nonce [trust.NonceLen]byte
 	if _, err := io.ReadFull(br, nonce[:]); err != nil {
 		return
 	}
-	asker, err := readField(br, maxAddr)
+	asker, err := trust.ReadField(br, trust.MaxAddr)
 	if err != nil {
 		return
 	}
-	binding, err := tlsBinding(c)
+	binding, err := trust.Binding(c)
 	if err != nil {
 		return
 	}
@@ -639,22 +588,22 @@ func (m *Member) serveIdentity(c net.Conn) {
 			return
 		}
 	}
-	var self record
-	m.trust.mu.Lock()
-	if m.trust.self != nil {
-		self = *m.trust.self
+	var self trust.Record
+	t.mu.Lock()
+	if t.self != nil {
+		self = *t.self
 	}
-	m.trust.mu.Unlock()
-	out := appendField(nil, []byte(self.meta))
-	out = appendField(out, []byte(self.addr))
+	t.mu.Unlock()
+	out := trust.AppendField(nil, []byte(self.Meta))
+	out = trust.AppendField(out, []byte(self.Addr))
 	var flags byte
-	if m.creds.keyring != nil {
-		flags |= proofFlagGossip
+	if t.creds.keyring != nil {
+		flags |= trust.ProofFlagGossip
 	}
-	if m.creds.password != "" {
-		flags |= proofFlagPw
+	if t.creds.password != "" {
+		flags |= trust.ProofFlagPw
 		out = append(out, flags)
-		out = append(out, identityMAC(m.creds.password, binding, string(asker), m.name, nonce, self, flags)...)
+		out = append(out, trust.MAC(t.creds.password, binding, string(asker), m.name, nonce, self, flags)...)
 	} else {
 		out = append(out, flags)
 		out = append(out, make([]byte, sha256.Size)...)

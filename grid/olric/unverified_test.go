@@ -1,13 +1,14 @@
 package olric
 
 import (
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/trust"
 )
 
 // unverifiedLines returns the lines of logs that name addr and
@@ -70,10 +71,10 @@ func TestUnverifiedGossipCounted(t *testing.T) {
 		}
 	}
 	if !waitFor(t, "log", 60*time.Second, everyMember(func(m *Member) bool {
-		return len(unverifiedLines(logOf(m), addr)) > 0 && m.trust.unverified.counts().failed > 0
+		return len(unverifiedLines(logOf(m), addr)) > 0 && m.trust.unverified.Counts().Failed > 0
 	})) {
 		for _, m := range ms {
-			t.Errorf("%s: refused %+v, logged %q", m.Name(), m.trust.unverified.counts(), unverifiedLines(logOf(m), addr))
+			t.Errorf("%s: refused %+v, logged %q", m.Name(), m.trust.unverified.Counts(), unverifiedLines(logOf(m), addr))
 		}
 		t.FailNow()
 	}
@@ -95,10 +96,10 @@ func TestUnverifiedGossipCounted(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(t0)
-	limit := 1 + int(elapsed/refusalLogEvery) // one a minute per node
+	limit := 1 + int(elapsed/trust.RefusalLogEvery) // one a minute per node
 	for _, m := range ms {
-		c := m.trust.unverified.counts()
-		if c.failed+c.noProof < attempts || c.revoked != 0 {
+		c := m.trust.unverified.Counts()
+		if c.Failed+c.NoProof < attempts || c.Revoked != 0 {
 			t.Errorf("%s: refused records %+v, want at least %d failed or pending and none revoked", m.Name(), c, attempts)
 		}
 		lines := unverifiedLines(logOf(m), addr)
@@ -111,42 +112,5 @@ func TestUnverifiedGossipCounted(t *testing.T) {
 			}
 		}
 		t.Logf("%s: refused %+v, logged %q", m.Name(), c, lines)
-	}
-}
-
-// TestUnverifiedLogBounded is an attacker with the gossip key forging
-// records under many gossip addresses, each of which a member fails to
-// verify: the member logs refusalLogBurst lines, then none until the
-// window ends; the next line says how many it suppressed. A revoked
-// node's failures are counted and logged as revoked.
-func TestUnverifiedLogBounded(t *testing.T) {
-	var logs syncBuffer
-	m := &Member{cfg: Config{LogOutput: &logs}, base: time.Now()}
-	m.trust.init(m)
-	tr := &m.trust
-	fail := fmt.Errorf("%w: x: tls: handshake failure", errUnproven)
-	for i := range 10 * refusalLogBurst {
-		addr := net.JoinHostPort("10.0.0.1", strconv.Itoa(1000+i))
-		tr.failedProof(addr, addr, fail)
-		tr.count(addr, addr, errUnproven)
-	}
-	if n := len(unverifiedLines(logs.String(), "10.0.0.1:")); n != refusalLogBurst {
-		t.Errorf("%d lines for %d forged nodes, want %d", n, 10*refusalLogBurst, refusalLogBurst)
-	}
-	// The window ends (as if a minute passed): one more line, with the
-	// count of those suppressed.
-	tr.unverified.mu.Lock()
-	tr.unverified.window -= int64(refusalLogEvery)
-	tr.unverified.mu.Unlock()
-	tr.failedProof("10.0.0.2:1", "10.0.0.2:1", fmt.Errorf("%w: y: %w", errUnproven, errRevoked))
-	tr.count("10.0.0.2:1", "10.0.0.2:1", errUnproven)
-	lines := unverifiedLines(logs.String(), "10.0.0.2:1")
-	want := fmt.Sprintf("(%d similar lines suppressed)", 9*refusalLogBurst)
-	if len(lines) != 1 || !strings.Contains(lines[0], want) || !strings.Contains(lines[0], "revoked") {
-		t.Errorf("after the window: %q, want one line saying revoked and %s", lines, want)
-	}
-	c := tr.unverified.counts()
-	if c != (refusalCounts{failed: 10 * refusalLogBurst, revoked: 1}) {
-		t.Errorf("counts %+v, want %d failed and 1 revoked", c, 10*refusalLogBurst)
 	}
 }

@@ -37,6 +37,7 @@ var floors = [][]string{
 var rooms = map[string][][]string{
 	"grid/olric": {
 		{"grid/olric/internal/fence", "grid/olric/internal/frame", "grid/olric/internal/journal", "grid/olric/internal/lost"},
+		{"grid/olric/internal/trust"},
 	},
 }
 
