@@ -101,6 +101,14 @@ import (
 //	                  ms, saying when ms have passed (see netDeadline)
 //	DRAW p n s        checks p0 … p(n-1) for s seconds, buckets of
 //	                  drawCapacity (see netDraw)
+//	KEYOF addr p n    one of p0 … p(n-1) this member's routing gives to the
+//	                  member on host addr: "KEYOF key", "KEYOF -" if none
+//	STALL             the longest this process's scheduler kept a goroutine
+//	                  sleeping 1 ms from running, beyond the 1 ms, since the
+//	                  last STALL (see stallMonitor): "STALL µs"
+//	STRICT p n c s ms d checks p0 … p(n-1) for s seconds and c checks, each
+//	                  bounded by d ms, judged against ctx.Deadline (see
+//	                  netStrictDeadline)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -185,6 +193,7 @@ func netMemberMain() int {
 		return 1
 	}
 	fmt.Println("UP")
+	stalls := newStallMonitor()
 	cfg, _ := core.NewConfig(core.Intervally(netCapacity, netCapacity, time.Hour))
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -422,6 +431,19 @@ func netMemberMain() int {
 			netDeadline(m, &cfg, f[1], arg(2), arg(3), arg(4), arg(5))
 		case "DRAW":
 			netDraw(m, f[1], arg(2), arg(3))
+		case "KEYOF":
+			key := "-"
+			for i := range arg(3) {
+				if k := f[2] + strconv.Itoa(i); strings.HasPrefix(m.Owner(k), f[1]+":") {
+					key = k
+					break
+				}
+			}
+			fmt.Println("KEYOF", key)
+		case "STALL":
+			fmt.Println("STALL", stalls.worst.Swap(0)/int64(time.Microsecond))
+		case "STRICT":
+			netStrictDeadline(m, &cfg, stalls, f[1], arg(2), arg(3), arg(4), arg(5), arg(6))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:
