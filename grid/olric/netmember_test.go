@@ -94,6 +94,8 @@ import (
 //	GOSSIP            how many times this member's gossip took another
 //	                  member for suspect and for dead (see gossipEvents):
 //	                  "GOSSIP suspect dead"
+//	DEADAT            when this member's gossip last took another member
+//	                  for dead: "DEADAT unix-ns" (0: never)
 //	OWNED p n         which of p0 … p(n-1) this member owns: "OWNED i …"
 //	DEGRADE p n s ms  checks with degrade on and off for s seconds, saying
 //	                  when ms have passed (see netDegrade)
@@ -106,9 +108,9 @@ import (
 //	STALL             the longest this process's scheduler kept a goroutine
 //	                  sleeping 1 ms from running, beyond the 1 ms, since the
 //	                  last STALL (see stallMonitor): "STALL µs"
-//	STRICT p n c s ms d checks p0 … p(n-1) for s seconds and c checks, each
-//	                  bounded by d ms, judged against ctx.Deadline (see
-//	                  netStrictDeadline)
+//	STRICT p n c s ms d slack checks p0 … p(n-1) for s seconds and c
+//	                  checks, each bounded by d ms, judged against
+//	                  ctx.Deadline with slack ms (see netStrictDeadline)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -368,12 +370,26 @@ func netMemberMain() int {
 				wg.Go(func() {
 					start := time.Now()
 					last, worst := start, time.Duration(0)
+					// k0's owner and error whenever either changed: written
+					// to stderr when k0 waited over a second.
+					var trace []string
+					var was string
 					for {
 						t0 := time.Now()
 						ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 						_, err := m.Execute(ctx, key, availableReq(&cfg))
 						cancel()
+						if i == 0 {
+							now := fmt.Sprint(m.Owner(key), " ", err)
+							if now != was && len(trace) < 100 {
+								trace = append(trace, fmt.Sprintf("+%dms owner %s", time.Since(start).Milliseconds(), now))
+							}
+							was = now
+						}
 						if i == 0 && err == nil {
+							if time.Since(start) > time.Second {
+								fmt.Fprintf(os.Stderr, "OUTAGE of %s on %s took %v:\n\t%s\n", key, m.Name(), time.Since(start), strings.Join(trace, "\n\t"))
+							}
 							out[0] = strconv.FormatInt(time.Since(start).Milliseconds(), 10)
 							end.Store(time.Now().Add(1600 * time.Millisecond).UnixNano())
 							close(done)
@@ -417,6 +433,8 @@ func netMemberMain() int {
 			fmt.Println("HANDOVERS", m.handovers.Load())
 		case "GOSSIP":
 			fmt.Println("GOSSIP", gossip.suspect.Load(), gossip.dead.Load())
+		case "DEADAT":
+			fmt.Println("DEADAT", gossip.deadAt.Load())
 		case "OWNED":
 			out := []string{"OWNED"}
 			for i := range arg(2) {
@@ -443,7 +461,7 @@ func netMemberMain() int {
 		case "STALL":
 			fmt.Println("STALL", stalls.worst.Swap(0)/int64(time.Microsecond))
 		case "STRICT":
-			netStrictDeadline(m, &cfg, stalls, f[1], arg(2), arg(3), arg(4), arg(5), arg(6))
+			netStrictDeadline(m, &cfg, stalls, f[1], arg(2), arg(3), arg(4), arg(5), arg(6), arg(7))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:
@@ -461,7 +479,8 @@ func init() { children[netMemberEnv] = netMemberMain }
 // memberlist.msg.dead when it turns to dead (or left, a graceful leave).
 // memberlist counts only such changes: a repeated or refuted message, or
 // one about this member itself, counts nothing.
-type gossipEvents struct{ suspect, dead atomic.Int64 }
+// deadAt is when (Unix nanoseconds) the latest death was counted.
+type gossipEvents struct{ suspect, dead, deadAt atomic.Int64 }
 
 func (g *gossipEvents) IncrCounterWithLabels(key []string, _ float32, _ []metrics.Label) {
 	switch strings.Join(key, ".") {
@@ -469,6 +488,7 @@ func (g *gossipEvents) IncrCounterWithLabels(key []string, _ float32, _ []metric
 		g.suspect.Add(1)
 	case "memberlist.msg.dead":
 		g.dead.Add(1)
+		g.deadAt.Store(time.Now().UnixNano())
 	}
 }
 
