@@ -87,6 +87,8 @@ import (
 //	SHRINKS           how many routing reads showed fewer members than the
 //	                  read before (hand-overs after a member was lost):
 //	                  "SHRINKS n"
+//	FAILOVER key      one check of key bounded by 5 s, as a patient caller
+//	                  waits out a fail-over: "FAILOVER ms ok-or-error"
 //	LATENCY key n     n checks of key, one after the other, each bounded by
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	HANDOVERS         how many partitions this member guarded after a
@@ -413,6 +415,19 @@ func netMemberMain() int {
 			}
 			wg.Wait()
 			fmt.Println("OUTAGE", strings.Join(out, " "), time.Duration(held.Load()).Milliseconds())
+		case "FAILOVER":
+			// key checked at once by a patient caller (one check bounded
+			// by 5 s) and, meanwhile, by the OUTAGE loop: "FAILOVER
+			// patient-ms error-or-ok".
+			t0 := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := m.Execute(ctx, f[1], availableReq(&cfg))
+			cancel()
+			res := "ok"
+			if err != nil {
+				res = strings.ReplaceAll(err.Error(), " ", "_")
+			}
+			fmt.Println("FAILOVER", time.Since(t0).Milliseconds(), res)
 		case "LATENCY":
 			// n checks of key one after the other.
 			var took []time.Duration
