@@ -89,6 +89,8 @@ import (
 //	                  "SHRINKS n"
 //	FAILOVER key      one check of key bounded by 5 s, as a patient caller
 //	                  waits out a fail-over: "FAILOVER ms ok-or-error"
+//	WATCH p n s       checks the keys of p0 … p(n-1) this member owns for s
+//	                  seconds (see netWatch): "WATCH keys worst-ms failed"
 //	LATENCY key n     n checks of key, one after the other, each bounded by
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	HANDOVERS         how many partitions this member guarded after a
@@ -428,6 +430,8 @@ func netMemberMain() int {
 				res = strings.ReplaceAll(err.Error(), " ", "_")
 			}
 			fmt.Println("FAILOVER", time.Since(t0).Milliseconds(), res)
+		case "WATCH":
+			netWatch(m, &cfg, f[1], arg(2), arg(3))
 		case "LATENCY":
 			// n checks of key one after the other.
 			var took []time.Duration
