@@ -651,6 +651,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 			o = m.remote(ctx, owner, kind, key, req, merge, remaining(ctx, budget))
 		}
 		var wait time.Duration
+		var read <-chan struct{} // ends the wait early: this member's next routing read
 		switch o.kind {
 		case frame.KindOK:
 			return o, nil
@@ -668,6 +669,13 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 		case frame.KindHold:
 			last = errors.New("owner holding the key during a hand-over")
 			wait = time.Duration(o.hold)
+			// The guard may end before o.hold: a read proving the previous
+			// owner dead skips it (skipGuards), and a caller waiting out
+			// the whole HandoverGrace would stay held for nothing. So the
+			// wait ends at this member's next routing read too, or at once
+			// if one came since the outcome's: the local guard is then
+			// judged again, a remote one at most RoutingRefresh late.
+			read = m.nextRead(r)
 		default:
 			if !o.retry || ctx.Err() != nil {
 				return outcome{}, o.err
@@ -683,6 +691,8 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
+		case <-read:
+			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
 			return outcome{}, fmt.Errorf("bucketgrid/olric: %w (%v)", ctx.Err(), last)

@@ -87,6 +87,10 @@ import (
 //	SHRINKS           how many routing reads showed fewer members than the
 //	                  read before (hand-overs after a member was lost):
 //	                  "SHRINKS n"
+//	FAILOVER key      one check of key bounded by 5 s, as a patient caller
+//	                  waits out a fail-over: "FAILOVER ms ok-or-error"
+//	WATCH p n s       checks the keys of p0 … p(n-1) this member owns for s
+//	                  seconds (see netWatch): "WATCH keys worst-ms failed"
 //	LATENCY key n     n checks of key, one after the other, each bounded by
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	HANDOVERS         how many partitions this member guarded after a
@@ -94,6 +98,8 @@ import (
 //	GOSSIP            how many times this member's gossip took another
 //	                  member for suspect and for dead (see gossipEvents):
 //	                  "GOSSIP suspect dead"
+//	DEADAT            when this member's gossip last took another member
+//	                  for dead: "DEADAT unix-ns" (0: never)
 //	OWNED p n         which of p0 … p(n-1) this member owns: "OWNED i …"
 //	DEGRADE p n s ms  checks with degrade on and off for s seconds, saying
 //	                  when ms have passed (see netDegrade)
@@ -101,6 +107,14 @@ import (
 //	                  ms, saying when ms have passed (see netDeadline)
 //	DRAW p n s        checks p0 … p(n-1) for s seconds, buckets of
 //	                  drawCapacity (see netDraw)
+//	KEYOF addr p n    one of p0 … p(n-1) this member's routing gives to the
+//	                  member on host addr: "KEYOF key", "KEYOF -" if none
+//	STALL             the longest this process's scheduler kept a goroutine
+//	                  sleeping 1 ms from running, beyond the 1 ms, since the
+//	                  last STALL (see stallMonitor): "STALL µs"
+//	STRICT p n c s ms d slack checks p0 … p(n-1) for s seconds and c
+//	                  checks, each bounded by d ms, judged against
+//	                  ctx.Deadline with slack ms (see netStrictDeadline)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -185,6 +199,7 @@ func netMemberMain() int {
 		return 1
 	}
 	fmt.Println("UP")
+	stalls := newStallMonitor()
 	cfg, _ := core.NewConfig(core.Intervally(netCapacity, netCapacity, time.Hour))
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -359,12 +374,26 @@ func netMemberMain() int {
 				wg.Go(func() {
 					start := time.Now()
 					last, worst := start, time.Duration(0)
+					// k0's owner and error whenever either changed: written
+					// to stderr when k0 waited over a second.
+					var trace []string
+					var was string
 					for {
 						t0 := time.Now()
 						ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 						_, err := m.Execute(ctx, key, availableReq(&cfg))
 						cancel()
+						if i == 0 {
+							now := fmt.Sprint(m.Owner(key), " ", err)
+							if now != was && len(trace) < 100 {
+								trace = append(trace, fmt.Sprintf("+%dms owner %s", time.Since(start).Milliseconds(), now))
+							}
+							was = now
+						}
 						if i == 0 && err == nil {
+							if time.Since(start) > time.Second {
+								fmt.Fprintf(os.Stderr, "OUTAGE of %s on %s took %v:\n\t%s\n", key, m.Name(), time.Since(start), strings.Join(trace, "\n\t"))
+							}
 							out[0] = strconv.FormatInt(time.Since(start).Milliseconds(), 10)
 							end.Store(time.Now().Add(1600 * time.Millisecond).UnixNano())
 							close(done)
@@ -388,6 +417,21 @@ func netMemberMain() int {
 			}
 			wg.Wait()
 			fmt.Println("OUTAGE", strings.Join(out, " "), time.Duration(held.Load()).Milliseconds())
+		case "FAILOVER":
+			// key checked at once by a patient caller (one check bounded
+			// by 5 s) and, meanwhile, by the OUTAGE loop: "FAILOVER
+			// patient-ms error-or-ok".
+			t0 := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := m.Execute(ctx, f[1], availableReq(&cfg))
+			cancel()
+			res := "ok"
+			if err != nil {
+				res = strings.ReplaceAll(err.Error(), " ", "_")
+			}
+			fmt.Println("FAILOVER", time.Since(t0).Milliseconds(), res)
+		case "WATCH":
+			netWatch(m, &cfg, f[1], arg(2), arg(3))
 		case "LATENCY":
 			// n checks of key one after the other.
 			var took []time.Duration
@@ -408,6 +452,8 @@ func netMemberMain() int {
 			fmt.Println("HANDOVERS", m.handovers.Load())
 		case "GOSSIP":
 			fmt.Println("GOSSIP", gossip.suspect.Load(), gossip.dead.Load())
+		case "DEADAT":
+			fmt.Println("DEADAT", gossip.deadAt.Load())
 		case "OWNED":
 			out := []string{"OWNED"}
 			for i := range arg(2) {
@@ -422,6 +468,19 @@ func netMemberMain() int {
 			netDeadline(m, &cfg, f[1], arg(2), arg(3), arg(4), arg(5))
 		case "DRAW":
 			netDraw(m, f[1], arg(2), arg(3))
+		case "KEYOF":
+			key := "-"
+			for i := range arg(3) {
+				if k := f[2] + strconv.Itoa(i); strings.HasPrefix(m.Owner(k), f[1]+":") {
+					key = k
+					break
+				}
+			}
+			fmt.Println("KEYOF", key)
+		case "STALL":
+			fmt.Println("STALL", stalls.worst.Swap(0)/int64(time.Microsecond))
+		case "STRICT":
+			netStrictDeadline(m, &cfg, stalls, f[1], arg(2), arg(3), arg(4), arg(5), arg(6), arg(7))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:
@@ -439,7 +498,8 @@ func init() { children[netMemberEnv] = netMemberMain }
 // memberlist.msg.dead when it turns to dead (or left, a graceful leave).
 // memberlist counts only such changes: a repeated or refuted message, or
 // one about this member itself, counts nothing.
-type gossipEvents struct{ suspect, dead atomic.Int64 }
+// deadAt is when (Unix nanoseconds) the latest death was counted.
+type gossipEvents struct{ suspect, dead, deadAt atomic.Int64 }
 
 func (g *gossipEvents) IncrCounterWithLabels(key []string, _ float32, _ []metrics.Label) {
 	switch strings.Join(key, ".") {
@@ -447,6 +507,7 @@ func (g *gossipEvents) IncrCounterWithLabels(key []string, _ float32, _ []metric
 		g.suspect.Add(1)
 	case "memberlist.msg.dead":
 		g.dead.Add(1)
+		g.deadAt.Store(time.Now().UnixNano())
 	}
 }
 

@@ -280,6 +280,21 @@ func (m *Member) waitRefresh(ctx context.Context) error {
 	}
 }
 
+// nextRead returns a channel closed when the refresher's next read ends,
+// or one already closed when a read newer than r was published.
+func (m *Member) nextRead(r *routes) <-chan struct{} {
+	m.genMu.Lock()
+	ch := m.genCh
+	m.genMu.Unlock()
+	if m.routes.Load() != r {
+		return closedChan
+	}
+	return ch
+}
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // events kicks a refresh on every Olric cluster event.
 func (m *Member) events(ch <-chan *redis.Message) {
 	defer m.wg.Done()
