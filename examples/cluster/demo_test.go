@@ -157,35 +157,49 @@ func TestAPI(t *testing.T) {
 	c := newClient(t)
 
 	// 12 concurrent requests of one client, 4 at each member: exactly 5 pass.
-	var mu sync.Mutex
+	// A member whose check took longer than the demo's timeout (a loaded
+	// machine under -race) lets the request through and counts it failed:
+	// the round then cannot judge the limit, and runs again with a new
+	// client, up to three times.
 	var ok, limited []*http.Response
-	var wg sync.WaitGroup
-	for i := range 12 {
-		wg.Go(func() {
-			resp := c.quote(urls[i%3], "alice")
-			mu.Lock()
-			defer mu.Unlock()
-			switch resp.StatusCode {
-			case http.StatusOK:
-				ok = append(ok, resp)
-			case http.StatusTooManyRequests:
-				limited = append(limited, resp)
-			default:
-				t.Errorf("member %d: %s", i%3+1, resp.Status)
-			}
-		})
-	}
-	wg.Wait()
-	if len(ok) != 5 || len(limited) != 7 {
-		t.Fatalf("alice: %d allowed, %d limited; want 5 and 7", len(ok), len(limited))
-	}
-	var allowed, denied, failed uint64
-	for _, u := range urls {
-		s := c.state(u, "alice")
-		allowed, denied, failed = allowed+s.Allowed, denied+s.Denied, failed+s.Failed
-	}
-	if allowed != 5 || denied != 7 || failed != 0 {
-		t.Errorf("members counted %d allowed, %d denied, %d failed; want 5, 7, 0", allowed, denied, failed)
+	client := "alice"
+	for attempt := 1; ; attempt++ {
+		var mu sync.Mutex
+		ok, limited = nil, nil
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Go(func() {
+				resp := c.quote(urls[i%3], client)
+				mu.Lock()
+				defer mu.Unlock()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					ok = append(ok, resp)
+				case http.StatusTooManyRequests:
+					limited = append(limited, resp)
+				default:
+					t.Errorf("member %d: %s", i%3+1, resp.Status)
+				}
+			})
+		}
+		wg.Wait()
+		var allowed, denied, failed uint64
+		for _, u := range urls {
+			s := c.state(u, client)
+			allowed, denied, failed = allowed+s.Allowed, denied+s.Denied, failed+s.Failed
+		}
+		if failed > 0 && attempt < 3 {
+			t.Logf("%s: %d checks failed (timed out) and were let through; again with another client", client, failed)
+			client = fmt.Sprintf("alice%d", attempt+1)
+			continue
+		}
+		if len(ok) != 5 || len(limited) != 7 {
+			t.Fatalf("%s: %d allowed, %d limited; want 5 and 7", client, len(ok), len(limited))
+		}
+		if allowed != 5 || denied != 7 || failed != 0 {
+			t.Errorf("members counted %d allowed, %d denied, %d failed; want 5, 7, 0", allowed, denied, failed)
+		}
+		break
 	}
 
 	// Each admitted request saw its own decision: remaining 4, 3, 2, 1, 0.
@@ -228,9 +242,9 @@ func TestAPI(t *testing.T) {
 	// Every member sees the same bucket, owned by one of them.
 	var owners []int
 	for _, u := range urls {
-		b := c.state(u, "alice").Bucket
-		if b.Key != "X-Api-Key:alice" || !b.Stored || b.Tokens != 0 || b.Capacity != 5 || b.Version != 1 || b.OwnerIndex == 0 {
-			t.Errorf("%s sees alice's bucket as %+v", u, b)
+		b := c.state(u, client).Bucket
+		if b.Key != "X-Api-Key:"+client || !b.Stored || b.Tokens != 0 || b.Capacity != 5 || b.Version != 1 || b.OwnerIndex == 0 {
+			t.Errorf("%s sees %s's bucket as %+v", u, client, b)
 		}
 		owners = append(owners, b.OwnerIndex)
 	}
@@ -281,21 +295,25 @@ func TestAPI(t *testing.T) {
 		t.Errorf("bob after the change: %s, %v", resp.Status, resp.Header)
 	}
 	// Alice's empty bucket stays empty at the new capacity.
-	if resp := c.quote(urls[0], "alice"); resp.StatusCode != http.StatusTooManyRequests ||
+	if resp := c.quote(urls[0], client); resp.StatusCode != http.StatusTooManyRequests ||
 		resp.Header.Get("RateLimit-Policy") != `"minute";q=20;w=600` {
-		t.Errorf("alice after the change: %s, %v", resp.Status, resp.Header)
+		t.Errorf("%s after the change: %s, %v", client, resp.Status, resp.Header)
 	}
 	for _, u := range urls {
 		if b := c.state(u, "bob").Bucket; b.Version != 2 || b.Capacity != 20 || b.RefillPerMinute != 2 || b.Tokens != 7 {
 			t.Errorf("%s sees bob's bucket as %+v", u, b)
 		}
-		if b := c.state(u, "alice").Bucket; b.Version != 2 || b.Capacity != 20 || b.Tokens != 0 {
-			t.Errorf("%s sees alice's bucket as %+v", u, b)
+		if b := c.state(u, client).Bucket; b.Version != 2 || b.Capacity != 20 || b.Tokens != 0 {
+			t.Errorf("%s sees %s's bucket as %+v", u, client, b)
 		}
 	}
 
 	// Two members changing the limit at once get different versions.
-	var vs []int64
+	var (
+		vs []int64
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
 	for i := range 2 {
 		wg.Go(func() {
 			_, l := c.setLimit(urls[i], 30+int64(i), 3)
