@@ -197,26 +197,42 @@ func (r ProbeResult) Extra() int { return max(0, r.Got-r.Want-r.WriteErrors) }
 // a compare-and-swap loop is not fair, and that is no fault of the store.)
 const probePatience = 5 * time.Second
 
+// probeReserve is the part of ctx's time the probe keeps for the
+// increments under way and its final read: it starts no increment later.
+const probeReserve = 10 * time.Second
+
+// probeMinimum is the fewest acknowledged increments per worker a probe
+// cut short by its context's deadline judges on.
+const probeMinimum = 10
+
 // AtomicityProbe has workers goroutines each add 1, each times, to a decimal
 // counter at key through the store SPI alone (Get, then Insert or Replace,
 // retrying lost races and failed reads), and returns the acknowledged and
 // the final count. It detects stores whose compare-and-swap is not atomic
 // under concurrent connections, stores that apply a write but report a lost
 // race, and stores that report a live key absent. A failed write is counted
-// (its outcome is unknown) and not retried. It returns an error when ctx
-// ends, when the counter is corrupt, when more than a tenth of the
-// increments fail, or when one increment cannot succeed for 5 s.
+// (its outcome is unknown) and not retried. When ctx has a deadline, the
+// workers start no increment within 10 s of it, and a probe so cut short
+// (a slow store, a loaded machine) judges the increments it made, if every
+// worker's share came to at least 10 acknowledged increments. It returns
+// an error when ctx ends first, when fewer increments were made, when the
+// counter is corrupt, when more than a tenth of the increments fail, or
+// when one increment cannot succeed for 5 s.
 func AtomicityProbe(ctx context.Context, s cas.Store, key string, workers, each int) (ProbeResult, error) {
 	var wg sync.WaitGroup
 	var p probe
 	p.progress.Store(time.Now().UnixNano())
+	stop := time.Time{}
+	if dl, ok := ctx.Deadline(); ok {
+		stop = dl.Add(-probeReserve)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < each && ctx.Err() == nil; i++ {
+			for i := 0; i < each && ctx.Err() == nil && (stop.IsZero() || time.Now().Before(stop)); i++ {
 				if err := p.increment(ctx, s, key, workers*each); err != nil {
 					cancel(err)
 				}
@@ -228,6 +244,9 @@ func AtomicityProbe(ctx context.Context, s cas.Store, key string, workers, each 
 		return ProbeResult{}, err
 	}
 	r := ProbeResult{Want: int(p.ok.Load()), WriteErrors: int(p.writeErrs.Load()), Absent: int(p.absent.Load())}
+	if r.Want < workers*each && r.Want < workers*probeMinimum {
+		return r, fmt.Errorf("tck: the probe made %d acknowledged increments of %d before its deadline, too few (< %d) to judge", r.Want, workers*each, workers*probeMinimum)
+	}
 	data, _, found, err := s.Get(ctx, key)
 	if err != nil {
 		return r, err
@@ -319,7 +338,7 @@ func checkProbe(e *env) {
 	if err != nil {
 		e.Fatalf("atomicity probe (%d workers × %d increments through Get+Insert/Replace): %v", w, each, err)
 	}
-	e.Logf("atomicity probe: %d acknowledged increments, counter %d, %d failed writes, %d spurious absences", r.Want, r.Got, r.WriteErrors, r.Absent)
+	e.Logf("atomicity probe: %d acknowledged increments (of %d planned), counter %d, %d failed writes, %d spurious absences", r.Want, w*each, r.Got, r.WriteErrors, r.Absent)
 	if r.Lost() > 0 {
 		e.Errorf("atomicity probe: %d concurrent increments through Get+Replace were acknowledged, but the counter ended at %d: %d lost. Replace is not an atomic compare-and-swap under concurrency (or writes are dropped): compare the version and write in one indivisible step of the store", r.Want, r.Got, r.Lost())
 	}
