@@ -455,6 +455,12 @@ var replyChans = sync.Pool{New: func() any { return make(chan reply, 1) }}
 // writer goroutine, and an idle one pays a yield that returns at once. Each
 // write must finish within ChannelIOTimeout, and wbuf holds at most
 // maxPendingWrite bytes.
+//
+// A frame keeps its caller's deadline while it waits in wbuf: when its
+// write begins (takeBatch), a frame whose caller stopped waiting is dropped,
+// one whose budget ran out is dropped and answered errExpired, and the
+// others carry the budget left at that moment, so an owner never executes a
+// request its caller no longer waits for.
 type peer struct {
 	m    *Member
 	name string
@@ -466,7 +472,47 @@ type peer struct {
 	err      error
 	wbuf     []byte
 	spare    []byte
+	queued   []queued // the frames in wbuf, in order
 	flushing bool
+}
+
+// queued is a frame waiting in peer.wbuf: wbuf[start:end], its budget at
+// wbuf[budgetAt:] (frame.BudgetLen bytes), its caller waiting until
+// notAfter (Member.mono nanoseconds).
+type queued struct {
+	id                   uint64
+	start, end, budgetAt int
+	notAfter             int64
+}
+
+// takeBatch takes the frames in wbuf for one write and leaves wbuf empty.
+// It drops the frames of callers that stopped waiting, answers errExpired
+// to those whose budget ran out and drops their frames, and writes into the
+// others the budget they have left now. Bytes before the first frame (the
+// preamble) go out as they are. Call it holding p.mu.
+func (p *peer) takeBatch() []byte {
+	buf, now := p.wbuf, p.m.mono()
+	w := len(buf)
+	if len(p.queued) > 0 {
+		w = p.queued[0].start
+	}
+	for _, q := range p.queued {
+		ch, waiting := p.pending[q.id]
+		left := q.notAfter - now
+		if waiting && left <= 0 {
+			delete(p.pending, q.id)
+			ch <- reply{err: errExpired}
+		}
+		if !waiting || left <= 0 {
+			continue
+		}
+		frame.PutBudget(buf[q.budgetAt:], uint64(left))
+		w += copy(buf[w:], buf[q.start:q.end])
+	}
+	p.queued = p.queued[:0]
+	p.wbuf = p.spare[:0]
+	p.spare = nil
+	return buf[:w]
 }
 
 // channelAddr returns the owner-channel address of the member called name
@@ -629,7 +675,8 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Reques
 	}
 	start := len(p.wbuf)
 	p.wbuf = frame.AppendHeader(p.wbuf, p.nextID+1, kind)
-	p.wbuf = binary.AppendUvarint(p.wbuf, uint64(budget))
+	budgetAt := len(p.wbuf)
+	p.wbuf = frame.AppendBudget(p.wbuf, uint64(budget))
 	p.wbuf = frame.AppendKey(p.wbuf, key)
 	if req != nil {
 		p.wbuf = wire.AppendRequest(p.wbuf, req)
@@ -645,14 +692,18 @@ func (p *peer) call(ctx context.Context, kind byte, key string, req *wire.Reques
 	p.nextID++
 	id := p.nextID
 	p.pending[id] = ch
+	p.queued = append(p.queued, queued{id: id, start: start, end: len(p.wbuf), budgetAt: budgetAt, notAfter: p.m.mono() + int64(budget)})
 	if !p.flushing {
 		p.flushing = true
 		p.mu.Unlock()
 		runtime.Gosched() // let runnable callers append first (see peer)
 		p.mu.Lock()
 		for len(p.wbuf) > 0 && p.err == nil {
-			buf := p.wbuf
-			p.wbuf = p.spare[:0]
+			buf := p.takeBatch()
+			if len(buf) == 0 {
+				p.spare = buf
+				continue
+			}
 			p.mu.Unlock()
 			p.c.SetWriteDeadline(time.Now().Add(p.m.cfg.ChannelIOTimeout))
 			_, err := p.c.Write(buf)

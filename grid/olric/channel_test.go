@@ -6,9 +6,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,5 +280,178 @@ func TestOwnerChannelRejectsGarbage(t *testing.T) {
 	resp, err := m.Execute(context.Background(), "after-garbage", consumeReq(&cfg, 2))
 	if err != nil || !resp.Results[0].OK {
 		t.Fatalf("member stopped serving: %v %v", resp, err)
+	}
+}
+
+// TestChannelBatchesWrites loads one owner-channel connection with 64
+// concurrent callers (Execute on one member, for keys the other owns) and counts, from /proc/self/io, the write system calls
+// the process made (the caller's and the owner's, both ends in this
+// process) per request: a batched channel writes every pending request to
+// the owner at once and every ready answer back at once, so a busy
+// connection costs far less than a write per request on either side.
+func TestChannelBatchesWrites(t *testing.T) {
+	if r, w := ioCalls(); r < 0 || w < 0 {
+		t.Skip("no /proc/self/io on this system")
+	}
+	ms := startCluster(t, 2, nil)
+	ctx := context.Background()
+	const callers, calls = 64, 150
+	keys := ownedKeys(ms[1], "batch-", callers)
+	cfg := testBucket(1 << 40)
+	req := consumeReq(&cfg, 1)
+	for _, k := range keys { // create the buckets: a first Put costs Olric more
+		if _, err := ms[0].Execute(ctx, k, req); err != nil {
+			t.Fatalf("warm-up: %v", err)
+		}
+	}
+	reads0, writes0 := ioCalls()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for c := range callers {
+		wg.Go(func() {
+			for range calls {
+				if _, err := ms[0].Execute(ctx, keys[c], req); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	reads1, writes1 := ioCalls()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d calls failed", n, callers*calls)
+	}
+	reads := float64(reads1-reads0) / (callers * calls)
+	writes := float64(writes1-writes0) / (callers * calls)
+	t.Logf("%d callers on one connection: %.3f writes and %.3f reads per request, both ends", callers, writes, reads)
+	if writes > 0.5 {
+		t.Errorf("%.3f write system calls per request with %d concurrent callers on one connection, want at most 0.5", writes, callers)
+	}
+}
+
+// BenchmarkOwnerChannel runs checks over one owner-channel connection
+// (Execute on one member for keys the other owns, both in this process) from 1, 2, 4 and 64 concurrent
+// callers, and reports the read and write system calls of both ends per
+// check (from /proc/self/io). Count the rest (futexes, epoll waits, the
+// runtime's sleeps) with perf stat around a run of the test binary.
+func BenchmarkOwnerChannel(b *testing.B) {
+	ms := startCluster(b, 2, nil)
+	ctx := context.Background()
+	cfg := testBucket(1 << 40)
+	req := consumeReq(&cfg, 1)
+	keys := ownedKeys(ms[1], "bench-channel-", 64)
+	for _, callers := range []int{1, 2, 4, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			reads0, writes0 := ioCalls()
+			for c := range callers {
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) {
+						if _, err := ms[0].Execute(ctx, keys[c], req); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			reads1, writes1 := ioCalls()
+			if reads0 >= 0 && reads1 >= 0 {
+				b.ReportMetric(float64(reads1-reads0)/float64(b.N), "reads/op")
+				b.ReportMetric(float64(writes1-writes0)/float64(b.N), "writes/op")
+			}
+		})
+	}
+}
+
+// TestQueuedRequestsKeepTheirDeadline holds a caller's writes back (the
+// connection to the owner is relayed only when the test says so) while
+// requests queue behind a write in progress: one whose caller's context
+// ends while it is queued, and one whose budget runs out while it is
+// queued. Each fails with context.DeadlineExceeded, and neither is executed
+// afterwards: the owner never sees a request whose caller stopped waiting.
+func TestQueuedRequestsKeepTheirDeadline(t *testing.T) {
+	owner := startCluster(t, 1, nil)[0]
+	m := &Member{peers: map[string]*peer{}, base: time.Now()}
+	m.cfg.ChannelIOTimeout = time.Minute
+	caller, relayed := net.Pipe()
+	t.Cleanup(func() { caller.Close(); relayed.Close() })
+	release := make(chan struct{})
+	go func() {
+		<-release
+		c, err := net.Dial("tcp", owner.ChannelAddr())
+		if err != nil {
+			relayed.Close()
+			return
+		}
+		defer c.Close()
+		go io.Copy(relayed, c)
+		io.Copy(c, relayed)
+	}()
+	p := &peer{m: m, name: owner.Name(), c: caller, pending: map[uint64]chan reply{}, wbuf: append([]byte(nil), frame.Preamble[:]...)}
+	m.wg.Add(1)
+	go p.read()
+	t.Cleanup(func() { p.fail(errors.New("test over")) })
+
+	cfg := testBucket(5)
+	consume := consumeReq(&cfg, 1)
+	first := make(chan reply, 1)
+	go func() { first <- p.call(context.Background(), frame.KindExecute, "first", &consume, nil, time.Minute) }()
+	// Wait until the first call is writing, blocked until the relay starts.
+	for {
+		p.mu.Lock()
+		writing := p.flushing && len(p.wbuf) == 0
+		p.mu.Unlock()
+		if writing {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The caller's context ends while its request is queued.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	left := p.call(ctx, frame.KindExecute, "left", &consume, nil, 50*time.Millisecond)
+	cancel()
+	if !errors.Is(left.err, context.DeadlineExceeded) {
+		t.Fatalf("caller whose context ended: %v, want context.DeadlineExceeded", left.err)
+	}
+	// The budget runs out while the request is queued; the caller waits on.
+	expired := make(chan reply, 1)
+	go func() {
+		expired <- p.call(context.Background(), frame.KindExecute, "expired", &consume, nil, 50*time.Millisecond)
+	}()
+	for { // queued
+		p.mu.Lock()
+		n := len(p.pending)
+		p.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the budget must pass while it is queued, on purpose
+	close(release)
+	if r := <-first; r.err != nil || r.kind != frame.KindOK {
+		t.Fatalf("first call: kind %d, %v", r.kind, r.err)
+	}
+	select {
+	case r := <-expired:
+		if !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Errorf("request whose budget passed while queued: kind %d, %v, want context.DeadlineExceeded", r.kind, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("request whose budget passed while queued: no answer in 30 s")
+	}
+	// Frames go out and are executed in order: a request after them sees
+	// whatever they did.
+	avail := availableReq(&cfg)
+	for _, key := range []string{"left", "expired"} {
+		r := p.call(context.Background(), frame.KindExecute, key, &avail, nil, time.Minute)
+		if r.err != nil || r.kind != frame.KindOK {
+			t.Fatalf("%s: kind %d, %v", key, r.kind, r.err)
+		}
+		if got := r.resp.Results[0].Tokens; got != 5 {
+			t.Errorf("%s: %d tokens left, want 5: executed after its caller stopped waiting", key, got)
+		}
 	}
 }

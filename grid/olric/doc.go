@@ -373,8 +373,11 @@
 // previous owner runs on a goroutine of its own, and its caller (or the
 // owner channel, for a remote caller) stops waiting at the deadline: the
 // context's, Config.RequestTimeout without one, or the budget a remote
-// caller sent. An execution that gets the key's lock after its caller left
-// runs nothing; one its caller left while it was in Olric completes, and
+// caller sent. A request still waiting on the caller's side of the owner
+// channel when its caller leaves, or when its budget runs out (then
+// answered with context.DeadlineExceeded), is never sent; one that is sent
+// carries the budget left when its write began. An execution that gets the
+// key's lock after its caller left runs nothing; one its caller left while it was in Olric completes, and
 // what it consumed stays consumed, as for any answer lost on the way. A
 // partition that is this member's alone (ReplicaCount 1, once no previous
 // owner holds data of it) executes in place, as before. At most 4,096

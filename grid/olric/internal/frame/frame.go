@@ -27,8 +27,9 @@ import (
 //
 // A caller sends KindExecute (uvarint budget, uvarint key length, key, core
 // request bytes) or KindRemove (uvarint budget, uvarint key length, key).
-// The budget is the nanoseconds the caller still waits for the answer; the
-// owner measures it from when it reads the frame and drops the request
+// The budget is the nanoseconds the caller still waits for the answer when
+// the frame is written (a caller may pad it to BudgetLen bytes); the owner
+// measures it from when it reads the frame and drops the request
 // (answering KindError) if it has run out before execution. The owner
 // answers with the same id: KindOK (core response bytes; empty for a
 // remove), KindNotOwner, KindHold (uvarint nanoseconds to wait before
@@ -101,6 +102,31 @@ func AppendHeader(dst []byte, id uint64, kind byte) []byte {
 func Finish(dst []byte, start int) []byte {
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
 	return dst
+}
+
+// BudgetLen is the width of a budget as a caller writes it: a uvarint
+// padded with continuation bytes (binary.Uvarint reads it as the plain
+// one), so that the caller can rewrite it in place, with PutBudget, when the
+// frame leaves.
+const BudgetLen = 9
+
+// AppendBudget appends budget nanoseconds in BudgetLen bytes.
+func AppendBudget(dst []byte, budget uint64) []byte {
+	var b [BudgetLen]byte
+	PutBudget(b[:], budget)
+	return append(dst, b[:]...)
+}
+
+// PutBudget writes budget nanoseconds into b[:BudgetLen], as a uvarint
+// padded with continuation bytes; budgets of 2^63 ns and more are written
+// as 2^63-1 (292 years).
+func PutBudget(b []byte, budget uint64) {
+	budget = min(budget, 1<<63-1)
+	for i := range BudgetLen - 1 {
+		b[i] = byte(budget) | 0x80
+		budget >>= 7
+	}
+	b[BudgetLen-1] = byte(budget)
 }
 
 // AppendKey appends a key as a payload carries it: uvarint length, bytes.

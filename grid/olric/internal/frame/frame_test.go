@@ -99,3 +99,21 @@ func TestFrameBufferGrowsWithData(t *testing.T) {
 		t.Fatalf("small frame after a large one: %v %v, buffer %d", b, err, cap(fr.buf))
 	}
 }
+
+// TestPaddedBudgetReadsAsUvarint writes budgets padded to BudgetLen bytes,
+// rewrites them in place, and reads them back as an owner does (Uvarint),
+// with the rest of the payload intact.
+func TestPaddedBudgetReadsAsUvarint(t *testing.T) {
+	for _, v := range []uint64{0, 1, 127, 128, 1e9, 1 << 62, 1<<63 - 1, 1 << 63, 1<<64 - 1} {
+		p := AppendBudget(nil, 5)
+		p = append(p, 0xAB)
+		if len(p) != BudgetLen+1 {
+			t.Fatalf("%d: budget of %d bytes, want %d", v, len(p)-1, BudgetLen)
+		}
+		PutBudget(p, v)
+		got, rest, err := Uvarint(p)
+		if want := min(v, 1<<63-1); err != nil || got != want || len(rest) != 1 || rest[0] != 0xAB {
+			t.Errorf("%d: read %d, rest %x, %v; want %d", v, got, rest, err, want)
+		}
+	}
+}
