@@ -29,9 +29,9 @@ type Bucket interface {
 	// TryConsumeAndReturnRemainingVerbose is TryConsumeAndReturnRemaining
 	// that also returns the bucket's diagnostics right after the
 	// consumption, taken in the same atomic step (one lock, or one round
-	// trip): Bucket4j's verbose API, what headers describing every bandwidth
-	// need.
-	TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error)
+	// trip), and how it was decided (see Verbose): Bucket4j's verbose API,
+	// what headers describing every bandwidth need.
+	TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (Verbose, error)
 	// EstimateAbilityToConsume reports whether n tokens could be taken now
 	// and, if not, how long until they could; it takes nothing.
 	EstimateAbilityToConsume(ctx context.Context, n int64) (core.Estimate, error)
@@ -92,6 +92,25 @@ type Bucket interface {
 	// tokens of each bandwidth and the time until the bucket is full: the
 	// verbose API. The snapshot is a copy the caller may keep.
 	Diagnose(ctx context.Context) (core.Diagnostics, error)
+}
+
+// Verbose is the answer of TryConsumeAndReturnRemainingVerbose: what a
+// check decided, the bucket it was decided on, and by whom. Small enough to
+// return by value.
+type Verbose struct {
+	// Probe is TryConsumeAndReturnRemaining's answer.
+	Probe core.Probe
+	// Diagnostics describes the bucket right after the consumption, taken
+	// in the same atomic step.
+	Diagnostics core.Diagnostics
+	// Share is 0 when the bucket itself decided: always for a Local, and
+	// for a Handle whose executor answered. When a Manager's degraded mode
+	// decided from this instance's local share instead (see Degrade), it is
+	// the number of instances that share was cut for (at least 1): the
+	// Probe and the Diagnostics then describe the share, core.Config.Share
+	// of the limit, and a caller describing the whole limit multiplies by
+	// it. Handle.Execute returns the same number for a batch.
+	Share int
 }
 
 // Errors returned by buckets.

@@ -1,10 +1,7 @@
 package bucketgrid
 
 import (
-	"context"
 	"errors"
-	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
@@ -165,42 +162,6 @@ type OutageClassifier interface {
 // Without it, every executor error is returned to the caller.
 func WithDegrade(d Degrade) ManagerOption {
 	return managerOption(func(o *options) { o.set |= optDegrade; o.degrade = d })
-}
-
-// Decision reports how the operations run under a context were decided:
-// pass one with WithDecision and read it after the call. The zero value is
-// ready to use; it is safe for concurrent use.
-type Decision struct {
-	degraded  atomic.Bool
-	instances atomic.Int32
-}
-
-// Degraded reports whether an operation under the context was decided from
-// a local share (see Degrade) rather than by the executor.
-func (d *Decision) Degraded() bool { return d.degraded.Load() }
-
-// Instances returns the number of instances the local share was cut for
-// (core.Config.Share of it) when an operation was decided locally, the last
-// one's when several were; 0 when none was. A caller that describes the
-// limit (response headers, a status) divides it by the same number.
-func (d *Decision) Instances() int { return int(d.instances.Load()) }
-
-type decisionKey struct{}
-
-// WithDecision returns a context under which a Manager's handles record in
-// d how they decided: what an HTTP middleware needs to count degraded
-// decisions apart from real ones.
-func WithDecision(ctx context.Context, d *Decision) context.Context {
-	return context.WithValue(ctx, decisionKey{}, d)
-}
-
-// markDegraded records in ctx's Decision, if any, a local decision from a
-// share cut for n instances.
-func markDegraded(ctx context.Context, n int) {
-	if d, ok := ctx.Value(decisionKey{}).(*Decision); ok {
-		d.instances.Store(int32(min(n, math.MaxInt32)))
-		d.degraded.Store(true)
-	}
 }
 
 // outage reports whether an executor error may be an outage.

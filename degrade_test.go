@@ -104,18 +104,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// tryConsume is TryConsume through Handle.Execute, which also says how the
+// consumption was decided: the share it was cut for, 0 by the executor.
+func tryConsume(ctx context.Context, h *bucketgrid.Handle, n int64) (ok bool, share int, err error) {
+	res, share, err := h.Execute(ctx, wire.Op{Kind: wire.OpTryConsume, Tokens: n})
+	if err != nil {
+		return false, 0, err
+	}
+	return res[0].OK, share, nil
+}
+
 // consumeAll takes one token at a time until refused and returns how many
 // it took, checking that every decision was degraded (or none).
 func consumeAll(t *testing.T, h *bucketgrid.Handle, wantDegraded bool) int {
 	t.Helper()
 	for n := 0; n < 100; n++ {
-		var d bucketgrid.Decision
-		ok, err := h.TryConsume(bucketgrid.WithDecision(context.Background(), &d), 1)
+		ok, share, err := tryConsume(context.Background(), h, 1)
 		if err != nil {
 			t.Fatalf("consume %d: %v", n, err)
 		}
-		if d.Degraded() != wantDegraded {
-			t.Fatalf("consume %d: degraded %v, want %v", n, d.Degraded(), wantDegraded)
+		if (share > 0) != wantDegraded {
+			t.Fatalf("consume %d: decided from a share of %d instances, want degraded %v", n, share, wantDegraded)
 		}
 		if !ok {
 			return n
@@ -138,11 +147,11 @@ func TestDegradeDecidesFromShare(t *testing.T) {
 	}
 	// the breaker is open: no more waiting on the store until a probe is due
 	calls := f.store.calls.Load()
-	p, d, err := h.TryConsumeAndReturnRemainingVerbose(context.Background(), 1)
-	if err != nil || p.Consumed {
-		t.Fatalf("verbose consume: %+v %v, want refused", p, err)
+	v, err := h.TryConsumeAndReturnRemainingVerbose(context.Background(), 1)
+	if err != nil || v.Probe.Consumed || v.Share != 3 {
+		t.Fatalf("verbose consume: %+v %v, want refused by the share of 3", v.Probe, err)
 	}
-	if got := d.State.Config.Bandwidths[0].Capacity; got != 3 {
+	if got := v.Diagnostics.State.Config.Bandwidths[0].Capacity; got != 3 {
 		t.Fatalf("diagnostics describe capacity %d, want the share's 3", got)
 	}
 	if f.store.calls.Load() != calls {
@@ -225,9 +234,8 @@ func TestDegradeChargesOnTheKeysNextAnswer(t *testing.T) {
 	ctx := context.Background()
 	h := f.m.Bucket("k", nine)
 	f.store.mode.Store(storeDown)
-	var d bucketgrid.Decision
-	if ok, err := h.TryConsume(bucketgrid.WithDecision(ctx, &d), 1); !ok || err != nil || !d.Degraded() {
-		t.Fatalf("consume while down: %v %v degraded %v", ok, err, d.Degraded())
+	if ok, share, err := tryConsume(ctx, h, 1); !ok || err != nil || share == 0 {
+		t.Fatalf("consume while down: %v %v share %d", ok, err, share)
 	}
 	f.store.mode.Store(storeUp)
 	if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
@@ -524,7 +532,7 @@ func TestDegradeBatchCarryingItsConfiguration(t *testing.T) {
 	cfg, _ := nine(context.Background())
 	admitted := 0
 	for range 20 {
-		res, err := m.Bucket("k", nine).Execute(context.Background(),
+		res, _, err := m.Bucket("k", nine).Execute(context.Background(),
 			wire.Op{Kind: wire.OpReplaceConfiguration, Config: &cfg, Inheritance: core.InheritAdditive},
 			wire.Op{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1})
 		if err != nil {

@@ -96,7 +96,9 @@ func (g *degrader) breakerOf(key string) *breaker {
 
 // do runs h's operations through the executor, or decides them locally when
 // the route's breaker is open or the executor fails with an outage.
-func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
+//
+// The share it returns is Execute's: 0 when the executor answered.
+func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, int, error) {
 	b := g.breakerOf(h.storeKey)
 	if b.open.Load() {
 		if now := g.m.clock.Now(); b.startProbe(now) {
@@ -110,7 +112,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	if g.n.Load() > 0 && len(ops) < wire.MaxOps {
 		var err error
 		if s, carry, err = g.claim(ctx, h.storeKey, cut); err != nil {
-			return wire.Response{}, err
+			return wire.Response{}, 0, err
 		}
 		if !time.Now().Before(cut) {
 			// the charge under way took the check's time: decided
@@ -145,7 +147,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		if g.n.Load() > 0 {
 			g.settle(h.storeKey)
 		}
-		return resp, nil
+		return resp, 0, nil
 	}
 	// An executor that overran the cut-off (a grid member whose store
 	// waits on a dead replica, or a goroutine woken late on a loaded
@@ -154,7 +156,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	// too. A caller that canceled gets its error.
 	overran := !time.Now().Before(cut) && !errors.Is(ctx.Err(), context.Canceled)
 	if !fromExec || (ctx.Err() != nil && !overran) || !g.outage(err) {
-		return resp, err
+		return resp, 0, err
 	}
 	if b.failed(h.storeKey, g.failures, g.m.clock.Now(), g.probe) {
 		g.opened.Add(1)
@@ -268,8 +270,9 @@ func shareOps(s *share, ops []wire.Op, n int) []wire.Op {
 func (g *degrader) instanceCount() int { return max(g.instances(), 1) }
 
 // local decides h's operations from the key's local share with wire.Process,
-// creating the share from the configuration function on first use.
-func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
+// creating the share from the configuration function on first use, and
+// returns the number of instances the share is cut for.
+func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, int, error) {
 	n := g.instanceCount()
 	g.mu.Lock()
 	s := g.shares[h.storeKey]
@@ -277,7 +280,7 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 	if s == nil {
 		cfg, err := h.config(ctx)
 		if err != nil {
-			return wire.Response{}, err
+			return wire.Response{}, 0, err
 		}
 		s = &share{key: h.storeKey, cfg: cfg, version: h.version}
 	}
@@ -309,16 +312,15 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 	}
 	stored, changed, resp := wire.Process(s.stored, req, now)
 	if err := resp.Err(); err != nil {
-		return wire.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
+		return wire.Response{}, 0, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
 	}
 	if changed {
 		s.stored = stored
 	}
 	s.consumed = max(s.consumed+consumedBy(ops, resp.Results), 0)
 	g.degraded.Add(1)
-	markDegraded(ctx, n)
 	g.startProber()
-	return resp, nil
+	return resp, n, nil
 }
 
 // insert adds s to the shares, dropping an arbitrary one past maxKeys.

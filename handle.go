@@ -34,11 +34,14 @@ var _ Bucket = (*Handle)(nil)
 // Key returns the bucket's key.
 func (h *Handle) Key() string { return h.key }
 
-// Execute sends ops as one atomic batch and returns their results: the
-// escape hatch for combinations the Bucket methods do not cover.
-func (h *Handle) Execute(ctx context.Context, ops ...wire.Op) ([]wire.Result, error) {
-	resp, err := h.do(ctx, ops, false)
-	return resp.Results, err
+// Execute sends ops as one atomic batch and returns their results, one per
+// operation in order: the escape hatch for combinations the Bucket methods
+// do not cover. It reports no Listener events. share says how the batch was
+// decided, as Verbose.Share does: 0 by the executor, n ≥ 1 from this
+// instance's local share of the limit cut for n instances (see Degrade).
+func (h *Handle) Execute(ctx context.Context, ops ...wire.Op) (results []wire.Result, share int, err error) {
+	resp, share, err := h.do(ctx, ops, false)
+	return resp.Results, share, err
 }
 
 // do runs the request protocol: bare (or version-checked) first; on "not
@@ -47,16 +50,18 @@ func (h *Handle) Execute(ctx context.Context, ops ...wire.Op) ([]wire.Result, er
 // wire.ModeReconstruct with it. Under WithEagerConfig the first request
 // carries the configuration already (create if absent, or replace when
 // versioned), unless RecoveryFail must notice a vanished bucket.
-func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Response, error) {
+// The share it returns is Execute's.
+func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Response, int, error) {
 	for i := range ops {
 		if err := validOp(&ops[i]); err != nil {
-			return wire.Response{}, err
+			return wire.Response{}, 0, err
 		}
 	}
 	if h.m.degrade != nil {
 		return h.m.degrade.do(ctx, h, ops, verbose)
 	}
-	return h.remote(ctx, ops, verbose, nil)
+	resp, err := h.remote(ctx, ops, verbose, nil)
+	return resp, 0, err
 }
 
 // remote runs the request protocol of do against the executor; when
@@ -161,18 +166,18 @@ func validOp(op *wire.Op) error {
 
 // run sends op as a request of its own; the runner of the shared
 // behaviour.
-func (h *Handle) run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error) {
-	resp, err := h.do(ctx, []wire.Op{op}, verbose)
+func (h *Handle) run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, Verbose, error) {
+	resp, share, err := h.do(ctx, []wire.Op{op}, verbose)
 	if err != nil {
-		return wire.Result{}, core.Diagnostics{}, err
+		return wire.Result{}, Verbose{}, err
 	}
 	if !verbose {
-		return resp.Results[0], core.Diagnostics{}, nil
+		return resp.Results[0], Verbose{Share: share}, nil
 	}
 	if resp.Diagnostics == nil {
-		return wire.Result{}, core.Diagnostics{}, errors.New("bucketgrid: executor answered a verbose request without diagnostics")
+		return wire.Result{}, Verbose{}, errors.New("bucketgrid: executor answered a verbose request without diagnostics")
 	}
-	return resp.Results[0], *resp.Diagnostics, nil
+	return resp.Results[0], Verbose{Diagnostics: *resp.Diagnostics, Share: share}, nil
 }
 
 func (h *Handle) events() Listener     { return h.listener }
@@ -193,7 +198,7 @@ func (h *Handle) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (cor
 
 // TryConsumeAndReturnRemainingVerbose implements
 // Bucket.TryConsumeAndReturnRemainingVerbose in one request.
-func (h *Handle) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error) {
+func (h *Handle) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (Verbose, error) {
 	return tryConsumeVerbose(ctx, h, n)
 }
 

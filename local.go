@@ -97,16 +97,16 @@ func (l *Local) now() int64 {
 func (l *Local) wall() bool { return l.env != nil && l.env.clock != nil && l.env.clock.Wall() }
 
 // run applies op under the lock; the runner of the shared behaviour.
-func (l *Local) run(_ context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error) {
-	var d core.Diagnostics
+func (l *Local) run(_ context.Context, op wire.Op, verbose bool) (wire.Result, Verbose, error) {
+	var v Verbose
 	now := l.now()
 	l.mu.Lock()
 	r, _ := wire.Apply(&l.b, &op, now)
 	if verbose {
-		d = l.b.Diagnose(now)
+		v.Diagnostics = l.b.Diagnose(now)
 	}
 	l.mu.Unlock()
-	return r, d, nil
+	return r, v, nil
 }
 
 func (l *Local) events() Listener {
@@ -158,8 +158,8 @@ func (l *Local) TryConsumeAndReturnRemaining(_ context.Context, n int64) (core.P
 
 // TryConsumeAndReturnRemainingVerbose implements
 // Bucket.TryConsumeAndReturnRemainingVerbose, under one acquisition of the
-// lock.
-func (l *Local) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error) {
+// lock; its Share is always 0.
+func (l *Local) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (Verbose, error) {
 	return tryConsumeVerbose(ctx, l, n)
 }
 

@@ -229,14 +229,15 @@ func TestVerboseProbeMatchesStateAfterConsumption(t *testing.T) {
 	}
 	h := f.m.Bucket("k", func(context.Context) (core.Config, error) { return cfg, nil })
 	for _, b := range []bucketgrid.Bucket{local, h} {
-		p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
+		v, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
+		p, d := v.Probe, v.Diagnostics
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !p.Consumed || p.Remaining != 6 || d.Available[0] != 6 || d.Available[1] != 96 || len(d.State.Config.Bandwidths) != 2 {
 			t.Fatalf("%T: probe %+v, available %v", b, p, d.Available)
 		}
-		if _, _, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 0); !errors.Is(err, bucketgrid.ErrTokens) {
+		if _, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 0); !errors.Is(err, bucketgrid.ErrTokens) {
 			t.Fatalf("%T: n=0: %v", b, err)
 		}
 	}

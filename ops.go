@@ -21,9 +21,10 @@ import (
 // TryConsumeAndReturnRemaining, the hot path, equal to these by test.
 type runner interface {
 	// run applies op, valid but for its configuration, and returns its
-	// result and, with verbose, the diagnostics after it, taken in the same
-	// atomic step.
-	run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error)
+	// result, the share that decided it (Verbose.Share) and, with verbose,
+	// the diagnostics after it, taken in the same atomic step; the
+	// Verbose's Probe is left zero.
+	run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, Verbose, error)
 	// events returns the listener, never nil.
 	events() Listener
 	// sleeper returns the clock that blocking calls wait on.
@@ -56,9 +57,9 @@ func probeOf(r wire.Result) core.Probe {
 }
 
 // runTokens runs an operation of n tokens after checking n.
-func runTokens(ctx context.Context, b runner, kind wire.OpKind, n int64, verbose bool) (wire.Result, core.Diagnostics, error) {
+func runTokens(ctx context.Context, b runner, kind wire.OpKind, n int64, verbose bool) (wire.Result, Verbose, error) {
 	if n <= 0 {
-		return wire.Result{}, core.Diagnostics{}, tokensError(n)
+		return wire.Result{}, Verbose{}, tokensError(n)
 	}
 	return b.run(ctx, wire.Op{Kind: kind, Tokens: n}, verbose)
 }
@@ -81,13 +82,14 @@ func tryConsumeAndReturnRemaining(ctx context.Context, b runner, n int64) (core.
 	return probeOf(r), nil
 }
 
-func tryConsumeVerbose(ctx context.Context, b runner, n int64) (core.Probe, core.Diagnostics, error) {
-	r, d, err := runTokens(ctx, b, wire.OpTryConsumeAndReturnRemaining, n, true)
+func tryConsumeVerbose(ctx context.Context, b runner, n int64) (Verbose, error) {
+	r, v, err := runTokens(ctx, b, wire.OpTryConsumeAndReturnRemaining, n, true)
 	if err != nil {
-		return core.Probe{}, core.Diagnostics{}, err
+		return Verbose{}, err
 	}
 	report(b.events(), r.OK, n)
-	return probeOf(r), d, nil
+	v.Probe = probeOf(r)
+	return v, nil
 }
 
 func estimate(ctx context.Context, b runner, n int64) (core.Estimate, error) {
@@ -148,8 +150,8 @@ func replaceConfiguration(ctx context.Context, b runner, cfg core.Config, strate
 }
 
 func diagnose(ctx context.Context, b runner) (core.Diagnostics, error) {
-	_, d, err := b.run(ctx, wire.Op{Kind: wire.OpGetConfiguration}, true)
-	return d, err
+	_, v, err := b.run(ctx, wire.Op{Kind: wire.OpGetConfiguration}, true)
+	return v.Diagnostics, err
 }
 
 // consumeWithin is Consume (forever) and TryConsumeWithin: reserve in one

@@ -94,13 +94,15 @@ func TestLocalAndHandleAgree(t *testing.T) {
 			}},
 		{"verbose probe", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
-				p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
-				return fmt.Sprint(p, d.Available, d.TimeToFull, d.State.Bands), err
+				v, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
+				d := v.Diagnostics
+				return fmt.Sprint(v.Probe, d.Available, d.TimeToFull, d.State.Bands, v.Share), err
 			}},
 		{"verbose probe refused", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
-				p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 11)
-				return fmt.Sprint(p, d.Available, d.TimeToFull), err
+				v, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 11)
+				d := v.Diagnostics
+				return fmt.Sprint(v.Probe, d.Available, d.TimeToFull, v.Share), err
 			}},
 		{"zero tokens", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) { return b.TryConsumeWithin(ctx, 0, 0) }},

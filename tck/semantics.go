@@ -117,8 +117,9 @@ func checkSameResults(e *env) {
 				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.TryConsumeWithin(e.ctx, n, maxWait)) })
 			case 12, 13:
 				both(func(b bucketgrid.Bucket) string {
-					p, d, err := b.TryConsumeAndReturnRemainingVerbose(e.ctx, n)
-					return fmt.Sprint(p, d.Available, d.TimeToFull, d.State.Bands, err)
+					v, err := b.TryConsumeAndReturnRemainingVerbose(e.ctx, n)
+					d := v.Diagnostics
+					return fmt.Sprint(v.Probe, d.Available, d.TimeToFull, d.State.Bands, v.Share, err)
 				})
 			}
 			got += fmt.Sprintf("; events %d consumed, %d rejected, %v parked", hcl.Consumed(), hcl.Rejected(), hcl.Parked())
