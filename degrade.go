@@ -44,7 +44,7 @@ import (
 // refusing, for the length of an outage, clients new to this instance and
 // every client of an instance just started.
 //
-// A circuit breaker per route (the key's owner on a grid, see Router; the
+// A circuit breaker per route (the key's owner on a grid, see Executor's Route; the
 // whole store otherwise) stops waiting for a backend that failed Failures
 // times in a row: from then on operations on that route are decided locally
 // at once, and one probe at a time (a read of a key's configuration) is sent
@@ -73,7 +73,7 @@ import (
 // an executor error other than an invalid key (ErrInvalidKey), a corrupt
 // record (core.ErrCorruptState), an invalid configuration
 // (*core.ConfigError), a request refused (wire.ErrInvalidRequest) or one the
-// executor itself says is no outage (see OutageClassifier). Those errors,
+// executor itself says is no outage (see Executor's Outage). Those errors,
 // the configuration function's errors and the caller's own context ending
 // are returned as they are; a panic is not recovered. An executor that
 // answers only after Timeout, although told the deadline (a grid member
@@ -84,7 +84,7 @@ type Degrade struct {
 	// Instances returns the number of instances sharing the limit, read
 	// whenever a local bucket is made or used (a change re-cuts the local
 	// buckets' shares, tokens carried over proportionally). Nil asks the
-	// executor (see LiveCounter: a grid knows its members); an executor
+	// executor (see Executor's LiveInstances: a grid knows its members); an executor
 	// that cannot tell counts as one instance, which admits the whole limit
 	// on every instance: a CAS deployment of several instances says how
 	// many it runs, or counts them with a cas/presence Counter on its store
@@ -99,20 +99,22 @@ type Degrade struct {
 	// connection must have time to be made).
 	Timeout time.Duration
 	// Failures is the number of outages in a row on one route that opens its
-	// breaker (DefaultDegradeFailures when 0).
+	// breaker (3 when 0).
 	Failures int
 	// Probe is the time between probes of an open breaker (and of keys
-	// still to be charged), on the Manager's clock (DefaultDegradeProbe
+	// still to be charged), on the Manager's clock (250 ms
 	// when 0).
 	Probe time.Duration
-	// MaxKeys bounds the local buckets (DefaultDegradeMaxKeys when 0). Past it,
+	// MaxKeys bounds the local buckets (100,000 when 0). Past it,
 	// an arbitrary local bucket is dropped, and with it the consumption it
 	// would have charged. It bounds as well the keys whose last-seen
 	// tokens are kept (past it, an arbitrary one is forgotten).
 	MaxKeys int
 }
 
-// The defaults of Degrade.
+// The defaults of Degrade. DefaultDegradeTimeout is exported for the
+// flag defaults and documents that quote it; the others are stated on
+// Degrade's fields.
 const (
 	// DefaultDegradeTimeout is below httplimit's default timeout (250 ms).
 	// A caller with a nearer deadline shortens the wait (see Degrade), as
@@ -121,42 +123,26 @@ const (
 	// unanswered for 1.4-25 s (every check cut a new connection's dial
 	// short), 100 ms for 22-266 ms (TestRedisOutageDegrades).
 	DefaultDegradeTimeout = 100 * time.Millisecond
-	// DefaultDegradeFailures opens a breaker on the third outage in a row:
+	// defaultDegradeFailures opens a breaker on the third outage in a row:
 	// one lost packet does not, a dead backend costs three timeouts.
-	DefaultDegradeFailures = 3
-	// DefaultDegradeProbe probes an open breaker four times a second, so
+	defaultDegradeFailures = 3
+	// defaultDegradeProbe probes an open breaker four times a second, so
 	// answers resume within about a quarter of a second of the backend's
 	// return.
-	DefaultDegradeProbe = 250 * time.Millisecond
-	// DefaultDegradeMaxKeys bounds the local buckets of a degraded Manager
+	defaultDegradeProbe = 250 * time.Millisecond
+	// defaultDegradeMaxKeys bounds the local buckets of a degraded Manager
 	// at the size of a typical Spring Boot service's Caffeine cache.
-	DefaultDegradeMaxKeys = 100_000
+	defaultDegradeMaxKeys = 100_000
 )
 
-// LiveCounter is implemented by executors that know how many instances
-// share their buckets, such as a grid member (its live members): Degrade
-// divides the limit by LiveInstances when Degrade.Instances is nil.
-type LiveCounter interface {
-	// LiveInstances returns the number of live instances, at least 1.
-	LiveInstances() int
-}
-
-// Router is implemented by executors whose keys live on different servers,
-// such as a grid member: Degrade keeps one circuit breaker per route, so an
-// owner that crashed degrades only its own keys.
-type Router interface {
-	// Route names where key's bucket is executed now ("" when unknown).
-	Route(key string) string
-}
-
-// OutageClassifier is implemented by executors that return errors which
-// are not outages, although they are none of those Degrade knows (a CAS
-// executor that gave up on a key too contended to update): Degrade decides
-// locally only when Outage(err) reports true.
-type OutageClassifier interface {
-	// Outage reports whether err, returned by Execute, may be an outage.
-	Outage(err error) bool
-}
+// The optional methods of an executor that Degrade looks for, documented on
+// Executor: unexported interfaces, as errors.Is looks for an Is method, since
+// an executor author needs the method, not a type to name.
+type (
+	liveCounter      interface{ LiveInstances() int }
+	router           interface{ Route(key string) string }
+	outageClassifier interface{ Outage(err error) bool }
+)
 
 // WithDegrade turns on a Manager's degraded mode (NewManager); see Degrade.
 // Without it, every executor error is returned to the caller.
@@ -172,7 +158,7 @@ func (d *degrader) outage(err error) bool {
 		errors.Is(err, wire.ErrInvalidRequest):
 		return false
 	}
-	if c, ok := d.exec.(OutageClassifier); ok {
+	if c, ok := d.exec.(outageClassifier); ok {
 		return c.Outage(err)
 	}
 	return true

@@ -18,7 +18,7 @@ import (
 type degrader struct {
 	m         *Manager
 	exec      Executor
-	router    Router // nil: one breaker for the executor
+	router    router // nil: one breaker for the executor
 	instances func() int
 	timeout   time.Duration
 	failures  int
@@ -66,22 +66,22 @@ func newDegrader(m *Manager, d Degrade) *degrader {
 		g.timeout = DefaultDegradeTimeout
 	}
 	if g.failures <= 0 {
-		g.failures = DefaultDegradeFailures
+		g.failures = defaultDegradeFailures
 	}
 	if g.probe <= 0 {
-		g.probe = int64(DefaultDegradeProbe)
+		g.probe = int64(defaultDegradeProbe)
 	}
 	if g.maxKeys <= 0 {
-		g.maxKeys = DefaultDegradeMaxKeys
+		g.maxKeys = defaultDegradeMaxKeys
 	}
 	if g.instances == nil {
-		if lc, ok := m.exec.(LiveCounter); ok {
+		if lc, ok := m.exec.(liveCounter); ok {
 			g.instances = lc.LiveInstances
 		} else {
 			g.instances = func() int { return 1 }
 		}
 	}
-	g.router, _ = m.exec.(Router)
+	g.router, _ = m.exec.(router)
 	g.seen.init(g.maxKeys)
 	return g
 }

@@ -34,7 +34,7 @@ type ManagerStats struct {
 	Charged      int64
 	ChargeFailed int64
 	// Instances is the number of instances a local share is cut for now
-	// (Degrade.Instances, or the executor's LiveCounter).
+	// (Degrade.Instances, or the executor's LiveInstances).
 	Instances int
 }
 

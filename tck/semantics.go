@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
@@ -64,7 +65,7 @@ func checkSameResults(e *env) {
 		if err != nil {
 			e.Fatalf("%s: %v", mc.name, err)
 		}
-		hcl, lcl := new(bucketgrid.CountingListener), new(bucketgrid.CountingListener)
+		hcl, lcl := new(countingListener), new(countingListener)
 		hs := e.handlesOf(e.key(fmt.Sprintf("model-%d", ci)), staticConfig(mc.bws...),
 			[]bucketgrid.ManagerOption{bucketgrid.WithClock(e.clock), bucketgrid.WithListener(hcl)})
 		rng := rand.New(rand.NewPCG(uint64(ci), 42))
@@ -178,3 +179,34 @@ func checkSameResults(e *env) {
 		e.Errorf("an overdraft of MaxInt64 tokens was accepted (wait %v)", w)
 	}
 }
+
+// countingListener counts a bucket's events, so that a Handle's can be
+// compared with a Local's.
+type countingListener struct {
+	consumed, rejected, parked, interrupted atomic.Int64
+}
+
+// OnConsumed adds tokens to the consumed count.
+func (l *countingListener) OnConsumed(tokens int64) { l.consumed.Add(tokens) }
+
+// OnRejected adds tokens to the rejected count.
+func (l *countingListener) OnRejected(tokens int64) { l.rejected.Add(tokens) }
+
+// OnParked adds d to the parked time.
+func (l *countingListener) OnParked(d time.Duration) { l.parked.Add(int64(d)) }
+
+// OnInterrupted counts one interruption.
+func (l *countingListener) OnInterrupted(error) { l.interrupted.Add(1) }
+
+// Consumed returns the tokens consumed so far.
+func (l *countingListener) Consumed() int64 { return l.consumed.Load() }
+
+// Rejected returns the tokens rejected so far.
+func (l *countingListener) Rejected() int64 { return l.rejected.Load() }
+
+// Parked returns the total time blocking operations announced they would
+// wait (the sum of OnParked's d), including waits later interrupted.
+func (l *countingListener) Parked() time.Duration { return time.Duration(l.parked.Load()) }
+
+// Interrupted returns the number of interrupted waits.
+func (l *countingListener) Interrupted() int64 { return l.interrupted.Load() }
