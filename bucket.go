@@ -73,8 +73,12 @@ type Bucket interface {
 	//     x/time/rate's WaitN does when n exceeds the burst;
 	//   - an error wrapping ErrOverdraftTooLarge when the wait would not fit
 	//     in a time.Duration (a bucket deep in overdraft on a slow refill);
+	//   - an error wrapping context.DeadlineExceeded when the wait would end
+	//     after ctx's deadline (the time left, time.Until(deadline), against
+	//     the wait on the bucket's clock), as x/time/rate's WaitN refuses:
+	//     nothing is taken and the listener hears a rejection;
 	//   - ctx's error when ctx is already done.
-	// If ctx ends during the wait, the reserved tokens are given back with
+	// If ctx ends during the wait (canceled), the reserved tokens are given back with
 	// AddTokens (capped at capacity, as any addition) and ctx's error is
 	// returned. Bucket4j differs here: its blocking bucket keeps the
 	// reservation of an interrupted thread; giving it back keeps the promise
@@ -84,7 +88,8 @@ type Bucket interface {
 	// waiting for them as Consume does, and reports whether it took them. It
 	// returns false without waiting when the wait would exceed maxWait (a
 	// rejection), and the errors of Consume otherwise, ErrExceedsCapacity
-	// included (Bucket4j's tryConsume(n, maxWait) waits into overdraft there
+	// and, when ctx's deadline comes before maxWait and the wait would end
+	// after it, context.DeadlineExceeded included (Bucket4j's tryConsume(n, maxWait) waits into overdraft there
 	// and answers true when the deficit refills within maxWait). A negative
 	// maxWait is zero.
 	TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -245,8 +244,7 @@ func (h *Handle) Diagnose(ctx context.Context) (core.Diagnostics, error) { retur
 // Consume implements Bucket.Consume: one request reserves the tokens, then
 // it sleeps on the Manager's clock.
 func (h *Handle) Consume(ctx context.Context, n int64) error {
-	_, err := consumeWithin(ctx, h, n, math.MaxInt64, true)
-	return err
+	return consume(ctx, h, n)
 }
 
 // TryConsumeWithin implements Bucket.TryConsumeWithin: one request reserves

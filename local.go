@@ -2,7 +2,6 @@ package bucketgrid
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -202,8 +201,7 @@ func (l *Local) ReplaceConfiguration(ctx context.Context, cfg core.Config, strat
 
 // Consume implements Bucket.Consume, sleeping on the bucket's clock.
 func (l *Local) Consume(ctx context.Context, n int64) error {
-	_, err := consumeWithin(ctx, l, n, math.MaxInt64, true)
-	return err
+	return consume(ctx, l, n)
 }
 
 // TryConsumeWithin implements Bucket.TryConsumeWithin, sleeping on the

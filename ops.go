@@ -154,9 +154,17 @@ func diagnose(ctx context.Context, b runner) (core.Diagnostics, error) {
 	return v.Diagnostics, err
 }
 
+// consume is Consume: consumeWithin no bound but ctx's deadline.
+func consume(ctx context.Context, b runner, n int64) error {
+	_, err := consumeWithin(ctx, b, n, math.MaxInt64, true)
+	return err
+}
+
 // consumeWithin is Consume (forever) and TryConsumeWithin: reserve in one
 // atomic step, then wait out the reservation, giving the tokens back if ctx
-// ends first.
+// ends first. It never waits past ctx's deadline: tokens that would come
+// later are refused at once (x/time/rate's WaitN), with an error wrapping
+// context.DeadlineExceeded when the deadline, not maxWait, refused them.
 func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool) (bool, error) {
 	if n <= 0 {
 		return false, tokensError(n)
@@ -164,7 +172,13 @@ func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	r, _, err := b.run(ctx, wire.Op{Kind: wire.OpReserve, Tokens: n, MaxWait: max(maxWait, 0)}, false)
+	limit, byDeadline := max(maxWait, 0), false
+	if deadline, ok := ctx.Deadline(); ok {
+		if left := max(int64(time.Until(deadline)), 0); left < limit {
+			limit, byDeadline = left, true
+		}
+	}
+	r, _, err := b.run(ctx, wire.Op{Kind: wire.OpReserve, Tokens: n, MaxWait: limit}, false)
 	if err != nil {
 		return false, err
 	}
@@ -173,6 +187,10 @@ func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool
 		switch {
 		case n > r.Tokens: // Tokens: the smallest capacity
 			return false, fmt.Errorf("%w: %d tokens, capacity %d", ErrExceedsCapacity, n, r.Tokens)
+		case byDeadline:
+			l.OnRejected(n)
+			return false, fmt.Errorf("bucketgrid: %d tokens would come later than the context's deadline, %v away: %w",
+				n, time.Duration(limit), context.DeadlineExceeded)
 		case forever:
 			return false, fmt.Errorf("%w: %d tokens would come after more than %v", ErrOverdraftTooLarge, n,
 				time.Duration(math.MaxInt64))
