@@ -78,7 +78,7 @@ type Bucket interface {
 	//     the wait on the bucket's clock), as x/time/rate's WaitN refuses:
 	//     nothing is taken and the listener hears a rejection;
 	//   - ctx's error when ctx is already done.
-	// If ctx ends during the wait (canceled), the reserved tokens are given back with
+	// If ctx ends during the wait anyway (canceled, or a sleep overran), the reserved tokens are given back with
 	// AddTokens (capped at capacity, as any addition) and ctx's error is
 	// returned. Bucket4j differs here: its blocking bucket keeps the
 	// reservation of an interrupted thread; giving it back keeps the promise

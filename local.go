@@ -124,12 +124,26 @@ func (l *Local) sleeper() clock.Clock {
 
 func (l *Local) validConfig(cfg *core.Config) error { return cfg.ValidateForClock(l.wall()) }
 
-// TryConsume implements Bucket.TryConsume; it does not allocate.
+// TryConsume implements Bucket.TryConsume; it does not allocate. It is
+// shorthand for TryConsumeAt(n, now) with the clock's current reading.
 func (l *Local) TryConsume(_ context.Context, n int64) (bool, error) {
+	return l.TryConsumeAt(n, l.now())
+}
+
+// TryConsumeAt is TryConsume at now, a reading of the bucket's clock (its
+// Now: Unix nanoseconds for a wall clock, nanoseconds since an arbitrary
+// origin for the default clock.Monotonic()) instead of the clock's current
+// one: the explicit-time form, as x/time/rate's AllowN takes its t, for a
+// caller that read the clock already and for tests that drive time
+// without a fake clock. The bucket first refills up to now; a now no later
+// than the bucket's last refill refills nothing and undoes nothing (time
+// never runs back), so the consumption is judged on the tokens the bucket
+// holds. Listener events are those of TryConsume. It never waits, does
+// not allocate and fails only with ErrTokens for n <= 0.
+func (l *Local) TryConsumeAt(n, now int64) (bool, error) {
 	if n <= 0 {
 		return false, tokensError(n)
 	}
-	now := l.now()
 	l.mu.Lock()
 	ok := l.b.TryConsume(n, now)
 	l.mu.Unlock()
