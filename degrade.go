@@ -38,18 +38,18 @@ import (
 // start from no more than the bucket held when each last saw it: an
 // outage that begins after a limit was used up admits only what refills
 // meanwhile. A key this instance never saw answered (or whose last answer
-// added tokens, or reset or reconfigured the bucket, or that MaxKeys
+// added tokens, or reset or reconfigured the bucket, or that the bound on keys
 // made it forget) starts from a full share: the fleet may then admit up
 // to one limit more than the bucket held. That is the price of not
 // refusing, for the length of an outage, clients new to this instance and
 // every client of an instance just started.
 //
 // A circuit breaker per route (the key's owner on a grid, see Executor's Route; the
-// whole store otherwise) stops waiting for a backend that failed Failures
-// times in a row: from then on operations on that route are decided locally
+// whole store otherwise) stops waiting for a backend that failed 3 times
+// in a row: from then on operations on that route are decided locally
 // at once, and one probe at a time (a read of a key's configuration) is sent
-// in the background every Probe of the Manager's clock, whether operations
-// come or not. The breaker closes when a probe is answered: within Probe
+// in the background every 250 ms of the Manager's clock, whether operations
+// come or not. The breaker closes when a probe is answered: within 250 ms
 // (plus a probe's wait) of the backend's return. What the local buckets consumed
 // is then charged to the real ones, never minting: with
 // wire.OpTryConsumeAsMuchAsPossible of the tokens consumed locally (a bucket
@@ -60,9 +60,9 @@ import (
 // no request within Timeout of the executor's answer are charged by a
 // background sweep, one at a time; a request for a key being swept waits
 // for its charge. A key that consumed locally while its breaker stayed
-// closed, and got no request since, is probed every Probe too, and swept
+// closed, and got no request since, is probed every 250 ms too, and swept
 // once answered: an instance left idle after an outage still charges what
-// it consumed. A charge that fails is retried every Probe, or goes with the
+// it consumed. A charge that fails is retried every 250 ms, or goes with the
 // key's next request; the probing ends once no breaker is open and nothing
 // is left to charge (at its next pass), or with Manager.Close. One
 // whose answer was lost may be charged twice (refusing early, never
@@ -98,18 +98,18 @@ type Degrade struct {
 	// executor as long, and at least 100 ms (a restarted backend's new
 	// connection must have time to be made).
 	Timeout time.Duration
-	// Failures is the number of outages in a row on one route that opens its
-	// breaker (3 when 0).
-	Failures int
-	// Probe is the time between probes of an open breaker (and of keys
-	// still to be charged), on the Manager's clock (250 ms
-	// when 0).
-	Probe time.Duration
-	// MaxKeys bounds the local buckets (100,000 when 0). Past it,
+
+	// The knobs no front door turns, at their defaults outside the tests
+	// (see the constants): failures is the number of outages in a row on
+	// one route that opens its breaker (3); probe the time between probes
+	// of an open breaker and of keys still to be charged, on the Manager's
+	// clock (250 ms); maxKeys bounds the local buckets (100,000; past it,
 	// an arbitrary local bucket is dropped, and with it the consumption it
-	// would have charged. It bounds as well the keys whose last-seen
-	// tokens are kept (past it, an arbitrary one is forgotten).
-	MaxKeys int
+	// would have charged) and the keys whose last-seen tokens are kept
+	// (past it, an arbitrary one is forgotten).
+	failures int
+	probe    time.Duration
+	maxKeys  int
 }
 
 // The defaults of Degrade. DefaultDegradeTimeout is exported for the

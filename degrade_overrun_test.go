@@ -26,7 +26,7 @@ func TestDegradeExecutorOverrunningItsContext(t *testing.T) {
 	// failed with the caller's deadline (which a middleware would fail open).
 	const timeout = 20 * time.Millisecond
 	m := bucketgrid.NewManager(overrunExecutor{late: 3 * timeout}, bucketgrid.WithDegrade(bucketgrid.Degrade{
-		Instances: func() int { return 3 }, Timeout: timeout, Failures: 1000}))
+		Instances: func() int { return 3 }, Timeout: timeout}.Tuned(1000, 0, 0)))
 	h := m.Bucket("k", nine)
 	for i := range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)

@@ -31,8 +31,8 @@ func newFleet(t *testing.T) *fleet {
 	f.store = &outageStore{Store: memstore.New(memstore.WithClock(f.clock))}
 	for range 3 {
 		m := bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), bucketgrid.WithClock(f.clock),
-			bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 2,
-				Probe: time.Hour, Timeout: 20 * time.Millisecond}))
+			bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 },
+				Timeout: 20 * time.Millisecond}.Tuned(2, time.Hour, 0)))
 		t.Cleanup(func() { m.Close() })
 		f.ms = append(f.ms, m)
 	}

@@ -81,8 +81,8 @@ func newDegradeFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *degradeF
 	f := &degradeFixture{clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
 	f.instances.Store(3)
 	f.store = &outageStore{Store: memstore.New(memstore.WithClock(f.clock))}
-	d := bucketgrid.Degrade{Instances: func() int { return int(f.instances.Load()) }, Failures: 2, Probe: probe,
-		Timeout: 50 * time.Millisecond}
+	d := bucketgrid.Degrade{Instances: func() int { return int(f.instances.Load()) },
+		Timeout: 50 * time.Millisecond}.Tuned(2, probe, 0)
 	opts = append([]bucketgrid.ManagerOption{bucketgrid.WithClock(f.clock), bucketgrid.WithDegrade(d)}, opts...)
 	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), opts...)
 	return f
@@ -313,7 +313,7 @@ func TestDegradeKeepsOtherErrors(t *testing.T) {
 	tests := []struct {
 		name     string
 		err      error
-		configFn bucketgrid.ConfigFunc
+		configFn func(context.Context) (core.Config, error)
 		want     error
 	}{
 		{"invalid key", core.InvalidKey("k", "too long"), nine, bucketgrid.ErrInvalidKey},
@@ -328,7 +328,7 @@ func TestDegradeKeepsOtherErrors(t *testing.T) {
 			e := &errExecutor{err: tt.err}
 			m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 2 }}))
 			h := m.Bucket("k", tt.configFn)
-			for range 5 { // past Failures: no breaker opens either
+			for range 5 { // past the failures that open a breaker: none opens either
 				if _, err := h.TryConsume(context.Background(), 1); !errors.Is(err, tt.want) {
 					t.Fatalf("error %v, want %v", err, tt.want)
 				}
@@ -385,7 +385,7 @@ func TestDegradeBreakerPerRoute(t *testing.T) {
 	exec := &routedExecutor{Executor: cas.New(memstore.New(memstore.WithClock(c)), cas.WithClock(c)),
 		down: map[string]bool{"a": true}}
 	m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c),
-		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 1}))
+		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}.Tuned(1, 0, 0)))
 	if got := consumeAll(t, m.Bucket("a1", nine), true); got != 3 {
 		t.Fatalf("down route admitted %d, want 3", got)
 	}
@@ -414,7 +414,7 @@ type liveExecutor struct{ *errExecutor }
 func (liveExecutor) LiveInstances() int { return 5 }
 
 func TestDegradeBoundsLocalBuckets(t *testing.T) {
-	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, MaxKeys: 4}))
+	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}.Tuned(0, 0, 4)))
 	f.store.mode.Store(storeDown)
 	for i := range 10 {
 		if ok, err := f.m.Bucket(fmt.Sprint("k", i), nine).TryConsume(context.Background(), 1); !ok || err != nil {
@@ -442,7 +442,7 @@ func TestManagerDegraded(t *testing.T) {
 }
 
 func TestDegradeShareOutlivesAShortReturn(t *testing.T) {
-	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 1000}))
+	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}.Tuned(1000, 0, 0)))
 	ctx := context.Background()
 	h := f.m.Bucket("k", nine)
 	f.store.mode.Store(storeDown)

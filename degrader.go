@@ -60,8 +60,8 @@ type share struct {
 }
 
 func newDegrader(m *Manager, d Degrade) *degrader {
-	g := &degrader{m: m, exec: m.exec, instances: d.Instances, timeout: d.Timeout, failures: d.Failures,
-		probe: int64(d.Probe), maxKeys: d.MaxKeys, closed: make(chan struct{})}
+	g := &degrader{m: m, exec: m.exec, instances: d.Instances, timeout: d.Timeout, failures: d.failures,
+		probe: int64(d.probe), maxKeys: d.maxKeys, closed: make(chan struct{})}
 	if g.timeout <= 0 {
 		g.timeout = DefaultDegradeTimeout
 	}
@@ -538,7 +538,7 @@ func (g *degrader) startProber() {
 	}
 }
 
-// probeLoop probes, every Degrade.Probe of the Manager's clock, the open
+// probeLoop probes, every probe interval (Degrade.probe) of the Manager's clock, the open
 // breakers and the routes of local shares with consumption left to charge,
 // until nothing is pending or the Manager is closed.
 func (g *degrader) probeLoop() {

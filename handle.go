@@ -21,7 +21,7 @@ type Handle struct {
 	m        *Manager
 	key      string
 	storeKey string // key as the executor stores it (WithFitKeys)
-	configFn ConfigFunc
+	configFn configFunc
 	version  int64
 	inherit  core.TokensInheritance
 	listener Listener

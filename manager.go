@@ -38,12 +38,8 @@ const (
 	RecoveryFail
 )
 
-// ConfigFunc returns the configuration of a bucket. The Manager calls it only
-// when the storage answers that the bucket does not exist (or, with implicit
-// replacement, that its stored configuration is older than wanted), so it may
-// be expensive: a database lookup of the client's plan, say. Under
-// WithEagerConfig it is called before every operation instead.
-type ConfigFunc func(ctx context.Context) (core.Config, error)
+// configFunc returns the configuration of a bucket (see Manager.Bucket).
+type configFunc = func(ctx context.Context) (core.Config, error)
 
 // Manager hands out distributed buckets stored through an Executor. It is
 // safe for concurrent use; handles are cheap.
@@ -147,10 +143,14 @@ func (m *Manager) storeKey(key string) string {
 }
 
 // Bucket returns a handle to key's bucket. Nothing is read or written until
-// the first operation; configFn runs only when the bucket must be created or
-// its configuration replaced. It takes the options WithListener (replacing
-// the Manager's) and WithConfigVersion.
-func (m *Manager) Bucket(key string, configFn ConfigFunc, opts ...HandleOption) *Handle {
+// the first operation. configFn returns the bucket's configuration; the
+// handle calls it only when the storage answers that the bucket does not
+// exist (or, with WithConfigVersion, that its stored configuration is older
+// than wanted), so it may be expensive: a database lookup of the client's
+// plan, say. Under WithEagerConfig it is called before every operation
+// instead. It takes the options WithListener (replacing the Manager's) and
+// WithConfigVersion.
+func (m *Manager) Bucket(key string, configFn func(ctx context.Context) (core.Config, error), opts ...HandleOption) *Handle {
 	h := &Handle{m: m, key: key, storeKey: m.storeKey(key), configFn: configFn, listener: m.listener}
 	if len(opts) > 0 {
 		o := collect(opts, HandleOption.applyHandle)

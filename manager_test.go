@@ -32,7 +32,7 @@ func newManagerFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *managerF
 	return f
 }
 
-func (f *managerFixture) config(bws ...core.Bandwidth) bucketgrid.ConfigFunc {
+func (f *managerFixture) config(bws ...core.Bandwidth) func(context.Context) (core.Config, error) {
 	return func(context.Context) (core.Config, error) {
 		f.calls++
 		return core.NewConfig(bws...)

@@ -24,13 +24,13 @@ type ManagerStats struct {
 	BreakerOpens int64
 	OpenBreakers int
 	// LocalBuckets is the number of local shares held now; Dropped counts
-	// those dropped past Degrade.MaxKeys, uncharged.
+	// those dropped past the bound on local buckets (100,000), uncharged.
 	LocalBuckets int
 	Dropped      int64
 	// Charged counts the tokens consumed locally that were charged to the
 	// real buckets once their backend answered again; ChargeFailed counts
 	// background charges that failed (their tokens stay to be charged with
-	// the key's next request, or a background retry every Degrade.Probe).
+	// the key's next request, or a background retry every 250 ms).
 	Charged      int64
 	ChargeFailed int64
 	// Instances is the number of instances a local share is cut for now

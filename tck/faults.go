@@ -398,7 +398,7 @@ func checkClockSkew(e *env) {
 	}
 }
 
-func staticConfig(bws ...core.Bandwidth) bucketgrid.ConfigFunc {
+func staticConfig(bws ...core.Bandwidth) func(context.Context) (core.Config, error) {
 	cfg, err := core.NewConfig(bws...)
 	return func(context.Context) (core.Config, error) { return cfg, err }
 }

@@ -1,6 +1,7 @@
 package tck
 
 import (
+	"context"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
@@ -22,7 +23,7 @@ type memoryPair struct {
 	ea     *cas.Executor
 	a, b   *bucketgrid.Handle
 	bm     *bucketgrid.Manager
-	config bucketgrid.ConfigFunc
+	config func(context.Context) (core.Config, error)
 }
 
 func newMemoryPair(e *env, name string, opts ...bucketgrid.ManagerOption) *memoryPair {

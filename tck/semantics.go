@@ -1,6 +1,7 @@
 package tck
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -27,12 +28,12 @@ var executorChecks = []check{
 
 // handles returns one handle per executor on key, each through its own
 // Manager, as separate nodes would hold them.
-func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
+func (e *env) handles(key string, cfg func(context.Context) (core.Config, error), opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
 	return e.handlesOf(key, cfg, nil, opts...)
 }
 
 // handlesOf is handles with Managers made with managerOpts.
-func (e *env) handlesOf(key string, cfg bucketgrid.ConfigFunc, managerOpts []bucketgrid.ManagerOption, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
+func (e *env) handlesOf(key string, cfg func(context.Context) (core.Config, error), managerOpts []bucketgrid.ManagerOption, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
 	hs := make([]*bucketgrid.Handle, len(e.execs))
 	for i, x := range e.execs {
 		hs[i] = bucketgrid.NewManager(x, managerOpts...).Bucket(key, cfg, opts...)
