@@ -55,21 +55,12 @@ type Manager struct {
 	degrade  *degrader // WithDegrade; nil: executor errors are returned
 }
 
-// DefaultExpiryMargin is the margin of a Manager's default expiration,
-// ExpireAfterRefill(DefaultExpiryMargin): storage holds an idle client's
-// bucket one minute past the moment it is full again. The margin covers
-// clock skew between the clients of a store and stores' TTL rounding (whole
-// seconds on Couchbase) with room to spare, and costs only that minute of
-// storage.
-const DefaultExpiryMargin = time.Minute
-
-// ExpireNever keeps buckets until removed.
-func ExpireNever() wire.Expiry { return wire.Expiry{} }
-
-// ExpireFixed expires a bucket ttl after its last write.
-func ExpireFixed(ttl time.Duration) wire.Expiry {
-	return wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}
-}
+// defaultExpiryMargin is the margin of a Manager's default expiration,
+// ExpireAfterRefill(time.Minute): storage holds an idle client's bucket one
+// minute past the moment it is full again. The margin covers clock skew
+// between the clients of a store and stores' TTL rounding (whole seconds on
+// Couchbase) with room to spare, and costs only that minute of storage.
+const defaultExpiryMargin = time.Minute
 
 // ExpireAfterRefill expires a bucket margin after the moment it would be full
 // again: from then on an expired bucket and a new one are the same, so
@@ -97,7 +88,7 @@ func NewManager(exec Executor, opts ...ManagerOption) *Manager {
 		m.clock = clock.Wall()
 	}
 	if o.set&optExpiration == 0 {
-		m.expiry = ExpireAfterRefill(DefaultExpiryMargin)
+		m.expiry = ExpireAfterRefill(defaultExpiryMargin)
 	}
 	if m.corrupt.logger == nil {
 		m.corrupt.logger = slog.Default()

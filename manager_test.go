@@ -182,8 +182,8 @@ func TestExpirationTTLs(t *testing.T) {
 		expiry wire.Expiry
 		want   time.Duration
 	}{
-		{"never", bucketgrid.ExpireNever(), 0},
-		{"fixed", bucketgrid.ExpireFixed(time.Minute), time.Minute},
+		{"never", wire.Expiry{}, 0},
+		{"fixed", wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(time.Minute)}, time.Minute},
 		// 4 of 10 tokens used at 10/s: full again in 400ms, plus the margin
 		{"after refill", bucketgrid.ExpireAfterRefill(time.Second), 1400 * time.Millisecond},
 	} {

@@ -122,11 +122,12 @@ func WithRecovery(r RecoveryStrategy) ManagerOption {
 
 // WithExpiration sets the expiration-after-write policy of every write
 // through a Manager (NewManager); the default is
-// ExpireAfterRefill(DefaultExpiryMargin), which is always safe: a bucket
-// expires only once it is full again (plus the margin), and a new one holds
-// the same tokens (an intervally refill restarts its interval, so it refills
-// later, never sooner). Pass ExpireNever() to keep buckets until removed, or
-// see ExpireFixed.
+// ExpireAfterRefill(time.Minute), which is always safe: a bucket expires
+// only once it is full again (plus the margin), and a new one holds the same
+// tokens (an intervally refill restarts its interval, so it refills later,
+// never sooner). The zero wire.Expiry keeps buckets until removed;
+// wire.Expiry{Kind: wire.ExpireFixed, Fixed: ttl} expires a bucket ttl
+// nanoseconds after its last write, full or not.
 func WithExpiration(e wire.Expiry) ManagerOption {
 	return managerOption(func(o *options) { o.set |= optExpiration; o.expiry = e })
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // TestOptionsTakenOnlyWhereTheyApply: each option is of a type that only the
@@ -30,7 +31,7 @@ func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
 		{"WithClock", bucketgrid.WithClock(clock.Wall()), []string{"NewLocal, NewLocalGroup", "NewManager"}},
 		{"WithListener", bucketgrid.WithListener(nil), []string{"NewLocal, NewLocalGroup", "NewManager", "Manager.Bucket"}},
 		{"WithRecovery", bucketgrid.WithRecovery(bucketgrid.RecoveryFail), []string{"NewManager"}},
-		{"WithExpiration", bucketgrid.WithExpiration(bucketgrid.ExpireNever()), []string{"NewManager"}},
+		{"WithExpiration", bucketgrid.WithExpiration(wire.Expiry{}), []string{"NewManager"}},
 		{"WithFitKeys", bucketgrid.WithFitKeys(core.DigestKeyLen), []string{"NewManager"}},
 		{"WithLogger", bucketgrid.WithLogger(nil), []string{"NewManager"}},
 		{"WithEagerConfig", bucketgrid.WithEagerConfig(), []string{"NewManager"}},

@@ -133,8 +133,8 @@ func TestCorruptReplacementNeverClobbers(t *testing.T) {
 }
 
 // TestDefaultExpiration: a Manager without WithExpiration expires an idle
-// bucket DefaultExpiryMargin after it is full again, so idle clients do not
-// pile up; ExpireNever must be asked for.
+// bucket a minute (the default margin) after it is full again, so idle clients do not
+// pile up; keeping them (the zero wire.Expiry) must be asked for.
 func TestDefaultExpiration(t *testing.T) {
 	f := newManagerFixture(t)
 	ctx := context.Background()
@@ -144,19 +144,19 @@ func TestDefaultExpiration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ttl, ok := f.store.TTL("client-0"); !ok || ttl != 400*time.Millisecond+bucketgrid.DefaultExpiryMargin {
-		t.Fatalf("TTL %v, want the 400ms to full plus %v", ttl, bucketgrid.DefaultExpiryMargin)
+	if ttl, ok := f.store.TTL("client-0"); !ok || ttl != 400*time.Millisecond+time.Minute {
+		t.Fatalf("TTL %v, want the 400ms to full plus %v", ttl, time.Minute)
 	}
-	f.clock.Advance(400*time.Millisecond + bucketgrid.DefaultExpiryMargin)
+	f.clock.Advance(400*time.Millisecond + time.Minute)
 	if n := f.store.Len(); n != 0 {
 		t.Fatalf("%d idle buckets still stored after refill plus margin, want 0", n)
 	}
-	never := newManagerFixture(t, bucketgrid.WithExpiration(bucketgrid.ExpireNever()))
+	never := newManagerFixture(t, bucketgrid.WithExpiration(wire.Expiry{}))
 	if _, err := never.m.Bucket("k", cfg).TryConsume(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
 	if ttl, ok := never.store.TTL("k"); !ok || ttl != 0 {
-		t.Fatalf("ExpireNever: TTL %v, want none", ttl)
+		t.Fatalf("the zero wire.Expiry: TTL %v, want none", ttl)
 	}
 }
 

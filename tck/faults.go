@@ -426,8 +426,8 @@ func checkTTLFollowsStrategy(e *env) {
 		expiry wire.Expiry
 		want   []time.Duration // per write: create (1 token used), then 4 more
 	}{
-		{"never", bucketgrid.ExpireNever(), []time.Duration{0, 0}},
-		{"fixed", bucketgrid.ExpireFixed(90 * time.Second), []time.Duration{90 * time.Second, 90 * time.Second}},
+		{"never", wire.Expiry{}, []time.Duration{0, 0}},
+		{"fixed", wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(90 * time.Second)}, []time.Duration{90 * time.Second, 90 * time.Second}},
 		// 10 tokens per second: 1 used → full in 100ms; 5 used → 500ms; plus 2s
 		{"after refill", bucketgrid.ExpireAfterRefill(2 * time.Second), []time.Duration{2100 * time.Millisecond, 2500 * time.Millisecond}},
 	} {

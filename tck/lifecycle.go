@@ -9,6 +9,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 func checkRecovery(e *env) {
@@ -98,7 +99,7 @@ func checkExpiration(e *env) {
 	var calls atomic.Int64
 	base := staticConfig(core.Greedy(10, 1, time.Hour))
 	cfg := func(ctx context.Context) (core.Config, error) { calls.Add(1); return base(ctx) }
-	m := bucketgrid.NewManager(e.execs[0], bucketgrid.WithExpiration(bucketgrid.ExpireFixed(ttl)))
+	m := bucketgrid.NewManager(e.execs[0], bucketgrid.WithExpiration(wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}))
 	h := m.Bucket(e.key("expiry"), cfg)
 	// two writes: Insert creates the bucket, Replace updates it, and the
 	// TTL of the last one must hold

@@ -7,6 +7,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // A cas.Executor over a store that reports the versions it writes
@@ -114,7 +115,7 @@ func checkMemoryNeverDecides(e *env) {
 // from memory but create it anew.
 func checkMemoryAfterExpiry(e *env) {
 	ttl := newTTLPlan(e.cfg.ttl).long
-	p := newMemoryPair(e, "memory-expiry", bucketgrid.WithExpiration(bucketgrid.ExpireFixed(ttl)))
+	p := newMemoryPair(e, "memory-expiry", bucketgrid.WithExpiration(wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}))
 	p.drain(1)
 	deadline := time.Now().Add(5*ttl + 3*time.Second)
 	for {
