@@ -25,7 +25,7 @@ type Handle struct {
 	version  int64
 	inherit  core.TokensInheritance
 	listener Listener
-	seen     atomic.Bool // the bucket existed at some point (for RecoveryFail)
+	seen     atomic.Bool // the bucket existed at some point (for WithRecoveryFail)
 }
 
 var _ Bucket = (*Handle)(nil)
@@ -45,10 +45,10 @@ func (h *Handle) Execute(ctx context.Context, ops ...wire.Op) (results []wire.Re
 
 // do runs the request protocol: bare (or version-checked) first; on "not
 // found" or "needs replacing" fetch the configuration and resend with it;
-// on a corrupt record, under RecoveryReconstruct, resend in
+// on a corrupt record, by default, resend in
 // wire.ModeReconstruct with it. Under WithEagerConfig the first request
 // carries the configuration already (create if absent, or replace when
-// versioned), unless RecoveryFail must notice a vanished bucket.
+// versioned), unless WithRecoveryFail must notice a vanished bucket.
 // The share it returns is Execute's.
 func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Response, int, error) {
 	for i := range ops {
@@ -70,7 +70,7 @@ func (h *Handle) remote(ctx context.Context, ops []wire.Op, verbose bool, fromEx
 	req := wire.Request{Ops: ops, Expiry: h.m.expiry, Verbose: verbose,
 		ConfigVersion: h.version, Inheritance: h.inherit}
 	switch {
-	case h.m.eager && !(h.m.recovery == RecoveryFail && h.seen.Load()):
+	case h.m.eager && !(h.m.recovery == recoveryFail && h.seen.Load()):
 		cfg, err := h.config(ctx)
 		if err != nil {
 			return wire.Response{}, err
@@ -94,13 +94,13 @@ func (h *Handle) remote(ctx context.Context, ops []wire.Op, verbose bool, fromEx
 		h.seen.Store(true)
 		return resp, nil
 	case wire.StatusNotFound:
-		if h.m.recovery == RecoveryFail && h.seen.Load() {
+		if h.m.recovery == recoveryFail && h.seen.Load() {
 			return wire.Response{}, fmt.Errorf("%w: %s", ErrBucketNotFound, core.RedactKey(h.key))
 		}
 		req.Mode = wire.ModeCreateIfAbsent
 	case wire.StatusConfigNeedsReplacing:
 	case wire.StatusCorruptState:
-		if h.m.recovery == RecoveryFail {
+		if h.m.recovery == recoveryFail {
 			return wire.Response{}, resp.Err()
 		}
 		corrupt, why = true, resp.Message

@@ -12,16 +12,16 @@ import (
 	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-// ErrBucketNotFound is returned under RecoveryFail when a bucket that a
+// ErrBucketNotFound is returned under WithRecoveryFail when a bucket that a
 // handle had seen no longer exists (expired, removed, or lost by the store).
 var ErrBucketNotFound = errors.New("bucketgrid: bucket not found")
 
-// RecoveryStrategy says what a handle does when its bucket disappears or its
-// stored record is corrupt.
-type RecoveryStrategy uint8
+// recoveryStrategy says what a handle does when its bucket disappears or its
+// stored record is corrupt (Bucket4j's RecoveryStrategy).
+type recoveryStrategy uint8
 
 const (
-	// RecoveryReconstruct re-creates the bucket from the configuration
+	// recoveryReconstruct re-creates the bucket from the configuration
 	// function, full (Bucket4j's RECONSTRUCT). The default. A stored record
 	// that does not decode (wire.StatusCorruptState) is replaced by a new
 	// bucket too, with a compare-and-swap against the corrupt record (a valid
@@ -29,13 +29,13 @@ const (
 	// replacement is counted in ManagerStats.CorruptReplaced and logged once
 	// per key, redacted (see WithLogger). A bucket record of a newer format
 	// is never replaced: it stays an error wrapping core.ErrCorruptState.
-	RecoveryReconstruct RecoveryStrategy = iota
-	// RecoveryFail returns ErrBucketNotFound once the handle has seen the
+	recoveryReconstruct recoveryStrategy = iota
+	// recoveryFail (WithRecoveryFail) returns ErrBucketNotFound once the handle has seen the
 	// bucket exist (Bucket4j's THROW_BUCKET_NOT_FOUND), and an error
 	// wrapping core.ErrCorruptState for a corrupt stored record. With
 	// expiration (the default, see WithExpiration) a bucket left idle until
 	// it expires counts as disappeared.
-	RecoveryFail
+	recoveryFail
 )
 
 // configFunc returns the configuration of a bucket (see Manager.Bucket).
@@ -45,7 +45,7 @@ type configFunc = func(ctx context.Context) (core.Config, error)
 // safe for concurrent use; handles are cheap.
 type Manager struct {
 	exec     Executor
-	recovery RecoveryStrategy
+	recovery recoveryStrategy
 	expiry   wire.Expiry
 	listener Listener
 	clock    clock.Clock
@@ -74,7 +74,7 @@ func ExpireAfterRefill(margin time.Duration) wire.Expiry {
 
 // NewManager returns a Manager over exec. It takes the options WithClock
 // (the clock blocking calls wait on, and the local buckets of WithDegrade
-// run on), WithListener (the default listener of handles), WithRecovery,
+// run on), WithListener (the default listener of handles), WithRecoveryFail,
 // WithExpiration, WithFitKeys, WithLogger, WithEagerConfig and WithDegrade.
 func NewManager(exec Executor, opts ...ManagerOption) *Manager {
 	o := collect(opts, ManagerOption.applyManager)

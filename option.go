@@ -18,7 +18,7 @@ type (
 	// WithListener.
 	LocalOption interface{ applyLocal(*options) }
 	// ManagerOption configures NewManager: WithClock, WithListener,
-	// WithRecovery, WithExpiration, WithFitKeys, WithLogger,
+	// WithRecoveryFail, WithExpiration, WithFitKeys, WithLogger,
 	// WithEagerConfig, WithDegrade.
 	ManagerOption interface{ applyManager(*options) }
 	// HandleOption configures one handle (Manager.Bucket): WithListener,
@@ -61,7 +61,7 @@ type options struct {
 	set      optionSet
 	clock    clock.Clock
 	listener Listener
-	recovery RecoveryStrategy
+	recovery recoveryStrategy
 	expiry   wire.Expiry
 	version  int64
 	inherit  core.TokensInheritance
@@ -114,10 +114,21 @@ func WithListener(l Listener) ListenerOption {
 	return listenerOption(func(o *options) { o.set |= optListener; o.listener = l })
 }
 
-// WithRecovery sets what a Manager's handles do when their bucket disappears
-// (NewManager); the default is RecoveryReconstruct.
-func WithRecovery(r RecoveryStrategy) ManagerOption {
-	return managerOption(func(o *options) { o.set |= optRecovery; o.recovery = r })
+// WithRecoveryFail makes a Manager's handles (NewManager) fail when their
+// bucket disappears or its stored record is corrupt, rather than re-create
+// it (the default, Bucket4j's RECONSTRUCT): an operation returns
+// ErrBucketNotFound once the handle has seen the bucket exist (Bucket4j's
+// THROW_BUCKET_NOT_FOUND), and an error wrapping core.ErrCorruptState for a
+// corrupt stored record. With expiration (the default, see WithExpiration)
+// a bucket left idle until it expires counts as disappeared. By default a
+// lost bucket is re-created from the configuration function, full, and a
+// corrupt record is replaced by a new bucket with a compare-and-swap against
+// it (a valid bucket written meanwhile is kept: see wire.ModeReconstruct),
+// each replacement counted in ManagerStats.CorruptReplaced and logged once
+// per key, redacted (see WithLogger); a record of a newer format is never
+// replaced.
+func WithRecoveryFail() ManagerOption {
+	return managerOption(func(o *options) { o.set |= optRecovery; o.recovery = recoveryFail })
 }
 
 // WithExpiration sets the expiration-after-write policy of every write
@@ -180,7 +191,7 @@ func WithLogger(l *slog.Logger) ManagerOption {
 // keeps the configuration function lazy: it runs only when the executor
 // answers that the bucket must be created or replaced, which suits a
 // function that reads a database. Results are the same either way. Under
-// RecoveryFail a handle that has seen its bucket sends its operations
+// WithRecoveryFail a handle that has seen its bucket sends its operations
 // without the configuration, so that a vanished bucket is still reported
 // (ErrBucketNotFound) rather than re-created.
 func WithEagerConfig() ManagerOption {

@@ -30,7 +30,7 @@ func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
 	}{
 		{"WithClock", bucketgrid.WithClock(clock.Wall()), []string{"NewLocal, NewLocalGroup", "NewManager"}},
 		{"WithListener", bucketgrid.WithListener(nil), []string{"NewLocal, NewLocalGroup", "NewManager", "Manager.Bucket"}},
-		{"WithRecovery", bucketgrid.WithRecovery(bucketgrid.RecoveryFail), []string{"NewManager"}},
+		{"WithRecoveryFail", bucketgrid.WithRecoveryFail(), []string{"NewManager"}},
 		{"WithExpiration", bucketgrid.WithExpiration(wire.Expiry{}), []string{"NewManager"}},
 		{"WithFitKeys", bucketgrid.WithFitKeys(core.DigestKeyLen), []string{"NewManager"}},
 		{"WithLogger", bucketgrid.WithLogger(nil), []string{"NewManager"}},

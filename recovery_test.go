@@ -36,7 +36,7 @@ func plantCorrupt(t *testing.T, f *managerFixture, key string) {
 	}
 }
 
-// TestCorruptRecordReconstructed: under RecoveryReconstruct (the default) a
+// TestCorruptRecordReconstructed: by default (re-creating) a
 // corrupt record is replaced by a new bucket, which then limits exactly; the
 // replacement is counted and logged once per key, redacted.
 func TestCorruptRecordReconstructed(t *testing.T) {
@@ -74,11 +74,11 @@ func TestCorruptRecordReconstructed(t *testing.T) {
 	}
 }
 
-// TestCorruptRecordRecoveryFail: under RecoveryFail a corrupt record is an
+// TestCorruptRecordRecoveryFail: under WithRecoveryFail a corrupt record is an
 // error wrapping core.ErrCorruptState, and the record is left for an
 // operator to see.
 func TestCorruptRecordRecoveryFail(t *testing.T) {
-	f := newManagerFixture(t, bucketgrid.WithRecovery(bucketgrid.RecoveryFail))
+	f := newManagerFixture(t, bucketgrid.WithRecoveryFail())
 	plantCorrupt(t, f, "k")
 	_, err := f.m.Bucket("k", f.config(core.Greedy(2, 2, time.Hour))).TryConsume(context.Background(), 1)
 	if !errors.Is(err, core.ErrCorruptState) {
@@ -86,7 +86,7 @@ func TestCorruptRecordRecoveryFail(t *testing.T) {
 	}
 	data, _, _, _ := f.store.Get(context.Background(), "k")
 	if !bytes.Equal(data, []byte{wire.FormatVersion, 'B', 0xff, 0xff}) || f.m.Stats().CorruptReplaced != 0 {
-		t.Fatal("RecoveryFail replaced the corrupt record")
+		t.Fatal("WithRecoveryFail replaced the corrupt record")
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 // ManagerStats counts what a Manager did that its callers did not ask for.
 type ManagerStats struct {
-	// CorruptReplaced counts requests that met a corrupt stored record under
-	// RecoveryReconstruct and went on with a new bucket in its place. Two
+	// CorruptReplaced counts requests that met a corrupt stored record by
+	// default and went on with a new bucket in its place. Two
 	// processes meeting one record may both count it; the compare-and-swap
 	// lets only one of them write.
 	CorruptReplaced int64

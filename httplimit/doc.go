@@ -59,8 +59,8 @@
 //     text nor the key. bucketgrid.WithFitKeys gives such keys buckets of
 //     their own instead.
 //   - A corrupt stored record is replaced by a new bucket under
-//     bucketgrid.RecoveryReconstruct and refused with 503 under
-//     RecoveryFail; an invalid configuration from the Plan, a request the
+//     default and refused with 503 under
+//     bucketgrid.WithRecoveryFail; an invalid configuration from the Plan, a request the
 //     executor refuses, and a key so contended that the executor gave up
 //     (cas.ErrConflict) are refused with 503, whatever the failure mode.
 //   - A panic in the limiter (key function, store, executor, plan) is

@@ -213,7 +213,7 @@ func TestFailuresThatAreNotOutagesNeverFailOpen(t *testing.T) {
 		want error
 	}{
 		{"corrupt record, RecoveryFail", NewManaged(bucketgrid.NewManager(cas.New(corruptStore{memstore.New(), key}),
-			bucketgrid.WithRecovery(bucketgrid.RecoveryFail)), StaticPlan(cfg)), core.ErrCorruptState},
+			bucketgrid.WithRecoveryFail()), StaticPlan(cfg)), core.ErrCorruptState},
 		{"plan gives an invalid configuration", NewManaged(bucketgrid.NewManager(cas.New(memstore.New())),
 			StaticPlan(core.Config{})), core.ErrNoBandwidths},
 		{"plan gives an invalid configuration (local)", NewLocal(StaticPlan(core.Config{})), core.ErrNoBandwidths},
@@ -247,7 +247,7 @@ var quiet = bucketgrid.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // TestCorruptRecordReconstructedBehindMiddleware: a
 // corrupt record under a 2-per-hour limit, no longer serves 50 of 50: under
-// RecoveryReconstruct (the default) the record is replaced and 2 are served.
+// the default recovery the record is replaced and 2 are served.
 func TestCorruptRecordReconstructedBehindMiddleware(t *testing.T) {
 	st := memstore.New()
 	if ok, err := st.Insert(context.Background(), "198.51.100.1", []byte("garbage"), 0); !ok || err != nil {

@@ -160,7 +160,7 @@ func WithTimeout(d time.Duration) Option {
 // Failures a client could provoke or that no retry cures never do: a key
 // the backend cannot hold (bucketgrid.ErrInvalidKey, from the backend or the
 // Plan) is answered 400; a corrupt stored record (core.ErrCorruptState, under
-// bucketgrid.RecoveryFail), an invalid configuration from the Plan
+// bucketgrid.WithRecoveryFail), an invalid configuration from the Plan
 // (*core.ConfigError), a request the executor refuses
 // (wire.ErrInvalidRequest) and a key so contended that the executor gave up
 // (cas.ErrConflict) are answered 503 whatever the mode; and a panic is

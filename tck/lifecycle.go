@@ -17,10 +17,10 @@ func checkRecovery(e *env) {
 	base := staticConfig(core.Greedy(10, 1, time.Hour))
 	cfg := func(ctx context.Context) (core.Config, error) { calls.Add(1); return base(ctx) }
 	for _, tc := range []struct {
-		name     string
-		recovery bucketgrid.RecoveryStrategy
-	}{{"reconstruct", bucketgrid.RecoveryReconstruct}, {"fail", bucketgrid.RecoveryFail}} {
-		m := bucketgrid.NewManager(e.execs[0], bucketgrid.WithRecovery(tc.recovery))
+		name string
+		opts []bucketgrid.ManagerOption
+	}{{"reconstruct", nil}, {"fail", []bucketgrid.ManagerOption{bucketgrid.WithRecoveryFail()}}} {
+		m := bucketgrid.NewManager(e.execs[0], tc.opts...)
 		key := e.key("recovery-" + tc.name)
 		h := m.Bucket(key, cfg)
 		if _, err := h.TryConsume(e.ctx, 4); err != nil {
@@ -31,12 +31,12 @@ func checkRecovery(e *env) {
 		}
 		calls.Store(0)
 		n, err := h.AvailableTokens(e.ctx)
-		switch tc.recovery {
-		case bucketgrid.RecoveryReconstruct:
+		switch tc.name {
+		case "reconstruct":
 			if err != nil || n != 10 || calls.Load() != 1 {
 				e.Errorf("reconstruct: after removal %d tokens, err %v, configuration fetched %d times; want a full bucket of 10, fetched once", n, err, calls.Load())
 			}
-		case bucketgrid.RecoveryFail:
+		case "fail":
 			if !errors.Is(err, bucketgrid.ErrBucketNotFound) {
 				e.Errorf("fail: after removal err = %v, want ErrBucketNotFound", err)
 			}
