@@ -25,6 +25,7 @@ type Handle struct {
 	version  int64
 	inherit  core.TokensInheritance
 	listener Listener
+	clock    clock.Clock // blocking calls wait on it
 	seen     atomic.Bool // the bucket existed at some point (for WithRecoveryFail)
 }
 
@@ -180,7 +181,7 @@ func (h *Handle) run(ctx context.Context, op wire.Op, verbose bool) (wire.Result
 }
 
 func (h *Handle) events() Listener     { return h.listener }
-func (h *Handle) sleeper() clock.Clock { return h.m.clock }
+func (h *Handle) sleeper() clock.Clock { return h.clock }
 
 // validConfig validates cfg for the executing side, whose clock is a wall
 // clock.

@@ -59,8 +59,8 @@ func (e *localEnv) listen() Listener {
 // cfg first, with cfg.ValidateForClock(c.Wall()) for the bucket's clock c,
 // and returns the *core.ConfigError without building anything when cfg is
 // invalid. The bucket keeps its own copy of cfg.
-func NewLocal(cfg core.Config, opts ...LocalOption) (*Local, error) {
-	o := collect(opts, LocalOption.applyLocal)
+func NewLocal(cfg core.Config, opts ...Option) (*Local, error) {
+	o := collect(opts, Option.applyLocal)
 	l := new(Local)
 	if err := l.init(&cfg, newEnv(o.clock, o.listener)); err != nil {
 		return nil, err

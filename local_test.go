@@ -45,20 +45,20 @@ func TestNewLocalValidates(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  core.Config
-		opts []LocalOption
+		opts []Option
 		want error // nil: valid
 	}{
 		{"no bandwidths", core.Config{}, nil, core.ErrNoBandwidths},
 		{"zero capacity", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(0, 1, time.Second)}}, nil, core.ErrCapacity},
 		{"too fast", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 2, time.Nanosecond)}}, nil, core.ErrRefillTooFast},
 		{"aligned on monotonic clock", aligned, nil, core.ErrNeedsWallClock},
-		{"aligned on explicit monotonic clock", aligned, []LocalOption{WithClock(clock.Monotonic())}, core.ErrNeedsWallClock},
-		{"aligned on wall clock", aligned, []LocalOption{WithClock(clock.Wall())}, nil},
-		{"aligned on millis clock", aligned, []LocalOption{WithClock(clock.WallMillis())}, nil},
-		{"aligned on fake clock", aligned, []LocalOption{WithClock(clock.NewFake(t0))}, nil},
+		{"aligned on explicit monotonic clock", aligned, []Option{WithClock(clock.Monotonic())}, core.ErrNeedsWallClock},
+		{"aligned on wall clock", aligned, []Option{WithClock(clock.Wall())}, nil},
+		{"aligned on millis clock", aligned, []Option{WithClock(clock.WallMillis())}, nil},
+		{"aligned on fake clock", aligned, []Option{WithClock(clock.NewFake(t0))}, nil},
 		{"greedy on default clock", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}}, nil, nil},
 		{"nil clock and listener", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}},
-			[]LocalOption{WithClock(nil), WithListener(nil)}, nil},
+			[]Option{WithClock(nil), WithListener(nil)}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

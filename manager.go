@@ -139,12 +139,15 @@ func (m *Manager) storeKey(key string) string {
 // exist (or, with WithConfigVersion, that its stored configuration is older
 // than wanted), so it may be expensive: a database lookup of the client's
 // plan, say. Under WithEagerConfig it is called before every operation
-// instead. It takes the options WithListener (replacing the Manager's) and
-// WithConfigVersion.
+// instead. It takes the options WithClock and WithListener (replacing the
+// Manager's) and WithConfigVersion.
 func (m *Manager) Bucket(key string, configFn func(ctx context.Context) (core.Config, error), opts ...HandleOption) *Handle {
-	h := &Handle{m: m, key: key, storeKey: m.storeKey(key), configFn: configFn, listener: m.listener}
+	h := &Handle{m: m, key: key, storeKey: m.storeKey(key), configFn: configFn, listener: m.listener, clock: m.clock}
 	if len(opts) > 0 {
 		o := collect(opts, HandleOption.applyHandle)
+		if o.set&optClock != 0 && o.clock != nil {
+			h.clock = o.clock
+		}
 		if o.set&optListener != 0 {
 			h.listener = o.listener
 			if h.listener == nil {

@@ -9,52 +9,40 @@ import (
 	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-// The option types: one per constructor, so that the compiler refuses an
-// option given to a constructor that does not take it. WithClock and
-// WithListener return an Option, which every constructor but Manager.Bucket
-// takes; WithListener's is a ListenerOption, which Manager.Bucket takes too.
+// The option types: one per constructor that takes options of its own, so
+// that the compiler refuses an option given to a constructor that does not
+// take it, and Option, which every constructor takes.
 type (
-	// LocalOption configures NewLocal and NewLocalGroup: WithClock,
-	// WithListener.
-	LocalOption interface{ applyLocal(*options) }
 	// ManagerOption configures NewManager: WithClock, WithListener,
 	// WithRecoveryFail, WithExpiration, WithFitKeys, WithLogger,
 	// WithEagerConfig, WithDegrade.
 	ManagerOption interface{ applyManager(*options) }
-	// HandleOption configures one handle (Manager.Bucket): WithListener,
-	// WithConfigVersion.
+	// HandleOption configures one handle (Manager.Bucket): WithClock,
+	// WithListener, WithConfigVersion.
 	HandleOption interface{ applyHandle(*options) }
-	// Option is an option of NewLocal, NewLocalGroup and NewManager alike
-	// (WithClock, WithListener), so that it means the same thing wherever
-	// it is passed.
+	// Option is an option of every constructor alike (WithClock,
+	// WithListener), so that it means the same thing wherever it is
+	// passed: the only options of NewLocal and NewLocalGroup.
 	Option interface {
-		LocalOption
 		ManagerOption
-	}
-	// ListenerOption is WithListener's option: an Option that Manager.Bucket
-	// takes too.
-	ListenerOption interface {
-		Option
 		HandleOption
+		applyLocal(*options)
 	}
 )
 
 // The concrete options, one type for each set of constructors that take an
 // option.
 type (
-	commonOption   func(*options) // NewLocal, NewLocalGroup, NewManager
-	listenerOption func(*options) // and Manager.Bucket
-	managerOption  func(*options) // NewManager
-	handleOption   func(*options) // Manager.Bucket
+	commonOption  func(*options) // every constructor
+	managerOption func(*options) // NewManager
+	handleOption  func(*options) // Manager.Bucket
 )
 
-func (f commonOption) applyLocal(o *options)     { f(o) }
-func (f commonOption) applyManager(o *options)   { f(o) }
-func (f listenerOption) applyLocal(o *options)   { f(o) }
-func (f listenerOption) applyManager(o *options) { f(o) }
-func (f listenerOption) applyHandle(o *options)  { f(o) }
-func (f managerOption) applyManager(o *options)  { f(o) }
-func (f handleOption) applyHandle(o *options)    { f(o) }
+func (f commonOption) applyLocal(o *options)    { f(o) }
+func (f commonOption) applyManager(o *options)  { f(o) }
+func (f commonOption) applyHandle(o *options)   { f(o) }
+func (f managerOption) applyManager(o *options) { f(o) }
+func (f handleOption) applyHandle(o *options)   { f(o) }
 
 // options is what the options set; set records which were given.
 type options struct {
@@ -95,9 +83,10 @@ func collect[O any](opts []O, apply func(O, *options)) options {
 }
 
 // WithClock makes buckets tell time by c (NewLocal, NewLocalGroup; default
-// clock.Monotonic()), or sets the clock a Manager's blocking calls wait on
-// (NewManager; default clock.Wall(): distributed bucket time always comes
-// from the side that executes the request). Aligned refill styles need a
+// clock.Monotonic()), or sets the clock blocking calls wait on (NewManager:
+// every handle's, default clock.Wall(); Manager.Bucket: that handle's, the
+// Manager's when nil). Distributed bucket time always comes from the side
+// that executes the request. Aligned refill styles need a
 // clock whose Wall method reports true, such as clock.Wall(),
 // clock.WallMillis() or a *clock.Fake. Blocking calls wait with clock.Sleep
 // on c, so a clock.Sleeper such as *clock.Fake controls them: its waits
@@ -110,8 +99,8 @@ func WithClock(c clock.Clock) Option {
 // NewLocalGroup: every bucket of the group; NewManager: every handle that does
 // not set its own; Manager.Bucket: that handle). A nil l reports nothing,
 // the default. See Listener for when each event is reported.
-func WithListener(l Listener) ListenerOption {
-	return listenerOption(func(o *options) { o.set |= optListener; o.listener = l })
+func WithListener(l Listener) Option {
+	return commonOption(func(o *options) { o.set |= optListener; o.listener = l })
 }
 
 // WithRecoveryFail makes a Manager's handles (NewManager) fail when their
