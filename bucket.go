@@ -122,9 +122,6 @@ type Verbose struct {
 var (
 	// ErrTokens: a token count was not positive.
 	ErrTokens = errors.New("token count must be positive")
-	// ErrInvalidKey: a key the backend cannot hold (see core.KeyError): the
-	// client's error, returned before any I/O and never retried.
-	ErrInvalidKey = core.ErrInvalidKey
 	// ErrOverdraftTooLarge: a wait would not fit in a time.Duration, so
 	// nothing was consumed (ConsumeIgnoringRateLimits, Consume).
 	ErrOverdraftTooLarge = errors.New("bucketgrid: overdraft wait exceeds the int64 range")

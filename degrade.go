@@ -70,7 +70,7 @@ import (
 // its share's state rather than a full share.
 //
 // Only outages degrade, as only outages fail open in an HTTP middleware:
-// an executor error other than an invalid key (ErrInvalidKey), a corrupt
+// an executor error other than an invalid key (core.ErrInvalidKey), a corrupt
 // record (core.ErrCorruptState), an invalid configuration
 // (*core.ConfigError), a request refused (wire.ErrInvalidRequest) or one the
 // executor itself says is no outage (see Executor's Outage). Those errors,
@@ -154,7 +154,7 @@ func WithDegrade(d Degrade) ManagerOption {
 func (d *degrader) outage(err error) bool {
 	var cfgErr *core.ConfigError
 	switch {
-	case errors.Is(err, ErrInvalidKey), errors.Is(err, core.ErrCorruptState), errors.As(err, &cfgErr),
+	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrCorruptState), errors.As(err, &cfgErr),
 		errors.Is(err, wire.ErrInvalidRequest):
 		return false
 	}

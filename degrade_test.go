@@ -316,7 +316,7 @@ func TestDegradeKeepsOtherErrors(t *testing.T) {
 		configFn func(context.Context) (core.Config, error)
 		want     error
 	}{
-		{"invalid key", core.InvalidKey("k", "too long"), nine, bucketgrid.ErrInvalidKey},
+		{"invalid key", core.InvalidKey("k", "too long"), nine, core.ErrInvalidKey},
 		{"corrupt record", fmt.Errorf("store: %w", core.ErrCorruptState), nine, core.ErrCorruptState},
 		{"invalid request", fmt.Errorf("x: %w", wire.ErrInvalidRequest), nine, wire.ErrInvalidRequest},
 		{"configuration error", &core.ConfigError{Bandwidth: -1, Err: core.ErrNoBandwidths}, nine, core.ErrNoBandwidths},

@@ -17,7 +17,7 @@ import (
 // produced. It returns an error only when the request could not be carried
 // out (an outage, a timeout, a lost race it gave up on), or when the key is
 // one its storage cannot hold: then, before any I/O, an error wrapping
-// ErrInvalidKey (see core.InvalidKey), which callers treat as the client's
+// core.ErrInvalidKey (see core.InvalidKey), which callers treat as the client's
 // error, never as an outage. Statuses such as wire.StatusNotFound are
 // answers, not errors.
 //

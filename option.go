@@ -145,7 +145,7 @@ func WithExpiration(e wire.Expiry) ManagerOption {
 // executor receives it: for Couchbase, 250 bytes minus the prefix the
 // store's key mapping adds (couchbase.MaxKeyLen - len(prefix)); for MongoDB,
 // mongo.MaxKeyLen. Without it such keys are refused with an error wrapping
-// ErrInvalidKey (an HTTP middleware answers 400). Turning it on later moves
+// core.ErrInvalidKey (an HTTP middleware answers 400). Turning it on later moves
 // the keys it changes (long, non-UTF-8 or '#'-prefixed ones) to new, full
 // buckets. Handle.Key still returns the key as given.
 //

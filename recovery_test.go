@@ -182,7 +182,7 @@ func TestFitKeys(t *testing.T) {
 	bad := "caf\xe9"
 	plain := bucketgrid.NewManager(cas.New(ruleStore{f.store}, cas.WithClock(f.clock)))
 	for _, k := range []string{long, bad} {
-		if _, err := plain.Bucket(k, cfg).TryConsume(ctx, 1); !errors.Is(err, bucketgrid.ErrInvalidKey) {
+		if _, err := plain.Bucket(k, cfg).TryConsume(ctx, 1); !errors.Is(err, core.ErrInvalidKey) {
 			t.Fatalf("without WithFitKeys, key of %d bytes: %v, want ErrInvalidKey", len(k), err)
 		}
 	}

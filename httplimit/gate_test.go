@@ -103,7 +103,7 @@ func TestKeyTheBackendCannotHold(t *testing.T) {
 			if s := mw.Stats(); s.BadKey != 5 || s.FailedOpen != 0 || s.Allowed != 0 {
 				t.Errorf("stats %+v", s)
 			}
-			if errs := hook.all(); len(errs) != 5 || !errors.Is(errs[0], bucketgrid.ErrInvalidKey) {
+			if errs := hook.all(); len(errs) != 5 || !errors.Is(errs[0], core.ErrInvalidKey) {
 				t.Errorf("hook got %v, want the backend's ErrInvalidKey errors", errs)
 			}
 			// the edge of the rule is served
