@@ -31,9 +31,6 @@ type Handle struct {
 
 var _ Bucket = (*Handle)(nil)
 
-// Key returns the bucket's key.
-func (h *Handle) Key() string { return h.key }
-
 // Execute sends ops as one atomic batch and returns their results, one per
 // operation in order: the escape hatch for combinations the Bucket methods
 // do not cover. It reports no Listener events. share says how the batch was

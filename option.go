@@ -147,7 +147,8 @@ func WithExpiration(e wire.Expiry) ManagerOption {
 // mongo.MaxKeyLen. Without it such keys are refused with an error wrapping
 // core.ErrInvalidKey (an HTTP middleware answers 400). Turning it on later moves
 // the keys it changes (long, non-UTF-8 or '#'-prefixed ones) to new, full
-// buckets. Handle.Key still returns the key as given.
+// buckets. Manager.Bucket, RemoveBucket and Configuration take the key as
+// given.
 //
 // NewManager panics when maxLen < core.DigestKeyLen, a limit no digest fits:
 // backends' limits are constants, so the first test catches it.

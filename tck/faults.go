@@ -157,6 +157,7 @@ type fixture struct {
 	fs    *faultStore
 	exec  *cas.Executor
 	b     *bucketgrid.Handle
+	key   string
 	slept []time.Duration
 	meta  []retry.Metadata
 }
@@ -173,7 +174,8 @@ func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
 		}
 		return strategy.Next(m)
 	})))
-	x.b = bucketgrid.NewManager(x.exec).Bucket(e.key(name), staticConfig(core.Greedy(100, 100, time.Minute)))
+	x.key = e.key(name)
+	x.b = bucketgrid.NewManager(x.exec).Bucket(x.key, staticConfig(core.Greedy(100, 100, time.Minute)))
 	if ok, err := x.b.TryConsume(e.ctx, 1); err != nil || !ok {
 		e.Fatalf("creating the bucket: ok=%v err=%v", ok, err)
 	}
@@ -182,7 +184,7 @@ func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
 
 func (x *fixture) available() int64 {
 	n, err := bucketgrid.NewManager(cas.New(x.e.store, cas.WithClock(x.e.now()), cas.WithRetry(kitRetry()))).
-		Bucket(x.b.Key(), staticConfig(core.Greedy(1, 1, time.Minute))).AvailableTokens(x.e.ctx)
+		Bucket(x.key, staticConfig(core.Greedy(1, 1, time.Minute))).AvailableTokens(x.e.ctx)
 	if err != nil {
 		x.e.Fatalf("reading the bucket back: %v", err)
 	}
@@ -245,8 +247,8 @@ func checkStrategyHonoured(e *env) {
 		e.Errorf("strategy consulted with %+v, want attempts 1 and 2", x.meta)
 	}
 	for _, m := range x.meta {
-		if m.Key != x.b.Key() {
-			e.Errorf("strategy metadata key %q, want %q", m.Key, x.b.Key())
+		if m.Key != x.key {
+			e.Errorf("strategy metadata key %q, want %q", m.Key, x.key)
 		}
 	}
 	if len(x.meta) == 2 && x.meta[1].Now-x.meta[1].Start != int64(7*time.Millisecond) {

@@ -100,7 +100,8 @@ func checkExpiration(e *env) {
 	base := staticConfig(core.Greedy(10, 1, time.Hour))
 	cfg := func(ctx context.Context) (core.Config, error) { calls.Add(1); return base(ctx) }
 	m := bucketgrid.NewManager(e.execs[0], bucketgrid.WithExpiration(wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}))
-	h := m.Bucket(e.key("expiry"), cfg)
+	key := e.key("expiry")
+	h := m.Bucket(key, cfg)
 	// two writes: Insert creates the bucket, Replace updates it, and the
 	// TTL of the last one must hold
 	for _, n := range []int64{3, 4} {
@@ -112,7 +113,7 @@ func checkExpiration(e *env) {
 	// deadline that finds the bucket proves it outlived its TTL
 	deadline := time.Now().Add(plan.late(ttl))
 	for {
-		_, _, found, err := m.Configuration(e.ctx, h.Key())
+		_, _, found, err := m.Configuration(e.ctx, key)
 		if err != nil {
 			e.Fatalf("Configuration: %v", err)
 		}

@@ -23,6 +23,7 @@ type memoryPair struct {
 	e      *env
 	ea     *cas.Executor
 	a, b   *bucketgrid.Handle
+	key    string
 	bm     *bucketgrid.Manager
 	config func(context.Context) (core.Config, error)
 }
@@ -32,6 +33,7 @@ func newMemoryPair(e *env, name string, opts ...bucketgrid.ManagerOption) *memor
 	p.ea = cas.New(e.store, cas.WithClock(e.now()), cas.WithRetry(kitRetry()))
 	p.bm = bucketgrid.NewManager(cas.New(e.store, cas.WithClock(e.now()), cas.WithRetry(kitRetry())), opts...)
 	key := e.key(name)
+	p.key = key
 	p.a = bucketgrid.NewManager(p.ea, opts...).Bucket(key, p.config)
 	p.b = p.bm.Bucket(key, p.config)
 	return p
@@ -97,7 +99,7 @@ func checkMemoryNeverDecides(e *env) {
 		e.Errorf("after B replaced the configuration (capacity 50), A's diagnostics show capacity %d: answered from memory", c)
 	}
 	if e.cfg.noDelete == "" {
-		p.must("B's RemoveBucket", p.bm.RemoveBucket(ctx, p.b.Key()))
+		p.must("B's RemoveBucket", p.bm.RemoveBucket(ctx, p.key))
 		_, err = p.b.TryConsume(ctx, 9) // B's new bucket: 1 token left
 		p.must("B's TryConsume", err)
 		p.consume(1, true, "B removed the bucket and created another with 1 token left")
@@ -119,7 +121,7 @@ func checkMemoryAfterExpiry(e *env) {
 	p.drain(1)
 	deadline := time.Now().Add(5*ttl + 3*time.Second)
 	for {
-		_, _, found, err := p.bm.Configuration(e.ctx, p.b.Key())
+		_, _, found, err := p.bm.Configuration(e.ctx, p.key)
 		p.must("B's Configuration", err)
 		if !found {
 			break
