@@ -65,7 +65,10 @@ type Bucket interface {
 	// invalid strategy (core.ErrUnknownStrategy) is rejected before anything
 	// is written.
 	ReplaceConfiguration(ctx context.Context, cfg core.Config, strategy core.TokensInheritance) error
-	// Consume takes n tokens, waiting as long as refill takes. It reserves
+	// Consume takes n tokens, waiting as long as refill takes, and never
+	// past ctx's deadline: Bucket4j's tryConsume(n, maxWait) is Consume
+	// under context.WithTimeout(ctx, maxWait), refusing with an error
+	// wrapping context.DeadlineExceeded where Bucket4j answers false. It reserves
 	// the tokens at once (the bucket may go into overdraft, so later callers
 	// queue behind) and then sleeps until they are due, on the clock's terms
 	// (a clock.Fake advances instead). It returns without waiting:
@@ -84,15 +87,6 @@ type Bucket interface {
 	// reservation of an interrupted thread; giving it back keeps the promise
 	// that a failed call has taken nothing.
 	Consume(ctx context.Context, n int64) error
-	// TryConsumeWithin takes n tokens if they can be had within maxWait,
-	// waiting for them as Consume does, and reports whether it took them. It
-	// returns false without waiting when the wait would exceed maxWait (a
-	// rejection), and the errors of Consume otherwise, ErrExceedsCapacity
-	// and, when ctx's deadline comes before maxWait and the wait would end
-	// after it, context.DeadlineExceeded included (Bucket4j's tryConsume(n, maxWait) waits into overdraft there
-	// and answers true when the deficit refills within maxWait). A negative
-	// maxWait is zero.
-	TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error)
 	// Diagnose returns the configuration and state refilled to now, the
 	// tokens of each bandwidth and the time until the bucket is full: the
 	// verbose API. The snapshot is a copy the caller may keep.

@@ -244,9 +244,3 @@ func (h *Handle) Diagnose(ctx context.Context) (core.Diagnostics, error) { retur
 func (h *Handle) Consume(ctx context.Context, n int64) error {
 	return consume(ctx, h, n)
 }
-
-// TryConsumeWithin implements Bucket.TryConsumeWithin: one request reserves
-// the tokens, then it sleeps on the Manager's clock.
-func (h *Handle) TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return consumeWithin(ctx, h, n, int64(maxWait), false)
-}

@@ -10,9 +10,9 @@ import (
 //
 // TryConsume, TryConsumeAndReturnRemaining and its verbose form report
 // consumed or rejected n; TryConsumeAsMuchAsPossible reports consumed for a
-// positive take; ConsumeIgnoringRateLimits reports consumed; Consume and
-// TryConsumeWithin report rejected (a wait over maxWait), parked before a
-// wait, interrupted when ctx ends during it, and consumed on success. A
+// positive take; ConsumeIgnoringRateLimits reports consumed; Consume reports
+// rejected (a wait past ctx's deadline), parked before a wait, interrupted
+// when ctx ends during it, and consumed on success. A
 // call that returns any other error reports nothing.
 type Listener interface {
 	// OnConsumed is called when tokens were consumed.

@@ -218,12 +218,6 @@ func (l *Local) Consume(ctx context.Context, n int64) error {
 	return consume(ctx, l, n)
 }
 
-// TryConsumeWithin implements Bucket.TryConsumeWithin, sleeping on the
-// bucket's clock.
-func (l *Local) TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return consumeWithin(ctx, l, n, int64(maxWait), false)
-}
-
 // Diagnose implements Bucket.Diagnose.
 func (l *Local) Diagnose(ctx context.Context) (core.Diagnostics, error) { return diagnose(ctx, l) }
 

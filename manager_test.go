@@ -116,9 +116,10 @@ func TestBlockingConsumeWaitsExactly(t *testing.T) {
 	if l.Parked() != 300*time.Millisecond || l.Consumed() != 13 {
 		t.Fatalf("listener parked %v consumed %d", l.Parked(), l.Consumed())
 	}
-	ok, err := h.TryConsumeWithin(ctx, 5, 100*time.Millisecond)
-	if ok || err != nil || l.Rejected() != 5 {
-		t.Fatalf("TryConsumeWithin beyond its wait: %v %v (rejected %d)", ok, err, l.Rejected())
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := h.Consume(short, 5); !errors.Is(err, context.DeadlineExceeded) || l.Rejected() != 5 {
+		t.Fatalf("Consume past its deadline: %v (rejected %d)", err, l.Rejected())
 	}
 	if err := h.Consume(ctx, 11); !errors.Is(err, bucketgrid.ErrExceedsCapacity) {
 		t.Fatalf("Consume above capacity: %v, want ErrExceedsCapacity", err)

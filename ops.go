@@ -154,49 +154,37 @@ func diagnose(ctx context.Context, b runner) (core.Diagnostics, error) {
 	return v.Diagnostics, err
 }
 
-// consume is Consume: consumeWithin no bound but ctx's deadline.
+// consume is Consume: reserve in one atomic step, then wait out the
+// reservation, giving the tokens back if ctx ends first. It never waits past
+// ctx's deadline: tokens that would come later are refused at once
+// (x/time/rate's WaitN), with an error wrapping context.DeadlineExceeded.
 func consume(ctx context.Context, b runner, n int64) error {
-	_, err := consumeWithin(ctx, b, n, math.MaxInt64, true)
-	return err
-}
-
-// consumeWithin is Consume (forever) and TryConsumeWithin: reserve in one
-// atomic step, then wait out the reservation, giving the tokens back if ctx
-// ends first. It never waits past ctx's deadline: tokens that would come
-// later are refused at once (x/time/rate's WaitN), with an error wrapping
-// context.DeadlineExceeded when the deadline, not maxWait, refused them.
-func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool) (bool, error) {
 	if n <= 0 {
-		return false, tokensError(n)
+		return tokensError(n)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return err
 	}
-	limit, byDeadline := max(maxWait, 0), false
+	limit, bounded := int64(math.MaxInt64), false
 	if deadline, ok := ctx.Deadline(); ok {
-		if left := max(int64(time.Until(deadline)), 0); left < limit {
-			limit, byDeadline = left, true
-		}
+		limit, bounded = max(int64(time.Until(deadline)), 0), true
 	}
 	r, _, err := b.run(ctx, wire.Op{Kind: wire.OpReserve, Tokens: n, MaxWait: limit}, false)
 	if err != nil {
-		return false, err
+		return err
 	}
 	l := b.events()
 	if !r.OK {
 		switch {
 		case n > r.Tokens: // Tokens: the smallest capacity
-			return false, fmt.Errorf("%w: %d tokens, capacity %d", ErrExceedsCapacity, n, r.Tokens)
-		case byDeadline:
+			return fmt.Errorf("%w: %d tokens, capacity %d", ErrExceedsCapacity, n, r.Tokens)
+		case bounded:
 			l.OnRejected(n)
-			return false, fmt.Errorf("bucketgrid: %d tokens would come later than the context's deadline, %v away: %w",
+			return fmt.Errorf("bucketgrid: %d tokens would come later than the context's deadline, %v away: %w",
 				n, time.Duration(limit), context.DeadlineExceeded)
-		case forever:
-			return false, fmt.Errorf("%w: %d tokens would come after more than %v", ErrOverdraftTooLarge, n,
-				time.Duration(math.MaxInt64))
 		}
-		l.OnRejected(n)
-		return false, nil
+		return fmt.Errorf("%w: %d tokens would come after more than %v", ErrOverdraftTooLarge, n,
+			time.Duration(math.MaxInt64))
 	}
 	if r.Wait > 0 {
 		l.OnParked(time.Duration(r.Wait))
@@ -205,11 +193,11 @@ func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool
 			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 			defer cancel()
 			if _, _, aerr := b.run(back, wire.Op{Kind: wire.OpAddTokens, Tokens: n}, false); aerr != nil {
-				return false, fmt.Errorf("%w (giving the %d reserved tokens back failed: %v)", err, n, aerr)
+				return fmt.Errorf("%w (giving the %d reserved tokens back failed: %v)", err, n, aerr)
 			}
-			return false, err
+			return err
 		}
 	}
 	l.OnConsumed(n)
-	return true, nil
+	return nil
 }
