@@ -98,7 +98,7 @@ func members(e ast.Expr) int {
 	return n
 }
 
-// budgets bounds what a package exports (issue 35): a name over budget
+// budgets bounds what a package exports: a name over budget
 // must earn its place by pushing out another.
 var budgets = map[string]int{
 	".": 100, // the root package; x/time/rate exports 31
