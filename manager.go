@@ -26,7 +26,7 @@ const (
 	// that does not decode (wire.StatusCorruptState) is replaced by a new
 	// bucket too, with a compare-and-swap against the corrupt record (a valid
 	// bucket written meanwhile is kept: see wire.ModeReconstruct); each
-	// replacement is counted in ManagerStats.CorruptReplaced and logged once
+	// replacement is counted in Stats.CorruptReplaced and logged once
 	// per key, redacted (see WithLogger). A bucket record of a newer format
 	// is never replaced: it stays an error wrapping core.ErrCorruptState.
 	recoveryReconstruct recoveryStrategy = iota

@@ -113,7 +113,7 @@ func WithListener(l Listener) Option {
 // lost bucket is re-created from the configuration function, full, and a
 // corrupt record is replaced by a new bucket with a compare-and-swap against
 // it (a valid bucket written meanwhile is kept: see wire.ModeReconstruct),
-// each replacement counted in ManagerStats.CorruptReplaced and logged once
+// each replacement counted in Stats.CorruptReplaced and logged once
 // per key, redacted (see WithLogger); a record of a newer format is never
 // replaced.
 func WithRecoveryFail() ManagerOption {

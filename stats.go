@@ -8,8 +8,10 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
-// ManagerStats counts what a Manager did that its callers did not ask for.
-type ManagerStats struct {
+// Stats counts what a Manager did that its callers did not ask for: the
+// root layer's one Stats (an executor's own work is counted by its package,
+// as cas.Stats; a front door's decisions by the door, as httplimit.Stats).
+type Stats struct {
 	// CorruptReplaced counts requests that met a corrupt stored record by
 	// default and went on with a new bucket in its place. Two
 	// processes meeting one record may both count it; the compare-and-swap
@@ -39,8 +41,8 @@ type ManagerStats struct {
 }
 
 // Stats returns the counters so far.
-func (m *Manager) Stats() ManagerStats {
-	s := ManagerStats{CorruptReplaced: m.corrupt.replaced.Load()}
+func (m *Manager) Stats() Stats {
+	s := Stats{CorruptReplaced: m.corrupt.replaced.Load()}
 	if g := m.degrade; g != nil {
 		s.Degraded, s.BreakerOpens, s.OpenBreakers = g.degraded.Load(), g.opened.Load(), g.breakers.openCount()
 		s.LocalBuckets, s.Dropped = int(g.n.Load()), g.dropped.Load()

@@ -142,7 +142,7 @@ func TestOneKeyKilled(t *testing.T) {
 			case "corrupt record, RecoveryReconstruct":
 				// Each of the two goroutines on the key may meet the
 				// record before the other's new bucket replaced it, and
-				// each such request counts (ManagerStats): 1 or 2, seen 2
+				// each such request counts (Stats): 1 or 2, seen 2
 				// beside 8 busy loops. That one bucket replaced it is
 				// what the statuses above judge (capacity × 200).
 				if n := m.Stats().CorruptReplaced; n < 1 || n > 2 || s.FailedOpen != 0 {
