@@ -68,7 +68,7 @@ func (h *Handle) remote(ctx context.Context, ops []wire.Op, verbose bool, fromEx
 	req := wire.Request{Ops: ops, Expiry: h.m.expiry, Verbose: verbose,
 		ConfigVersion: h.version, Inheritance: h.inherit}
 	switch {
-	case h.m.eager && !(h.m.recovery == recoveryFail && h.seen.Load()):
+	case h.m.eager && !(h.m.failLost && h.seen.Load()):
 		cfg, err := h.config(ctx)
 		if err != nil {
 			return wire.Response{}, err
@@ -92,13 +92,13 @@ func (h *Handle) remote(ctx context.Context, ops []wire.Op, verbose bool, fromEx
 		h.seen.Store(true)
 		return resp, nil
 	case wire.StatusNotFound:
-		if h.m.recovery == recoveryFail && h.seen.Load() {
+		if h.m.failLost && h.seen.Load() {
 			return wire.Response{}, fmt.Errorf("%w: %s", ErrBucketNotFound, core.RedactKey(h.key))
 		}
 		req.Mode = wire.ModeCreateIfAbsent
 	case wire.StatusConfigNeedsReplacing:
 	case wire.StatusCorruptState:
-		if h.m.recovery == recoveryFail {
+		if h.m.failLost {
 			return wire.Response{}, resp.Err()
 		}
 		corrupt, why = true, resp.Message

@@ -16,28 +16,6 @@ import (
 // handle had seen no longer exists (expired, removed, or lost by the store).
 var ErrBucketNotFound = errors.New("bucketgrid: bucket not found")
 
-// recoveryStrategy says what a handle does when its bucket disappears or its
-// stored record is corrupt (Bucket4j's RecoveryStrategy).
-type recoveryStrategy uint8
-
-const (
-	// recoveryReconstruct re-creates the bucket from the configuration
-	// function, full (Bucket4j's RECONSTRUCT). The default. A stored record
-	// that does not decode (wire.StatusCorruptState) is replaced by a new
-	// bucket too, with a compare-and-swap against the corrupt record (a valid
-	// bucket written meanwhile is kept: see wire.ModeReconstruct); each
-	// replacement is counted in Stats.CorruptReplaced and logged once
-	// per key, redacted (see WithLogger). A bucket record of a newer format
-	// is never replaced: it stays an error wrapping core.ErrCorruptState.
-	recoveryReconstruct recoveryStrategy = iota
-	// recoveryFail (WithRecoveryFail) returns ErrBucketNotFound once the handle has seen the
-	// bucket exist (Bucket4j's THROW_BUCKET_NOT_FOUND), and an error
-	// wrapping core.ErrCorruptState for a corrupt stored record. With
-	// expiration (the default, see WithExpiration) a bucket left idle until
-	// it expires counts as disappeared.
-	recoveryFail
-)
-
 // configFunc returns the configuration of a bucket (see Manager.Bucket).
 type configFunc = func(ctx context.Context) (core.Config, error)
 
@@ -45,7 +23,7 @@ type configFunc = func(ctx context.Context) (core.Config, error)
 // safe for concurrent use; handles are cheap.
 type Manager struct {
 	exec     Executor
-	recovery recoveryStrategy
+	failLost bool // WithRecoveryFail; false: re-create (see there)
 	expiry   wire.Expiry
 	listener Listener
 	clock    clock.Clock
@@ -78,7 +56,7 @@ func ExpireAfterRefill(margin time.Duration) wire.Expiry {
 // WithExpiration, WithFitKeys, WithLogger, WithEagerConfig and WithDegrade.
 func NewManager(exec Executor, opts ...ManagerOption) *Manager {
 	o := collect(opts, ManagerOption.applyManager)
-	m := &Manager{exec: exec, recovery: o.recovery, expiry: o.expiry, listener: o.listener, clock: o.clock,
+	m := &Manager{exec: exec, failLost: o.failLost, expiry: o.expiry, listener: o.listener, clock: o.clock,
 		fitKeys: o.fitKeys, eager: o.set&optEagerConfig != 0}
 	m.corrupt.logger = o.logger
 	if m.listener == nil {
@@ -104,7 +82,7 @@ func NewManager(exec Executor, opts ...ManagerOption) *Manager {
 // Manager, such as an HTTP middleware's option. Its breakers and local
 // buckets are its own.
 func (m *Manager) Degraded(d Degrade) *Manager {
-	n := &Manager{exec: m.exec, recovery: m.recovery, expiry: m.expiry, listener: m.listener, clock: m.clock,
+	n := &Manager{exec: m.exec, failLost: m.failLost, expiry: m.expiry, listener: m.listener, clock: m.clock,
 		fitKeys: m.fitKeys, eager: m.eager}
 	n.corrupt.logger = m.corrupt.logger
 	n.degrade = newDegrader(n, d)

@@ -49,7 +49,7 @@ type options struct {
 	set      optionSet
 	clock    clock.Clock
 	listener Listener
-	recovery recoveryStrategy
+	failLost bool
 	expiry   wire.Expiry
 	version  int64
 	inherit  core.TokensInheritance
@@ -117,7 +117,7 @@ func WithListener(l Listener) Option {
 // per key, redacted (see WithLogger); a record of a newer format is never
 // replaced.
 func WithRecoveryFail() ManagerOption {
-	return managerOption(func(o *options) { o.set |= optRecovery; o.recovery = recoveryFail })
+	return managerOption(func(o *options) { o.set |= optRecovery; o.failLost = true })
 }
 
 // WithExpiration sets the expiration-after-write policy of every write
