@@ -29,9 +29,9 @@ type Bucket interface {
 	// TryConsumeAndReturnRemainingVerbose is TryConsumeAndReturnRemaining
 	// that also returns the bucket's diagnostics right after the
 	// consumption, taken in the same atomic step (one lock, or one round
-	// trip): Bucket4j's verbose API, what headers describing every bandwidth
-	// need.
-	TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error)
+	// trip), and how it was decided (see Verbose): Bucket4j's verbose API,
+	// what headers describing every bandwidth need.
+	TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (Verbose, error)
 	// EstimateAbilityToConsume reports whether n tokens could be taken now
 	// and, if not, how long until they could; it takes nothing.
 	EstimateAbilityToConsume(ctx context.Context, n int64) (core.Estimate, error)
@@ -65,7 +65,10 @@ type Bucket interface {
 	// invalid strategy (core.ErrUnknownStrategy) is rejected before anything
 	// is written.
 	ReplaceConfiguration(ctx context.Context, cfg core.Config, strategy core.TokensInheritance) error
-	// Consume takes n tokens, waiting as long as refill takes. It reserves
+	// Consume takes n tokens, waiting as long as refill takes, and never
+	// past ctx's deadline: Bucket4j's tryConsume(n, maxWait) is Consume
+	// under context.WithTimeout(ctx, maxWait), refusing with an error
+	// wrapping context.DeadlineExceeded where Bucket4j answers false. It reserves
 	// the tokens at once (the bucket may go into overdraft, so later callers
 	// queue behind) and then sleeps until they are due, on the clock's terms
 	// (a clock.Fake advances instead). It returns without waiting:
@@ -73,34 +76,46 @@ type Bucket interface {
 	//     x/time/rate's WaitN does when n exceeds the burst;
 	//   - an error wrapping ErrOverdraftTooLarge when the wait would not fit
 	//     in a time.Duration (a bucket deep in overdraft on a slow refill);
+	//   - an error wrapping context.DeadlineExceeded when the wait would end
+	//     after ctx's deadline (the time left, time.Until(deadline), against
+	//     the wait on the bucket's clock), as x/time/rate's WaitN refuses:
+	//     nothing is taken and the listener hears a rejection;
 	//   - ctx's error when ctx is already done.
-	// If ctx ends during the wait, the reserved tokens are given back with
+	// If ctx ends during the wait anyway (canceled, or a sleep overran), the reserved tokens are given back with
 	// AddTokens (capped at capacity, as any addition) and ctx's error is
 	// returned. Bucket4j differs here: its blocking bucket keeps the
 	// reservation of an interrupted thread; giving it back keeps the promise
 	// that a failed call has taken nothing.
 	Consume(ctx context.Context, n int64) error
-	// TryConsumeWithin takes n tokens if they can be had within maxWait,
-	// waiting for them as Consume does, and reports whether it took them. It
-	// returns false without waiting when the wait would exceed maxWait (a
-	// rejection), and the errors of Consume otherwise, ErrExceedsCapacity
-	// included (Bucket4j's tryConsume(n, maxWait) waits into overdraft there
-	// and answers true when the deficit refills within maxWait). A negative
-	// maxWait is zero.
-	TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error)
 	// Diagnose returns the configuration and state refilled to now, the
 	// tokens of each bandwidth and the time until the bucket is full: the
 	// verbose API. The snapshot is a copy the caller may keep.
 	Diagnose(ctx context.Context) (core.Diagnostics, error)
 }
 
+// Verbose is the answer of TryConsumeAndReturnRemainingVerbose: what a
+// check decided, the bucket it was decided on, and by whom. Small enough to
+// return by value.
+type Verbose struct {
+	// Probe is TryConsumeAndReturnRemaining's answer.
+	Probe core.Probe
+	// Diagnostics describes the bucket right after the consumption, taken
+	// in the same atomic step.
+	Diagnostics core.Diagnostics
+	// Share is 0 when the bucket itself decided: always for a Local, and
+	// for a Handle whose executor answered. When a Manager's degraded mode
+	// decided from this instance's local share instead (see Degrade), it is
+	// the number of instances that share was cut for (at least 1): the
+	// Probe and the Diagnostics then describe the share, core.Config.Share
+	// of the limit, and a caller describing the whole limit multiplies by
+	// it. Handle.Execute returns the same number for a batch.
+	Share int
+}
+
 // Errors returned by buckets.
 var (
 	// ErrTokens: a token count was not positive.
 	ErrTokens = errors.New("token count must be positive")
-	// ErrInvalidKey: a key the backend cannot hold (see core.KeyError): the
-	// client's error, returned before any I/O and never retried.
-	ErrInvalidKey = core.ErrInvalidKey
 	// ErrOverdraftTooLarge: a wait would not fit in a time.Duration, so
 	// nothing was consumed (ConsumeIgnoringRateLimits, Consume).
 	ErrOverdraftTooLarge = errors.New("bucketgrid: overdraft wait exceeds the int64 range")

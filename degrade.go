@@ -1,10 +1,7 @@
 package bucketgrid
 
 import (
-	"context"
 	"errors"
-	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
@@ -43,18 +40,18 @@ import (
 // start from no more than the bucket held when each last saw it: an
 // outage that begins after a limit was used up admits only what refills
 // meanwhile. A key this instance never saw answered (or whose last answer
-// added tokens, or reset or reconfigured the bucket, or that MaxKeys
+// added tokens, or reset or reconfigured the bucket, or that the bound on keys
 // made it forget) starts from a full share: the fleet may then admit up
 // to one limit more than the bucket held. That is the price of not
 // refusing, for the length of an outage, clients new to this instance and
 // every client of an instance just started.
 //
-// A circuit breaker per route (the key's owner on a grid, see Router; the
-// whole store otherwise) stops waiting for a backend that failed Failures
-// times in a row: from then on operations on that route are decided locally
+// A circuit breaker per route (the key's owner on a grid, see Executor's Route; the
+// whole store otherwise) stops waiting for a backend that failed 3 times
+// in a row: from then on operations on that route are decided locally
 // at once, and one probe at a time (a read of a key's configuration) is sent
-// in the background every Probe of the Manager's clock, whether operations
-// come or not. The breaker closes when a probe is answered: within Probe
+// in the background every 250 ms of the Manager's clock, whether operations
+// come or not. The breaker closes when a probe is answered: within 250 ms
 // (plus a probe's wait) of the backend's return. What the local buckets consumed
 // is then charged to the real ones, never minting: with
 // wire.OpTryConsumeAsMuchAsPossible of the tokens consumed locally (a bucket
@@ -65,9 +62,9 @@ import (
 // no request within Timeout of the executor's answer are charged by a
 // background sweep, one at a time; a request for a key being swept waits
 // for its charge. A key that consumed locally while its breaker stayed
-// closed, and got no request since, is probed every Probe too, and swept
+// closed, and got no request since, is probed every 250 ms too, and swept
 // once answered: an instance left idle after an outage still charges what
-// it consumed. A charge that fails is retried every Probe, or goes with the
+// it consumed. A charge that fails is retried every 250 ms, or goes with the
 // key's next request; the probing ends once no breaker is open and nothing
 // is left to charge (at its next pass), or with Manager.Close. One
 // whose answer was lost may be charged twice (refusing early, never
@@ -75,10 +72,10 @@ import (
 // its share's state rather than a full share.
 //
 // Only outages degrade, as only outages fail open in an HTTP middleware:
-// an executor error other than an invalid key (ErrInvalidKey), a corrupt
+// an executor error other than an invalid key (core.ErrInvalidKey), a corrupt
 // record (core.ErrCorruptState), an invalid configuration
 // (*core.ConfigError), a request refused (wire.ErrInvalidRequest) or one the
-// executor itself says is no outage (see OutageClassifier). Those errors,
+// executor itself says is no outage (see Executor's Outage). Those errors,
 // the configuration function's errors and the caller's own context ending
 // are returned as they are; a panic is not recovered. An executor that
 // answers only after Timeout, although told the deadline (a grid member
@@ -89,7 +86,7 @@ type Degrade struct {
 	// Instances returns the number of instances sharing the limit, read
 	// whenever a local bucket is made or used (a change re-cuts the local
 	// buckets' shares, tokens carried over proportionally). Nil asks the
-	// executor (see LiveCounter: a grid knows its members); an executor
+	// executor (see Executor's LiveInstances: a grid knows its members); an executor
 	// that cannot tell counts as one instance, which admits the whole limit
 	// on every instance: a CAS deployment of several instances says how
 	// many it runs, or counts them with a cas/presence Counter on its store
@@ -103,21 +100,23 @@ type Degrade struct {
 	// executor as long, and at least 100 ms (a restarted backend's new
 	// connection must have time to be made).
 	Timeout time.Duration
-	// Failures is the number of outages in a row on one route that opens its
-	// breaker (DefaultDegradeFailures when 0).
-	Failures int
-	// Probe is the time between probes of an open breaker (and of keys
-	// still to be charged), on the Manager's clock (DefaultDegradeProbe
-	// when 0).
-	Probe time.Duration
-	// MaxKeys bounds the local buckets (DefaultDegradeMaxKeys when 0). Past it,
+
+	// The knobs no front door turns, at their defaults outside the tests
+	// (see the constants): failures is the number of outages in a row on
+	// one route that opens its breaker (3); probe the time between probes
+	// of an open breaker and of keys still to be charged, on the Manager's
+	// clock (250 ms); maxKeys bounds the local buckets (100,000; past it,
 	// an arbitrary local bucket is dropped, and with it the consumption it
-	// would have charged. It bounds as well the keys whose last-seen
-	// tokens are kept (past it, an arbitrary one is forgotten).
-	MaxKeys int
+	// would have charged) and the keys whose last-seen tokens are kept
+	// (past it, an arbitrary one is forgotten).
+	failures int
+	probe    time.Duration
+	maxKeys  int
 }
 
-// The defaults of Degrade.
+// The defaults of Degrade. DefaultDegradeTimeout is exported for the
+// flag defaults and documents that quote it; the others are stated on
+// Degrade's fields.
 const (
 	// DefaultDegradeTimeout is below httplimit's default timeout (250 ms).
 	// A caller with a nearer deadline shortens the wait (see Degrade), as
@@ -126,42 +125,26 @@ const (
 	// unanswered for 1.4-25 s (every check cut a new connection's dial
 	// short), 100 ms for 22-266 ms (TestRedisOutageDegrades).
 	DefaultDegradeTimeout = 100 * time.Millisecond
-	// DefaultDegradeFailures opens a breaker on the third outage in a row:
+	// defaultDegradeFailures opens a breaker on the third outage in a row:
 	// one lost packet does not, a dead backend costs three timeouts.
-	DefaultDegradeFailures = 3
-	// DefaultDegradeProbe probes an open breaker four times a second, so
+	defaultDegradeFailures = 3
+	// defaultDegradeProbe probes an open breaker four times a second, so
 	// answers resume within about a quarter of a second of the backend's
 	// return.
-	DefaultDegradeProbe = 250 * time.Millisecond
-	// DefaultDegradeMaxKeys bounds the local buckets of a degraded Manager
+	defaultDegradeProbe = 250 * time.Millisecond
+	// defaultDegradeMaxKeys bounds the local buckets of a degraded Manager
 	// at the size of a typical Spring Boot service's Caffeine cache.
-	DefaultDegradeMaxKeys = 100_000
+	defaultDegradeMaxKeys = 100_000
 )
 
-// LiveCounter is implemented by executors that know how many instances
-// share their buckets, such as a grid member (its live members): Degrade
-// divides the limit by LiveInstances when Degrade.Instances is nil.
-type LiveCounter interface {
-	// LiveInstances returns the number of live instances, at least 1.
-	LiveInstances() int
-}
-
-// Router is implemented by executors whose keys live on different servers,
-// such as a grid member: Degrade keeps one circuit breaker per route, so an
-// owner that crashed degrades only its own keys.
-type Router interface {
-	// Route names where key's bucket is executed now ("" when unknown).
-	Route(key string) string
-}
-
-// OutageClassifier is implemented by executors that return errors which
-// are not outages, although they are none of those Degrade knows (a CAS
-// executor that gave up on a key too contended to update): Degrade decides
-// locally only when Outage(err) reports true.
-type OutageClassifier interface {
-	// Outage reports whether err, returned by Execute, may be an outage.
-	Outage(err error) bool
-}
+// The optional methods of an executor that Degrade looks for, documented on
+// Executor: unexported interfaces, as errors.Is looks for an Is method, since
+// an executor author needs the method, not a type to name.
+type (
+	liveCounter      interface{ LiveInstances() int }
+	router           interface{ Route(key string) string }
+	outageClassifier interface{ Outage(err error) bool }
+)
 
 // WithDegrade turns on a Manager's degraded mode (NewManager); see Degrade.
 // Without it, every executor error is returned to the caller.
@@ -169,51 +152,15 @@ func WithDegrade(d Degrade) ManagerOption {
 	return managerOption(func(o *options) { o.set |= optDegrade; o.degrade = d })
 }
 
-// Decision reports how the operations run under a context were decided:
-// pass one with WithDecision and read it after the call. The zero value is
-// ready to use; it is safe for concurrent use.
-type Decision struct {
-	degraded  atomic.Bool
-	instances atomic.Int32
-}
-
-// Degraded reports whether an operation under the context was decided from
-// a local share (see Degrade) rather than by the executor.
-func (d *Decision) Degraded() bool { return d.degraded.Load() }
-
-// Instances returns the number of instances the local share was cut for
-// (core.Config.Share of it) when an operation was decided locally, the last
-// one's when several were; 0 when none was. A caller that describes the
-// limit (response headers, a status) divides it by the same number.
-func (d *Decision) Instances() int { return int(d.instances.Load()) }
-
-type decisionKey struct{}
-
-// WithDecision returns a context under which a Manager's handles record in
-// d how they decided: what an HTTP middleware needs to count degraded
-// decisions apart from real ones.
-func WithDecision(ctx context.Context, d *Decision) context.Context {
-	return context.WithValue(ctx, decisionKey{}, d)
-}
-
-// markDegraded records in ctx's Decision, if any, a local decision from a
-// share cut for n instances.
-func markDegraded(ctx context.Context, n int) {
-	if d, ok := ctx.Value(decisionKey{}).(*Decision); ok {
-		d.instances.Store(int32(min(n, math.MaxInt32)))
-		d.degraded.Store(true)
-	}
-}
-
 // outage reports whether an executor error may be an outage.
 func (d *degrader) outage(err error) bool {
 	var cfgErr *core.ConfigError
 	switch {
-	case errors.Is(err, ErrInvalidKey), errors.Is(err, core.ErrCorruptState), errors.As(err, &cfgErr),
+	case errors.Is(err, core.ErrInvalidKey), errors.Is(err, core.ErrCorruptState), errors.As(err, &cfgErr),
 		errors.Is(err, wire.ErrInvalidRequest):
 		return false
 	}
-	if c, ok := d.exec.(OutageClassifier); ok {
+	if c, ok := d.exec.(outageClassifier); ok {
 		return c.Outage(err)
 	}
 	return true

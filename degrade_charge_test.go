@@ -45,7 +45,7 @@ func TestDegradeChargeCannotBeOvertaken(t *testing.T) {
 	exec := &slowChargeExecutor{Executor: cas.New(memstore.New(memstore.WithClock(c)), cas.WithClock(c))}
 	exec.down.Store(true)
 	m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c), bucketgrid.WithDegrade(bucketgrid.Degrade{
-		Instances: func() int { return 3 }, Failures: 1000, Timeout: storeWait}))
+		Instances: func() int { return 3 }, Timeout: storeWait}.Tuned(1000, 0, 0)))
 	h := m.Bucket("k", nine)
 	local := consumeAll(t, h, true)
 	if local != 3 {

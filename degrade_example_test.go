@@ -32,8 +32,8 @@ func ExampleWithDegrade() {
 	h := m.Bucket("client-42", plan)
 	admitted := 0
 	for range 15 {
-		var d bucketgrid.Decision
-		if ok, err := h.TryConsume(bucketgrid.WithDecision(context.Background(), &d), 1); err == nil && ok && d.Degraded() {
+		res, share, err := h.Execute(context.Background(), wire.Op{Kind: wire.OpTryConsume, Tokens: 1})
+		if err == nil && res[0].OK && share == 3 { // decided from this instance's share of 3
 			admitted++
 		}
 	}

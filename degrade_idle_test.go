@@ -21,7 +21,7 @@ func TestDegradeIdleInstanceCharges(t *testing.T) {
 	// the other instances would admit those tokens a second time.
 	tests := []struct {
 		name     string
-		failures int   // Degrade.Failures: 2 opens the breaker, 1000 never does
+		failures int   // the failures that open a breaker: 2 does, 1000 never does
 		before   int64 // tokens taken from the real bucket before the outage
 		want     int64 // tokens charged: what was consumed locally, at most what the bucket held
 	}{
@@ -38,7 +38,7 @@ func TestDegradeIdleInstanceCharges(t *testing.T) {
 			other := bucketgrid.NewManager(exec, bucketgrid.WithClock(c)) // another instance, without degrade
 			base := runtime.NumGoroutine()
 			m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c), bucketgrid.WithDegrade(bucketgrid.Degrade{
-				Instances: func() int { return 3 }, Failures: tt.failures, Probe: probe, Timeout: storeWait}))
+				Instances: func() int { return 3 }, Timeout: storeWait}.Tuned(tt.failures, probe, 0)))
 			defer m.Close()
 			if tt.before > 0 {
 				if ok, err := other.Bucket("k", nine).TryConsume(ctx, tt.before); !ok || err != nil {
@@ -74,8 +74,8 @@ func TestDegradeCloseStopsProber(t *testing.T) {
 	store := &outageStore{Store: memstore.New(memstore.WithClock(c))}
 	base := runtime.NumGoroutine()
 	m := bucketgrid.NewManager(cas.New(store, cas.WithClock(c)), bucketgrid.WithClock(c),
-		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 2, Probe: probe,
-			Timeout: storeWait}))
+		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 },
+			Timeout: storeWait}.Tuned(2, probe, 0)))
 	store.mode.Store(storeDown)
 	h := m.Bucket("k", nine)
 	consumeAll(t, h, true)
@@ -112,7 +112,7 @@ func TestDegradeBackgroundChargeRacesRequests(t *testing.T) {
 		store := &outageStore{Store: memstore.New(memstore.WithClock(c))}
 		exec := cas.New(store, cas.WithClock(c))
 		m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c), bucketgrid.WithDegrade(bucketgrid.Degrade{
-			Instances: func() int { return 3 }, Failures: 2, Probe: probe, Timeout: storeWait}))
+			Instances: func() int { return 3 }, Timeout: storeWait}.Tuned(2, probe, 0)))
 		store.mode.Store(storeDown)
 		if got := consumeAll(t, m.Bucket("k", nine), true); got != 3 {
 			t.Fatalf("admitted %d while down, want 3", got)

@@ -26,15 +26,14 @@ func TestDegradeExecutorOverrunningItsContext(t *testing.T) {
 	// failed with the caller's deadline (which a middleware would fail open).
 	const timeout = 20 * time.Millisecond
 	m := bucketgrid.NewManager(overrunExecutor{late: 3 * timeout}, bucketgrid.WithDegrade(bucketgrid.Degrade{
-		Instances: func() int { return 3 }, Timeout: timeout, Failures: 1000}))
+		Instances: func() int { return 3 }, Timeout: timeout}.Tuned(1000, 0, 0)))
 	h := m.Bucket("k", nine)
 	for i := range 2 {
-		var d bucketgrid.Decision
-		ctx, cancel := context.WithTimeout(bucketgrid.WithDecision(context.Background(), &d), 2*timeout)
-		ok, err := h.TryConsume(ctx, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		ok, share, err := tryConsume(ctx, h, 1)
 		cancel()
-		if err != nil || !ok || !d.Degraded() {
-			t.Fatalf("check %d: %v %v, degraded %v; want admitted from the share", i, ok, err, d.Degraded())
+		if err != nil || !ok || share != 3 {
+			t.Fatalf("check %d: %v %v, share %d; want admitted from the share of 3", i, ok, err, share)
 		}
 	}
 }

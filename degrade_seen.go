@@ -20,7 +20,7 @@ type seenTokens struct {
 const seenShards = 64
 
 // seenMap holds, per store key, what the executor last said of its
-// tokens, bounded like the local buckets (Degrade.MaxKeys): past the
+// tokens, bounded like the local buckets (Degrade.maxKeys): past the
 // bound an arbitrary key of the same shard is forgotten (its share then
 // starts full, as for a key never seen).
 type seenMap struct {

@@ -10,6 +10,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // sixtyAMinute is the operator's limit: 60 a minute, one a second.
@@ -30,8 +31,8 @@ func newFleet(t *testing.T) *fleet {
 	f.store = &outageStore{Store: memstore.New(memstore.WithClock(f.clock))}
 	for range 3 {
 		m := bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), bucketgrid.WithClock(f.clock),
-			bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 2,
-				Probe: time.Hour, Timeout: storeWait}))
+			bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 },
+				Timeout: storeWait}.Tuned(2, time.Hour, 0)))
 		t.Cleanup(func() { m.Close() })
 		f.ms = append(f.ms, m)
 	}
@@ -40,14 +41,19 @@ func newFleet(t *testing.T) *fleet {
 
 // check is one request's check on an instance, as the service makes it
 // (remaining) or as a middleware that only asks yes or no does (try).
-type check func(ctx context.Context, h *bucketgrid.Handle) (bool, error)
+// Both go through Handle.Execute, which says how the check was decided (the
+// share it was cut for, 0 by the executor).
+type check func(ctx context.Context, h *bucketgrid.Handle) (ok bool, share int, err error)
 
 var checks = map[string]check{
-	"remaining": func(ctx context.Context, h *bucketgrid.Handle) (bool, error) {
-		p, err := h.TryConsumeAndReturnRemaining(ctx, 1)
-		return p.Consumed, err
+	"remaining": func(ctx context.Context, h *bucketgrid.Handle) (bool, int, error) {
+		res, share, err := h.Execute(ctx, wire.Op{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1})
+		if err != nil {
+			return false, 0, err
+		}
+		return res[0].OK, share, nil
 	},
-	"try": func(ctx context.Context, h *bucketgrid.Handle) (bool, error) { return h.TryConsume(ctx, 1) },
+	"try": func(ctx context.Context, h *bucketgrid.Handle) (bool, int, error) { return tryConsume(ctx, h, 1) },
 }
 
 // drain checks round robin on every instance until each has been refused
@@ -57,13 +63,12 @@ func (f *fleet) drain(t *testing.T, c check, wantDegraded bool) int {
 	admitted, refused := 0, make([]bool, len(f.ms))
 	for i := 0; i < 1000; i++ {
 		n := i % len(f.ms)
-		var d bucketgrid.Decision
-		ok, err := c(bucketgrid.WithDecision(context.Background(), &d), f.ms[n].Bucket("client", sixtyAMinute))
+		ok, share, err := c(context.Background(), f.ms[n].Bucket("client", sixtyAMinute))
 		if err != nil {
 			t.Fatalf("check %d: %v", i, err)
 		}
-		if d.Degraded() != wantDegraded {
-			t.Fatalf("check %d: degraded %v, want %v", i, d.Degraded(), wantDegraded)
+		if (share > 0) != wantDegraded {
+			t.Fatalf("check %d: share %d, want degraded %v", i, share, wantDegraded)
 		}
 		if ok {
 			admitted++
@@ -116,12 +121,12 @@ func TestDegradeWindowShareStartsFromWhatWasSeen(t *testing.T) {
 	drain := func(wantDegraded bool) int {
 		admitted := 0
 		for i := range 90 {
-			var d bucketgrid.Decision
-			p, err := f.ms[i%3].Bucket("client", day).TryConsumeAndReturnRemaining(bucketgrid.WithDecision(ctx, &d), 1)
-			if err != nil || d.Degraded() != wantDegraded {
-				t.Fatalf("check %d: %v, degraded %v, want %v", i, err, d.Degraded(), wantDegraded)
+			res, share, err := f.ms[i%3].Bucket("client", day).Execute(ctx,
+				wire.Op{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1})
+			if err != nil || (share > 0) != wantDegraded {
+				t.Fatalf("check %d: %v, share %d, want degraded %v", i, err, share, wantDegraded)
 			}
-			if p.Consumed {
+			if res[0].OK {
 				admitted++
 			}
 		}

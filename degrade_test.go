@@ -87,8 +87,8 @@ func newDegradeFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *degradeF
 	f := &degradeFixture{clock: clock.NewFake(time.Unix(1_800_000_000, 0))}
 	f.instances.Store(3)
 	f.store = &outageStore{Store: memstore.New(memstore.WithClock(f.clock))}
-	d := bucketgrid.Degrade{Instances: func() int { return int(f.instances.Load()) }, Failures: 2, Probe: probe,
-		Timeout: storeWait}
+	d := bucketgrid.Degrade{Instances: func() int { return int(f.instances.Load()) },
+		Timeout: storeWait}.Tuned(2, probe, 0)
 	opts = append([]bucketgrid.ManagerOption{bucketgrid.WithClock(f.clock), bucketgrid.WithDegrade(d)}, opts...)
 	f.m = bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)), opts...)
 	return f
@@ -110,18 +110,27 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// tryConsume is TryConsume through Handle.Execute, which also says how the
+// consumption was decided: the share it was cut for, 0 by the executor.
+func tryConsume(ctx context.Context, h *bucketgrid.Handle, n int64) (ok bool, share int, err error) {
+	res, share, err := h.Execute(ctx, wire.Op{Kind: wire.OpTryConsume, Tokens: n})
+	if err != nil {
+		return false, 0, err
+	}
+	return res[0].OK, share, nil
+}
+
 // consumeAll takes one token at a time until refused and returns how many
 // it took, checking that every decision was degraded (or none).
 func consumeAll(t *testing.T, h *bucketgrid.Handle, wantDegraded bool) int {
 	t.Helper()
 	for n := 0; n < 100; n++ {
-		var d bucketgrid.Decision
-		ok, err := h.TryConsume(bucketgrid.WithDecision(context.Background(), &d), 1)
+		ok, share, err := tryConsume(context.Background(), h, 1)
 		if err != nil {
 			t.Fatalf("consume %d: %v", n, err)
 		}
-		if d.Degraded() != wantDegraded {
-			t.Fatalf("consume %d: degraded %v, want %v", n, d.Degraded(), wantDegraded)
+		if (share > 0) != wantDegraded {
+			t.Fatalf("consume %d: decided from a share of %d instances, want degraded %v", n, share, wantDegraded)
 		}
 		if !ok {
 			return n
@@ -144,11 +153,11 @@ func TestDegradeDecidesFromShare(t *testing.T) {
 	}
 	// the breaker is open: no more waiting on the store until a probe is due
 	calls := f.store.calls.Load()
-	p, d, err := h.TryConsumeAndReturnRemainingVerbose(context.Background(), 1)
-	if err != nil || p.Consumed {
-		t.Fatalf("verbose consume: %+v %v, want refused", p, err)
+	v, err := h.TryConsumeAndReturnRemainingVerbose(context.Background(), 1)
+	if err != nil || v.Probe.Consumed || v.Share != 3 {
+		t.Fatalf("verbose consume: %+v %v, want refused by the share of 3", v.Probe, err)
 	}
-	if got := d.State.Config.Bandwidths[0].Capacity; got != 3 {
+	if got := v.Diagnostics.State.Config.Bandwidths[0].Capacity; got != 3 {
 		t.Fatalf("diagnostics describe capacity %d, want the share's 3", got)
 	}
 	if f.store.calls.Load() != calls {
@@ -231,9 +240,8 @@ func TestDegradeChargesOnTheKeysNextAnswer(t *testing.T) {
 	ctx := context.Background()
 	h := f.m.Bucket("k", nine)
 	f.store.mode.Store(storeDown)
-	var d bucketgrid.Decision
-	if ok, err := h.TryConsume(bucketgrid.WithDecision(ctx, &d), 1); !ok || err != nil || !d.Degraded() {
-		t.Fatalf("consume while down: %v %v degraded %v", ok, err, d.Degraded())
+	if ok, share, err := tryConsume(ctx, h, 1); !ok || err != nil || share == 0 {
+		t.Fatalf("consume while down: %v %v share %d", ok, err, share)
 	}
 	f.store.mode.Store(storeUp)
 	if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
@@ -311,10 +319,10 @@ func TestDegradeKeepsOtherErrors(t *testing.T) {
 	tests := []struct {
 		name     string
 		err      error
-		configFn bucketgrid.ConfigFunc
+		configFn func(context.Context) (core.Config, error)
 		want     error
 	}{
-		{"invalid key", core.InvalidKey("k", "too long"), nine, bucketgrid.ErrInvalidKey},
+		{"invalid key", core.InvalidKey("k", "too long"), nine, core.ErrInvalidKey},
 		{"corrupt record", fmt.Errorf("store: %w", core.ErrCorruptState), nine, core.ErrCorruptState},
 		{"invalid request", fmt.Errorf("x: %w", wire.ErrInvalidRequest), nine, wire.ErrInvalidRequest},
 		{"configuration error", &core.ConfigError{Bandwidth: -1, Err: core.ErrNoBandwidths}, nine, core.ErrNoBandwidths},
@@ -326,7 +334,7 @@ func TestDegradeKeepsOtherErrors(t *testing.T) {
 			e := &errExecutor{err: tt.err}
 			m := bucketgrid.NewManager(e, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 2 }}))
 			h := m.Bucket("k", tt.configFn)
-			for range 5 { // past Failures: no breaker opens either
+			for range 5 { // past the failures that open a breaker: none opens either
 				if _, err := h.TryConsume(context.Background(), 1); !errors.Is(err, tt.want) {
 					t.Fatalf("error %v, want %v", err, tt.want)
 				}
@@ -383,7 +391,7 @@ func TestDegradeBreakerPerRoute(t *testing.T) {
 	exec := &routedExecutor{Executor: cas.New(memstore.New(memstore.WithClock(c)), cas.WithClock(c)),
 		down: map[string]bool{"a": true}}
 	m := bucketgrid.NewManager(exec, bucketgrid.WithClock(c),
-		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 1}))
+		bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}.Tuned(1, 0, 0)))
 	if got := consumeAll(t, m.Bucket("a1", nine), true); got != 3 {
 		t.Fatalf("down route admitted %d, want 3", got)
 	}
@@ -412,7 +420,7 @@ type liveExecutor struct{ *errExecutor }
 func (liveExecutor) LiveInstances() int { return 5 }
 
 func TestDegradeBoundsLocalBuckets(t *testing.T) {
-	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, MaxKeys: 4}))
+	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}.Tuned(0, 0, 4)))
 	f.store.mode.Store(storeDown)
 	for i := range 10 {
 		if ok, err := f.m.Bucket(fmt.Sprint("k", i), nine).TryConsume(context.Background(), 1); !ok || err != nil {
@@ -440,7 +448,7 @@ func TestManagerDegraded(t *testing.T) {
 }
 
 func TestDegradeShareOutlivesAShortReturn(t *testing.T) {
-	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }, Failures: 1000}))
+	f := newDegradeFixture(t, bucketgrid.WithDegrade(bucketgrid.Degrade{Instances: func() int { return 3 }}.Tuned(1000, 0, 0)))
 	ctx := context.Background()
 	h := f.m.Bucket("k", nine)
 	f.store.mode.Store(storeDown)
@@ -530,7 +538,7 @@ func TestDegradeBatchCarryingItsConfiguration(t *testing.T) {
 	cfg, _ := nine(context.Background())
 	admitted := 0
 	for range 20 {
-		res, err := m.Bucket("k", nine).Execute(context.Background(),
+		res, _, err := m.Bucket("k", nine).Execute(context.Background(),
 			wire.Op{Kind: wire.OpReplaceConfiguration, Config: &cfg, Inheritance: core.InheritAdditive},
 			wire.Op{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: 1})
 		if err != nil {

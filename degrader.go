@@ -18,7 +18,7 @@ import (
 type degrader struct {
 	m         *Manager
 	exec      Executor
-	router    Router // nil: one breaker for the executor
+	router    router // nil: one breaker for the executor
 	instances func() int
 	timeout   time.Duration
 	failures  int
@@ -60,28 +60,28 @@ type share struct {
 }
 
 func newDegrader(m *Manager, d Degrade) *degrader {
-	g := &degrader{m: m, exec: m.exec, instances: d.Instances, timeout: d.Timeout, failures: d.Failures,
-		probe: int64(d.Probe), maxKeys: d.MaxKeys, closed: make(chan struct{})}
+	g := &degrader{m: m, exec: m.exec, instances: d.Instances, timeout: d.Timeout, failures: d.failures,
+		probe: int64(d.probe), maxKeys: d.maxKeys, closed: make(chan struct{})}
 	if g.timeout <= 0 {
 		g.timeout = DefaultDegradeTimeout
 	}
 	if g.failures <= 0 {
-		g.failures = DefaultDegradeFailures
+		g.failures = defaultDegradeFailures
 	}
 	if g.probe <= 0 {
-		g.probe = int64(DefaultDegradeProbe)
+		g.probe = int64(defaultDegradeProbe)
 	}
 	if g.maxKeys <= 0 {
-		g.maxKeys = DefaultDegradeMaxKeys
+		g.maxKeys = defaultDegradeMaxKeys
 	}
 	if g.instances == nil {
-		if lc, ok := m.exec.(LiveCounter); ok {
+		if lc, ok := m.exec.(liveCounter); ok {
 			g.instances = lc.LiveInstances
 		} else {
 			g.instances = func() int { return 1 }
 		}
 	}
-	g.router, _ = m.exec.(Router)
+	g.router, _ = m.exec.(router)
 	g.seen.init(g.maxKeys)
 	return g
 }
@@ -96,7 +96,9 @@ func (g *degrader) breakerOf(key string) *breaker {
 
 // do runs h's operations through the executor, or decides them locally when
 // the route's breaker is open or the executor fails with an outage.
-func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
+//
+// The share it returns is Execute's: 0 when the executor answered.
+func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, int, error) {
 	b := g.breakerOf(h.storeKey)
 	if b.open.Load() {
 		if now := g.m.clock.Now(); b.startProbe(now) {
@@ -116,7 +118,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	if g.n.Load() > 0 && len(ops) < wire.MaxOps {
 		var err error
 		if s, carry, err = g.claim(ctx, h.storeKey, cut); err != nil {
-			return wire.Response{}, err
+			return wire.Response{}, 0, err
 		}
 		if !time.Now().Before(cut) {
 			// the charge under way took the check's time: decided
@@ -151,7 +153,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 		if g.n.Load() > 0 {
 			g.settle(h.storeKey)
 		}
-		return resp, nil
+		return resp, 0, nil
 	}
 	// An executor that overran the cut-off (a grid member whose store
 	// waits on a dead replica, or a goroutine woken late on a loaded
@@ -160,7 +162,7 @@ func (g *degrader) do(ctx context.Context, h *Handle, ops []wire.Op, verbose boo
 	// too. A caller that canceled gets its error.
 	overran := !time.Now().Before(cut) && !errors.Is(ctx.Err(), context.Canceled)
 	if !fromExec || (ctx.Err() != nil && !overran) || !g.outage(err) {
-		return resp, err
+		return resp, 0, err
 	}
 	if b.failed(h.storeKey, g.failures, g.m.clock.Now(), g.probe) {
 		g.opened.Add(1)
@@ -279,8 +281,9 @@ func shareOps(s *share, ops []wire.Op, n int) []wire.Op {
 func (g *degrader) instanceCount() int { return max(g.instances(), 1) }
 
 // local decides h's operations from the key's local share with wire.Process,
-// creating the share from the configuration function on first use.
-func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, error) {
+// creating the share from the configuration function on first use, and
+// returns the number of instances the share is cut for.
+func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose bool) (wire.Response, int, error) {
 	n := g.instanceCount()
 	g.mu.Lock()
 	s := g.shares[h.storeKey]
@@ -288,7 +291,7 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 	if s == nil {
 		cfg, err := h.config(ctx)
 		if err != nil {
-			return wire.Response{}, err
+			return wire.Response{}, 0, err
 		}
 		s = &share{key: h.storeKey, cfg: cfg, version: h.version}
 	}
@@ -320,16 +323,15 @@ func (g *degrader) local(ctx context.Context, h *Handle, ops []wire.Op, verbose 
 	}
 	stored, changed, resp := wire.Process(s.stored, req, now)
 	if err := resp.Err(); err != nil {
-		return wire.Response{}, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
+		return wire.Response{}, 0, fmt.Errorf("bucketgrid: local share of %s: %w", core.RedactKey(h.key), err)
 	}
 	if changed {
 		s.stored = stored
 	}
 	s.consumed = max(s.consumed+consumedBy(ops, resp.Results), 0)
 	g.degraded.Add(1)
-	markDegraded(ctx, n)
 	g.startProber()
-	return resp, nil
+	return resp, n, nil
 }
 
 // insert adds s to the shares, dropping an arbitrary one past maxKeys.
@@ -547,7 +549,7 @@ func (g *degrader) startProber() {
 	}
 }
 
-// probeLoop probes, every Degrade.Probe of the Manager's clock, the open
+// probeLoop probes, every probe interval (Degrade.probe) of the Manager's clock, the open
 // breakers and the routes of local shares with consumption left to charge,
 // until nothing is pending or the Manager is closed.
 func (g *degrader) probeLoop() {

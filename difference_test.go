@@ -27,13 +27,12 @@ func TestDifferenceCancelledWaitGivesTokensBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		_, err := l.TryConsumeWithin(ctx, 6, time.Second)
-		done <- err
+		done <- l.Consume(ctx, 6)
 	}()
 	<-clk.sleeping
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("TryConsumeWithin = %v, want context.Canceled", err)
+		t.Fatalf("Consume = %v, want context.Canceled", err)
 	}
 	if got := available(t, l); got != 4 {
 		t.Fatalf("after the cancelled wait %d tokens, want 4 (Bucket4j -2)", got)

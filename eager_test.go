@@ -117,11 +117,11 @@ func TestEagerConfigVersioned(t *testing.T) {
 	}
 }
 
-// TestEagerConfigRecoveryFail: under RecoveryFail a handle that has seen its
+// TestEagerConfigRecoveryFail: under WithRecoveryFail a handle that has seen its
 // bucket still reports it vanished, instead of re-creating it from the
 // configuration it would send.
 func TestEagerConfigRecoveryFail(t *testing.T) {
-	f, _ := eagerFixture(t, bucketgrid.WithEagerConfig(), bucketgrid.WithRecovery(bucketgrid.RecoveryFail))
+	f, _ := eagerFixture(t, bucketgrid.WithEagerConfig(), bucketgrid.WithRecoveryFail())
 	ctx := context.Background()
 	h := f.m.Bucket("k", f.config(core.Greedy(5, 5, time.Hour)))
 	if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {

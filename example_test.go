@@ -54,17 +54,18 @@ func ExampleLocal_TryConsumeAndReturnRemaining() {
 func ExampleLocal_Consume() {
 	cfg, _ := core.NewConfig(core.Greedy(100, 100, time.Minute).WithInitialTokens(0))
 	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	var stats bucketgrid.CountingListener
-	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithClock(clk), bucketgrid.WithListener(&stats))
+	bucket, _ := bucketgrid.NewLocal(cfg, bucketgrid.WithClock(clk))
+	start := clk.Now()
 
 	if err := bucket.Consume(context.Background(), 5); err != nil {
 		panic(err)
 	}
-	fmt.Println("parked:", stats.Parked())
-	fmt.Println("consumed:", stats.Consumed())
+	left, _ := bucket.AvailableTokens(context.Background())
+	fmt.Println("waited:", time.Duration(clk.Now()-start))
+	fmt.Println("left:", left)
 	// Output:
-	// parked: 3s
-	// consumed: 5
+	// waited: 3s
+	// left: 0
 }
 
 // ConsumeIgnoringRateLimits overdraws the bucket and says how long the debt

@@ -17,9 +17,23 @@ import (
 // produced. It returns an error only when the request could not be carried
 // out (an outage, a timeout, a lost race it gave up on), or when the key is
 // one its storage cannot hold: then, before any I/O, an error wrapping
-// ErrInvalidKey (see core.InvalidKey), which callers treat as the client's
+// core.ErrInvalidKey (see core.InvalidKey), which callers treat as the client's
 // error, never as an outage. Statuses such as wire.StatusNotFound are
 // answers, not errors.
+//
+// An executor may also have any of three methods a Manager's degraded mode
+// (see Degrade) looks for:
+//   - LiveInstances() int: the number of live instances sharing its
+//     buckets, at least 1 (a grid's members, a cas/presence Counter's
+//     count); Degrade divides the limit by it when Degrade.Instances is nil.
+//   - Route(key string) string: where key's bucket is executed now ("" when
+//     unknown), for keys that live on different servers; Degrade keeps a
+//     circuit breaker per route, so an owner that crashed degrades only its
+//     own keys.
+//   - Outage(err error) bool: whether an error of Execute may be an outage,
+//     for errors that are not although Degrade cannot tell (a CAS executor
+//     that gave up on a key too contended to update); Degrade decides
+//     locally only when it reports true.
 type Executor interface {
 	Execute(ctx context.Context, key string, req wire.Request) (wire.Response, error)
 	// Remove deletes the stored bucket of key; removing an absent key is not

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -22,41 +21,44 @@ type Handle struct {
 	m        *Manager
 	key      string
 	storeKey string // key as the executor stores it (WithFitKeys)
-	configFn ConfigFunc
+	configFn configFunc
 	version  int64
 	inherit  core.TokensInheritance
 	listener Listener
-	seen     atomic.Bool // the bucket existed at some point (for RecoveryFail)
+	clock    clock.Clock // blocking calls wait on it
+	seen     atomic.Bool // the bucket existed at some point (for WithRecoveryFail)
 }
 
 var _ Bucket = (*Handle)(nil)
 
-// Key returns the bucket's key.
-func (h *Handle) Key() string { return h.key }
-
-// Execute sends ops as one atomic batch and returns their results: the
-// escape hatch for combinations the Bucket methods do not cover.
-func (h *Handle) Execute(ctx context.Context, ops ...wire.Op) ([]wire.Result, error) {
-	resp, err := h.do(ctx, ops, false)
-	return resp.Results, err
+// Execute sends ops as one atomic batch and returns their results, one per
+// operation in order: the escape hatch for combinations the Bucket methods
+// do not cover. It reports no Listener events. share says how the batch was
+// decided, as Verbose.Share does: 0 by the executor, n ≥ 1 from this
+// instance's local share of the limit cut for n instances (see Degrade).
+func (h *Handle) Execute(ctx context.Context, ops ...wire.Op) (results []wire.Result, share int, err error) {
+	resp, share, err := h.do(ctx, ops, false)
+	return resp.Results, share, err
 }
 
 // do runs the request protocol: bare (or version-checked) first; on "not
 // found" or "needs replacing" fetch the configuration and resend with it;
-// on a corrupt record, under RecoveryReconstruct, resend in
+// on a corrupt record, by default, resend in
 // wire.ModeReconstruct with it. Under WithEagerConfig the first request
 // carries the configuration already (create if absent, or replace when
-// versioned), unless RecoveryFail must notice a vanished bucket.
-func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Response, error) {
+// versioned), unless WithRecoveryFail must notice a vanished bucket.
+// The share it returns is Execute's.
+func (h *Handle) do(ctx context.Context, ops []wire.Op, verbose bool) (wire.Response, int, error) {
 	for i := range ops {
 		if err := validOp(&ops[i]); err != nil {
-			return wire.Response{}, err
+			return wire.Response{}, 0, err
 		}
 	}
 	if h.m.degrade != nil {
 		return h.m.degrade.do(ctx, h, ops, verbose)
 	}
-	return h.remote(ctx, ops, verbose, nil)
+	resp, err := h.remote(ctx, ops, verbose, nil)
+	return resp, 0, err
 }
 
 // remote runs the request protocol of do against the executor; when
@@ -66,7 +68,7 @@ func (h *Handle) remote(ctx context.Context, ops []wire.Op, verbose bool, fromEx
 	req := wire.Request{Ops: ops, Expiry: h.m.expiry, Verbose: verbose,
 		ConfigVersion: h.version, Inheritance: h.inherit}
 	switch {
-	case h.m.eager && !(h.m.recovery == RecoveryFail && h.seen.Load()):
+	case h.m.eager && !(h.m.failLost && h.seen.Load()):
 		cfg, err := h.config(ctx)
 		if err != nil {
 			return wire.Response{}, err
@@ -90,13 +92,13 @@ func (h *Handle) remote(ctx context.Context, ops []wire.Op, verbose bool, fromEx
 		h.seen.Store(true)
 		return resp, nil
 	case wire.StatusNotFound:
-		if h.m.recovery == RecoveryFail && h.seen.Load() {
+		if h.m.failLost && h.seen.Load() {
 			return wire.Response{}, fmt.Errorf("%w: %s", ErrBucketNotFound, core.RedactKey(h.key))
 		}
 		req.Mode = wire.ModeCreateIfAbsent
 	case wire.StatusConfigNeedsReplacing:
 	case wire.StatusCorruptState:
-		if h.m.recovery == RecoveryFail {
+		if h.m.failLost {
 			return wire.Response{}, resp.Err()
 		}
 		corrupt, why = true, resp.Message
@@ -161,22 +163,22 @@ func validOp(op *wire.Op) error {
 
 // run sends op as a request of its own; the runner of the shared
 // behaviour.
-func (h *Handle) run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error) {
-	resp, err := h.do(ctx, []wire.Op{op}, verbose)
+func (h *Handle) run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, Verbose, error) {
+	resp, share, err := h.do(ctx, []wire.Op{op}, verbose)
 	if err != nil {
-		return wire.Result{}, core.Diagnostics{}, err
+		return wire.Result{}, Verbose{}, err
 	}
 	if !verbose {
-		return resp.Results[0], core.Diagnostics{}, nil
+		return resp.Results[0], Verbose{Share: share}, nil
 	}
 	if resp.Diagnostics == nil {
-		return wire.Result{}, core.Diagnostics{}, errors.New("bucketgrid: executor answered a verbose request without diagnostics")
+		return wire.Result{}, Verbose{}, errors.New("bucketgrid: executor answered a verbose request without diagnostics")
 	}
-	return resp.Results[0], *resp.Diagnostics, nil
+	return resp.Results[0], Verbose{Diagnostics: *resp.Diagnostics, Share: share}, nil
 }
 
 func (h *Handle) events() Listener     { return h.listener }
-func (h *Handle) sleeper() clock.Clock { return h.m.clock }
+func (h *Handle) sleeper() clock.Clock { return h.clock }
 
 // validConfig validates cfg for the executing side, whose clock is a wall
 // clock.
@@ -193,7 +195,7 @@ func (h *Handle) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (cor
 
 // TryConsumeAndReturnRemainingVerbose implements
 // Bucket.TryConsumeAndReturnRemainingVerbose in one request.
-func (h *Handle) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error) {
+func (h *Handle) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (Verbose, error) {
 	return tryConsumeVerbose(ctx, h, n)
 }
 
@@ -240,12 +242,5 @@ func (h *Handle) Diagnose(ctx context.Context) (core.Diagnostics, error) { retur
 // Consume implements Bucket.Consume: one request reserves the tokens, then
 // it sleeps on the Manager's clock.
 func (h *Handle) Consume(ctx context.Context, n int64) error {
-	_, err := consumeWithin(ctx, h, n, math.MaxInt64, true)
-	return err
-}
-
-// TryConsumeWithin implements Bucket.TryConsumeWithin: one request reserves
-// the tokens, then it sleeps on the Manager's clock.
-func (h *Handle) TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return consumeWithin(ctx, h, n, int64(maxWait), false)
+	return consume(ctx, h, n)
 }

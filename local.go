@@ -2,7 +2,6 @@ package bucketgrid
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -60,8 +59,8 @@ func (e *localEnv) listen() Listener {
 // cfg first, with cfg.ValidateForClock(c.Wall()) for the bucket's clock c,
 // and returns the *core.ConfigError without building anything when cfg is
 // invalid. The bucket keeps its own copy of cfg.
-func NewLocal(cfg core.Config, opts ...LocalOption) (*Local, error) {
-	o := collect(opts, LocalOption.applyLocal)
+func NewLocal(cfg core.Config, opts ...Option) (*Local, error) {
+	o := collect(opts, Option.applyLocal)
 	l := new(Local)
 	if err := l.init(&cfg, newEnv(o.clock, o.listener)); err != nil {
 		return nil, err
@@ -97,16 +96,16 @@ func (l *Local) now() int64 {
 func (l *Local) wall() bool { return l.env != nil && l.env.clock != nil && l.env.clock.Wall() }
 
 // run applies op under the lock; the runner of the shared behaviour.
-func (l *Local) run(_ context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error) {
-	var d core.Diagnostics
+func (l *Local) run(_ context.Context, op wire.Op, verbose bool) (wire.Result, Verbose, error) {
+	var v Verbose
 	now := l.now()
 	l.mu.Lock()
 	r, _ := wire.Apply(&l.b, &op, now)
 	if verbose {
-		d = l.b.Diagnose(now)
+		v.Diagnostics = l.b.Diagnose(now)
 	}
 	l.mu.Unlock()
-	return r, d, nil
+	return r, v, nil
 }
 
 func (l *Local) events() Listener {
@@ -125,12 +124,26 @@ func (l *Local) sleeper() clock.Clock {
 
 func (l *Local) validConfig(cfg *core.Config) error { return cfg.ValidateForClock(l.wall()) }
 
-// TryConsume implements Bucket.TryConsume; it does not allocate.
+// TryConsume implements Bucket.TryConsume; it does not allocate. It is
+// shorthand for TryConsumeAt(n, now) with the clock's current reading.
 func (l *Local) TryConsume(_ context.Context, n int64) (bool, error) {
+	return l.TryConsumeAt(n, l.now())
+}
+
+// TryConsumeAt is TryConsume at now, a reading of the bucket's clock (its
+// Now: Unix nanoseconds for a wall clock, nanoseconds since an arbitrary
+// origin for the default clock.Monotonic()) instead of the clock's current
+// one: the explicit-time form, as x/time/rate's AllowN takes its t, for a
+// caller that read the clock already and for tests that drive time
+// without a fake clock. The bucket first refills up to now; a now no later
+// than the bucket's last refill refills nothing and undoes nothing (time
+// never runs back), so the consumption is judged on the tokens the bucket
+// holds. Listener events are those of TryConsume. It never waits, does
+// not allocate and fails only with ErrTokens for n <= 0.
+func (l *Local) TryConsumeAt(n, now int64) (bool, error) {
 	if n <= 0 {
 		return false, tokensError(n)
 	}
-	now := l.now()
 	l.mu.Lock()
 	ok := l.b.TryConsume(n, now)
 	l.mu.Unlock()
@@ -158,8 +171,8 @@ func (l *Local) TryConsumeAndReturnRemaining(_ context.Context, n int64) (core.P
 
 // TryConsumeAndReturnRemainingVerbose implements
 // Bucket.TryConsumeAndReturnRemainingVerbose, under one acquisition of the
-// lock.
-func (l *Local) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (core.Probe, core.Diagnostics, error) {
+// lock; its Share is always 0.
+func (l *Local) TryConsumeAndReturnRemainingVerbose(ctx context.Context, n int64) (Verbose, error) {
 	return tryConsumeVerbose(ctx, l, n)
 }
 
@@ -202,14 +215,7 @@ func (l *Local) ReplaceConfiguration(ctx context.Context, cfg core.Config, strat
 
 // Consume implements Bucket.Consume, sleeping on the bucket's clock.
 func (l *Local) Consume(ctx context.Context, n int64) error {
-	_, err := consumeWithin(ctx, l, n, math.MaxInt64, true)
-	return err
-}
-
-// TryConsumeWithin implements Bucket.TryConsumeWithin, sleeping on the
-// bucket's clock.
-func (l *Local) TryConsumeWithin(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return consumeWithin(ctx, l, n, int64(maxWait), false)
+	return consume(ctx, l, n)
 }
 
 // Diagnose implements Bucket.Diagnose.

@@ -45,20 +45,20 @@ func TestNewLocalValidates(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  core.Config
-		opts []LocalOption
+		opts []Option
 		want error // nil: valid
 	}{
 		{"no bandwidths", core.Config{}, nil, core.ErrNoBandwidths},
 		{"zero capacity", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(0, 1, time.Second)}}, nil, core.ErrCapacity},
 		{"too fast", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 2, time.Nanosecond)}}, nil, core.ErrRefillTooFast},
 		{"aligned on monotonic clock", aligned, nil, core.ErrNeedsWallClock},
-		{"aligned on explicit monotonic clock", aligned, []LocalOption{WithClock(clock.Monotonic())}, core.ErrNeedsWallClock},
-		{"aligned on wall clock", aligned, []LocalOption{WithClock(clock.Wall())}, nil},
-		{"aligned on millis clock", aligned, []LocalOption{WithClock(clock.WallMillis())}, nil},
-		{"aligned on fake clock", aligned, []LocalOption{WithClock(clock.NewFake(t0))}, nil},
+		{"aligned on explicit monotonic clock", aligned, []Option{WithClock(clock.Monotonic())}, core.ErrNeedsWallClock},
+		{"aligned on wall clock", aligned, []Option{WithClock(clock.Wall())}, nil},
+		{"aligned on millis clock", aligned, []Option{WithClock(clock.WallMillis())}, nil},
+		{"aligned on fake clock", aligned, []Option{WithClock(clock.NewFake(t0))}, nil},
 		{"greedy on default clock", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}}, nil, nil},
 		{"nil clock and listener", core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 1, time.Second)}},
-			[]LocalOption{WithClock(nil), WithListener(nil)}, nil},
+			[]Option{WithClock(nil), WithListener(nil)}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,8 +113,7 @@ func TestLocalNonPositiveTokens(t *testing.T) {
 			_, err := l.ConsumeIgnoringRateLimits(ctx, n)
 			return err
 		},
-		"Consume":          func(n int64) error { return l.Consume(ctx, n) },
-		"TryConsumeWithin": func(n int64) error { _, err := l.TryConsumeWithin(ctx, n, time.Hour); return err },
+		"Consume": func(n int64) error { return l.Consume(ctx, n) },
 	}
 	for name, call := range calls {
 		for _, n := range []int64{0, -1, math.MinInt64} {
@@ -301,8 +300,10 @@ func TestLocalConsumeBeyondInt64Wait(t *testing.T) {
 	if err := l.Consume(ctx, 2); !errors.Is(err, ErrOverdraftTooLarge) {
 		t.Fatalf("Consume = %v, want ErrOverdraftTooLarge", err)
 	}
-	if ok, err := l.TryConsumeWithin(ctx, 2, math.MaxInt64); ok || err != nil {
-		t.Fatalf("TryConsumeWithin = %v, %v; want a plain rejection", ok, err)
+	hour, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	if err := l.Consume(hour, 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Consume under a deadline = %v, want DeadlineExceeded", err)
 	}
 	if got := available(t, l); got != -1 || clk.Now() != t0.UnixNano() || cl.Parked() != 0 {
 		t.Fatalf("refused waits changed the bucket (%d tokens) or the clock", got)
@@ -335,23 +336,24 @@ func TestLocalConsumeParksExactly(t *testing.T) {
 	}
 }
 
-func TestLocalTryConsumeWithin(t *testing.T) {
+// TestLocalConsumeUnderDeadline: Consume waits for tokens due before its
+// context's deadline and refuses the others at once (a rejection), taking
+// nothing; above a capacity it fails without an event. Deadlines are wall
+// time, far from the waits on the fake clock either way.
+func TestLocalConsumeUnderDeadline(t *testing.T) {
 	ctx := context.Background()
 	ms := time.Millisecond
 	tests := []struct {
-		name    string
-		n       int64
-		maxWait time.Duration
-		ok      bool
-		err     error
-		waited  time.Duration
+		name     string
+		n        int64
+		deadline time.Duration
+		err      error
+		waited   time.Duration
 	}{
-		{"immediately", 0, 0, true, nil, 0}, // n=0 replaced below by the present tokens
-		{"within", 5, 500 * ms, true, nil, 500 * ms},
-		{"exactly maxWait", 7, 700 * ms, true, nil, 700 * ms},
-		{"beyond maxWait", 6, 599 * ms, false, nil, 0},
-		{"negative maxWait is zero", 1, -time.Second, false, nil, 0},
-		{"above capacity", 11, time.Hour, false, ErrExceedsCapacity, 0},
+		{"immediately", 0, time.Minute, nil, 0}, // n=0 replaced below by the present tokens
+		{"within", 5, time.Minute, nil, 500 * ms},
+		{"past the deadline", 6, 300 * ms, context.DeadlineExceeded, 0},
+		{"above capacity", 11, time.Hour, ErrExceedsCapacity, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -362,20 +364,22 @@ func TestLocalTryConsumeWithin(t *testing.T) {
 				n = 10
 			}
 			before, start := available(t, l), clk.Now()
-			ok, err := l.TryConsumeWithin(ctx, n, tt.maxWait)
-			if ok != tt.ok || !errors.Is(err, tt.err) {
-				t.Fatalf("TryConsumeWithin(%d, %v) = %v, %v; want %v, %v", n, tt.maxWait, ok, err, tt.ok, tt.err)
+			dctx, cancel := context.WithTimeout(ctx, tt.deadline)
+			defer cancel()
+			err := l.Consume(dctx, n)
+			if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+				t.Fatalf("Consume(%d) under a %v deadline = %v; want %v", n, tt.deadline, err, tt.err)
 			}
 			waited := time.Duration(clk.Now() - start)
 			if waited != tt.waited || cl.Parked() != tt.waited {
 				t.Fatalf("waited %v (parked %v), want %v", waited, cl.Parked(), tt.waited)
 			}
 			switch {
-			case ok:
+			case err == nil:
 				if cl.Consumed() != n || cl.Rejected() != 0 {
 					t.Fatalf("events: consumed %d rejected %d", cl.Consumed(), cl.Rejected())
 				}
-			case err == nil:
+			case errors.Is(err, context.DeadlineExceeded):
 				if cl.Rejected() != n || available(t, l) != before {
 					t.Fatalf("rejection: rejected %d, tokens %d→%d", cl.Rejected(), before, available(t, l))
 				}
@@ -461,8 +465,10 @@ func TestLocalConsumeRealClockDeadline(t *testing.T) {
 	cfg2, _ := core.NewConfig(core.Greedy(1, 1, 2*time.Millisecond).WithInitialTokens(0))
 	start := time.Now()
 	l2, _ := NewLocal(cfg2, WithClock(clock.Monotonic()))
-	if ok, err := l2.TryConsumeWithin(context.Background(), 1, time.Minute); !ok || err != nil {
-		t.Fatalf("TryConsumeWithin = %v, %v", ok, err)
+	minute, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := l2.Consume(minute, 1); err != nil {
+		t.Fatalf("Consume = %v", err)
 	}
 	if took := time.Since(start); took < 2*time.Millisecond {
 		t.Fatalf("returned %v after the bucket was created, before its token was due", took)

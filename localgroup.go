@@ -23,8 +23,8 @@ const sharedConfigs = 8
 
 // NewLocalGroup returns a group whose buckets tell time by the clock of
 // WithClock and report to the listener of WithListener.
-func NewLocalGroup(opts ...LocalOption) *LocalGroup {
-	o := collect(opts, LocalOption.applyLocal)
+func NewLocalGroup(opts ...Option) *LocalGroup {
+	o := collect(opts, Option.applyLocal)
 	return &LocalGroup{env: newEnv(o.clock, o.listener)}
 }
 

@@ -12,44 +12,18 @@ import (
 	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-// ErrBucketNotFound is returned under RecoveryFail when a bucket that a
+// ErrBucketNotFound is returned under WithRecoveryFail when a bucket that a
 // handle had seen no longer exists (expired, removed, or lost by the store).
 var ErrBucketNotFound = errors.New("bucketgrid: bucket not found")
 
-// RecoveryStrategy says what a handle does when its bucket disappears or its
-// stored record is corrupt.
-type RecoveryStrategy uint8
-
-const (
-	// RecoveryReconstruct re-creates the bucket from the configuration
-	// function, full (Bucket4j's RECONSTRUCT). The default. A stored record
-	// that does not decode (wire.StatusCorruptState) is replaced by a new
-	// bucket too, with a compare-and-swap against the corrupt record (a valid
-	// bucket written meanwhile is kept: see wire.ModeReconstruct); each
-	// replacement is counted in ManagerStats.CorruptReplaced and logged once
-	// per key, redacted (see WithLogger). A bucket record of a newer format
-	// is never replaced: it stays an error wrapping core.ErrCorruptState.
-	RecoveryReconstruct RecoveryStrategy = iota
-	// RecoveryFail returns ErrBucketNotFound once the handle has seen the
-	// bucket exist (Bucket4j's THROW_BUCKET_NOT_FOUND), and an error
-	// wrapping core.ErrCorruptState for a corrupt stored record. With
-	// expiration (the default, see WithExpiration) a bucket left idle until
-	// it expires counts as disappeared.
-	RecoveryFail
-)
-
-// ConfigFunc returns the configuration of a bucket. The Manager calls it only
-// when the storage answers that the bucket does not exist (or, with implicit
-// replacement, that its stored configuration is older than wanted), so it may
-// be expensive: a database lookup of the client's plan, say. Under
-// WithEagerConfig it is called before every operation instead.
-type ConfigFunc func(ctx context.Context) (core.Config, error)
+// configFunc returns the configuration of a bucket (see Manager.Bucket).
+type configFunc = func(ctx context.Context) (core.Config, error)
 
 // Manager hands out distributed buckets stored through an Executor. It is
 // safe for concurrent use; handles are cheap.
 type Manager struct {
 	exec     Executor
-	recovery RecoveryStrategy
+	failLost bool // WithRecoveryFail; false: re-create (see there)
 	expiry   wire.Expiry
 	listener Listener
 	clock    clock.Clock
@@ -59,21 +33,12 @@ type Manager struct {
 	degrade  *degrader // WithDegrade; nil: executor errors are returned
 }
 
-// DefaultExpiryMargin is the margin of a Manager's default expiration,
-// ExpireAfterRefill(DefaultExpiryMargin): storage holds an idle client's
-// bucket one minute past the moment it is full again. The margin covers
-// clock skew between the clients of a store and stores' TTL rounding (whole
-// seconds on Couchbase) with room to spare, and costs only that minute of
-// storage.
-const DefaultExpiryMargin = time.Minute
-
-// ExpireNever keeps buckets until removed.
-func ExpireNever() wire.Expiry { return wire.Expiry{} }
-
-// ExpireFixed expires a bucket ttl after its last write.
-func ExpireFixed(ttl time.Duration) wire.Expiry {
-	return wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}
-}
+// defaultExpiryMargin is the margin of a Manager's default expiration,
+// ExpireAfterRefill(time.Minute): storage holds an idle client's bucket one
+// minute past the moment it is full again. The margin covers clock skew
+// between the clients of a store and stores' TTL rounding (whole seconds on
+// Couchbase) with room to spare, and costs only that minute of storage.
+const defaultExpiryMargin = time.Minute
 
 // ExpireAfterRefill expires a bucket margin after the moment it would be full
 // again: from then on an expired bucket and a new one are the same, so
@@ -87,11 +52,11 @@ func ExpireAfterRefill(margin time.Duration) wire.Expiry {
 
 // NewManager returns a Manager over exec. It takes the options WithClock
 // (the clock blocking calls wait on, and the local buckets of WithDegrade
-// run on), WithListener (the default listener of handles), WithRecovery,
+// run on), WithListener (the default listener of handles), WithRecoveryFail,
 // WithExpiration, WithFitKeys, WithLogger, WithEagerConfig and WithDegrade.
 func NewManager(exec Executor, opts ...ManagerOption) *Manager {
 	o := collect(opts, ManagerOption.applyManager)
-	m := &Manager{exec: exec, recovery: o.recovery, expiry: o.expiry, listener: o.listener, clock: o.clock,
+	m := &Manager{exec: exec, failLost: o.failLost, expiry: o.expiry, listener: o.listener, clock: o.clock,
 		fitKeys: o.fitKeys, eager: o.set&optEagerConfig != 0}
 	m.corrupt.logger = o.logger
 	if m.listener == nil {
@@ -101,7 +66,7 @@ func NewManager(exec Executor, opts ...ManagerOption) *Manager {
 		m.clock = clock.Wall()
 	}
 	if o.set&optExpiration == 0 {
-		m.expiry = ExpireAfterRefill(DefaultExpiryMargin)
+		m.expiry = ExpireAfterRefill(defaultExpiryMargin)
 	}
 	if m.corrupt.logger == nil {
 		m.corrupt.logger = slog.Default()
@@ -117,7 +82,7 @@ func NewManager(exec Executor, opts ...ManagerOption) *Manager {
 // Manager, such as an HTTP middleware's option. Its breakers and local
 // buckets are its own.
 func (m *Manager) Degraded(d Degrade) *Manager {
-	n := &Manager{exec: m.exec, recovery: m.recovery, expiry: m.expiry, listener: m.listener, clock: m.clock,
+	n := &Manager{exec: m.exec, failLost: m.failLost, expiry: m.expiry, listener: m.listener, clock: m.clock,
 		fitKeys: m.fitKeys, eager: m.eager}
 	n.corrupt.logger = m.corrupt.logger
 	n.degrade = newDegrader(n, d)
@@ -147,13 +112,20 @@ func (m *Manager) storeKey(key string) string {
 }
 
 // Bucket returns a handle to key's bucket. Nothing is read or written until
-// the first operation; configFn runs only when the bucket must be created or
-// its configuration replaced. It takes the options WithListener (replacing
-// the Manager's) and WithConfigVersion.
-func (m *Manager) Bucket(key string, configFn ConfigFunc, opts ...HandleOption) *Handle {
-	h := &Handle{m: m, key: key, storeKey: m.storeKey(key), configFn: configFn, listener: m.listener}
+// the first operation. configFn returns the bucket's configuration; the
+// handle calls it only when the storage answers that the bucket does not
+// exist (or, with WithConfigVersion, that its stored configuration is older
+// than wanted), so it may be expensive: a database lookup of the client's
+// plan, say. Under WithEagerConfig it is called before every operation
+// instead. It takes the options WithClock and WithListener (replacing the
+// Manager's) and WithConfigVersion.
+func (m *Manager) Bucket(key string, configFn func(ctx context.Context) (core.Config, error), opts ...HandleOption) *Handle {
+	h := &Handle{m: m, key: key, storeKey: m.storeKey(key), configFn: configFn, listener: m.listener, clock: m.clock}
 	if len(opts) > 0 {
 		o := collect(opts, HandleOption.applyHandle)
+		if o.set&optClock != 0 && o.clock != nil {
+			h.clock = o.clock
+		}
 		if o.set&optListener != 0 {
 			h.listener = o.listener
 			if h.listener == nil {

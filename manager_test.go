@@ -32,7 +32,7 @@ func newManagerFixture(t *testing.T, opts ...bucketgrid.ManagerOption) *managerF
 	return f
 }
 
-func (f *managerFixture) config(bws ...core.Bandwidth) bucketgrid.ConfigFunc {
+func (f *managerFixture) config(bws ...core.Bandwidth) func(context.Context) (core.Config, error) {
 	return func(context.Context) (core.Config, error) {
 		f.calls++
 		return core.NewConfig(bws...)
@@ -116,34 +116,43 @@ func TestBlockingConsumeWaitsExactly(t *testing.T) {
 	if l.Parked() != 300*time.Millisecond || l.Consumed() != 13 {
 		t.Fatalf("listener parked %v consumed %d", l.Parked(), l.Consumed())
 	}
-	ok, err := h.TryConsumeWithin(ctx, 5, 100*time.Millisecond)
-	if ok || err != nil || l.Rejected() != 5 {
-		t.Fatalf("TryConsumeWithin beyond its wait: %v %v (rejected %d)", ok, err, l.Rejected())
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := h.Consume(short, 5); !errors.Is(err, context.DeadlineExceeded) || l.Rejected() != 5 {
+		t.Fatalf("Consume past its deadline: %v (rejected %d)", err, l.Rejected())
 	}
 	if err := h.Consume(ctx, 11); !errors.Is(err, bucketgrid.ErrExceedsCapacity) {
 		t.Fatalf("Consume above capacity: %v, want ErrExceedsCapacity", err)
 	}
 }
 
-// cancelClock parks forever: every sleep ends by cancellation.
-type cancelClock struct{ *clock.Fake }
+// cancelClock cancels the caller's context as it parks: every sleep ends
+// by cancellation.
+type cancelClock struct {
+	*clock.Fake
+	cancel context.CancelFunc
+}
 
-func (cancelClock) Sleep(ctx context.Context, _ time.Duration) error { <-ctx.Done(); return ctx.Err() }
+func (c cancelClock) Sleep(ctx context.Context, _ time.Duration) error {
+	c.cancel()
+	<-ctx.Done()
+	return ctx.Err()
+}
 
 func TestInterruptedConsumeGivesTokensBack(t *testing.T) {
 	var l bucketgrid.CountingListener
 	f := newManagerFixture(t)
-	m := bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)),
-		bucketgrid.WithClock(cancelClock{f.clock}), bucketgrid.WithListener(&l))
-	h := m.Bucket("k", f.config(core.Greedy(10, 10, time.Second)))
 	bg := context.Background()
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	m := bucketgrid.NewManager(cas.New(f.store, cas.WithClock(f.clock)),
+		bucketgrid.WithClock(cancelClock{f.clock, cancel}), bucketgrid.WithListener(&l))
+	h := m.Bucket("k", f.config(core.Greedy(10, 10, time.Second)))
 	if _, err := h.TryConsume(bg, 10); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
-	defer cancel()
-	if err := h.Consume(ctx, 5); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	if err := h.Consume(ctx, 5); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want Canceled", err)
 	}
 	if n, _ := h.AvailableTokens(bg); n != 0 {
 		t.Fatalf("after the interrupted wait %d tokens, want 0 (the reservation returned)", n)
@@ -174,8 +183,8 @@ func TestExpirationTTLs(t *testing.T) {
 		expiry wire.Expiry
 		want   time.Duration
 	}{
-		{"never", bucketgrid.ExpireNever(), 0},
-		{"fixed", bucketgrid.ExpireFixed(time.Minute), time.Minute},
+		{"never", wire.Expiry{}, 0},
+		{"fixed", wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(time.Minute)}, time.Minute},
 		// 4 of 10 tokens used at 10/s: full again in 400ms, plus the margin
 		{"after refill", bucketgrid.ExpireAfterRefill(time.Second), 1400 * time.Millisecond},
 	} {
@@ -229,14 +238,15 @@ func TestVerboseProbeMatchesStateAfterConsumption(t *testing.T) {
 	}
 	h := f.m.Bucket("k", func(context.Context) (core.Config, error) { return cfg, nil })
 	for _, b := range []bucketgrid.Bucket{local, h} {
-		p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
+		v, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
+		p, d := v.Probe, v.Diagnostics
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !p.Consumed || p.Remaining != 6 || d.Available[0] != 6 || d.Available[1] != 96 || len(d.State.Config.Bandwidths) != 2 {
 			t.Fatalf("%T: probe %+v, available %v", b, p, d.Available)
 		}
-		if _, _, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 0); !errors.Is(err, bucketgrid.ErrTokens) {
+		if _, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 0); !errors.Is(err, bucketgrid.ErrTokens) {
 			t.Fatalf("%T: n=0: %v", b, err)
 		}
 	}

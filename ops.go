@@ -21,9 +21,10 @@ import (
 // TryConsumeAndReturnRemaining, the hot path, equal to these by test.
 type runner interface {
 	// run applies op, valid but for its configuration, and returns its
-	// result and, with verbose, the diagnostics after it, taken in the same
-	// atomic step.
-	run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, core.Diagnostics, error)
+	// result, the share that decided it (Verbose.Share) and, with verbose,
+	// the diagnostics after it, taken in the same atomic step; the
+	// Verbose's Probe is left zero.
+	run(ctx context.Context, op wire.Op, verbose bool) (wire.Result, Verbose, error)
 	// events returns the listener, never nil.
 	events() Listener
 	// sleeper returns the clock that blocking calls wait on.
@@ -56,9 +57,9 @@ func probeOf(r wire.Result) core.Probe {
 }
 
 // runTokens runs an operation of n tokens after checking n.
-func runTokens(ctx context.Context, b runner, kind wire.OpKind, n int64, verbose bool) (wire.Result, core.Diagnostics, error) {
+func runTokens(ctx context.Context, b runner, kind wire.OpKind, n int64, verbose bool) (wire.Result, Verbose, error) {
 	if n <= 0 {
-		return wire.Result{}, core.Diagnostics{}, tokensError(n)
+		return wire.Result{}, Verbose{}, tokensError(n)
 	}
 	return b.run(ctx, wire.Op{Kind: kind, Tokens: n}, verbose)
 }
@@ -81,13 +82,14 @@ func tryConsumeAndReturnRemaining(ctx context.Context, b runner, n int64) (core.
 	return probeOf(r), nil
 }
 
-func tryConsumeVerbose(ctx context.Context, b runner, n int64) (core.Probe, core.Diagnostics, error) {
-	r, d, err := runTokens(ctx, b, wire.OpTryConsumeAndReturnRemaining, n, true)
+func tryConsumeVerbose(ctx context.Context, b runner, n int64) (Verbose, error) {
+	r, v, err := runTokens(ctx, b, wire.OpTryConsumeAndReturnRemaining, n, true)
 	if err != nil {
-		return core.Probe{}, core.Diagnostics{}, err
+		return Verbose{}, err
 	}
 	report(b.events(), r.OK, n)
-	return probeOf(r), d, nil
+	v.Probe = probeOf(r)
+	return v, nil
 }
 
 func estimate(ctx context.Context, b runner, n int64) (core.Estimate, error) {
@@ -148,35 +150,41 @@ func replaceConfiguration(ctx context.Context, b runner, cfg core.Config, strate
 }
 
 func diagnose(ctx context.Context, b runner) (core.Diagnostics, error) {
-	_, d, err := b.run(ctx, wire.Op{Kind: wire.OpGetConfiguration}, true)
-	return d, err
+	_, v, err := b.run(ctx, wire.Op{Kind: wire.OpGetConfiguration}, true)
+	return v.Diagnostics, err
 }
 
-// consumeWithin is Consume (forever) and TryConsumeWithin: reserve in one
-// atomic step, then wait out the reservation, giving the tokens back if ctx
-// ends first.
-func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool) (bool, error) {
+// consume is Consume: reserve in one atomic step, then wait out the
+// reservation, giving the tokens back if ctx ends first. It never waits past
+// ctx's deadline: tokens that would come later are refused at once
+// (x/time/rate's WaitN), with an error wrapping context.DeadlineExceeded.
+func consume(ctx context.Context, b runner, n int64) error {
 	if n <= 0 {
-		return false, tokensError(n)
+		return tokensError(n)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return err
 	}
-	r, _, err := b.run(ctx, wire.Op{Kind: wire.OpReserve, Tokens: n, MaxWait: max(maxWait, 0)}, false)
+	limit, bounded := int64(math.MaxInt64), false
+	if deadline, ok := ctx.Deadline(); ok {
+		limit, bounded = max(int64(time.Until(deadline)), 0), true
+	}
+	r, _, err := b.run(ctx, wire.Op{Kind: wire.OpReserve, Tokens: n, MaxWait: limit}, false)
 	if err != nil {
-		return false, err
+		return err
 	}
 	l := b.events()
 	if !r.OK {
 		switch {
 		case n > r.Tokens: // Tokens: the smallest capacity
-			return false, fmt.Errorf("%w: %d tokens, capacity %d", ErrExceedsCapacity, n, r.Tokens)
-		case forever:
-			return false, fmt.Errorf("%w: %d tokens would come after more than %v", ErrOverdraftTooLarge, n,
-				time.Duration(math.MaxInt64))
+			return fmt.Errorf("%w: %d tokens, capacity %d", ErrExceedsCapacity, n, r.Tokens)
+		case bounded:
+			l.OnRejected(n)
+			return fmt.Errorf("bucketgrid: %d tokens would come later than the context's deadline, %v away: %w",
+				n, time.Duration(limit), context.DeadlineExceeded)
 		}
-		l.OnRejected(n)
-		return false, nil
+		return fmt.Errorf("%w: %d tokens would come after more than %v", ErrOverdraftTooLarge, n,
+			time.Duration(math.MaxInt64))
 	}
 	if r.Wait > 0 {
 		l.OnParked(time.Duration(r.Wait))
@@ -185,11 +193,11 @@ func consumeWithin(ctx context.Context, b runner, n, maxWait int64, forever bool
 			back, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 			defer cancel()
 			if _, _, aerr := b.run(back, wire.Op{Kind: wire.OpAddTokens, Tokens: n}, false); aerr != nil {
-				return false, fmt.Errorf("%w (giving the %d reserved tokens back failed: %v)", err, n, aerr)
+				return fmt.Errorf("%w (giving the %d reserved tokens back failed: %v)", err, n, aerr)
 			}
-			return false, err
+			return err
 		}
 	}
 	l.OnConsumed(n)
-	return true, nil
+	return nil
 }

@@ -9,59 +9,47 @@ import (
 	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-// The option types: one per constructor, so that the compiler refuses an
-// option given to a constructor that does not take it. WithClock and
-// WithListener return an Option, which every constructor but Manager.Bucket
-// takes; WithListener's is a ListenerOption, which Manager.Bucket takes too.
+// The option types: one per constructor that takes options of its own, so
+// that the compiler refuses an option given to a constructor that does not
+// take it, and Option, which every constructor takes.
 type (
-	// LocalOption configures NewLocal and NewLocalGroup: WithClock,
-	// WithListener.
-	LocalOption interface{ applyLocal(*options) }
 	// ManagerOption configures NewManager: WithClock, WithListener,
-	// WithRecovery, WithExpiration, WithFitKeys, WithLogger,
+	// WithRecoveryFail, WithExpiration, WithFitKeys, WithLogger,
 	// WithEagerConfig, WithDegrade.
 	ManagerOption interface{ applyManager(*options) }
-	// HandleOption configures one handle (Manager.Bucket): WithListener,
-	// WithConfigVersion.
+	// HandleOption configures one handle (Manager.Bucket): WithClock,
+	// WithListener, WithConfigVersion.
 	HandleOption interface{ applyHandle(*options) }
-	// Option is an option of NewLocal, NewLocalGroup and NewManager alike
-	// (WithClock, WithListener), so that it means the same thing wherever
-	// it is passed.
+	// Option is an option of every constructor alike (WithClock,
+	// WithListener), so that it means the same thing wherever it is
+	// passed: the only options of NewLocal and NewLocalGroup.
 	Option interface {
-		LocalOption
 		ManagerOption
-	}
-	// ListenerOption is WithListener's option: an Option that Manager.Bucket
-	// takes too.
-	ListenerOption interface {
-		Option
 		HandleOption
+		applyLocal(*options)
 	}
 )
 
 // The concrete options, one type for each set of constructors that take an
 // option.
 type (
-	commonOption   func(*options) // NewLocal, NewLocalGroup, NewManager
-	listenerOption func(*options) // and Manager.Bucket
-	managerOption  func(*options) // NewManager
-	handleOption   func(*options) // Manager.Bucket
+	commonOption  func(*options) // every constructor
+	managerOption func(*options) // NewManager
+	handleOption  func(*options) // Manager.Bucket
 )
 
-func (f commonOption) applyLocal(o *options)     { f(o) }
-func (f commonOption) applyManager(o *options)   { f(o) }
-func (f listenerOption) applyLocal(o *options)   { f(o) }
-func (f listenerOption) applyManager(o *options) { f(o) }
-func (f listenerOption) applyHandle(o *options)  { f(o) }
-func (f managerOption) applyManager(o *options)  { f(o) }
-func (f handleOption) applyHandle(o *options)    { f(o) }
+func (f commonOption) applyLocal(o *options)    { f(o) }
+func (f commonOption) applyManager(o *options)  { f(o) }
+func (f commonOption) applyHandle(o *options)   { f(o) }
+func (f managerOption) applyManager(o *options) { f(o) }
+func (f handleOption) applyHandle(o *options)   { f(o) }
 
 // options is what the options set; set records which were given.
 type options struct {
 	set      optionSet
 	clock    clock.Clock
 	listener Listener
-	recovery RecoveryStrategy
+	failLost bool
 	expiry   wire.Expiry
 	version  int64
 	inherit  core.TokensInheritance
@@ -95,9 +83,10 @@ func collect[O any](opts []O, apply func(O, *options)) options {
 }
 
 // WithClock makes buckets tell time by c (NewLocal, NewLocalGroup; default
-// clock.Monotonic()), or sets the clock a Manager's blocking calls wait on
-// (NewManager; default clock.Wall(): distributed bucket time always comes
-// from the side that executes the request). Aligned refill styles need a
+// clock.Monotonic()), or sets the clock blocking calls wait on (NewManager:
+// every handle's, default clock.Wall(); Manager.Bucket: that handle's, the
+// Manager's when nil). Distributed bucket time always comes from the side
+// that executes the request. Aligned refill styles need a
 // clock whose Wall method reports true, such as clock.Wall(),
 // clock.WallMillis() or a *clock.Fake. Blocking calls wait with clock.Sleep
 // on c, so a clock.Sleeper such as *clock.Fake controls them: its waits
@@ -110,23 +99,35 @@ func WithClock(c clock.Clock) Option {
 // NewLocalGroup: every bucket of the group; NewManager: every handle that does
 // not set its own; Manager.Bucket: that handle). A nil l reports nothing,
 // the default. See Listener for when each event is reported.
-func WithListener(l Listener) ListenerOption {
-	return listenerOption(func(o *options) { o.set |= optListener; o.listener = l })
+func WithListener(l Listener) Option {
+	return commonOption(func(o *options) { o.set |= optListener; o.listener = l })
 }
 
-// WithRecovery sets what a Manager's handles do when their bucket disappears
-// (NewManager); the default is RecoveryReconstruct.
-func WithRecovery(r RecoveryStrategy) ManagerOption {
-	return managerOption(func(o *options) { o.set |= optRecovery; o.recovery = r })
+// WithRecoveryFail makes a Manager's handles (NewManager) fail when their
+// bucket disappears or its stored record is corrupt, rather than re-create
+// it (the default, Bucket4j's RECONSTRUCT): an operation returns
+// ErrBucketNotFound once the handle has seen the bucket exist (Bucket4j's
+// THROW_BUCKET_NOT_FOUND), and an error wrapping core.ErrCorruptState for a
+// corrupt stored record. With expiration (the default, see WithExpiration)
+// a bucket left idle until it expires counts as disappeared. By default a
+// lost bucket is re-created from the configuration function, full, and a
+// corrupt record is replaced by a new bucket with a compare-and-swap against
+// it (a valid bucket written meanwhile is kept: see wire.ModeReconstruct),
+// each replacement counted in Stats.CorruptReplaced and logged once
+// per key, redacted (see WithLogger); a record of a newer format is never
+// replaced.
+func WithRecoveryFail() ManagerOption {
+	return managerOption(func(o *options) { o.set |= optRecovery; o.failLost = true })
 }
 
 // WithExpiration sets the expiration-after-write policy of every write
 // through a Manager (NewManager); the default is
-// ExpireAfterRefill(DefaultExpiryMargin), which is always safe: a bucket
-// expires only once it is full again (plus the margin), and a new one holds
-// the same tokens (an intervally refill restarts its interval, so it refills
-// later, never sooner). Pass ExpireNever() to keep buckets until removed, or
-// see ExpireFixed.
+// ExpireAfterRefill(time.Minute), which is always safe: a bucket expires
+// only once it is full again (plus the margin), and a new one holds the same
+// tokens (an intervally refill restarts its interval, so it refills later,
+// never sooner). The zero wire.Expiry keeps buckets until removed;
+// wire.Expiry{Kind: wire.ExpireFixed, Fixed: ttl} expires a bucket ttl
+// nanoseconds after its last write, full or not.
 func WithExpiration(e wire.Expiry) ManagerOption {
 	return managerOption(func(o *options) { o.set |= optExpiration; o.expiry = e })
 }
@@ -144,9 +145,10 @@ func WithExpiration(e wire.Expiry) ManagerOption {
 // executor receives it: for Couchbase, 250 bytes minus the prefix the
 // store's key mapping adds (couchbase.MaxKeyLen - len(prefix)); for MongoDB,
 // mongo.MaxKeyLen. Without it such keys are refused with an error wrapping
-// ErrInvalidKey (an HTTP middleware answers 400). Turning it on later moves
+// core.ErrInvalidKey (an HTTP middleware answers 400). Turning it on later moves
 // the keys it changes (long, non-UTF-8 or '#'-prefixed ones) to new, full
-// buckets. Handle.Key still returns the key as given.
+// buckets. Manager.Bucket, RemoveBucket and Configuration take the key as
+// given.
 //
 // NewManager panics when maxLen < core.DigestKeyLen, a limit no digest fits:
 // backends' limits are constants, so the first test catches it.
@@ -179,7 +181,7 @@ func WithLogger(l *slog.Logger) ManagerOption {
 // keeps the configuration function lazy: it runs only when the executor
 // answers that the bucket must be created or replaced, which suits a
 // function that reads a database. Results are the same either way. Under
-// RecoveryFail a handle that has seen its bucket sends its operations
+// WithRecoveryFail a handle that has seen its bucket sends its operations
 // without the configuration, so that a vanished bucket is still reported
 // (ErrBucketNotFound) rather than re-created.
 func WithEagerConfig() ManagerOption {

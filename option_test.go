@@ -1,12 +1,17 @@
 package bucketgrid_test
 
 import (
+	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/bucketgrid/bucketgrid"
+	"github.com/bucketgrid/bucketgrid/cas"
+	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // TestOptionsTakenOnlyWhereTheyApply: each option is of a type that only the
@@ -18,7 +23,7 @@ func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
 		name string
 		typ  reflect.Type
 	}{
-		{"NewLocal, NewLocalGroup", reflect.TypeFor[bucketgrid.LocalOption]()},
+		{"NewLocal, NewLocalGroup", reflect.TypeFor[bucketgrid.Option]()},
 		{"NewManager", reflect.TypeFor[bucketgrid.ManagerOption]()},
 		{"Manager.Bucket", reflect.TypeFor[bucketgrid.HandleOption]()},
 	}
@@ -27,10 +32,10 @@ func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
 		opt   any
 		takes []string
 	}{
-		{"WithClock", bucketgrid.WithClock(clock.Wall()), []string{"NewLocal, NewLocalGroup", "NewManager"}},
+		{"WithClock", bucketgrid.WithClock(clock.Wall()), []string{"NewLocal, NewLocalGroup", "NewManager", "Manager.Bucket"}},
 		{"WithListener", bucketgrid.WithListener(nil), []string{"NewLocal, NewLocalGroup", "NewManager", "Manager.Bucket"}},
-		{"WithRecovery", bucketgrid.WithRecovery(bucketgrid.RecoveryFail), []string{"NewManager"}},
-		{"WithExpiration", bucketgrid.WithExpiration(bucketgrid.ExpireNever()), []string{"NewManager"}},
+		{"WithRecoveryFail", bucketgrid.WithRecoveryFail(), []string{"NewManager"}},
+		{"WithExpiration", bucketgrid.WithExpiration(wire.Expiry{}), []string{"NewManager"}},
 		{"WithFitKeys", bucketgrid.WithFitKeys(core.DigestKeyLen), []string{"NewManager"}},
 		{"WithLogger", bucketgrid.WithLogger(nil), []string{"NewManager"}},
 		{"WithEagerConfig", bucketgrid.WithEagerConfig(), []string{"NewManager"}},
@@ -49,5 +54,22 @@ func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
 				t.Fatalf("%s is an option of %v, want %v", tt.name, got, tt.takes)
 			}
 		})
+	}
+}
+
+// TestHandleClock: WithClock given to Manager.Bucket is the clock that
+// handle's blocking calls wait on, in place of the Manager's.
+func TestHandleClock(t *testing.T) {
+	mclk, hclk := clock.NewFake(time.Unix(1_800_000_000, 0)), clock.NewFake(time.Unix(1_800_000_000, 0))
+	m := bucketgrid.NewManager(cas.New(memstore.New(memstore.WithClock(mclk)), cas.WithClock(mclk)), bucketgrid.WithClock(mclk))
+	cfg, _ := core.NewConfig(core.Greedy(10, 10, time.Second).WithInitialTokens(0))
+	h := m.Bucket("k", func(context.Context) (core.Config, error) { return cfg, nil }, bucketgrid.WithClock(hclk))
+	m0, h0 := mclk.Now(), hclk.Now()
+	if err := h.Consume(context.Background(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if mclk.Now() != m0 || time.Duration(hclk.Now()-h0) != 500*time.Millisecond {
+		t.Fatalf("Manager's clock +%v, handle's +%v; want the handle's alone to wait the 500ms",
+			time.Duration(mclk.Now()-m0), time.Duration(hclk.Now()-h0))
 	}
 }

@@ -36,7 +36,7 @@ func plantCorrupt(t *testing.T, f *managerFixture, key string) {
 	}
 }
 
-// TestCorruptRecordReconstructed: under RecoveryReconstruct (the default) a
+// TestCorruptRecordReconstructed: by default (re-creating) a
 // corrupt record is replaced by a new bucket, which then limits exactly; the
 // replacement is counted and logged once per key, redacted.
 func TestCorruptRecordReconstructed(t *testing.T) {
@@ -74,11 +74,11 @@ func TestCorruptRecordReconstructed(t *testing.T) {
 	}
 }
 
-// TestCorruptRecordRecoveryFail: under RecoveryFail a corrupt record is an
+// TestCorruptRecordRecoveryFail: under WithRecoveryFail a corrupt record is an
 // error wrapping core.ErrCorruptState, and the record is left for an
 // operator to see.
 func TestCorruptRecordRecoveryFail(t *testing.T) {
-	f := newManagerFixture(t, bucketgrid.WithRecovery(bucketgrid.RecoveryFail))
+	f := newManagerFixture(t, bucketgrid.WithRecoveryFail())
 	plantCorrupt(t, f, "k")
 	_, err := f.m.Bucket("k", f.config(core.Greedy(2, 2, time.Hour))).TryConsume(context.Background(), 1)
 	if !errors.Is(err, core.ErrCorruptState) {
@@ -86,7 +86,7 @@ func TestCorruptRecordRecoveryFail(t *testing.T) {
 	}
 	data, _, _, _ := f.store.Get(context.Background(), "k")
 	if !bytes.Equal(data, []byte{wire.FormatVersion, 'B', 0xff, 0xff}) || f.m.Stats().CorruptReplaced != 0 {
-		t.Fatal("RecoveryFail replaced the corrupt record")
+		t.Fatal("WithRecoveryFail replaced the corrupt record")
 	}
 }
 
@@ -133,8 +133,8 @@ func TestCorruptReplacementNeverClobbers(t *testing.T) {
 }
 
 // TestDefaultExpiration: a Manager without WithExpiration expires an idle
-// bucket DefaultExpiryMargin after it is full again, so idle clients do not
-// pile up; ExpireNever must be asked for.
+// bucket a minute (the default margin) after it is full again, so idle clients do not
+// pile up; keeping them (the zero wire.Expiry) must be asked for.
 func TestDefaultExpiration(t *testing.T) {
 	f := newManagerFixture(t)
 	ctx := context.Background()
@@ -144,19 +144,19 @@ func TestDefaultExpiration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ttl, ok := f.store.TTL("client-0"); !ok || ttl != 400*time.Millisecond+bucketgrid.DefaultExpiryMargin {
-		t.Fatalf("TTL %v, want the 400ms to full plus %v", ttl, bucketgrid.DefaultExpiryMargin)
+	if ttl, ok := f.store.TTL("client-0"); !ok || ttl != 400*time.Millisecond+time.Minute {
+		t.Fatalf("TTL %v, want the 400ms to full plus %v", ttl, time.Minute)
 	}
-	f.clock.Advance(400*time.Millisecond + bucketgrid.DefaultExpiryMargin)
+	f.clock.Advance(400*time.Millisecond + time.Minute)
 	if n := f.store.Len(); n != 0 {
 		t.Fatalf("%d idle buckets still stored after refill plus margin, want 0", n)
 	}
-	never := newManagerFixture(t, bucketgrid.WithExpiration(bucketgrid.ExpireNever()))
+	never := newManagerFixture(t, bucketgrid.WithExpiration(wire.Expiry{}))
 	if _, err := never.m.Bucket("k", cfg).TryConsume(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
 	if ttl, ok := never.store.TTL("k"); !ok || ttl != 0 {
-		t.Fatalf("ExpireNever: TTL %v, want none", ttl)
+		t.Fatalf("the zero wire.Expiry: TTL %v, want none", ttl)
 	}
 }
 
@@ -182,7 +182,7 @@ func TestFitKeys(t *testing.T) {
 	bad := "caf\xe9"
 	plain := bucketgrid.NewManager(cas.New(ruleStore{f.store}, cas.WithClock(f.clock)))
 	for _, k := range []string{long, bad} {
-		if _, err := plain.Bucket(k, cfg).TryConsume(ctx, 1); !errors.Is(err, bucketgrid.ErrInvalidKey) {
+		if _, err := plain.Bucket(k, cfg).TryConsume(ctx, 1); !errors.Is(err, core.ErrInvalidKey) {
 			t.Fatalf("without WithFitKeys, key of %d bytes: %v, want ErrInvalidKey", len(k), err)
 		}
 	}
@@ -192,9 +192,6 @@ func TestFitKeys(t *testing.T) {
 	m := bucketgrid.NewManager(cas.New(ruleStore{f.store}, cas.WithClock(f.clock)), bucketgrid.WithFitKeys(64))
 	for _, k := range []string{long, bad, core.DigestKey(long), "short"} {
 		h := m.Bucket(k, cfg)
-		if h.Key() != k {
-			t.Fatalf("Key() = %q, want the key as given", h.Key())
-		}
 		if ok, err := h.TryConsume(ctx, 1); !ok || err != nil {
 			t.Fatalf("key of %d bytes: first token %v %v: each key must have a full bucket of its own", len(k), ok, err)
 		}

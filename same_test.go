@@ -20,7 +20,7 @@ import (
 func outcome(res any, err error, cl *bucketgrid.CountingListener, moved time.Duration) string {
 	class := "nil"
 	for _, e := range []error{bucketgrid.ErrTokens, bucketgrid.ErrExceedsCapacity, bucketgrid.ErrOverdraftTooLarge,
-		core.ErrUnknownStrategy, context.Canceled} {
+		core.ErrUnknownStrategy, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, e) {
 			class = e.Error()
 		}
@@ -36,6 +36,14 @@ func outcome(res any, err error, cl *bucketgrid.CountingListener, moved time.Dur
 		res, class, cl.Consumed(), cl.Rejected(), cl.Parked(), cl.Interrupted(), moved)
 }
 
+// consumeWithin is Consume under a deadline maxWait away: Bucket4j's
+// tryConsume(n, maxWait).
+func consumeWithin(ctx context.Context, b bucketgrid.Bucket, n int64, maxWait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, maxWait)
+	defer cancel()
+	return b.Consume(ctx, n)
+}
+
 // TestLocalAndHandleAgree runs the edge cases of the Bucket contract on a
 // Local and on a Handle and requires the same results, errors and events:
 // one behaviour, whatever holds the state.
@@ -48,9 +56,9 @@ func TestLocalAndHandleAgree(t *testing.T) {
 		bw   core.Bandwidth
 		call func(ctx context.Context, b bucketgrid.Bucket) (any, error)
 	}{
-		{"TryConsumeWithin beyond capacity", core.Greedy(10, 1, time.Second),
+		{"Consume beyond capacity under a deadline", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
-				return b.TryConsumeWithin(ctx, 11, time.Hour)
+				return nil, consumeWithin(ctx, b, 11, time.Hour)
 			}},
 		{"Consume beyond capacity", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) { return nil, b.Consume(ctx, 11) }},
@@ -61,16 +69,12 @@ func TestLocalAndHandleAgree(t *testing.T) {
 				}
 				return nil, b.Consume(ctx, 3)
 			}},
-		{"TryConsumeWithin too long", core.Greedy(10, 1, time.Second),
+		{"Consume past the deadline", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
 				if _, err := b.TryConsume(ctx, 10); err != nil {
 					return nil, err
 				}
-				return b.TryConsumeWithin(ctx, 3, 2*time.Second)
-			}},
-		{"TryConsumeWithin negative wait", core.Greedy(10, 1, time.Second),
-			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
-				return b.TryConsumeWithin(ctx, 3, -time.Second)
+				return nil, consumeWithin(ctx, b, 3, 2*time.Second)
 			}},
 		{"Consume beyond the int64 wait", slow,
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
@@ -79,12 +83,12 @@ func TestLocalAndHandleAgree(t *testing.T) {
 				}
 				return nil, b.Consume(ctx, 2)
 			}},
-		{"TryConsumeWithin beyond the int64 wait", slow,
+		{"Consume beyond the int64 wait under a deadline", slow,
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
 				if _, err := b.ConsumeIgnoringRateLimits(ctx, 3); err != nil {
 					return nil, err
 				}
-				return b.TryConsumeWithin(ctx, 2, math.MaxInt64)
+				return nil, consumeWithin(ctx, b, 2, time.Hour)
 			}},
 		{"Consume on a done context", core.Greedy(10, 1, time.Second),
 			func(_ context.Context, b bucketgrid.Bucket) (any, error) { return nil, b.Consume(cancelled, 1) }},
@@ -94,16 +98,20 @@ func TestLocalAndHandleAgree(t *testing.T) {
 			}},
 		{"verbose probe", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
-				p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
-				return fmt.Sprint(p, d.Available, d.TimeToFull, d.State.Bands), err
+				v, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 4)
+				d := v.Diagnostics
+				return fmt.Sprint(v.Probe, d.Available, d.TimeToFull, d.State.Bands, v.Share), err
 			}},
 		{"verbose probe refused", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
-				p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 11)
-				return fmt.Sprint(p, d.Available, d.TimeToFull), err
+				v, err := b.TryConsumeAndReturnRemainingVerbose(ctx, 11)
+				d := v.Diagnostics
+				return fmt.Sprint(v.Probe, d.Available, d.TimeToFull, v.Share), err
 			}},
 		{"zero tokens", core.Greedy(10, 1, time.Second),
-			func(ctx context.Context, b bucketgrid.Bucket) (any, error) { return b.TryConsumeWithin(ctx, 0, 0) }},
+			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
+				return nil, consumeWithin(ctx, b, 0, time.Hour)
+			}},
 		{"as much as possible, negative limit", core.Greedy(10, 1, time.Second),
 			func(ctx context.Context, b bucketgrid.Bucket) (any, error) {
 				return b.TryConsumeAsMuchAsPossible(ctx, -1)

@@ -8,10 +8,12 @@ import (
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
-// ManagerStats counts what a Manager did that its callers did not ask for.
-type ManagerStats struct {
-	// CorruptReplaced counts requests that met a corrupt stored record under
-	// RecoveryReconstruct and went on with a new bucket in its place. Two
+// Stats counts what a Manager did that its callers did not ask for: the
+// root layer's one Stats (an executor's own work is counted by its package,
+// as cas.Stats; a front door's decisions by the door, as httplimit.Stats).
+type Stats struct {
+	// CorruptReplaced counts requests that met a corrupt stored record by
+	// default and went on with a new bucket in its place. Two
 	// processes meeting one record may both count it; the compare-and-swap
 	// lets only one of them write.
 	CorruptReplaced int64
@@ -24,23 +26,23 @@ type ManagerStats struct {
 	BreakerOpens int64
 	OpenBreakers int
 	// LocalBuckets is the number of local shares held now; Dropped counts
-	// those dropped past Degrade.MaxKeys, uncharged.
+	// those dropped past the bound on local buckets (100,000), uncharged.
 	LocalBuckets int
 	Dropped      int64
 	// Charged counts the tokens consumed locally that were charged to the
 	// real buckets once their backend answered again; ChargeFailed counts
 	// background charges that failed (their tokens stay to be charged with
-	// the key's next request, or a background retry every Degrade.Probe).
+	// the key's next request, or a background retry every 250 ms).
 	Charged      int64
 	ChargeFailed int64
 	// Instances is the number of instances a local share is cut for now
-	// (Degrade.Instances, or the executor's LiveCounter).
+	// (Degrade.Instances, or the executor's LiveInstances).
 	Instances int
 }
 
 // Stats returns the counters so far.
-func (m *Manager) Stats() ManagerStats {
-	s := ManagerStats{CorruptReplaced: m.corrupt.replaced.Load()}
+func (m *Manager) Stats() Stats {
+	s := Stats{CorruptReplaced: m.corrupt.replaced.Load()}
 	if g := m.degrade; g != nil {
 		s.Degraded, s.BreakerOpens, s.OpenBreakers = g.degraded.Load(), g.opened.Load(), g.breakers.openCount()
 		s.LocalBuckets, s.Dropped = int(g.n.Load()), g.dropped.Load()

@@ -503,7 +503,7 @@ type Stats struct {
 
 // Outage reports whether err, returned by Execute, may be an outage of the
 // store, rather than a key too contended to update (ErrConflict): the
-// bucketgrid.OutageClassifier a Manager's degraded mode asks, so that a hot
+// optional method of a bucketgrid.Executor a Manager's degraded mode asks, so that a hot
 // key is refused as it is without degrade, never decided locally.
 func (e *Executor) Outage(err error) bool { return !errors.Is(err, ErrConflict) }
 

@@ -22,7 +22,7 @@ import (
 // root package (and the .wasm filter, which uses cas, does not link it).
 var _ bucketgrid.Executor = (*cas.Executor)(nil)
 
-func cfg(t *testing.T) bucketgrid.ConfigFunc {
+func cfg(t *testing.T) func(context.Context) (core.Config, error) {
 	t.Helper()
 	c, err := core.NewConfig(core.Greedy(10, 10, time.Second))
 	if err != nil {

@@ -223,12 +223,12 @@ func TestVerboseCoalescedOwnDiagnostics(t *testing.T) {
 	}
 	probes := make(chan probe, 3)
 	verbose := func() {
-		p, d, err := h.TryConsumeAndReturnRemainingVerbose(bg, 1)
+		v, err := h.TryConsumeAndReturnRemainingVerbose(bg, 1)
 		if err != nil {
 			probes <- probe{err: err}
 			return
 		}
-		probes <- probe{p.Remaining, d.Available[0], nil}
+		probes <- probe{v.Probe.Remaining, v.Diagnostics.Available[0], nil}
 	}
 	go verbose()
 	waitUntil(t, "the first probe waits at the gate", func() bool { return s.gets.Load() == 3 })

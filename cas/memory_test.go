@@ -10,6 +10,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -140,7 +141,7 @@ func TestMemoryNeverAnswersWhatItCannotConfirm(t *testing.T) {
 // not revived by a write from memory; it is created anew.
 func TestMemoryKeyExpires(t *testing.T) {
 	n := newTwoNodes(t)
-	a := n.handle(n.a, "k", bucketgrid.WithExpiration(bucketgrid.ExpireFixed(time.Minute)))
+	a := n.handle(n.a, "k", bucketgrid.WithExpiration(wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(time.Minute)}))
 	ctx := context.Background()
 	if ok, err := a.TryConsume(ctx, 9); err != nil || !ok {
 		t.Fatal(ok, err)
@@ -159,7 +160,7 @@ func TestMemoryKeyExpires(t *testing.T) {
 // TTL lasts no longer than that TTL, even while the store still holds it.
 func TestMemoryExpiresWithTheBucket(t *testing.T) {
 	n := newTwoNodes(t)
-	a := n.handle(n.a, "k", bucketgrid.WithExpiration(bucketgrid.ExpireFixed(2*time.Second)))
+	a := n.handle(n.a, "k", bucketgrid.WithExpiration(wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(2 * time.Second)}))
 	ctx := context.Background()
 	if _, err := a.TryConsume(ctx, 1); err != nil {
 		t.Fatal(err)

@@ -92,8 +92,8 @@
 //     reserve such a request into overdraft and wait for the deficit;
 //     State.Reserve never reserves more than the smallest capacity (it
 //     returns math.MaxInt64 and takes nothing; OpReserve's result carries
-//     that capacity), and the root package's Consume and TryConsumeWithin
-//     return ErrExceedsCapacity without waiting, as x/time/rate's WaitN does
+//     that capacity), and the root package's Consume
+//     returns ErrExceedsCapacity without waiting, as x/time/rate's WaitN does
 //     above the burst. Example: full Greedy(10, 10, time.Second), blocking
 //     consume of 15: an error here; Bucket4j waits 500 ms and leaves −5,
 //     and so does its tryConsume(15, maxWait) with a maxWait of at least
@@ -103,11 +103,11 @@
 //
 //  7. Reserve accepts a maxWait of zero: take the tokens only if they are
 //     there now. Bucket4j requires a positive maxWaitTimeNanos. Process
-//     rejects a negative Op.MaxWait; the root package treats a negative
-//     maxWait as zero.
+//     rejects a negative Op.MaxWait; the root package's Consume asks for
+//     the time its context's deadline leaves, zero once it has passed.
 //
 //  8. An interrupted wait gives its tokens back. The root package's Consume
-//     and TryConsumeWithin reserve first and, when the context ends during
+//     reserves first and, when the context ends during
 //     the wait, return the tokens with AddTokens (capped at capacity), so a
 //     failed call has taken nothing; Bucket4j's blocking bucket keeps an
 //     interrupted thread's reservation. Example: 4 tokens of

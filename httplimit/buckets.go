@@ -87,11 +87,12 @@ func (l *Local) Take(ctx context.Context, key string, cost int64) (Usage, error)
 	if err != nil {
 		return Usage{}, err
 	}
-	p, d, err := b.TryConsumeAndReturnRemainingVerbose(ctx, cost)
+	v, err := b.TryConsumeAndReturnRemainingVerbose(ctx, cost)
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{Probe: p, Config: d.State.Config, Bands: policy.Bands(&d, cost, l.clock.Now())}, nil
+	d := &v.Diagnostics
+	return Usage{Probe: v.Probe, Config: d.State.Config, Bands: policy.Bands(d, cost, l.clock.Now())}, nil
 }
 
 // Managed is Buckets over a bucketgrid.Manager: the client's bucket is the
@@ -133,13 +134,13 @@ func (s *Managed) Take(ctx context.Context, key string, cost int64) (Usage, erro
 	}
 	plan := s.plan
 	h := s.m.Bucket(key, func(context.Context) (core.Config, error) { return plan(key) }, s.bopts...)
-	var dec bucketgrid.Decision
-	p, d, err := h.TryConsumeAndReturnRemainingVerbose(bucketgrid.WithDecision(ctx, &dec), cost)
+	v, err := h.TryConsumeAndReturnRemainingVerbose(ctx, cost)
 	if err != nil {
 		return Usage{}, err
 	}
-	u := Usage{Probe: p, Config: d.State.Config, ConfigVersion: d.State.ConfigVersion,
-		Bands: policy.Bands(&d, cost, s.clock.Now()), Degraded: dec.Degraded()}
+	d := &v.Diagnostics
+	u := Usage{Probe: v.Probe, Config: d.State.Config, ConfigVersion: d.State.ConfigVersion,
+		Bands: policy.Bands(d, cost, s.clock.Now()), Degraded: v.Share > 0}
 	if u.Degraded {
 		u.ConfigVersion = 0 // the local share's own version, not the plan's
 	}

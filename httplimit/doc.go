@@ -48,19 +48,19 @@
 //
 // No client can open the gate. Only an outage — a store error, no answer
 // within WithTimeout, a grid owner out of reach, a Plan error that does not
-// wrap bucketgrid.ErrInvalidKey — gets the failure mode: served unlimited
+// wrap core.ErrInvalidKey — gets the failure mode: served unlimited
 // (WithFailOpen(true), the default) or refused with 503 and a problem body.
 // Everything else is decided without it:
 //
 //   - A key the KeyFunc refuses, or the backend cannot hold (an error
-//     wrapping bucketgrid.ErrInvalidKey, returned before any I/O: Couchbase's
+//     wrapping core.ErrInvalidKey, returned before any I/O: Couchbase's
 //     250 bytes, MongoDB's UTF-8 rule…; a Plan may return one for an unknown
 //     API key), is answered 400 with a fixed message, never the error's
 //     text nor the key. bucketgrid.WithFitKeys gives such keys buckets of
 //     their own instead.
 //   - A corrupt stored record is replaced by a new bucket under
-//     bucketgrid.RecoveryReconstruct and refused with 503 under
-//     RecoveryFail; an invalid configuration from the Plan, a request the
+//     default and refused with 503 under
+//     bucketgrid.WithRecoveryFail; an invalid configuration from the Plan, a request the
 //     executor refuses, and a key so contended that the executor gave up
 //     (cas.ErrConflict) are refused with 503, whatever the failure mode.
 //   - A panic in the limiter (key function, store, executor, plan) is

@@ -147,7 +147,7 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, err error) (
 		m.canceled.Add(1)
 		return false // nobody is listening
 	}
-	if errors.Is(err, bucketgrid.ErrInvalidKey) {
+	if errors.Is(err, core.ErrInvalidKey) {
 		m.refuseKey(w, r, err)
 		return false
 	}
@@ -202,7 +202,7 @@ func keyDetail(err error) string {
 		return "the client key is too long"
 	case errors.Is(err, ErrRemoteAddr):
 		return "the client address is not an IP address"
-	case errors.Is(err, bucketgrid.ErrInvalidKey):
+	case errors.Is(err, core.ErrInvalidKey):
 		return "the client key cannot be stored"
 	}
 	return "the request's client key cannot be used"

@@ -103,7 +103,7 @@ func TestKeyTheBackendCannotHold(t *testing.T) {
 			if s := mw.Stats(); s.BadKey != 5 || s.FailedOpen != 0 || s.Allowed != 0 {
 				t.Errorf("stats %+v", s)
 			}
-			if errs := hook.all(); len(errs) != 5 || !errors.Is(errs[0], bucketgrid.ErrInvalidKey) {
+			if errs := hook.all(); len(errs) != 5 || !errors.Is(errs[0], core.ErrInvalidKey) {
 				t.Errorf("hook got %v, want the backend's ErrInvalidKey errors", errs)
 			}
 			// the edge of the rule is served
@@ -213,7 +213,7 @@ func TestFailuresThatAreNotOutagesNeverFailOpen(t *testing.T) {
 		want error
 	}{
 		{"corrupt record, RecoveryFail", NewManaged(bucketgrid.NewManager(cas.New(corruptStore{memstore.New(), key}),
-			bucketgrid.WithRecovery(bucketgrid.RecoveryFail)), StaticPlan(cfg)), core.ErrCorruptState},
+			bucketgrid.WithRecoveryFail()), StaticPlan(cfg)), core.ErrCorruptState},
 		{"plan gives an invalid configuration", NewManaged(bucketgrid.NewManager(cas.New(memstore.New())),
 			StaticPlan(core.Config{})), core.ErrNoBandwidths},
 		{"plan gives an invalid configuration (local)", NewLocal(StaticPlan(core.Config{})), core.ErrNoBandwidths},
@@ -247,7 +247,7 @@ var quiet = bucketgrid.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // TestCorruptRecordReconstructedBehindMiddleware: a
 // corrupt record under a 2-per-hour limit, no longer serves 50 of 50: under
-// RecoveryReconstruct (the default) the record is replaced and 2 are served.
+// the default recovery the record is replaced and 2 are served.
 func TestCorruptRecordReconstructedBehindMiddleware(t *testing.T) {
 	st := memstore.New()
 	if ok, err := st.Insert(context.Background(), "198.51.100.1", []byte("garbage"), 0); !ok || err != nil {
@@ -398,7 +398,7 @@ func TestManagedBucketsExpireByDefault(t *testing.T) {
 	if n := st.Len(); n != 2000 {
 		t.Fatalf("%d buckets stored, want 2000", n)
 	}
-	clk.Advance(6*time.Second + bucketgrid.DefaultExpiryMargin) // one token refills in 6 s
+	clk.Advance(6*time.Second + time.Minute) // one token refills in 6 s
 	if n := st.Len(); n != 0 {
 		t.Fatalf("%d idle buckets kept past refill plus margin, want 0", n)
 	}

@@ -42,8 +42,8 @@ func (s killedStore) Get(ctx context.Context, k string) ([]byte, cas.Version, bo
 // TestOneKeyKilled kills the store for one key while four other clients are
 // limited exactly, concurrently, through a real server. The killed key gets
 // what its failure calls for and nothing else: a panic is never served, a
-// hang gets the configured failure mode, corrupt reads under RecoveryFail
-// are refused, a corrupt record under RecoveryReconstruct is replaced and
+// hang gets the configured failure mode, corrupt reads under WithRecoveryFail
+// are refused, a corrupt record under the default recovery is replaced and
 // then limited exactly.
 func TestOneKeyKilled(t *testing.T) {
 	// The timeout is generous so that healthy clients are decided under any
@@ -53,16 +53,16 @@ func TestOneKeyKilled(t *testing.T) {
 	tests := []struct {
 		name     string
 		mode     string
-		recovery bucketgrid.RecoveryStrategy
+		recovery bucketgrid.ManagerOption // nil: the default, re-creating
 		failOpen bool
 		plant    bool // a corrupt record stored once, the store healthy
 		want     map[int]int
 	}{
-		{"panic", "panic", bucketgrid.RecoveryReconstruct, true, false, map[int]int{0: killedRequests}},
-		{"hang, fail-open", "hang", bucketgrid.RecoveryReconstruct, true, false, map[int]int{200: killedRequests}},
-		{"hang, fail-closed", "hang", bucketgrid.RecoveryReconstruct, false, false, map[int]int{503: killedRequests}},
-		{"corrupt reads, RecoveryFail", "corrupt", bucketgrid.RecoveryFail, true, false, map[int]int{503: killedRequests}},
-		{"corrupt record, RecoveryReconstruct", "", bucketgrid.RecoveryReconstruct, true, true,
+		{"panic", "panic", nil, true, false, map[int]int{0: killedRequests}},
+		{"hang, fail-open", "hang", nil, true, false, map[int]int{200: killedRequests}},
+		{"hang, fail-closed", "hang", nil, false, false, map[int]int{503: killedRequests}},
+		{"corrupt reads, RecoveryFail", "corrupt", bucketgrid.WithRecoveryFail(), true, false, map[int]int{503: killedRequests}},
+		{"corrupt record, RecoveryReconstruct", "", nil, true, true,
 			map[int]int{200: capacity, 429: killedRequests - capacity}},
 	}
 	for _, tt := range tests {
@@ -74,8 +74,11 @@ func TestOneKeyKilled(t *testing.T) {
 					t.Fatal(ok, err)
 				}
 			}
-			m := bucketgrid.NewManager(cas.New(killedStore{mem, "killed", tt.mode}, cas.WithClock(clk)),
-				bucketgrid.WithRecovery(tt.recovery), quiet)
+			opts := []bucketgrid.ManagerOption{quiet}
+			if tt.recovery != nil {
+				opts = append(opts, tt.recovery)
+			}
+			m := bucketgrid.NewManager(cas.New(killedStore{mem, "killed", tt.mode}, cas.WithClock(clk)), opts...)
 			var hook hookErrs
 			mw := New(NewManaged(m, StaticPlan(cfg), WithClock(clk)), WithKey(rawKey),
 				WithFailOpen(tt.failOpen), WithTimeout(timeout), WithErrorHook(hook.hook))
@@ -139,7 +142,7 @@ func TestOneKeyKilled(t *testing.T) {
 			case "corrupt record, RecoveryReconstruct":
 				// Each of the two goroutines on the key may meet the
 				// record before the other's new bucket replaced it, and
-				// each such request counts (ManagerStats): 1 or 2, seen 2
+				// each such request counts (Stats): 1 or 2, seen 2
 				// beside 8 busy loops. That one bucket replaced it is
 				// what the statuses above judge (capacity × 200).
 				if n := m.Stats().CorruptReplaced; n < 1 || n > 2 || s.FailedOpen != 0 {

@@ -156,11 +156,11 @@ func WithTimeout(d time.Duration) Option {
 //
 // Only outages fail open: a store error, a request timed out (WithTimeout;
 // see there for a grid member's crash), an executor that cannot reach the
-// key's owner, a Plan error that does not wrap bucketgrid.ErrInvalidKey.
+// key's owner, a Plan error that does not wrap core.ErrInvalidKey.
 // Failures a client could provoke or that no retry cures never do: a key
-// the backend cannot hold (bucketgrid.ErrInvalidKey, from the backend or the
+// the backend cannot hold (core.ErrInvalidKey, from the backend or the
 // Plan) is answered 400; a corrupt stored record (core.ErrCorruptState, under
-// bucketgrid.RecoveryFail), an invalid configuration from the Plan
+// bucketgrid.WithRecoveryFail), an invalid configuration from the Plan
 // (*core.ConfigError), a request the executor refuses
 // (wire.ErrInvalidRequest) and a key so contended that the executor gave up
 // (cas.ErrConflict) are answered 503 whatever the mode; and a panic is
@@ -257,7 +257,7 @@ type Stats struct {
 	// because the failure was not an outage (see WithFailOpen).
 	FailedClosed uint64
 	// BadKey requests were refused with 400 because the key function failed
-	// or the backend cannot hold the key (bucketgrid.ErrInvalidKey).
+	// or the backend cannot hold the key (core.ErrInvalidKey).
 	BadKey uint64
 	// Canceled requests ended (client gone) before the bucket answered.
 	Canceled uint64

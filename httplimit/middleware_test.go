@@ -18,6 +18,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -60,7 +61,7 @@ var sources = []source{
 	}, false},
 }
 
-var keep = bucketgrid.WithExpiration(bucketgrid.ExpireNever())
+var keep = bucketgrid.WithExpiration(wire.Expiry{})
 
 func get(h http.Handler, remote, path string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("GET", path, nil)

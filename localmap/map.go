@@ -112,7 +112,7 @@ func New(configFor func(key string) (core.Config, error), opts ...Option) *Map {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var gopts []bucketgrid.LocalOption
+	var gopts []bucketgrid.Option
 	if o.clock != nil {
 		gopts = append(gopts, bucketgrid.WithClock(o.clock))
 	}

@@ -157,6 +157,7 @@ type fixture struct {
 	fs    *faultStore
 	exec  *cas.Executor
 	b     *bucketgrid.Handle
+	key   string
 	slept []time.Duration
 	meta  []retry.Metadata
 }
@@ -173,7 +174,8 @@ func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
 		}
 		return strategy.Next(m)
 	})))
-	x.b = bucketgrid.NewManager(x.exec).Bucket(e.key(name), staticConfig(core.Greedy(100, 100, time.Minute)))
+	x.key = e.key(name)
+	x.b = bucketgrid.NewManager(x.exec).Bucket(x.key, staticConfig(core.Greedy(100, 100, time.Minute)))
 	if ok, err := x.b.TryConsume(e.ctx, 1); err != nil || !ok {
 		e.Fatalf("creating the bucket: ok=%v err=%v", ok, err)
 	}
@@ -182,7 +184,7 @@ func newFixture(e *env, name string, strategy retry.Strategy) *fixture {
 
 func (x *fixture) available() int64 {
 	n, err := bucketgrid.NewManager(cas.New(x.e.store, cas.WithClock(x.e.now()), cas.WithRetry(kitRetry()))).
-		Bucket(x.b.Key(), staticConfig(core.Greedy(1, 1, time.Minute))).AvailableTokens(x.e.ctx)
+		Bucket(x.key, staticConfig(core.Greedy(1, 1, time.Minute))).AvailableTokens(x.e.ctx)
 	if err != nil {
 		x.e.Fatalf("reading the bucket back: %v", err)
 	}
@@ -245,8 +247,8 @@ func checkStrategyHonoured(e *env) {
 		e.Errorf("strategy consulted with %+v, want attempts 1 and 2", x.meta)
 	}
 	for _, m := range x.meta {
-		if m.Key != x.b.Key() {
-			e.Errorf("strategy metadata key %q, want %q", m.Key, x.b.Key())
+		if m.Key != x.key {
+			e.Errorf("strategy metadata key %q, want %q", m.Key, x.key)
 		}
 	}
 	if len(x.meta) == 2 && x.meta[1].Now-x.meta[1].Start != int64(7*time.Millisecond) {
@@ -398,7 +400,7 @@ func checkClockSkew(e *env) {
 	}
 }
 
-func staticConfig(bws ...core.Bandwidth) bucketgrid.ConfigFunc {
+func staticConfig(bws ...core.Bandwidth) func(context.Context) (core.Config, error) {
 	cfg, err := core.NewConfig(bws...)
 	return func(context.Context) (core.Config, error) { return cfg, err }
 }
@@ -426,8 +428,8 @@ func checkTTLFollowsStrategy(e *env) {
 		expiry wire.Expiry
 		want   []time.Duration // per write: create (1 token used), then 4 more
 	}{
-		{"never", bucketgrid.ExpireNever(), []time.Duration{0, 0}},
-		{"fixed", bucketgrid.ExpireFixed(90 * time.Second), []time.Duration{90 * time.Second, 90 * time.Second}},
+		{"never", wire.Expiry{}, []time.Duration{0, 0}},
+		{"fixed", wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(90 * time.Second)}, []time.Duration{90 * time.Second, 90 * time.Second}},
 		// 10 tokens per second: 1 used → full in 100ms; 5 used → 500ms; plus 2s
 		{"after refill", bucketgrid.ExpireAfterRefill(2 * time.Second), []time.Duration{2100 * time.Millisecond, 2500 * time.Millisecond}},
 	} {

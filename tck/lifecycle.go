@@ -9,6 +9,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 func checkRecovery(e *env) {
@@ -16,10 +17,10 @@ func checkRecovery(e *env) {
 	base := staticConfig(core.Greedy(10, 1, time.Hour))
 	cfg := func(ctx context.Context) (core.Config, error) { calls.Add(1); return base(ctx) }
 	for _, tc := range []struct {
-		name     string
-		recovery bucketgrid.RecoveryStrategy
-	}{{"reconstruct", bucketgrid.RecoveryReconstruct}, {"fail", bucketgrid.RecoveryFail}} {
-		m := bucketgrid.NewManager(e.execs[0], bucketgrid.WithRecovery(tc.recovery))
+		name string
+		opts []bucketgrid.ManagerOption
+	}{{"reconstruct", nil}, {"fail", []bucketgrid.ManagerOption{bucketgrid.WithRecoveryFail()}}} {
+		m := bucketgrid.NewManager(e.execs[0], tc.opts...)
 		key := e.key("recovery-" + tc.name)
 		h := m.Bucket(key, cfg)
 		if _, err := h.TryConsume(e.ctx, 4); err != nil {
@@ -30,12 +31,12 @@ func checkRecovery(e *env) {
 		}
 		calls.Store(0)
 		n, err := h.AvailableTokens(e.ctx)
-		switch tc.recovery {
-		case bucketgrid.RecoveryReconstruct:
+		switch tc.name {
+		case "reconstruct":
 			if err != nil || n != 10 || calls.Load() != 1 {
 				e.Errorf("reconstruct: after removal %d tokens, err %v, configuration fetched %d times; want a full bucket of 10, fetched once", n, err, calls.Load())
 			}
-		case bucketgrid.RecoveryFail:
+		case "fail":
 			if !errors.Is(err, bucketgrid.ErrBucketNotFound) {
 				e.Errorf("fail: after removal err = %v, want ErrBucketNotFound", err)
 			}
@@ -98,8 +99,9 @@ func checkExpiration(e *env) {
 	var calls atomic.Int64
 	base := staticConfig(core.Greedy(10, 1, time.Hour))
 	cfg := func(ctx context.Context) (core.Config, error) { calls.Add(1); return base(ctx) }
-	m := bucketgrid.NewManager(e.execs[0], bucketgrid.WithExpiration(bucketgrid.ExpireFixed(ttl)))
-	h := m.Bucket(e.key("expiry"), cfg)
+	m := bucketgrid.NewManager(e.execs[0], bucketgrid.WithExpiration(wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}))
+	key := e.key("expiry")
+	h := m.Bucket(key, cfg)
 	// two writes: Insert creates the bucket, Replace updates it, and the
 	// TTL of the last one must hold
 	for _, n := range []int64{3, 4} {
@@ -111,7 +113,7 @@ func checkExpiration(e *env) {
 	// deadline that finds the bucket proves it outlived its TTL
 	deadline := time.Now().Add(plan.late(ttl))
 	for {
-		_, _, found, err := m.Configuration(e.ctx, h.Key())
+		_, _, found, err := m.Configuration(e.ctx, key)
 		if err != nil {
 			e.Fatalf("Configuration: %v", err)
 		}

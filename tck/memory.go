@@ -1,11 +1,13 @@
 package tck
 
 import (
+	"context"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // A cas.Executor over a store that reports the versions it writes
@@ -21,8 +23,9 @@ type memoryPair struct {
 	e      *env
 	ea     *cas.Executor
 	a, b   *bucketgrid.Handle
+	key    string
 	bm     *bucketgrid.Manager
-	config bucketgrid.ConfigFunc
+	config func(context.Context) (core.Config, error)
 }
 
 func newMemoryPair(e *env, name string, opts ...bucketgrid.ManagerOption) *memoryPair {
@@ -30,6 +33,7 @@ func newMemoryPair(e *env, name string, opts ...bucketgrid.ManagerOption) *memor
 	p.ea = cas.New(e.store, cas.WithClock(e.now()), cas.WithRetry(kitRetry()))
 	p.bm = bucketgrid.NewManager(cas.New(e.store, cas.WithClock(e.now()), cas.WithRetry(kitRetry())), opts...)
 	key := e.key(name)
+	p.key = key
 	p.a = bucketgrid.NewManager(p.ea, opts...).Bucket(key, p.config)
 	p.b = p.bm.Bucket(key, p.config)
 	return p
@@ -95,7 +99,7 @@ func checkMemoryNeverDecides(e *env) {
 		e.Errorf("after B replaced the configuration (capacity 50), A's diagnostics show capacity %d: answered from memory", c)
 	}
 	if e.cfg.noDelete == "" {
-		p.must("B's RemoveBucket", p.bm.RemoveBucket(ctx, p.b.Key()))
+		p.must("B's RemoveBucket", p.bm.RemoveBucket(ctx, p.key))
 		_, err = p.b.TryConsume(ctx, 9) // B's new bucket: 1 token left
 		p.must("B's TryConsume", err)
 		p.consume(1, true, "B removed the bucket and created another with 1 token left")
@@ -113,11 +117,11 @@ func checkMemoryNeverDecides(e *env) {
 // from memory but create it anew.
 func checkMemoryAfterExpiry(e *env) {
 	ttl := newTTLPlan(e.cfg.ttl).long
-	p := newMemoryPair(e, "memory-expiry", bucketgrid.WithExpiration(bucketgrid.ExpireFixed(ttl)))
+	p := newMemoryPair(e, "memory-expiry", bucketgrid.WithExpiration(wire.Expiry{Kind: wire.ExpireFixed, Fixed: int64(ttl)}))
 	p.drain(1)
 	deadline := time.Now().Add(5*ttl + 3*time.Second)
 	for {
-		_, _, found, err := p.bm.Configuration(e.ctx, p.b.Key())
+		_, _, found, err := p.bm.Configuration(e.ctx, p.key)
 		p.must("B's Configuration", err)
 		if !found {
 			break

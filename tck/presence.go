@@ -19,7 +19,7 @@ const (
 // checkLiveKeyFound reads live keys — written by Insert, by Replace, with
 // and without a TTL — from several goroutines: none may ever be reported
 // absent. A spurious "absent" re-creates a bucket full, or fails a request
-// under RecoveryFail.
+// under WithRecoveryFail.
 func checkLiveKeyFound(e *env) {
 	s, ctx := e.store, e.ctx
 	keys := []struct {
@@ -77,7 +77,7 @@ func checkLiveKeyFound(e *env) {
 	e.Logf("%d reads of live keys", n)
 	for i, k := range keys {
 		if a := absent[i].Load(); a > 0 {
-			e.Errorf("Get reported a live key (%s) absent %d times in about %d reads: found=false must mean the key is absent. A spurious \"absent\" re-creates the bucket full (over-admission) or fails the request under RecoveryFail; a read that cannot tell (a replica behind, a timeout, a cache miss) must return an error",
+			e.Errorf("Get reported a live key (%s) absent %d times in about %d reads: found=false must mean the key is absent. A spurious \"absent\" re-creates the bucket full (over-admission) or fails the request under WithRecoveryFail; a read that cannot tell (a replica behind, a timeout, a cache miss) must return an error",
 				k.name, a, n/int64(len(keys)))
 		}
 	}

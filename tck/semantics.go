@@ -1,9 +1,12 @@
 package tck
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid"
@@ -26,12 +29,12 @@ var executorChecks = []check{
 
 // handles returns one handle per executor on key, each through its own
 // Manager, as separate nodes would hold them.
-func (e *env) handles(key string, cfg bucketgrid.ConfigFunc, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
+func (e *env) handles(key string, cfg func(context.Context) (core.Config, error), opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
 	return e.handlesOf(key, cfg, nil, opts...)
 }
 
 // handlesOf is handles with Managers made with managerOpts.
-func (e *env) handlesOf(key string, cfg bucketgrid.ConfigFunc, managerOpts []bucketgrid.ManagerOption, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
+func (e *env) handlesOf(key string, cfg func(context.Context) (core.Config, error), managerOpts []bucketgrid.ManagerOption, opts ...bucketgrid.HandleOption) []*bucketgrid.Handle {
 	hs := make([]*bucketgrid.Handle, len(e.execs))
 	for i, x := range e.execs {
 		hs[i] = bucketgrid.NewManager(x, managerOpts...).Bucket(key, cfg, opts...)
@@ -64,7 +67,7 @@ func checkSameResults(e *env) {
 		if err != nil {
 			e.Fatalf("%s: %v", mc.name, err)
 		}
-		hcl, lcl := new(bucketgrid.CountingListener), new(bucketgrid.CountingListener)
+		hcl, lcl := new(countingListener), new(countingListener)
 		hs := e.handlesOf(e.key(fmt.Sprintf("model-%d", ci)), staticConfig(mc.bws...),
 			[]bucketgrid.ManagerOption{bucketgrid.WithClock(e.clock), bucketgrid.WithListener(hcl)})
 		rng := rand.New(rand.NewPCG(uint64(ci), 42))
@@ -113,12 +116,19 @@ func checkSameResults(e *env) {
 			case 10:
 				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.Consume(e.ctx, n)) })
 			case 11:
-				maxWait := time.Duration(rng.Int64N(int64(2 * time.Second)))
-				both(func(b bucketgrid.Bucket) string { return fmt.Sprint(b.TryConsumeWithin(e.ctx, n, maxWait)) })
+				// Consume under a deadline an hour away (wall time), far
+				// from the fake clock's waits
+				both(func(b bucketgrid.Bucket) string {
+					ctx, cancel := context.WithTimeout(e.ctx, time.Hour)
+					defer cancel()
+					err := b.Consume(ctx, n)
+					return fmt.Sprint(errors.Is(err, context.DeadlineExceeded), errors.Is(err, bucketgrid.ErrExceedsCapacity), err == nil)
+				})
 			case 12, 13:
 				both(func(b bucketgrid.Bucket) string {
-					p, d, err := b.TryConsumeAndReturnRemainingVerbose(e.ctx, n)
-					return fmt.Sprint(p, d.Available, d.TimeToFull, d.State.Bands, err)
+					v, err := b.TryConsumeAndReturnRemainingVerbose(e.ctx, n)
+					d := v.Diagnostics
+					return fmt.Sprint(v.Probe, d.Available, d.TimeToFull, d.State.Bands, v.Share, err)
 				})
 			}
 			got += fmt.Sprintf("; events %d consumed, %d rejected, %v parked", hcl.Consumed(), hcl.Rejected(), hcl.Parked())
@@ -177,3 +187,34 @@ func checkSameResults(e *env) {
 		e.Errorf("an overdraft of MaxInt64 tokens was accepted (wait %v)", w)
 	}
 }
+
+// countingListener counts a bucket's events, so that a Handle's can be
+// compared with a Local's.
+type countingListener struct {
+	consumed, rejected, parked, interrupted atomic.Int64
+}
+
+// OnConsumed adds tokens to the consumed count.
+func (l *countingListener) OnConsumed(tokens int64) { l.consumed.Add(tokens) }
+
+// OnRejected adds tokens to the rejected count.
+func (l *countingListener) OnRejected(tokens int64) { l.rejected.Add(tokens) }
+
+// OnParked adds d to the parked time.
+func (l *countingListener) OnParked(d time.Duration) { l.parked.Add(int64(d)) }
+
+// OnInterrupted counts one interruption.
+func (l *countingListener) OnInterrupted(error) { l.interrupted.Add(1) }
+
+// Consumed returns the tokens consumed so far.
+func (l *countingListener) Consumed() int64 { return l.consumed.Load() }
+
+// Rejected returns the tokens rejected so far.
+func (l *countingListener) Rejected() int64 { return l.rejected.Load() }
+
+// Parked returns the total time blocking operations announced they would
+// wait (the sum of OnParked's d), including waits later interrupted.
+func (l *countingListener) Parked() time.Duration { return time.Duration(l.parked.Load()) }
+
+// Interrupted returns the number of interrupted waits.
+func (l *countingListener) Interrupted() int64 { return l.interrupted.Load() }

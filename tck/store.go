@@ -346,7 +346,7 @@ func checkProbe(e *env) {
 		e.Errorf("atomicity probe: the counter ended at %d, %d above the %d acknowledged increments and %d failed writes: writes that answered ok=false (a lost race) had been applied, so each was retried and applied again — every such request is charged twice. Answer ok=true when the write happened (a resent write must recognise itself), and return an error when its outcome is unknown", r.Got, x, r.Want, r.WriteErrors)
 	}
 	if r.Absent > 0 {
-		e.Errorf("atomicity probe: Get reported the counter absent %d times after it existed (it is never deleted and has no TTL): a live key reported absent is re-created full, or fails under RecoveryFail. found=false must mean absent; a read that cannot tell must be an error", r.Absent)
+		e.Errorf("atomicity probe: Get reported the counter absent %d times after it existed (it is never deleted and has no TTL): a live key reported absent is re-created full, or fails under WithRecoveryFail. found=false must mean absent; a read that cannot tell must be an error", r.Absent)
 	}
 }
 

@@ -68,8 +68,8 @@ func New(store cas.Store, cfg Config) (*Counter, error) {
 
 // LiveInstances returns the number of instances counted live, at least
 // Config.Floor and at least 1: the last count a refresh made, however long
-// ago (see the package documentation). It implements
-// bucketgrid.LiveCounter, and is what Degrade.Instances calls: an atomic
+// ago (see the package documentation). It is what Degrade.Instances calls
+// (the LiveInstances of bucketgrid.Executor's optional methods): an atomic
 // read, no I/O.
 func (c *Counter) LiveInstances() int { return int(c.live.Load()) }
 

@@ -19,7 +19,7 @@ import (
 // TestKeyLength checks the key rule: keys of up to MaxKeyLen bytes (any
 // bytes) work on local and remote owners; a longer key fails at once with
 // a *core.KeyError that does not show the key, before any I/O (even with a
-// context that has ended) and through a Manager as bucketgrid.ErrInvalidKey.
+// context that has ended) and through a Manager as core.ErrInvalidKey.
 func TestKeyLength(t *testing.T) {
 	ms := startCluster(t, 2, nil)
 	cfg := testBucket(10)
@@ -54,7 +54,7 @@ func TestKeyLength(t *testing.T) {
 		}
 	}
 	b := bucketgrid.NewManager(ms[0]).Bucket(long, func(context.Context) (core.Config, error) { return cfg, nil })
-	if _, err := b.TryConsume(ctx, 1); !errors.Is(err, bucketgrid.ErrInvalidKey) {
+	if _, err := b.TryConsume(ctx, 1); !errors.Is(err, core.ErrInvalidKey) {
 		t.Errorf("through a Manager: %v, want ErrInvalidKey", err)
 	}
 

@@ -421,12 +421,14 @@ func (m *Member) Owner(key string) string {
 	return m.routes.Load().owners[m.Partition(key)]
 }
 
-// Route implements bucketgrid.Router: key's owner, as Owner, so that a
+// Route is the optional method of a bucketgrid.Executor that a Manager's
+// degraded mode asks for a key's route: key's owner, as Owner, so that a
 // Manager's degraded mode (bucketgrid.WithDegrade) keeps a circuit breaker
 // per member and a crashed member degrades only the keys it owned.
 func (m *Member) Route(key string) string { return m.Owner(key) }
 
-// LiveInstances implements bucketgrid.LiveCounter: the members owning
+// LiveInstances is the optional method of a bucketgrid.Executor that a
+// Manager's degraded mode divides the limit by: the members owning
 // partitions in this member's newest routing read, at least 1, which a
 // Manager's degraded mode divides the limit by. A crashed member counts
 // until the cluster has declared it dead and handed its partitions over (see

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // The buckets of the degrade test: degradeCapacity tokens, degradeRate
@@ -60,10 +61,11 @@ func netDegrade(m *Member, p string, n, s, ms int) {
 	for g := range 4 {
 		wg.Go(func() {
 			for i := g; time.Now().Before(end); i++ {
-				var d bucketgrid.Decision
-				ctx, cancel := context.WithTimeout(bucketgrid.WithDecision(context.Background(), &d), time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				t0 := time.Now()
-				ok, err := mgr.Bucket(p+"d"+strconv.Itoa(i%n), configFn).TryConsume(ctx, 1)
+				res, share, err := mgr.Bucket(p+"d"+strconv.Itoa(i%n), configFn).Execute(ctx,
+					wire.Op{Kind: wire.OpTryConsume, Tokens: 1})
+				ok := err == nil && res[0].OK
 				took := time.Since(t0)
 				cancel()
 				mu.Lock()
@@ -76,12 +78,12 @@ func netDegrade(m *Member, p string, n, s, ms int) {
 					t.failed++
 				case ok:
 					t.admitted++
-					if d.Degraded() {
+					if share > 0 {
 						t.localAdmitted++
 					}
 				default:
 					t.refused++
-					if d.Degraded() {
+					if share > 0 {
 						t.localRefused++
 					}
 				}

@@ -51,7 +51,7 @@ const (
 // pause: a member (the victim itself or the other survivor, in turn) is
 // stopped (SIGSTOP) long enough for gossip to declare it dead, resumed, and
 // the owner killed a second later, while the views still change (the pause
-// cost one later kill 7.2 s in issue 40). The p99 of both over the 30
+// cost one later kill 7.2 s in a run on an earlier head). The p99 of both over the 30
 // kills (with 30, the worst) must be at most 1 s.
 func TestNetKillsAfterPause(t *testing.T) {
 	t.Parallel()

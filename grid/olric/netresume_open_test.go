@@ -1,7 +1,7 @@
 //go:build linux && netopen
 
 // Built only with -tags netopen: TestNetResumeKeepsKeys fails on the
-// current code (issue 40, "after SIGCONT ... at most 100 ms of failures"),
+// current code (the goal: after SIGCONT, at most 100 ms of failures),
 // and stays out of the suite until that is fixed.
 
 package olric

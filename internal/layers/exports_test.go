@@ -98,9 +98,16 @@ func members(e ast.Expr) int {
 	return n
 }
 
+// budgets bounds what a package exports: a name over budget
+// must earn its place by pushing out another.
+var budgets = map[string]int{
+	".": 100, // the root package; x/time/rate exports 31
+}
+
 // TestExportedNames prints (with -v) how many identifiers each package of
-// the workspace exports; internal and main packages count too, their names
-// being exported to the rest of the repository only.
+// the workspace exports, and fails for a package over its budget; internal
+// and main packages count too, their names being exported to the rest of
+// the repository only.
 func TestExportedNames(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}}", module+"/...").Output()
 	if err != nil {
@@ -119,5 +126,13 @@ func TestExportedNames(t *testing.T) {
 	// the counter must see the model: a few names any version exports
 	if counts["core"] < 10 || counts["."] < 10 {
 		t.Fatalf("core exports %d, the root package %d: the counter is broken", counts["core"], counts["."])
+	}
+	for pkg, max := range budgets {
+		if _, ok := counts[pkg]; !ok {
+			t.Errorf("budgets names %s, which is no package of the workspace", pkg)
+		}
+		if counts[pkg] > max {
+			t.Errorf("%s exports %d names, over its budget of %d", pkg, counts[pkg], max)
+		}
 	}
 }

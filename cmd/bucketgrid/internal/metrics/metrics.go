@@ -255,23 +255,23 @@ func (m *Metrics) Request(domain, api, code, errKind string, d time.Duration) {
 // decided from a local share while the backend was out, apart from the
 // backend's decisions counted above, the breakers opened and open, and the
 // tokens charged back.
-func (m *Metrics) Manager(stats func() bucketgrid.ManagerStats) {
+func (m *Metrics) Manager(stats func() bucketgrid.Stats) {
 	if m == nil {
 		return
 	}
-	counter := func(name, help string, v func(s bucketgrid.ManagerStats) int64) prometheus.Collector {
+	counter := func(name, help string, v func(s bucketgrid.Stats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "bucketgrid_rls", Name: name, Help: help},
 			func() float64 { return float64(v(stats())) })
 	}
 	m.reg.MustRegister(
 		counter("degraded_total", "Bucket operations decided from a local share of the limit while the backend was out (-degrade).",
-			func(s bucketgrid.ManagerStats) int64 { return s.Degraded }),
+			func(s bucketgrid.Stats) int64 { return s.Degraded }),
 		counter("breaker_opens_total", "Circuit breakers opened on a backend outage (-degrade).",
-			func(s bucketgrid.ManagerStats) int64 { return s.BreakerOpens }),
+			func(s bucketgrid.Stats) int64 { return s.BreakerOpens }),
 		counter("degrade_charged_tokens_total", "Tokens consumed locally during an outage and charged to the real buckets after it.",
-			func(s bucketgrid.ManagerStats) int64 { return s.Charged }),
+			func(s bucketgrid.Stats) int64 { return s.Charged }),
 		counter("corrupt_replaced_total", "Corrupt stored buckets replaced by new ones.",
-			func(s bucketgrid.ManagerStats) int64 { return s.CorruptReplaced }),
+			func(s bucketgrid.Stats) int64 { return s.CorruptReplaced }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "bucketgrid_rls", Name: "breakers_open",
 			Help: "Circuit breakers open now: backends (grid members, or the store) decided around (-degrade)."},
 			func() float64 { return float64(stats().OpenBreakers) }),

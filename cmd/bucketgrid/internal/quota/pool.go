@@ -490,7 +490,7 @@ func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	if b.window {
 		ops = append(ops, wire.Op{Kind: wire.OpAvailableTokens})
 	}
-	res, err := h.Execute(ctx, ops...)
+	res, _, err := h.Execute(ctx, ops...)
 	if err != nil {
 		s.counts.gridErrors.Add(1)
 		return 0, err
@@ -498,7 +498,7 @@ func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	got := res[0].Tokens
 	if back := min(b.reserved-res[len(res)-1].Tokens, got); b.window && back > 0 {
 		got -= back
-		if _, err := h.Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: back}); err != nil {
+		if _, _, err := h.Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: back}); err != nil {
 			s.counts.gridErrors.Add(1)
 			s.opts.Logger.Warn("rate limit quota: giving a window's reserved tokens back failed", "rule", b.path, "err", err)
 		}
@@ -515,7 +515,7 @@ func (s *Server) give(ctx context.Context, b binding, n int64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	if _, err := s.handle(b).Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: n}); err != nil {
+	if _, _, err := s.handle(b).Execute(ctx, wire.Op{Kind: wire.OpAddTokens, Tokens: n}); err != nil {
 		s.counts.gridErrors.Add(1)
 		s.opts.Logger.Warn("rate limit quota: giving tokens back failed", "rule", b.path, "err", err)
 		return
@@ -524,7 +524,7 @@ func (s *Server) give(ctx context.Context, b binding, n int64) {
 }
 
 func (s *Server) handle(b binding) interface {
-	Execute(context.Context, ...wire.Op) ([]wire.Result, error)
+	Execute(context.Context, ...wire.Op) ([]wire.Result, int, error)
 } {
 	cfg := b.cfg
 	return s.opts.Manager.Bucket(b.key, func(context.Context) (core.Config, error) { return cfg, nil })

@@ -337,8 +337,7 @@ func (s *Service) runItem(ctx context.Context, it *policy.Item) (policy.Status, 
 	}
 	cfg := it.BucketConfig()
 	h := s.opts.Manager.Bucket(it.Key, func(context.Context) (core.Config, error) { return cfg, nil })
-	var dec bucketgrid.Decision
-	res, err := h.Execute(bucketgrid.WithDecision(ctx, &dec), ops...)
+	res, share, err := h.Execute(ctx, ops...)
 	if errors.Is(err, core.ErrInvalidKey) {
 		// a descriptor the backend cannot hold is the caller's, never an outage
 		return policy.Status{}, &requestError{redact(err, it)}
@@ -346,10 +345,10 @@ func (s *Service) runItem(ctx context.Context, it *policy.Item) (policy.Status, 
 	if err != nil {
 		return policy.Status{}, &backendError{redact(err, it)}
 	}
-	if n := dec.Instances(); n > 1 {
+	if share > 1 {
 		// decided from this instance's share while the backend is out: the
 		// status, current_limit and the headers describe the share
-		*it = it.Share(n)
+		*it = it.Share(share)
 	}
 	return it.Decide(res, s.now())
 }
