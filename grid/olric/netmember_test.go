@@ -101,6 +101,8 @@ import (
 //	                  ms, saying when ms have passed (see netDeadline)
 //	DRAW p n s        checks p0 … p(n-1) for s seconds, buckets of
 //	                  drawCapacity (see netDraw)
+//	SPEND p n k r ms  r rounds of TryConsume(k) on p0 … p(n-1), buckets of
+//	                  spendCapacity, or their tokens with r = 0 (see netSpend)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -422,6 +424,8 @@ func netMemberMain() int {
 			netDeadline(m, &cfg, f[1], arg(2), arg(3), arg(4), arg(5))
 		case "DRAW":
 			netDraw(m, f[1], arg(2), arg(3))
+		case "SPEND":
+			netSpend(m, f[1], arg(2), arg(3), arg(4), arg(5))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:
