@@ -23,16 +23,21 @@ const (
 )
 
 // netSpend runs the SPEND command on m (see netMemberMain): r rounds of
-// TryConsume(k) on each of keys p0 … p(n-1), each check bounded by ms, and
+// TryConsume(k) on each of keys p0 … p(n-1), each check bounded by ms (a
+// key whose check failed in the first round is not tried again), and
 // prints "SPEND failed tokens0 … tokens(n-1)", the tokens each key
 // admitted. With r = 0 it prints each key's available tokens instead
 // (-1 where the check failed).
 func netSpend(m *Member, p string, n, k, r, ms int) {
 	cfg, _ := core.NewConfig(core.Greedy(spendCapacity, spendCapacity, spendPeriod))
 	admitted := make([]int64, n)
+	skip := make([]bool, n)
 	failed := 0
-	for range max(r, 1) {
+	for round := range max(r, 1) {
 		for i := range n {
+			if skip[i] {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
 			req := consumeReq(&cfg, int64(k))
 			if r == 0 {
@@ -43,6 +48,7 @@ func netSpend(m *Member, p string, n, k, r, ms int) {
 			switch {
 			case err != nil || resp.Status != wire.StatusOK:
 				failed++
+				skip[i] = round == 0 && r > 0
 				if r == 0 {
 					admitted[i] = -1
 				}
@@ -86,6 +92,24 @@ func spend(t *testing.T, k *child, p string, n, tokens, r, ms int) (failed int, 
 // losing side's consumption.
 func TestNetHealForgetsNoConsumption(t *testing.T) {
 	t.Parallel()
+	// A run in which the cut host could not admit from any key the
+	// majority admitted from judges nothing (Olric on the cut host may not
+	// re-route for a long time, see TestNetPartitionHeals): run again,
+	// once.
+	for attempt := 1; ; attempt++ {
+		if healForgetsNothing(t) {
+			return
+		}
+		if attempt == 2 {
+			t.Fatal("no key admitted on both sides in two runs: the test judged nothing")
+		}
+		t.Log("no key admitted on both sides: running again")
+	}
+}
+
+// healForgetsNothing runs TestNetHealForgetsNoConsumption's scenario once
+// on a new cluster and reports whether any key admitted on both sides.
+func healForgetsNothing(t *testing.T) (judged bool) {
 	c := startNetCluster(t, 3, netTimings{Replicas: 2})
 	defer c.stop(t)
 	const n, k = 20, 10 // keys, tokens a check
@@ -93,14 +117,14 @@ func TestNetHealForgetsNoConsumption(t *testing.T) {
 	failed0, before := spend(t, c.kids[0], "heal", n, k, 1, 2000)
 	c.bed.Partition(c.bed.Hosts[2:])
 	c.wait(t, 2, c.kids[:2]...)
-	// Where Olric on the cut host did not re-route (see
-	// TestNetPartitionHeals), its checks of buckets owned across the
-	// split wait out their deadline: keep it short there.
-	c.kids[2].send(t, "WAIT 1 part 5")
+	// Where Olric on the cut host did not re-route, its checks of buckets
+	// owned across the split wait out their deadline: keep it short there
+	// (SPEND tries a key that failed its first round no more).
+	c.kids[2].send(t, "WAIT 1 part 10")
 	cutMs := 2000
 	if w := c.kids[2].expect(t, "WAIT"); strings.HasPrefix(w, "timeout") {
 		cutMs = 150
-		t.Logf("Olric on the cut host did not re-route within 5 s (%s)", w)
+		t.Logf("Olric on the cut host did not re-route within 10 s (%s)", w)
 	}
 	// The majority takes up to 200 from each key, the cut host up to 300.
 	failedA, sideA := spend(t, c.kids[0], "heal", n, k, 20, 2000)
@@ -116,23 +140,21 @@ func TestNetHealForgetsNoConsumption(t *testing.T) {
 		remain = append(remain, r)
 	}
 	refill := int64(time.Since(start)) * spendCapacity / int64(spendPeriod)
-	both, forgotten := 0, int64(0)
+	both, forgotten, under := 0, int64(0), int64(0)
 	for i := range n {
 		if sideA[i] > 0 && sideB[i] > 0 {
 			both++
 		}
 		allowed := spendCapacity - (before[i] + sideA[i] + sideB[i]) + refill + 1 // +1: refill's rounding
 		for m, r := range remain {
-			forgotten = max(forgotten, r[i]-allowed)
-			if r[i] > allowed+int64(len(c.kids)) { // + one check's token per member
+			forgotten, under = max(forgotten, r[i]-allowed), max(under, allowed-r[i])
+			if r[i] > allowed {
 				t.Errorf("key heal%d on member %d: %d tokens after the heal; the majority admitted %d, the cut host %d, so at most %d remain (refill %d)",
 					i, m, r[i], sideA[i], sideB[i], allowed, refill)
 			}
 		}
 	}
-	t.Logf("%d of %d keys admitted on both sides (%d, %d and %d checks failed before, on the majority, on the cut host); at most %d tokens per key forgotten; refill %d; in %v",
-		both, n, failed0, failedA, failedB, max(forgotten, 0), refill, time.Since(start).Round(time.Millisecond))
-	if both == 0 {
-		t.Error("no key admitted on both sides: the test judged nothing")
-	}
+	t.Logf("%d of %d keys admitted on both sides (%d, %d and %d checks failed before, on the majority, on the cut host); at most %d tokens per key forgotten, at most %d under-admitted; refill %d; in %v",
+		both, n, failed0, failedA, failedB, max(forgotten, 0), under, refill, time.Since(start).Round(time.Millisecond))
+	return both > 0
 }
