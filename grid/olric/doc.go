@@ -319,16 +319,23 @@
 // holds a branch (its own side's, a merge of it that arrived before, a
 // later state of the same chain, a second split's before the first
 // merged) subtracts nothing for it, so copies that share no split never
-// count each other, and a copy merged twice counts once. The merged
-// bucket lives until it is full again at least. What this costs: with
+// count each other, and a copy merged twice counts once. The owner
+// writes the bucket at every merge, changed or not, so that Olric, which
+// keeps the copy written last when it moves the other side's data in,
+// keeps the merged one. The merged bucket lives until it is full again at
+// least. What this costs: with
 // one replica a side that took a bucket over without its state started
 // it empty (see "Lost state") and admitted about nothing, and where the
 // owner keeps that side's copy the other side's consumption is
 // subtracted from near empty: the bucket under-admits by what it held at
-// the split, once; the journal's bound and a lineage's (8 branches, the
-// oldest dropped) also err towards counting twice.
-// TestNetHealForgetsNoConsumption
-// (3 secured members, 2 replicas, keys of 1,500; both sides consume, the
+// the split, once. A lineage keeps 8 branches, the oldest dropped: a
+// late merge of a dropped one counts it twice (under-admits). A bucket
+// the journal dropped (beyond its bound) is not merged: Olric's last
+// write decides, and the other side's consumption of it may be
+// forgotten. A bucket written during a split carries its lineage (9 to
+// 18 bytes a branch) in every later write until it expires or is removed.
+// TestNetHealForgetsNoConsumption (3 secured members, 2 replicas, keys
+// of 1,500; both sides consume, the
 // network heals) asserts that every key then holds no more than the
 // capacity less what both sides admitted plus the refill of the whole
 // run: 0 tokens forgotten (README.md's fault table has the figures);

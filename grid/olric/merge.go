@@ -53,6 +53,16 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 	now := m.cfg.Clock.Now()
 	merged, changed := journal.Merge(s.stored, incoming, now)
 	if !changed {
+		if s.stored == nil {
+			return outcome{kind: frame.KindOK, removed: true}
+		}
+		// Written again all the same: Olric keeps, of the copies it moves
+		// together after a heal, the one written last, and a copy of the
+		// other side not yet moved here must not replace this one once
+		// this merge's journal is gone (that side's journal still comes).
+		if err := m.write(&o, key, s.stored, m.ttlLeft(&o, key, s)); err != nil {
+			return outcome{kind: frame.KindError, err: err, retry: true}
+		}
 		return outcome{kind: frame.KindOK, removed: true}
 	}
 	life := int64(ttl)

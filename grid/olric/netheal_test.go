@@ -83,7 +83,7 @@ func spend(t *testing.T, k *child, p string, n, tokens, r, ms int) (failed int, 
 // TestNetHealForgetsNoConsumption is the operator's view of a split that
 // heals: three secured members with two replicas (so that both sides read
 // most buckets' state and admit from it), keys of 1,500 tokens refilling
-// 1,500 an hour. Host 2 is cut off, both sides consume from every key
+// 1,500 an hour. Host 2 (or 1) is cut off, both sides consume from every key
 // (every admitted token counted, per side), the network heals, and once
 // the members are one cluster with nothing left to merge every member
 // reads each key: what remains may not exceed the capacity less
@@ -92,43 +92,59 @@ func spend(t *testing.T, k *child, p string, n, tokens, r, ms int) (failed int, 
 // losing side's consumption.
 func TestNetHealForgetsNoConsumption(t *testing.T) {
 	t.Parallel()
-	// A run in which the cut host could not admit from any key the
-	// majority admitted from judges nothing (Olric on the cut host may not
-	// re-route for a long time, see TestNetPartitionHeals): run again,
-	// once.
+	// Olric on the cut host re-routed within 0.5-0.8 s of the majority,
+	// or not within 40 s (its routing update waits for the members across
+	// the split, see TestNetPartitionHeals), in about one cluster of
+	// three, and cutting the same host off again did not help; until it
+	// re-routes it executes nothing, and the run cannot judge the merge.
+	// So such a run cuts host 1 off instead, and failing that starts
+	// again with a new cluster, at most three times.
 	for attempt := 1; ; attempt++ {
 		if healForgetsNothing(t) {
 			return
 		}
-		if attempt == 2 {
-			t.Fatal("no key admitted on both sides in two runs: the test judged nothing")
+		if attempt == 3 {
+			t.Fatal("the cut host did not re-route within 3 s in three clusters: the test judged nothing")
 		}
-		t.Log("no key admitted on both sides: running again")
+		t.Log("the cut host did not re-route within 3 s: a new cluster")
 	}
 }
 
-// healForgetsNothing runs TestNetHealForgetsNoConsumption's scenario once
-// on a new cluster and reports whether any key admitted on both sides.
+// healForgetsNothing runs TestNetHealForgetsNoConsumption's scenario on a
+// new cluster and reports whether it could judge it (a cut host
+// re-routed).
 func healForgetsNothing(t *testing.T) (judged bool) {
 	c := startNetCluster(t, 3, netTimings{Replicas: 2})
 	defer c.stop(t)
 	const n, k = 20, 10 // keys, tokens a check
 	start := time.Now()
 	failed0, before := spend(t, c.kids[0], "heal", n, k, 1, 2000)
-	c.bed.Partition(c.bed.Hosts[2:])
-	c.wait(t, 2, c.kids[:2]...)
-	// Where Olric on the cut host did not re-route, its checks of buckets
-	// owned across the split wait out their deadline: keep it short there
-	// (SPEND tries a key that failed its first round no more).
-	c.kids[2].send(t, "WAIT 1 part 10")
-	cutMs := 2000
-	if w := c.kids[2].expect(t, "WAIT"); strings.HasPrefix(w, "timeout") {
-		cutMs = 150
-		t.Logf("Olric on the cut host did not re-route within 10 s (%s)", w)
+	cut, maj := -1, []*child(nil)
+	for _, x := range []int{2, 1} {
+		maj = nil
+		for i, kid := range c.kids {
+			if i != x {
+				maj = append(maj, kid)
+			}
+		}
+		c.bed.Partition(c.bed.Hosts[x : x+1])
+		c.wait(t, 2, maj...)
+		c.kids[x].send(t, "WAIT 1 part 3")
+		if w := c.kids[x].expect(t, "WAIT"); !strings.HasPrefix(w, "timeout") {
+			cut = x
+			break
+		} else {
+			t.Logf("host %d cut off: it did not re-route within 3 s (%s)", x, w)
+		}
+		c.bed.Heal()
+		c.wait(t, 3, c.kids...)
+	}
+	if cut < 0 {
+		return false
 	}
 	// The majority takes up to 200 from each key, the cut host up to 300.
-	failedA, sideA := spend(t, c.kids[0], "heal", n, k, 20, 2000)
-	failedB, sideB := spend(t, c.kids[2], "heal", n, k, 30, cutMs)
+	failedA, sideA := spend(t, maj[0], "heal", n, k, 20, 2000)
+	failedB, sideB := spend(t, c.kids[cut], "heal", n, k, 30, 2000)
 	c.bed.Heal()
 	c.wait(t, 3, c.kids...)
 	var remain [][]int64
@@ -154,7 +170,10 @@ func healForgetsNothing(t *testing.T) (judged bool) {
 			}
 		}
 	}
-	t.Logf("%d of %d keys admitted on both sides (%d, %d and %d checks failed before, on the majority, on the cut host); at most %d tokens per key forgotten, at most %d under-admitted; refill %d; in %v",
-		both, n, failed0, failedA, failedB, max(forgotten, 0), under, refill, time.Since(start).Round(time.Millisecond))
-	return both > 0
+	t.Logf("host %d cut off; %d of %d keys admitted on both sides (%d, %d and %d checks failed before, on the majority, on the cut host); at most %d tokens per key forgotten, at most %d under-admitted; refill %d; in %v",
+		cut, both, n, failed0, failedA, failedB, max(forgotten, 0), under, refill, time.Since(start).Round(time.Millisecond))
+	if both == 0 {
+		t.Error("no key admitted on both sides: the test judged nothing")
+	}
+	return true
 }
