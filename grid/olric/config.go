@@ -233,7 +233,8 @@ type Config struct {
 	// left gracefully are forgotten): after a split, the side without a
 	// majority answers ErrNoQuorum instead of admitting a second full
 	// capacity. Without it both sides answer, and their buckets are merged
-	// when the split heals (each ends with the fewer tokens).
+	// when the split heals (each side's consumption since the split
+	// subtracted once; see "Network splits" in the package documentation).
 	Quorum bool
 
 	// LostState is how a member creates a bucket absent from a partition

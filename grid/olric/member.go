@@ -504,17 +504,27 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	newStored, changed, resp := wire.Process(s.state, *req, now)
 	if !changed {
 		if !s.cached && s.state != nil && !synthetic {
-			if f, failed := m.replicate(o.ctx, o.st, key, s.state, s.expiresAt, o.epoch); failed {
+			if f, failed := m.replicate(o.ctx, o.st, key, s.stored, s.expiresAt, o.epoch); failed {
 				return f
 			}
 		}
 		return outcome{kind: frame.KindOK, resp: resp}
 	}
-	if err := m.write(&o, key, newStored, resp.TTL); err != nil {
+	// A write during a split advances this member's branch of the
+	// bucket's lineage by what it consumed; any other write keeps the
+	// lineage it read, so that a merge still finds the branches the state
+	// holds (internal/journal).
+	stored, branch := journal.Wrap(s.lineage, newStored), journal.Branch{}
+	if o.r.split {
+		var l journal.Lineage
+		l, branch = m.journal.Advance(key, s.lineage, journal.Spent(s.state, newStored, now))
+		stored = journal.Wrap(l, newStored)
+	}
+	if err := m.write(&o, key, stored, resp.TTL); err != nil {
 		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
 	if o.r.split {
-		m.journal.Put(key, newStored, resp.TTL, m.cfg.Clock.Now())
+		m.journal.Put(key, stored, branch, resp.TTL, m.cfg.Clock.Now())
 	}
 	if lx != nil {
 		lx.granted(&resp, m.mono(), m.leases.fence.Life())

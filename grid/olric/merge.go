@@ -3,6 +3,7 @@ package olric
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/journal"
@@ -30,9 +31,11 @@ func (m *Member) shipJournal() {
 }
 
 // execMerge merges a bucket state from another side of a split (payload:
-// uvarint TTL nanoseconds, state) into key's bucket as its owner, under the
-// same rules as execOwner: the state with fewer available tokens now, as
-// core computes them, is kept.
+// uvarint TTL nanoseconds, the state as its side stored it, lineage
+// included) into key's bucket as its owner, by journal.Merge: the owner's
+// state less the consumption the incoming one holds and it does not. The
+// merged bucket lives as long as the longer of the two, and at least
+// until it is full again, so that no consumption expires with it.
 func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []byte, b bound) outcome {
 	ttl, incoming, err := frame.Uvarint(payload)
 	if err != nil || len(incoming) == 0 {
@@ -47,12 +50,51 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 	if !ok {
 		return failed
 	}
-	if !journal.Fewer(incoming, s.state, m.cfg.Clock.Now()) {
+	now := m.cfg.Clock.Now()
+	merged, changed := journal.Merge(s.stored, incoming, now)
+	if !changed {
+		if s.stored == nil {
+			return outcome{kind: frame.KindOK, removed: true}
+		}
+		// Written again all the same: Olric keeps, of the copies it moves
+		// together after a heal, the one written last, and a copy of the
+		// other side not yet moved here must not replace this one once
+		// this merge's journal is gone (that side's journal still comes).
+		if err := m.write(&o, key, s.stored, m.ttlLeft(&o, key, s)); err != nil {
+			return outcome{kind: frame.KindError, err: err, retry: true}
+		}
 		return outcome{kind: frame.KindOK, removed: true}
 	}
-	incoming = slices.Clone(incoming) // the connection's read buffer; the cache keeps it
-	if err := m.write(&o, key, incoming, int64(ttl)); err != nil {
+	life := int64(ttl)
+	if life != 0 && s.stored != nil {
+		if left := m.ttlLeft(&o, key, s); left == 0 {
+			life = 0
+		} else {
+			life = max(life, left)
+		}
+	}
+	if life != 0 {
+		life = max(life, journal.TimeToFull(merged, now))
+	}
+	merged = slices.Clone(merged) // may be the connection's read buffer; the cache keeps it
+	if err := m.write(&o, key, merged, life); err != nil {
 		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
 	return outcome{kind: frame.KindOK, removed: true}
+}
+
+// ttlLeft returns the nanoseconds key's entry s has left to live under o
+// (0 for forever, at least 1 otherwise).
+func (m *Member) ttlLeft(o *ownerHold, key string, s ownedState) int64 {
+	if s.cached {
+		c := o.st.cache[key]
+		if c.expires == 0 {
+			return 0
+		}
+		return max(c.expires-m.mono(), 1)
+	}
+	if s.expiresAt == 0 {
+		return 0
+	}
+	return max(int64(time.Until(time.UnixMilli(s.expiresAt))), 1)
 }

@@ -115,6 +115,8 @@ import (
 //	STRICT p n c s ms d slack checks p0 … p(n-1) for s seconds and c
 //	                  checks, each bounded by d ms, judged against
 //	                  ctx.Deadline with slack ms (see netStrictDeadline)
+//	SPEND p n k r ms  r rounds of TryConsume(k) on p0 … p(n-1), buckets of
+//	                  spendCapacity, or their tokens with r = 0 (see netSpend)
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -481,6 +483,8 @@ func netMemberMain() int {
 			fmt.Println("STALL", stalls.worst.Swap(0)/int64(time.Microsecond))
 		case "STRICT":
 			netStrictDeadline(m, &cfg, stalls, f[1], arg(2), arg(3), arg(4), arg(5), arg(6), arg(7))
+		case "SPEND":
+			netSpend(m, f[1], arg(2), arg(3), arg(4), arg(5))
 		case "STOP":
 			return stopMember(m, 20*time.Second)
 		default:

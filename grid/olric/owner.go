@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/journal"
 	olricdb "github.com/olric-data/olric"
 )
 
@@ -107,7 +108,11 @@ func (m *Member) release(o *ownerHold) {
 
 // ownedState is a bucket's state as its owner reads it.
 type ownedState struct {
-	state []byte // nil when the bucket does not exist
+	state []byte // core's state; nil when the bucket does not exist
+	// stored is what Olric holds: state, with its lineage when it was
+	// written during a split (internal/journal); lineage is that lineage.
+	stored  []byte
+	lineage journal.Lineage
 	// expiresAt is when the Olric entry expires, Unix milliseconds (0 for
 	// never, or when cached).
 	expiresAt int64
@@ -117,8 +122,10 @@ type ownedState struct {
 // read returns key's state under o: the cached copy while it is valid,
 // else Olric's. failed reports an error outcome to answer with.
 func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, ok bool) {
-	if state, hit := o.st.get(key, o.epoch, o.now); hit {
-		return ownedState{state: state, cached: true}, outcome{}, true
+	if stored, hit := o.st.get(key, o.epoch, o.now); hit {
+		s := ownedState{stored: stored, cached: true}
+		s.lineage, s.state = journal.Unwrap(stored)
+		return s, outcome{}, true
 	}
 	gr, err := m.dm.Get(o.ctx, key)
 	switch {
@@ -127,15 +134,16 @@ func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, o
 	case err != nil:
 		return ownedState{}, outcome{kind: frame.KindError, err: err, retry: true}, false
 	}
-	if s.state, err = gr.Byte(); err != nil {
+	if s.stored, err = gr.Byte(); err != nil {
 		return ownedState{}, outcome{kind: frame.KindError, err: err}, false
 	}
+	s.lineage, s.state = journal.Unwrap(s.stored)
 	s.expiresAt = gr.TTL()
 	return s, outcome{}, true
 }
 
-// write stores key's new state under o, expiring after ttl nanoseconds (0
-// for never), and caches it. The cache keeps state: the caller must not
+// write stores key's new state under o (as stored: lineage included),
+// expiring after ttl nanoseconds (0 for never), and caches it. The cache keeps state: the caller must not
 // change it afterwards.
 func (m *Member) write(o *ownerHold, key string, state []byte, ttl int64) error {
 	var err error

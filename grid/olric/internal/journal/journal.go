@@ -1,10 +1,13 @@
 // Package journal owns the split journal of a grid/olric member: the
 // buckets it wrote while its gossip missed some of the members it knew (a
 // split, or a crash), when the other side may have written the same
-// buckets, and the rule an owner merges such a bucket by (Fewer). Once every
-// member is back, each journaled bucket is sent to its owner, which keeps
-// whichever state has fewer tokens, so a split forgets neither side's
-// consumption. How a bucket travels to its owner belongs to grid/olric.
+// buckets, the lineage such a bucket carries (which splits' consumption
+// it holds, Lineage) and the rule an owner merges it by (Merge). Once
+// every member is back, each journaled bucket is sent to its owner, which
+// subtracts from its own state the consumption the journaled one holds
+// and its own does not, so a heal forgets neither side's consumption and
+// counts none twice. How a bucket travels to its owner belongs to
+// grid/olric.
 package journal
 
 import (
@@ -28,17 +31,21 @@ type Journal struct {
 	shipping bool
 }
 
-// entry is a bucket's newest state and when it expires (Unix nanoseconds
-// of the owner's clock; 0 for never).
+// entry is a bucket's newest state (as stored, lineage included), the
+// branch its last write advanced (see Advance) and when it expires (Unix
+// nanoseconds of the owner's clock; 0 for never).
 type entry struct {
 	state   []byte
+	branch  Branch
 	expires int64
 }
 
-// Put journals key's newest state, which lives ttl nanoseconds from now (0:
-// forever). The journal keeps state; the caller does not change it after.
-func (j *Journal) Put(key string, state []byte, ttl, now int64) {
-	e := entry{state: state}
+// Put journals key's newest state (as stored, lineage included), written
+// by advancing branch b (from Advance), which lives ttl nanoseconds from
+// now (0: forever). The journal keeps state; the caller does not change
+// it after.
+func (j *Journal) Put(key string, state []byte, b Branch, ttl, now int64) {
+	e := entry{state: state, branch: b}
 	if ttl > 0 {
 		e.expires = now + ttl
 	}
@@ -163,18 +170,6 @@ func (j *Journal) dropIf(key string, e entry) {
 
 // availableOp asks core for a bucket's available tokens.
 var availableOp = []wire.Op{{Kind: wire.OpAvailableTokens}}
-
-// Fewer reports whether bucket state a holds fewer available tokens at now
-// than b: the merge rule (core's model decides; an absent b has more, an a
-// core cannot read has not).
-func Fewer(a, b []byte, now int64) bool {
-	ta, ok := available(a, now)
-	if !ok {
-		return false
-	}
-	tb, ok := available(b, now)
-	return !ok || ta < tb
-}
 
 // available returns the tokens core finds in a bucket state at now.
 func available(state []byte, now int64) (int64, bool) {

@@ -7,61 +7,17 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/bucketgrid/bucketgrid/core"
-	"github.com/bucketgrid/bucketgrid/core/wire"
 )
-
-// state returns a bucket of 10 tokens (refilled hourly) after n were taken
-// at now.
-func state(t *testing.T, n int64, now int64) []byte {
-	t.Helper()
-	cfg, err := core.NewConfig(core.Intervally(10, 10, time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, _, resp := wire.Process(nil, wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, Ops: []wire.Op{{Kind: wire.OpTryConsume, Tokens: n}}}, now)
-	if resp.Status != wire.StatusOK || !resp.Results[0].OK {
-		t.Fatalf("consume %d: %+v", n, resp)
-	}
-	return s
-}
-
-// TestFewer checks the merge rule: the state with fewer tokens wins, an
-// absent or unreadable current state loses, an unreadable incoming one
-// never wins.
-func TestFewer(t *testing.T) {
-	const now = 1_000_000
-	three, seven := state(t, 3, now), state(t, 7, now)
-	for _, tc := range []struct {
-		name string
-		a, b []byte
-		want bool
-	}{
-		{"fewer tokens", seven, three, true},
-		{"more tokens", three, seven, false},
-		{"equal", seven, seven, false},
-		{"absent current", three, nil, true},
-		{"corrupt current", three, []byte{0xff}, true},
-		{"absent incoming", nil, three, false},
-		{"corrupt incoming", []byte{0xff}, three, false},
-	} {
-		if got := Fewer(tc.a, tc.b, now); got != tc.want {
-			t.Errorf("%s: Fewer = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
 
 // TestBound fills the journal past Max: the oldest keys go first, and a
 // rewritten key keeps its place.
 func TestBound(t *testing.T) {
 	var j Journal
 	for i := range Max {
-		j.Put(fmt.Sprint(i), []byte{1}, 0, 0)
+		j.Put(fmt.Sprint(i), []byte{1}, Branch{}, 0, 0)
 	}
-	j.Put("0", []byte{2}, 0, 0) // rewritten: still the oldest
-	j.Put("new", []byte{3}, 0, 0)
+	j.Put("0", []byte{2}, Branch{}, 0, 0) // rewritten: still the oldest
+	j.Put("new", []byte{3}, Branch{}, 0, 0)
 	if n := j.Len(); n != Max {
 		t.Fatalf("Len %d, want %d", n, Max)
 	}
@@ -83,10 +39,10 @@ func TestBound(t *testing.T) {
 func TestShip(t *testing.T) {
 	var j Journal
 	const now = 1000
-	j.Put("forever", []byte("f"), 0, now)
-	j.Put("lives", []byte("l"), 500, now)
-	j.Put("expired", []byte("e"), 100, now)
-	j.Put("fails", []byte("x"), 0, now)
+	j.Put("forever", []byte("f"), Branch{}, 0, now)
+	j.Put("lives", []byte("l"), Branch{}, 500, now)
+	j.Put("expired", []byte("e"), Branch{}, 100, now)
+	j.Put("fails", []byte("x"), Branch{}, 0, now)
 	if !j.StartShipping() {
 		t.Fatal("a journal with buckets did not start shipping")
 	}
@@ -131,9 +87,9 @@ func TestShip(t *testing.T) {
 // state stays for the next ship.
 func TestShipKeepsRewritten(t *testing.T) {
 	var j Journal
-	j.Put("k", []byte("old"), 0, 0)
+	j.Put("k", []byte("old"), Branch{}, 0, 0)
 	j.Ship(context.Background(), func() int64 { return 0 }, func(key string, _ []byte) error {
-		j.Put(key, []byte("new"), 0, 0)
+		j.Put(key, []byte("new"), Branch{}, 0, 0)
 		return nil
 	})
 	if e, ok := j.entries["k"]; !ok || string(e.state) != "new" {
@@ -145,7 +101,7 @@ func TestShipKeepsRewritten(t *testing.T) {
 // out and everything stays.
 func TestShipStopsWithContext(t *testing.T) {
 	var j Journal
-	j.Put("k", []byte("s"), 0, 0)
+	j.Put("k", []byte("s"), Branch{}, 0, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	j.Ship(ctx, func() int64 { return 0 }, func(string, []byte) error {
