@@ -336,6 +336,17 @@ func TestCrash(t *testing.T) {
 			kids[0].expect(t, "SEEDED")
 			kids[2].send(t, fmt.Sprint("OWNED ", n))
 			owned, _ := strconv.Atoi(kids[2].expect(t, "OWNED"))
+			all := make([]string, n)
+			for i := range all {
+				all[i] = fmt.Sprint("crash-", i)
+			}
+			// What each member saw of every bucket's partition before the
+			// kill, logged for the buckets that come back full.
+			var before [3][]string
+			for i, k := range kids {
+				k.send(t, "DIAG "+strings.Join(all, ","))
+				before[i] = strings.Split(k.expect(t, "DIAG"), ";")
+			}
 			if err := kids[2].cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
@@ -347,24 +358,26 @@ func TestCrash(t *testing.T) {
 			f := strings.Fields(kids[0].expect(t, "LOST"))
 			full, _ := strconv.Atoi(f[0])
 			empty, _ := strconv.Atoi(f[1])
+			if f[2] != "-" {
+				for i, k := range kids[:2] {
+					k.send(t, "DIAG "+f[2])
+					t.Logf("member %d after: %s", i, k.expect(t, "DIAG"))
+				}
+				for _, key := range strings.Split(f[2], ",") {
+					i, _ := strconv.Atoi(strings.TrimPrefix(key, "crash-"))
+					for j := range kids {
+						t.Logf("member %d before: %s", j, before[j][i])
+					}
+				}
+			}
 			t.Logf("replicas=%d: crashed member owned %d of %d buckets; %d started again full, %d empty; routing settled %v after the kill",
 				rf, owned, n, full, empty, settled.Round(time.Millisecond))
-			want, fullAllowed := 0, 0
-			switch rf {
-			case 1:
+			want := 0
+			if rf == 1 {
 				want = owned
-			case 2:
-				// An open defect: with two replicas a crash still loses a
-				// bucket's state now and then, and the new owner, which
-				// held a backup of the partition and so records no
-				// takeover, starts it full (1 of 92-116 in about 1 run in 3
-				// under -race, in CI and on the test machine; doc.go, "Lost
-				// state"). Bounded here so that it cannot grow unseen:
-				// at most 1 % of the crashed member's buckets.
-				fullAllowed = max(1, owned/100)
 			}
-			if full > fullAllowed {
-				t.Errorf("%d buckets started again full (a second capacity each), at most %d allowed", full, fullAllowed)
+			if full > 0 {
+				t.Errorf("%d buckets started again full (a second capacity each), want 0", full)
 			}
 			if empty != want {
 				t.Errorf("%d buckets lost (empty), want %d", empty, want)
