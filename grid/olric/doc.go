@@ -223,9 +223,9 @@
 //     (TestGracefulLeave).
 //   - A member crashes (SIGKILL of its process): with ReplicaCount 1 exactly
 //     its buckets start over empty, with 2 none is lost, and none starts
-//     full (TestCrash); requests for its partitions wait until memberlist
-//     declares it dead and the partitions are handed over (see "Crash
-//     fail-over window").
+//     full (TestCrash; but see "Lost state"); requests for its partitions
+//     wait until memberlist declares it dead and the partitions are
+//     handed over (see "Crash fail-over window").
 //
 // So during a membership change no bucket admits more than the exact
 // bucket would, but for the rare read before Olric promotes a backup
@@ -268,18 +268,22 @@
 // record stays with the member: a partition that moves on again to a
 // living member before its buckets refilled (a restarted member taking
 // its partitions back, say) carries its written buckets along, and its
-// absent ones start full there. And a graceful Shutdown with ReplicaCount
-// 1 is not always seen as a loss: when the new owner acquired a partition
-// while Olric still listed the leaver as its previous owner (the data had
-// not moved), and the leaver then left, the new owner was already a holder
-// of the partition and records no takeover, so the leaver's buckets it
-// never read start full (TestGracefulLeave allows it for the leaver's
-// buckets only, and counts it: seen in about 1 run of 4 at a load of 20).
-// Keep ReplicaCount 2 where members are restarted. Two replicas are not
-// yet airtight either: a crash now and then loses one bucket's state with
-// a backup in place (1 of about 100 of the crashed member's buckets, in
-// about one TestCrash run in three under the race detector), and the new
-// owner, a holder of the partition, starts it full: one capacity once.
+// absent ones start full there. A member that announced a graceful
+// Shutdown counts as gone from then on, though Olric may still list it for
+// a while: it takes the data it did not hand over with it. And a member
+// that already owned a partition it read through previous owners records
+// the takeover when all of them have gone (TestGracefulLeave, ReplicaCount
+// 1: exactly the leaver's buckets start empty, none full; before, 5 runs
+// of 47 started 12-67 of them full). Keep ReplicaCount 2 where members are
+// restarted. A takeover with a holder left reads the bucket through Olric,
+// whose Get can miss a copy its balancer is moving between members (it
+// asks every holder at once, and a move copies, then deletes); so an
+// owner that finds a bucket absent while another member holds data of its
+// partition reads it once more, which finds a copy that one move hid
+// (TestCrash, ReplicaCount 2: before, 6 runs of 40 started 1-28 buckets
+// full; after, none in 39). Not covered: copies that move more than once
+// while Olric's members disagree on the routing table, as seen once under
+// the race detector at a load of 30-38 (7 buckets started full).
 //
 // # Network splits
 //

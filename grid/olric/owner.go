@@ -3,6 +3,7 @@ package olric
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
@@ -16,6 +17,7 @@ import (
 type ownerHold struct {
 	st    *stripe
 	r     *routes
+	p     uint64 // the key's partition
 	epoch uint64 // the partition's epoch in r
 	now   int64  // m.mono when the hold was taken
 	// ctx bounds the execution's Olric calls: the caller's context, or the
@@ -73,7 +75,7 @@ func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcom
 	if d, ok := ctx.Deadline(); !ok || !d.Before(r.leaseEnd) {
 		ctx = r.lease
 	}
-	return ownerHold{st: st, r: r, epoch: r.epoch[p], now: now, ctx: ctx}, outcome{}, true
+	return ownerHold{st: st, r: r, p: p, epoch: r.epoch[p], now: now, ctx: ctx}, outcome{}, true
 }
 
 // mayExecute checks, under the partition's stripe lock, whether this
@@ -121,6 +123,18 @@ type ownedState struct {
 
 // read returns key's state under o: the cached copy while it is valid,
 // else Olric's. failed reports an error outcome to answer with.
+//
+// A bucket Olric reports absent is read once more when another member
+// holds data of its partition. Olric's Get asks every holder at once and
+// drops any answer that fails, and its balancer moves a holder's fragment
+// by copying it to the destination and only then deleting it: a Get whose
+// question reached the destination before the copy and the source after
+// the deletion finds nothing (TestCrash, ReplicaCount 2: the backup that
+// became the owner moving its backup copy to the new backup; the bucket
+// then started full). Once such a Get has returned,
+// the deletion, and so the copy, is done: a second Get finds the bucket at
+// the destination, which the owner's Olric table lists, unless it moved
+// again in between.
 func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, ok bool) {
 	if stored, hit := o.st.get(key, o.epoch, o.now); hit {
 		s := ownedState{stored: stored, cached: true}
@@ -128,6 +142,9 @@ func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, o
 		return s, outcome{}, true
 	}
 	gr, err := m.dm.Get(o.ctx, key)
+	if errors.Is(err, olricdb.ErrKeyNotFound) && m.othersHold(o.r, o.p) {
+		gr, err = m.dm.Get(o.ctx, key)
+	}
 	switch {
 	case errors.Is(err, olricdb.ErrKeyNotFound):
 		return ownedState{}, outcome{}, true
@@ -140,6 +157,17 @@ func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, o
 	s.lineage, s.state = journal.Unwrap(s.stored)
 	s.expiresAt = gr.TTL()
 	return s, outcome{}, true
+}
+
+// othersHold reports whether r names a member other than this one among
+// the data holders of partition p.
+func (m *Member) othersHold(r *routes, p uint64) bool {
+	for h := range strings.SplitSeq(r.holders[p], ",") {
+		if h != m.name {
+			return true
+		}
+	}
+	return false
 }
 
 // write stores key's new state under o (as stored: lineage included),

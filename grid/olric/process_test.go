@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/olric-data/olric/stats"
+
 	"github.com/bucketgrid/bucketgrid/core"
 )
 
@@ -28,8 +30,11 @@ import (
 //	OWNED n  answers "OWNED k", how many of those buckets this member owns
 //	WAIT m   waits for a routing table with m members and no pending
 //	         hand-over; answers "STABLE"
-//	LOST n   answers "LOST full empty", how many of those buckets are
-//	         full again, and how many empty
+//	LOST n   answers "LOST full empty keys", how many of those buckets
+//	         are full again, how many empty, and the full ones' keys
+//	         (comma-separated, "-" for none)
+//	DIAG keys  answers "DIAG k=…;k=…", per key (comma-separated) what
+//	         this member sees of its partition: see diag
 //	OWNKEY n answers "OWNKEY key", one of those buckets this member owns
 //	OUTAGE key  checks key (each attempt bounded by 100 ms) until a check
 //	         succeeds; answers "OUTAGE ms", the time since the command
@@ -102,6 +107,7 @@ func childMain() int {
 		case "SEED", "OWNED", "LOST":
 			n, _ := strconv.Atoi(f[1])
 			k, empty := 0, 0
+			var full []string
 			for i := range n {
 				key := fmt.Sprint("crash-", i)
 				switch f[0] {
@@ -119,6 +125,7 @@ func childMain() int {
 						fmt.Println("ERROR", err)
 					} else if tk := resp.Results[0].Tokens; tk == sharedCapacity {
 						k++
+						full = append(full, key)
 					} else if tk == 0 {
 						empty++
 					}
@@ -128,10 +135,15 @@ func childMain() int {
 			case "SEED":
 				fmt.Println("SEEDED")
 			case "LOST":
-				fmt.Println("LOST", k, empty)
+				if full == nil {
+					full = []string{"-"}
+				}
+				fmt.Println("LOST", k, empty, strings.Join(full, ","))
 			default:
 				fmt.Println(f[0], k)
 			}
+		case "DIAG":
+			fmt.Println("DIAG", diag(m, strings.Split(f[1], ",")))
 		case "OWNKEY":
 			n, _ := strconv.Atoi(f[1])
 			for i := range n {
@@ -166,6 +178,28 @@ func childMain() int {
 		}
 	}
 	return 0
+}
+
+// diag says, per key, what m sees of its partition: its owner, data
+// holders, recorded takeover and epoch in m's routing read, Olric's
+// routing table (primary owners/backups), and how many entries the
+// partition holds in m's primary and backup fragments.
+func diag(m *Member, keys []string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rt, _ := m.client.RoutingTable(ctx)
+	st, _ := m.client.Stats(ctx, m.name)
+	r := m.routes.Load()
+	out := make([]string, len(keys))
+	for i, key := range keys {
+		p := m.Partition(key)
+		out[i] = fmt.Sprintf("%s=p%d owner=%s holders=[%s] lostAt=%d epoch=%d", key, p, r.owners[p], r.holders[p], r.lostAt[p], r.epoch[p])
+		if e, ok := rt[p]; ok {
+			out[i] += fmt.Sprintf(" olric=%v/%v", e.PrimaryOwners, e.ReplicaOwners)
+		}
+		out[i] += fmt.Sprintf(" primaryLen=%d backupLen=%d", st.Partitions[stats.PartitionID(p)].Length, st.Backups[stats.PartitionID(p)].Length)
+	}
+	return strings.Join(out, ";")
 }
 
 func guarded(m *Member, r *routes) bool {

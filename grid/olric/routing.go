@@ -161,6 +161,7 @@ func (m *Member) refresh(ctx context.Context) error {
 	far := gap > int64(2*m.cfg.HandoverGrace)
 	guard := returned + int64(m.cfg.HandoverGrace)
 	wallNow := m.cfg.Clock.Now()
+	holding := m.members.staying(distinct)
 	for p := range nr.owners {
 		if nr.owners[p] != m.name {
 			continue
@@ -177,7 +178,7 @@ func (m *Member) refresh(ctx context.Context) error {
 			if prev != nil {
 				if prev.owners[p] == m.name {
 					nr.lostAt[p] = prev.lostAt[p]
-				} else if lost.Takeover(m.name, prev.holders[p], nr.holders[p], distinct) {
+				} else if lost.Takeover(m.name, prev.holders[p], nr.holders[p], holding) {
 					nr.lostAt[p] = wallNow
 				}
 				m.handovers.Add(1)
@@ -199,6 +200,12 @@ func (m *Member) refresh(ctx context.Context) error {
 				nr.epoch[p] = m.epochs.Add(1)
 			}
 		}
+		if prev != nil && prev.owners[p] == m.name && nr.lostAt[p] == 0 &&
+			lost.Orphaned(m.name, prev.history[p], prev.holders[p], nr.holders[p], holding) {
+			// The previous owners this member read through left with the
+			// data they still held.
+			nr.lostAt[p] = wallNow
+		}
 	}
 	m.skipGuards(nr, distinct, returned)
 	if prev != nil && nr.members < prev.members {
@@ -209,6 +216,24 @@ func (m *Member) refresh(ctx context.Context) error {
 		m.shipJournal()
 	}
 	return nil
+}
+
+// staying returns the members of distinct that did not announce a graceful
+// leave (see forget): the holders a new owner may still read through. A
+// leaver is dropped from Olric's owner lists as holding nothing while it
+// still owns partitions, but its data was never handed over (ReplicaCount
+// 1: TestGracefulLeave saw its buckets start full where the new owner
+// counted it present).
+func (ms *membership) staying(distinct map[string]struct{}) map[string]struct{} {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	out := make(map[string]struct{}, len(distinct))
+	for name := range distinct {
+		if at, ok := ms.left[name]; !ok || time.Since(at) >= leftHold {
+			out[name] = struct{}{}
+		}
+	}
+	return out
 }
 
 // noteAbsent records, in a read made during a split, when the split began

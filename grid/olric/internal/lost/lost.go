@@ -1,5 +1,6 @@
 // Package lost owns the rules of grid/olric's lost state: when a member
-// that takes a partition over can read none of its latest state (Takeover),
+// that takes a partition over can read none of its latest state (Takeover,
+// and Orphaned for one it already held),
 // which requests create a bucket such a partition lost (Creates), and the
 // state such a bucket starts from under LostEmpty (EmptySince). When a
 // member applies them, and the LostState setting itself, belong to
@@ -36,6 +37,29 @@ func Takeover(self, prev, now string, present map[string]struct{}) bool {
 		}
 	}
 	return true
+}
+
+// Orphaned reports whether member self, which owned a partition in the
+// last routing read while previous owners still held data of it
+// (prevOwners, its owner list then, ending with self, and prevHolders, all
+// its data holders then), can read none of their data now: every holder
+// other than self has left, as Takeover judges it. A member that acquired
+// a partition while Olric still listed a leaver as its previous owner
+// (the data had not moved) holds the partition when the leaver goes, so
+// Takeover never asks; the leaver's buckets it never read are lost all
+// the same. A partition with no previous owner but self is not orphaned:
+// its backups hold only copies of self's own writes.
+func Orphaned(self, prevOwners, prevHolders, now string, present map[string]struct{}) bool {
+	if !slices.ContainsFunc(strings.Split(prevOwners, ","), func(o string) bool { return o != "" && o != self }) {
+		return false
+	}
+	var others []string
+	for _, h := range strings.Split(prevHolders, ",") {
+		if h != self {
+			others = append(others, h)
+		}
+	}
+	return Takeover(self, strings.Join(others, ","), now, present)
 }
 
 // EmptySince returns the stored bytes of a new bucket of req's

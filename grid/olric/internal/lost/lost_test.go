@@ -64,6 +64,29 @@ func TestTakeover(t *testing.T) {
 	}
 }
 
+// TestOrphaned: a partition its owner read through previous owners is lost
+// once every other holder left; one it owned alone is not, whatever its
+// backups do.
+func TestOrphaned(t *testing.T) {
+	present := map[string]struct{}{"b": {}, "c": {}}
+	for _, tc := range []struct {
+		name                 string
+		owners, holders, now string
+		want                 bool
+	}{
+		{"the previous owner left", "a,b", "a,b", "b", true},
+		{"the previous owner and its backup left", "a,b", "a,b,d", "b", true},
+		{"the previous owner moved its data and lives", "c,b", "c,b", "b", false},
+		{"the previous owner left, a backup remains", "a,b", "a,b,c", "b,c", false},
+		{"the previous owner still listed", "a,b", "a,b", "a,b", false},
+		{"no previous owner, the backup died", "b", "b,d", "b", false},
+	} {
+		if got := Orphaned("b", tc.owners, tc.holders, tc.now, present); got != tc.want {
+			t.Errorf("%s: Orphaned(b, %q, %q, %q) = %v, want %v", tc.name, tc.owners, tc.holders, tc.now, got, tc.want)
+		}
+	}
+}
+
 // TestCreates: only a request that would create an absent bucket, with a
 // configuration, starts from EmptySince.
 func TestCreates(t *testing.T) {
