@@ -12,18 +12,23 @@
 //
 // # Use
 //
-// Compile the documents (rulefile.Load reads files), then for each request
-// Plan it, run each Limited item's Ops on the bucket of its Key (created
-// from BucketConfig when absent) as one atomic batch, and Decide its status
-// from the results:
+// A door calls the rules once each way. It compiles the documents
+// (rulefile.Load reads files); for each request it hands Plan the request's
+// descriptors and its Settings (headers, global shadow and quota mode, the
+// longest key its store holds) and gets one Plan: the batches of operations
+// to execute, each atomically on the bucket of its Key (created from its
+// Config when absent). It executes them and hands every Outcome back to
+// Decide at once, which returns the Decision: the request's code, each
+// descriptor's status (shares, quota and shadow mode applied) and the
+// header fields.
 //
 //	rules, err := rulefile.Load(files, policy.Options{})
-//	items, err := rules.Plan(&req)
-//	for i := range items {
-//		res := run(items[i].Key, items[i].BucketConfig(), items[i].Ops()) // one batch
-//		statuses[i], err = items[i].Decide(res, now)
+//	plan, err := rules.Plan(&req, &policy.Settings{Headers: policy.IETFHeaders})
+//	outcomes := make([]policy.Outcome, len(plan.Batches))
+//	for i, b := range plan.Batches {
+//		outcomes[i].Results, err = run(b.Key, b.Config, b.Ops) // one batch
 //	}
-//	code, _ := policy.Overall(statuses, globalShadowMode)
+//	d, err := plan.Decide(outcomes, now)
 //
 // # Format and matching
 //
@@ -52,7 +57,7 @@
 // the same code and limit_remaining for every request, refused hits
 // counted, windows aligned to the Unix epoch. It is stored as an
 // intervally-aligned bucket whose size depends on the unit only (see
-// BucketConfig), so it needs no counter store and any executor runs it.
+// Batch.Config), so it needs no counter store and any executor runs it.
 // TokenBucket is a greedy bucket of burst tokens refilled at
 // requests_per_unit per unit; refused hits are not charged, and there is no
 // boundary at which twice the limit gets through. Set it per rule
