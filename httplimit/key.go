@@ -6,23 +6,20 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // KeyFunc maps a request to the key of its client's bucket. An error answers
 // the request with 400 and a problem+json body.
 type KeyFunc func(r *http.Request) (string, error)
 
-// MaxKeyLen bounds the client-supplied part of a key: HeaderKey refuses
-// longer values, so that neither memory nor store keys grow with what a
-// client sends.
-const MaxKeyLen = 200
-
 // Errors of the key functions.
 var (
 	// ErrNoKey: the request carries nothing to key it by.
 	ErrNoKey = errors.New("httplimit: no client key")
-	// ErrKeyTooLong: the client-supplied key exceeds MaxKeyLen.
-	ErrKeyTooLong = fmt.Errorf("httplimit: client key longer than %d bytes", MaxKeyLen)
+	// ErrKeyTooLong: the client-supplied key exceeds policy.MaxKeyBytes.
+	ErrKeyTooLong = fmt.Errorf("httplimit: client key longer than %d bytes", policy.MaxKeyBytes)
 	// ErrRemoteAddr: the request's RemoteAddr is not an IP address.
 	ErrRemoteAddr = errors.New("httplimit: RemoteAddr is not an IP address")
 )
@@ -31,7 +28,8 @@ var (
 // key, prefixed with the header's canonical name ("X-Api-Key:abc"), so that
 // it can never collide with an address key. A request without the header is
 // keyed by fallback (ClientIP{}.Key, say); with a nil fallback it is refused
-// with ErrNoKey. Values longer than MaxKeyLen are refused with
+// with ErrNoKey. Values longer than policy.MaxKeyBytes, the key limit of every front
+// door, are refused with
 // ErrKeyTooLong.
 //
 // A header key is only as good as its validation: check the key (an
@@ -46,7 +44,7 @@ func HeaderKey(name string, fallback KeyFunc) KeyFunc {
 			return fallback(r)
 		case v == "":
 			return "", fmt.Errorf("%w: header %s missing", ErrNoKey, canon)
-		case len(v) > MaxKeyLen:
+		case len(v) > policy.MaxKeyBytes:
 			return "", ErrKeyTooLong
 		}
 		return canon + ":" + v, nil

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"errors"
+	"github.com/bucketgrid/bucketgrid/policy"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -137,7 +138,7 @@ func TestHeaderKey(t *testing.T) {
 		{name: "trimmed", fallback: ip, value: "  abc ", want: "X-Api-Key:abc"},
 		{name: "fallback", fallback: ip, value: "", want: "192.0.2.1"},
 		{name: "no fallback", value: "", err: ErrNoKey},
-		{name: "too long", fallback: ip, value: strings.Repeat("k", MaxKeyLen+1), err: ErrKeyTooLong},
+		{name: "too long", fallback: ip, value: strings.Repeat("k", policy.MaxKeyBytes+1), err: ErrKeyTooLong},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

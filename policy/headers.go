@@ -172,18 +172,26 @@ func AppendHeaders(dst []Header, qs []Quota, which Headers) []Header {
 		return dst
 	}
 	q := &qs[describe(qs)]
-	limit := strconv.FormatInt(clampSF(q.Limit), 10)
-	remaining := strconv.FormatInt(clampSF(q.Remaining), 10)
-	reset := strconv.FormatInt(clampSF(q.Full), 10)
-	if which&XRateLimitHeaders != 0 {
-		dst = append(dst, Header{"x-ratelimit-limit", limit}, Header{"x-ratelimit-remaining", remaining},
-			Header{"x-ratelimit-reset", reset})
-	}
-	if which&DraftHeaders != 0 {
-		dst = append(dst, Header{"ratelimit-limit", limit}, Header{"ratelimit-remaining", remaining},
-			Header{"ratelimit-reset", reset})
+	vals := [3]string{strconv.FormatInt(clampSF(q.Limit), 10), strconv.FormatInt(clampSF(q.Remaining), 10),
+		strconv.FormatInt(clampSF(q.Full), 10)}
+	for _, f := range singleValued {
+		if which&f.which != 0 {
+			for i, name := range f.names {
+				dst = append(dst, Header{name, vals[i]})
+			}
+		}
 	}
 	return dst
+}
+
+// singleValued are the names of the single-valued fields: limit,
+// remaining, reset.
+var singleValued = [...]struct {
+	which Headers
+	names [3]string
+}{
+	{XRateLimitHeaders, [3]string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}},
+	{DraftHeaders, [3]string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"}},
 }
 
 // Quota returns how the headers report it's status st (Over when its Code
