@@ -1,11 +1,11 @@
 // Package policy is the rate-limit policy of bucketgrid's front doors: the
 // rate-limit service (cmd/bucketgrid), the Envoy filter (wasmfilter) and
-// what else decides from envoyproxy/ratelimit's rules. Request attributes
-// go in (a domain and descriptors, or the request values Envoy's rate-limit
-// actions build descriptors from); for each descriptor the bucket key (fit
-// for every store), the bucket configuration and the operations to run on
-// it come out; then the decision, and the values of the rate-limit headers,
-// from the results of those operations. It is pure (no clock, no I/O, no
+// what else decides from envoyproxy/ratelimit's rules. A request's
+// descriptors go in (the filter builds them from Envoy's rate-limit
+// actions, as Envoy does for the service); the batches of operations to run
+// on the buckets come out, keys fit for the door's store; then the
+// decision, each descriptor's status and the values of the rate-limit
+// headers, from the results of those batches. It is pure (no clock, no I/O, no
 // globals) and links neither fmt nor net/http nor YAML, so the Envoy filter
 // runs exactly the rules the service runs; package rulefile reads the YAML
 // files.

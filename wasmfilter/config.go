@@ -157,7 +157,7 @@ const (
 // settings is a compiled Config.
 type settings struct {
 	domain      string
-	limits      [][]rules.Action
+	limits      [][]rateLimitAction
 	rules       *rules.Rules
 	headers     rules.Headers
 	slots       uint32

@@ -59,7 +59,7 @@ func (p *Plugin) Check() (a Action, pending [][2]string) {
 	attrs := attributes{host: p.host, raw: set.rawPath}
 	req := rules.Request{Domain: set.domain}
 	for _, acts := range set.limits {
-		if entries, ok := rules.Entries(acts, &attrs); ok {
+		if entries, ok := entriesOf(acts, &attrs); ok {
 			req.Descriptors = append(req.Descriptors, rules.Descriptor{Entries: entries})
 		}
 	}
