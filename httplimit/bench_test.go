@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"github.com/bucketgrid/bucketgrid/policy"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // BenchmarkMiddleware measures one request through the middleware over

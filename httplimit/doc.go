@@ -6,7 +6,7 @@
 //	plan := httplimit.StaticPlan(core.Config{Bandwidths: []core.Bandwidth{
 //		core.Intervally(10, 10, time.Minute).WithID("minute")}})
 //	limit := httplimit.New(httplimit.NewLocal(plan, httplimit.WithIdleTimeout(10*time.Minute)),
-//		httplimit.WithKey(httplimit.ClientIP{TrustedProxies: httplimit.MustParsePrefixes("10.0.0.0/8")}.Key),
+//		httplimit.WithKey(httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}.Key),
 //		httplimit.WithExcept("GET /healthz"))
 //	http.ListenAndServe(":8080", limit.Handler(mux))
 //

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"github.com/bucketgrid/bucketgrid/policy"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // FuzzKeyPath sends any header value, of any length and bytes, as an API key

@@ -2,14 +2,16 @@ package httplimit
 
 import (
 	"errors"
-	"github.com/bucketgrid/bucketgrid/policy"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 func TestClientIP(t *testing.T) {
-	proxies := MustParsePrefixes("10.0.0.0/8", "192.0.2.7", "2001:db8:ffff::/48")
+	proxies := mustParsePrefixes("10.0.0.0/8", "192.0.2.7", "2001:db8:ffff::/48")
 	tests := []struct {
 		name      string
 		c         ClientIP
@@ -161,4 +163,14 @@ func TestHeaderKey(t *testing.T) {
 	if k, _ := HeaderKey("X-Api-Key", ip)(r); k == "192.0.2.1" {
 		t.Error("header value collides with an address key")
 	}
+}
+
+// mustParsePrefixes is ParsePrefixes that panics on error, for the tests'
+// configuration known at compile time.
+func mustParsePrefixes(s ...string) []netip.Prefix {
+	p, err := ParsePrefixes(s...)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/bucketgrid/bucketgrid/policy"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -508,7 +508,7 @@ func TestConcurrentExact(t *testing.T) {
 // a trusted proxy each get their own bucket.
 func TestSpoofingThroughMiddleware(t *testing.T) {
 	cfg := config(t, core.Intervally(3, 3, time.Hour))
-	key := ClientIP{TrustedProxies: MustParsePrefixes("10.0.0.0/8")}.Key
+	key := ClientIP{TrustedProxies: mustParsePrefixes("10.0.0.0/8")}.Key
 	h := New(NewLocal(StaticPlan(cfg), WithClock(clock.NewFake(t0))), WithKey(key)).Handler(ok)
 	send := func(remote, xff string) int {
 		r := httptest.NewRequest("GET", "/", nil)
