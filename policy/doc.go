@@ -74,7 +74,8 @@
 // Every wait and reset in a Status comes from the results of the
 // operations, that is from the clock of the side that ran them (a grid
 // owner, the filter's host). Decide reads its now argument only for the end
-// of a fixed window nothing has been counted in yet.
+// of a fixed window nothing has been counted in yet, or one decided from a
+// share (Outcome.Shares), which lives in the deciding process.
 //
 // # Differences from envoyproxy/ratelimit
 //
