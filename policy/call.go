@@ -202,11 +202,11 @@ var errOutcomes = errors.New("policy: outcomes do not answer the batches")
 // the door's own) is read only for the end of a fixed window nothing has
 // been counted in yet, or one decided from a share. It returns an error
 // only when outcomes do not answer Batches (a misbehaving executor).
-func (p *Plan) Decide(outcomes []Outcome, now time.Time) (*Decision, error) {
+func (p *Plan) Decide(outcomes []Outcome, now time.Time) (Decision, error) {
 	if len(outcomes) != len(p.Batches) {
-		return nil, errOutcomes
+		return Decision{}, errOutcomes
 	}
-	d := &Decision{Statuses: make([]Status, len(p.items))}
+	d := Decision{Statuses: make([]Status, len(p.items))}
 	b := 0
 	for i := range p.items {
 		it := &p.items[i]
@@ -225,7 +225,7 @@ func (p *Plan) Decide(outcomes []Outcome, now time.Time) (*Decision, error) {
 		st := &d.Statuses[i]
 		var err error
 		if *st, err = it.Decide(res, now); err != nil {
-			return nil, err
+			return Decision{}, err
 		}
 		if p.quota && st.Over && st.Code == OverLimit {
 			st.Code = OK

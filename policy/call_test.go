@@ -43,7 +43,7 @@ func (m mapStore) call(t *testing.T, c *Rules, s *Settings, now time.Time, ds ..
 	if err != nil {
 		t.Fatalf("Decide: %v", err)
 	}
-	return d
+	return &d
 }
 
 const oneAMinute = `
@@ -197,7 +197,7 @@ func TestHoldBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.HoldBack(pd) {
+	if !p.HoldBack(&pd) {
 		t.Fatal("nothing held back, with k over its limit")
 	}
 	d, err := p.Decide(m.run(t, p, t0), t0)

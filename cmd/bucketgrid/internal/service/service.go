@@ -196,7 +196,7 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 			if err != nil {
 				return nil, domain, err
 			}
-			plan.HoldBack(d)
+			plan.HoldBack(&d)
 		}
 	}
 	d, err := s.execute(ctx, plan)
@@ -214,44 +214,61 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 	if d.Shadowed {
 		s.opts.Metrics.GlobalShadow()
 	}
-	return s.response(d), domain, nil
+	return s.response(&d), domain, nil
 }
 
 // execute runs plan's batches on the Manager's buckets and decides them.
 // Batches of one bucket run in descriptor order, as envoyproxy/ratelimit's
 // pipeline applies them; different buckets run concurrently.
-func (s *Service) execute(ctx context.Context, plan *policy.Plan) (*policy.Decision, error) {
-	out := make([]policy.Outcome, len(plan.Batches))
-	errs := make([]error, len(plan.Batches))
-	var groups [][]int // indices of the batches of one bucket, in order
-	byKey := map[string]int{}
-	for i := range plan.Batches {
-		g, ok := byKey[plan.Batches[i].Key]
-		if !ok {
-			g = len(groups)
-			byKey[plan.Batches[i].Key] = g
-			groups = append(groups, nil)
+func (s *Service) execute(ctx context.Context, plan *policy.Plan) (policy.Decision, error) {
+	bs := plan.Batches
+	out := make([]policy.Outcome, len(bs))
+	var errs []error
+	if oneBucket(bs) {
+		// the common request: nothing to run concurrently
+		for i := range bs {
+			var err error
+			if out[i], err = s.runBatch(ctx, &bs[i]); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		groups[g] = append(groups[g], i)
-	}
-	run := func(g []int) {
-		for _, i := range g {
-			out[i], errs[i] = s.runBatch(ctx, &plan.Batches[i])
-		}
-	}
-	if len(groups) == 1 {
-		run(groups[0]) // the common request: nothing to run concurrently
 	} else {
+		errs = make([]error, len(bs))
+		var groups [][]int // indices of the batches of one bucket, in order
+		byKey := map[string]int{}
+		for i := range bs {
+			g, ok := byKey[bs[i].Key]
+			if !ok {
+				g = len(groups)
+				byKey[bs[i].Key] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], i)
+		}
 		var wg sync.WaitGroup
 		for _, g := range groups {
-			wg.Go(func() { run(g) })
+			wg.Go(func() {
+				for _, i := range g {
+					out[i], errs[i] = s.runBatch(ctx, &bs[i])
+				}
+			})
 		}
 		wg.Wait()
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return policy.Decision{}, err
 	}
 	return plan.Decide(out, s.now())
+}
+
+// oneBucket reports whether every batch of bs runs on one bucket.
+func oneBucket(bs []policy.Batch) bool {
+	for i := 1; i < len(bs); i++ {
+		if bs[i].Key != bs[0].Key {
+			return false
+		}
+	}
+	return true
 }
 
 // runBatch runs b on its bucket, created from its configuration when
