@@ -92,12 +92,12 @@ type Decision struct {
 // the replaces of any matched rule is dropped) and returns the request's
 // plan under s (nil: the zero Settings). A request error is returned
 // wrapping one of the request errors; nothing is then to be executed.
-func (c *Rules) Plan(req *Request, s *Settings) (*Plan, error) {
+func (c *Rules) Plan(req *Request, s *Settings) (Plan, error) {
 	items, err := c.plan(req)
 	if err != nil {
-		return nil, err
+		return Plan{}, err
 	}
-	p := &Plan{items: items, maxKeyBytes: MaxKeyBytes}
+	p := Plan{items: items, maxKeyBytes: MaxKeyBytes}
 	if s != nil {
 		p.headers, p.shadow, p.quota = s.Headers, s.ShadowMode, s.QuotaMode
 		if s.MaxKeyBytes > 0 && s.MaxKeyBytes < MaxKeyBytes {

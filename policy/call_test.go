@@ -39,7 +39,7 @@ func (m mapStore) call(t *testing.T, c *Rules, s *Settings, now time.Time, ds ..
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
 	}
-	d, err := p.Decide(m.run(t, p, now), now)
+	d, err := p.Decide(m.run(t, &p, now), now)
 	if err != nil {
 		t.Fatalf("Decide: %v", err)
 	}
@@ -142,7 +142,7 @@ func TestDecideSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := m.run(t, p, t0)
+	out := m.run(t, &p, t0)
 	out[0] = Outcome{Skipped: true}
 	d, err := p.Decide(out, t0)
 	if err != nil {
@@ -200,7 +200,7 @@ func TestHoldBack(t *testing.T) {
 	if !p.HoldBack(&pd) {
 		t.Fatal("nothing held back, with k over its limit")
 	}
-	d, err := p.Decide(m.run(t, p, t0), t0)
+	d, err := p.Decide(m.run(t, &p, t0), t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,7 +199,7 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 			plan.HoldBack(&d)
 		}
 	}
-	d, err := s.execute(ctx, plan)
+	d, err := s.execute(ctx, &plan)
 	if err != nil {
 		return nil, domain, err
 	}
