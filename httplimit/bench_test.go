@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // BenchmarkMiddleware measures one request through the middleware over
@@ -29,7 +30,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		{"1client/2bandwidths", two, 1, nil},
 		{"100kclients/1bandwidth", one, 100_000, nil},
 		{"1client/noheaders", one, 1, []Option{WithHeaders(0)}},
-		{"1client/allheaders", one, 1, []Option{WithHeaders(IETFHeaders | XRateLimitHeaders)}},
+		{"1client/allheaders", one, 1, []Option{WithHeaders(policy.IETFHeaders | policy.XRateLimitHeaders)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := New(NewLocal(StaticPlan(bc.cfg), WithMaxClients(2*bc.clients)), bc.opts...).Handler(ok)

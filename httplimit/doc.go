@@ -6,7 +6,7 @@
 //	plan := httplimit.StaticPlan(core.Config{Bandwidths: []core.Bandwidth{
 //		core.Intervally(10, 10, time.Minute).WithID("minute")}})
 //	limit := httplimit.New(httplimit.NewLocal(plan, httplimit.WithIdleTimeout(10*time.Minute)),
-//		httplimit.WithKey(httplimit.ClientIP{TrustedProxies: httplimit.MustParsePrefixes("10.0.0.0/8")}.Key),
+//		httplimit.WithKey(httplimit.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}.Key),
 //		httplimit.WithExcept("GET /healthz"))
 //	http.ListenAndServe(":8080", limit.Handler(mux))
 //
@@ -34,10 +34,13 @@
 // cost, until it holds the cost), rounded up, so that a client waiting t
 // seconds never comes back too early; t=0 means the bandwidth is full; t is
 // left out when the cost exceeds the bandwidth's capacity. With
-// WithHeaders(IETFHeaders|XRateLimitHeaders), X-RateLimit-Limit and
-// X-RateLimit-Remaining describe the tightest bandwidth (fewest tokens) and
-// X-RateLimit-Reset is the seconds until the whole bucket is full, rounded
-// up.
+// WithHeaders(policy.IETFHeaders|policy.XRateLimitHeaders),
+// X-RateLimit-Limit and X-RateLimit-Remaining describe the tightest
+// bandwidth (fewest tokens) and X-RateLimit-Reset is the seconds until the
+// whole bucket is full, rounded up; policy.DraftHeaders writes the same
+// values as RateLimit-Limit, -Remaining and -Reset. Package policy renders
+// every field and rounds every wait, as it does for the rate-limit service
+// and the Envoy filter.
 //
 // A request refused by its bucket gets 429 with Retry-After in delay-seconds
 // (the probe's WaitForRefill rounded up, at least 1: never before the

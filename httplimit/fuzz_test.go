@@ -11,6 +11,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/cas/memstore"
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // FuzzKeyPath sends any header value, of any length and bytes, as an API key
@@ -24,7 +25,7 @@ func FuzzKeyPath(f *testing.F) {
 	for _, seed := range []string{
 		"", " ", "\t", "k", "sk_live_0123456789abcdef",
 		strings.Repeat("a", ruleLen-len("X-Api-Key:")), strings.Repeat("a", ruleLen-len("X-Api-Key:")+1),
-		strings.Repeat("b", MaxKeyLen), strings.Repeat("b", MaxKeyLen+1), strings.Repeat("c", 10_000), strings.Repeat("m", 1<<20),
+		strings.Repeat("b", policy.MaxKeyBytes), strings.Repeat("b", policy.MaxKeyBytes+1), strings.Repeat("c", 10_000), strings.Repeat("m", 1<<20),
 		"caf\xe9", "\xff\xfe", "\x00", "a\x00b", "line\r\nbreak", "#" + strings.Repeat("d", 43),
 		core.DigestKey("X-Api-Key:" + strings.Repeat("a", 100)), "日本語のキー", " padded ",
 	} {
@@ -58,7 +59,7 @@ func FuzzKeyPath(f *testing.F) {
 			w := httptest.NewRecorder()
 			tg.mw.Handler(ok).ServeHTTP(w, r)
 
-			want400 := trimmed == "" || len(trimmed) > MaxKeyLen ||
+			want400 := trimmed == "" || len(trimmed) > policy.MaxKeyBytes ||
 				(!tg.fits && (len(stored) > ruleLen || !utf8.ValidString(stored)))
 			switch {
 			case want400 && w.Code != 400:

@@ -13,61 +13,28 @@ import (
 	"github.com/bucketgrid/bucketgrid/policy"
 )
 
-// Headers selects the rate-limit header fields the middleware writes.
-type Headers uint8
-
-const (
-	// IETFHeaders writes RateLimit-Policy and RateLimit
-	// (draft-ietf-httpapi-ratelimit-headers, -08 and later) as RFC 9651
-	// structured-field lists with one item per bandwidth.
-	IETFHeaders Headers = 1 << iota
-	// XRateLimitHeaders writes the de facto X-RateLimit-Limit,
-	// X-RateLimit-Remaining and X-RateLimit-Reset for the tightest bandwidth.
-	XRateLimitHeaders
-)
-
 // Canonical forms, so that Header.Get finds them and no canonicalisation is
 // paid per request.
 const (
 	hPolicy      = "Ratelimit-Policy"
 	hRateLimit   = "Ratelimit"
-	hXLimit      = "X-Ratelimit-Limit"
-	hXRemaining  = "X-Ratelimit-Remaining"
-	hXReset      = "X-Ratelimit-Reset"
 	hRetryAfter  = "Retry-After"
 	hContentType = "Content-Type"
 	hCache       = "Cache-Control"
 	hNoSniff     = "X-Content-Type-Options"
 )
 
-// maxSFInteger is the largest RFC 9651 Integer (15 digits).
-const maxSFInteger = 999_999_999_999_999
-
-func clampSF(n int64) int64 { return min(max(n, 0), maxSFInteger) }
-
-// ceilSeconds returns d in whole seconds, rounded up, so a client waiting
-// that long never comes back before the time has passed; 0 for d ≤ 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
 // windowSeconds is the w of a bandwidth's policy item: the seconds an empty
-// bandwidth takes to refill to capacity (core's FillTime), rounded up, at
-// least 1. For the classic limit of n tokens per period, refilled n at a
-// time, that is the period.
+// bandwidth takes to refill to capacity (core's FillTime), rounded up as
+// package policy rounds every wait, at least 1. For the classic limit of n
+// tokens per period, refilled n at a time, that is the period. A bandwidth
+// that never fills (math.MaxInt64) gets the largest value a field holds.
 func windowSeconds(bw *core.Bandwidth) int64 {
 	ns := bw.FillTime()
 	if ns == math.MaxInt64 {
-		return maxSFInteger
+		return math.MaxInt64 // clamped to the largest RFC 9651 Integer
 	}
-	return min(max(ceilSeconds(time.Duration(ns)), 1), maxSFInteger)
+	return max(policy.Seconds(time.Duration(ns)), 1)
 }
 
 // policyName is the identifier of bandwidth i: its ID, or "default" for the
@@ -82,9 +49,9 @@ func policyName(bws []core.Bandwidth, i int) string {
 	return strconv.Itoa(i)
 }
 
-// PolicyField returns the RateLimit-Policy field value of cfg: one item per
+// policyField returns the RateLimit-Policy field value of cfg: one item per
 // bandwidth, "name";q=capacity;w=seconds to refill from empty to full.
-func PolicyField(cfg core.Config) string {
+func policyField(cfg core.Config) string {
 	var buf [256]byte
 	return string(appendPolicy(buf[:0], cfg.Bandwidths))
 }
@@ -100,10 +67,10 @@ func appendPolicy(b []byte, bws []core.Bandwidth) []byte {
 	return policy.AppendPolicyField(b, qs)
 }
 
-// RateLimitField returns the RateLimit field value of u for a request of
+// rateLimitField returns the RateLimit field value of u for a request of
 // cost tokens: one item per bandwidth, "name";r=remaining;t=seconds. See the
 // package documentation for exactly what r and t say.
-func RateLimitField(u Usage, cost int64) string {
+func rateLimitField(u Usage, cost int64) string {
 	var buf [256]byte
 	return string(appendRateLimit(buf[:0], &u, cost))
 }
@@ -121,28 +88,22 @@ func appendRateLimit(b []byte, u *Usage, cost int64) []byte {
 	return policy.AppendRateLimitField(b, qs)
 }
 
-// itemValues returns r and t of bandwidth i; t < 0 means "never" (the cost
-// exceeds a capacity) and is left out.
+// itemValues returns r and t of bandwidth i, t rounded up by package
+// policy; t < 0 means "never" (the cost exceeds a capacity) and is left out.
 func itemValues(u *Usage, i int, cost int64) (r, t int64) {
 	if u.Bands != nil {
-		bd := u.Bands[i]
-		if bd.Wait == math.MaxInt64 {
-			return bd.Available, -1
-		}
-		return bd.Available, ceilSeconds(bd.Wait)
+		return u.Bands[i].Available, policy.Seconds(u.Bands[i].Wait)
 	}
 	// Only the minimum is known: a lower bound of every bandwidth's tokens,
 	// exact for the tightest; the waits are upper bounds.
 	p := &u.Probe
 	switch {
-	case !p.Consumed && p.WaitForRefill == math.MaxInt64:
-		return p.Remaining, -1
 	case !p.Consumed:
-		return p.Remaining, ceilSeconds(p.WaitForRefill)
+		return p.Remaining, policy.Seconds(p.WaitForRefill)
 	case len(u.Config.Bandwidths) == 1 && p.Remaining >= u.Config.Bandwidths[0].Capacity:
 		return p.Remaining, 0
 	}
-	return p.Remaining, ceilSeconds(p.WaitForReset)
+	return p.Remaining, policy.Seconds(p.WaitForReset)
 }
 
 // tightest returns the index of the bandwidth closest to refusing: the
@@ -184,41 +145,46 @@ func fired(u *Usage, cost int64) []string {
 	return nil
 }
 
-// writeHeaders sets the rate-limit fields of u on h. policyValue is the
-// RateLimit-Policy value, cached by the caller.
-func writeHeaders(h http.Header, u *Usage, cost int64, which Headers, policyValue string) {
+// canonical are the canonical forms of the fields package policy names in
+// lower case, so that Header.Get finds them and no canonicalisation is paid
+// per request.
+var canonical = map[string]string{
+	"x-ratelimit-limit": "X-Ratelimit-Limit", "x-ratelimit-remaining": "X-Ratelimit-Remaining",
+	"x-ratelimit-reset": "X-Ratelimit-Reset", "ratelimit-limit": "Ratelimit-Limit",
+	"ratelimit-remaining": "Ratelimit-Remaining", "ratelimit-reset": "Ratelimit-Reset",
+}
+
+// writeHeaders sets the rate-limit fields of u on h, as package policy
+// renders them. policyValue is the RateLimit-Policy value, cached by the
+// caller.
+func writeHeaders(h http.Header, u *Usage, cost int64, which policy.Headers, policyValue string) {
 	bws := u.Config.Bandwidths
 	if len(bws) == 0 {
 		return
 	}
-	if which&IETFHeaders != 0 {
+	if which&policy.IETFHeaders != 0 {
 		var buf [256]byte
 		vals := make([]string, 2) // one allocation for both fields
 		vals[0], vals[1] = policyValue, string(appendRateLimit(buf[:0], u, cost))
 		h[hPolicy], h[hRateLimit] = vals[0:1:1], vals[1:2:2]
 	}
-	if which&XRateLimitHeaders != 0 {
-		i := tightest(u)
-		rem := u.Probe.Remaining
-		if u.Bands != nil {
-			rem = u.Bands[i].Available
-		}
-		vals := make([]string, 3)
-		vals[0] = strconv.FormatInt(clampSF(bws[i].Capacity), 10)
-		vals[1] = strconv.FormatInt(clampSF(rem), 10)
-		vals[2] = strconv.FormatInt(clampSF(ceilSeconds(u.Probe.WaitForReset)), 10)
-		h[hXLimit], h[hXRemaining], h[hXReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+	single := which & (policy.XRateLimitHeaders | policy.DraftHeaders)
+	if single == 0 {
+		return
 	}
-}
-
-// SetHeaders sets on h the rate-limit fields the middleware would write for
-// u, the outcome of taking cost tokens: which selects IETFHeaders and
-// XRateLimitHeaders, formatted exactly as the middleware formats them (see
-// the package documentation). It sets no Retry-After (RetryAfterSeconds
-// computes that). It lets a service answering for a proxy, such as an Envoy
-// rate-limit service, give clients the same fields.
-func SetHeaders(h http.Header, u Usage, cost int64, which Headers) {
-	writeHeaders(h, &u, cost, which, PolicyField(u.Config))
+	// the tightest bandwidth, and the seconds until the whole bucket is full
+	i := tightest(u)
+	q := [1]policy.Quota{{Limit: bws[i].Capacity, Remaining: u.Probe.Remaining, Full: policy.Seconds(u.Probe.WaitForReset)}}
+	if u.Bands != nil {
+		q[0].Remaining = u.Bands[i].Available
+	}
+	var buf [6]policy.Header
+	fields := policy.AppendHeaders(buf[:0], q[:], single)
+	vals := make([]string, len(fields)) // one allocation for all
+	for j, f := range fields {
+		vals[j] = f.Value
+		h[canonical[f.Name]] = vals[j : j+1 : j+1]
+	}
 }
 
 // policyCache remembers the RateLimit-Policy values of the last few
@@ -252,17 +218,6 @@ func (c *policyCache) get(bws []core.Bandwidth) string {
 	next = append(next, old[:min(len(old), policyCacheSize-1)]...)
 	c.p.Store(&next)
 	return e.value
-}
-
-// RetryAfterSeconds returns the Retry-After delay-seconds for a refused
-// probe: its WaitForRefill rounded up to whole seconds, at least 1,
-// so it never points before the refill. ok is false when the request can
-// never succeed (its cost exceeds a capacity).
-func RetryAfterSeconds(p core.Probe) (secs int64, ok bool) {
-	if p.WaitForRefill == math.MaxInt64 {
-		return 0, false
-	}
-	return min(max(ceilSeconds(p.WaitForRefill), 1), maxSFInteger), true
 }
 
 // Problem is an RFC 9457 problem details object, the body of the

@@ -30,7 +30,7 @@ func TestPolicyField(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := PolicyField(core.Config{Bandwidths: tt.bws}); got != tt.want {
+			if got := policyField(core.Config{Bandwidths: tt.bws}); got != tt.want {
 				t.Errorf("got %s, want %s", got, tt.want)
 			}
 		})
@@ -60,30 +60,10 @@ func TestRateLimitField(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := RateLimitField(tt.u, tt.cost); got != tt.want {
+			if got := rateLimitField(tt.u, tt.cost); got != tt.want {
 				t.Errorf("got %s, want %s", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestRetryAfterSeconds(t *testing.T) {
-	tests := []struct {
-		wait time.Duration
-		secs int64
-		ok   bool
-	}{
-		{0, 1, true}, {1, 1, true}, {time.Second, 1, true}, {time.Second + 1, 2, true},
-		{45 * time.Second, 45, true}, {math.MaxInt64 - 1, 9223372037, true}, {math.MaxInt64, 0, false},
-	}
-	for _, tt := range tests {
-		secs, ok := RetryAfterSeconds(core.Probe{WaitForRefill: tt.wait})
-		if secs != tt.secs || ok != tt.ok {
-			t.Errorf("wait %v: %d %v, want %d %v", tt.wait, secs, ok, tt.secs, tt.ok)
-		}
-		if ok && secs < math.MaxInt64/int64(time.Second) && time.Duration(secs)*time.Second < tt.wait {
-			t.Errorf("wait %v: %d s is early", tt.wait, secs)
-		}
 	}
 }
 
@@ -95,7 +75,7 @@ func TestPolicyCache(t *testing.T) {
 	}
 	for range 3 {
 		for _, cfg := range cfgs {
-			if got, want := c.get(cfg.Bandwidths), PolicyField(cfg); got != want {
+			if got, want := c.get(cfg.Bandwidths), policyField(cfg); got != want {
 				t.Fatalf("cached %s, want %s", got, want)
 			}
 		}
@@ -109,25 +89,28 @@ func TestPolicyCache(t *testing.T) {
 	}
 }
 
-func TestSetHeaders(t *testing.T) {
+// TestWriteHeaders wants every field selected, rendered as package policy
+// renders it, under its canonical name, and Draft's names too.
+func TestWriteHeaders(t *testing.T) {
 	u := Usage{Probe: core.Probe{Consumed: true, Remaining: 4, WaitForReset: 1500 * time.Millisecond},
 		Config: core.Config{Bandwidths: []core.Bandwidth{core.Greedy(10, 5, time.Second).WithID("s")}}}
 	for _, tc := range []struct {
-		which Headers
+		which policy.Headers
 		want  map[string]string
 	}{
 		{0, map[string]string{}},
-		{IETFHeaders, map[string]string{hPolicy: `"s";q=10;w=2`, hRateLimit: `"s";r=4;t=2`}},
-		{XRateLimitHeaders, map[string]string{hXLimit: "10", hXRemaining: "4", hXReset: "2"}},
+		{policy.IETFHeaders, map[string]string{hPolicy: `"s";q=10;w=2`, hRateLimit: `"s";r=4;t=2`}},
+		{policy.XRateLimitHeaders, map[string]string{"X-Ratelimit-Limit": "10", "X-Ratelimit-Remaining": "4", "X-Ratelimit-Reset": "2"}},
+		{policy.DraftHeaders, map[string]string{"Ratelimit-Limit": "10", "Ratelimit-Remaining": "4", "Ratelimit-Reset": "2"}},
 	} {
 		h := http.Header{}
-		SetHeaders(h, u, 1, tc.which)
+		writeHeaders(h, &u, 1, tc.which, policyField(u.Config))
 		if len(h) != len(tc.want) {
 			t.Errorf("%v: %v, want %v", tc.which, h, tc.want)
 		}
 		for k, v := range tc.want {
-			if h.Get(k) != v {
-				t.Errorf("%v: %s = %q, want %q", tc.which, k, h.Get(k), v)
+			if got := h[k]; len(got) != 1 || got[0] != v {
+				t.Errorf("%v: %s = %q, want %q", tc.which, k, got, v)
 			}
 		}
 	}

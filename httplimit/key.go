@@ -6,23 +6,20 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // KeyFunc maps a request to the key of its client's bucket. An error answers
 // the request with 400 and a problem+json body.
 type KeyFunc func(r *http.Request) (string, error)
 
-// MaxKeyLen bounds the client-supplied part of a key: HeaderKey refuses
-// longer values, so that neither memory nor store keys grow with what a
-// client sends.
-const MaxKeyLen = 200
-
 // Errors of the key functions.
 var (
 	// ErrNoKey: the request carries nothing to key it by.
 	ErrNoKey = errors.New("httplimit: no client key")
-	// ErrKeyTooLong: the client-supplied key exceeds MaxKeyLen.
-	ErrKeyTooLong = fmt.Errorf("httplimit: client key longer than %d bytes", MaxKeyLen)
+	// ErrKeyTooLong: the client-supplied key exceeds policy.MaxKeyBytes.
+	ErrKeyTooLong = fmt.Errorf("httplimit: client key longer than %d bytes", policy.MaxKeyBytes)
 	// ErrRemoteAddr: the request's RemoteAddr is not an IP address.
 	ErrRemoteAddr = errors.New("httplimit: RemoteAddr is not an IP address")
 )
@@ -31,7 +28,8 @@ var (
 // key, prefixed with the header's canonical name ("X-Api-Key:abc"), so that
 // it can never collide with an address key. A request without the header is
 // keyed by fallback (ClientIP{}.Key, say); with a nil fallback it is refused
-// with ErrNoKey. Values longer than MaxKeyLen are refused with
+// with ErrNoKey. Values longer than policy.MaxKeyBytes, the key limit of every front
+// door, are refused with
 // ErrKeyTooLong.
 //
 // A header key is only as good as its validation: check the key (an
@@ -46,7 +44,7 @@ func HeaderKey(name string, fallback KeyFunc) KeyFunc {
 			return fallback(r)
 		case v == "":
 			return "", fmt.Errorf("%w: header %s missing", ErrNoKey, canon)
-		case len(v) > MaxKeyLen:
+		case len(v) > policy.MaxKeyBytes:
 			return "", ErrKeyTooLong
 		}
 		return canon + ":" + v, nil
@@ -88,23 +86,24 @@ type ClientIP struct {
 	// by a proxy that writes X-Forwarded-For is the client's own.
 	Header ProxyHeader
 	// IPv6Bits is the length of the prefix IPv6 clients are keyed by: 0
-	// (the zero value) means DefaultIPv6Bits, 128 keys by the whole
-	// address, and values outside 1..128 are taken as DefaultIPv6Bits. An
+	// (the zero value) means 64, the /64 of one subscriber's network (RFC
+	// 6177), 128 keys by the whole address, and values outside 1..128 are
+	// taken as 64. An
 	// IPv6 subscriber is routinely given a /64 or more, so keying by the
 	// whole address would give one host 2^64 fresh buckets; lower it (48,
 	// 56) for networks that hand out larger prefixes.
 	IPv6Bits int
 }
 
-// DefaultIPv6Bits is the prefix length ClientIP keys IPv6 clients by unless
+// defaultIPv6Bits is the prefix length ClientIP keys IPv6 clients by unless
 // told otherwise: the /64 of one subscriber's network (RFC 6177).
-const DefaultIPv6Bits = 64
+const defaultIPv6Bits = 64
 
 // Key returns the client's address as a string: "192.0.2.1" for IPv4 (and
 // IPv4-mapped IPv6), "2001:db8:1:2::/64" for IPv6 (the prefix of length
 // IPv6Bits), or "2001:db8::1" with IPv6Bits 128.
 func (c ClientIP) Key(r *http.Request) (string, error) {
-	a, err := c.Addr(r)
+	a, err := c.addr(r)
 	if err != nil {
 		return "", err
 	}
@@ -118,10 +117,10 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 	return addrString(a, r.RemoteAddr), nil
 }
 
-// ipv6Bits returns IPv6Bits, or DefaultIPv6Bits outside 1..128.
+// ipv6Bits returns IPv6Bits, or defaultIPv6Bits outside 1..128.
 func (c ClientIP) ipv6Bits() int {
 	if c.IPv6Bits < 1 || c.IPv6Bits > 128 {
-		return DefaultIPv6Bits
+		return defaultIPv6Bits
 	}
 	return c.IPv6Bits
 }
@@ -146,8 +145,8 @@ func addrString(a netip.Addr, remote string) string {
 	return string(s)
 }
 
-// Addr returns the client's address, as Key describes.
-func (c ClientIP) Addr(r *http.Request) (netip.Addr, error) {
+// addr returns the client's address, as Key describes.
+func (c ClientIP) addr(r *http.Request) (netip.Addr, error) {
 	peer, ok := parseHost(r.RemoteAddr)
 	if !ok {
 		return netip.Addr{}, fmt.Errorf("%w: %q", ErrRemoteAddr, r.RemoteAddr)
@@ -213,16 +212,6 @@ func ParsePrefixes(s ...string) ([]netip.Prefix, error) {
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}
 	return out, nil
-}
-
-// MustParsePrefixes is ParsePrefixes that panics on error, for
-// configuration known at compile time.
-func MustParsePrefixes(s ...string) []netip.Prefix {
-	p, err := ParsePrefixes(s...)
-	if err != nil {
-		panic(err)
-	}
-	return p
 }
 
 // parseHost parses an address with or without a port, IPv6 with or

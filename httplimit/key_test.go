@@ -3,12 +3,15 @@ package httplimit
 import (
 	"errors"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 func TestClientIP(t *testing.T) {
-	proxies := MustParsePrefixes("10.0.0.0/8", "192.0.2.7", "2001:db8:ffff::/48")
+	proxies := mustParsePrefixes("10.0.0.0/8", "192.0.2.7", "2001:db8:ffff::/48")
 	tests := []struct {
 		name      string
 		c         ClientIP
@@ -137,7 +140,7 @@ func TestHeaderKey(t *testing.T) {
 		{name: "trimmed", fallback: ip, value: "  abc ", want: "X-Api-Key:abc"},
 		{name: "fallback", fallback: ip, value: "", want: "192.0.2.1"},
 		{name: "no fallback", value: "", err: ErrNoKey},
-		{name: "too long", fallback: ip, value: strings.Repeat("k", MaxKeyLen+1), err: ErrKeyTooLong},
+		{name: "too long", fallback: ip, value: strings.Repeat("k", policy.MaxKeyBytes+1), err: ErrKeyTooLong},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,4 +163,14 @@ func TestHeaderKey(t *testing.T) {
 	if k, _ := HeaderKey("X-Api-Key", ip)(r); k == "192.0.2.1" {
 		t.Error("header value collides with an address key")
 	}
+}
+
+// mustParsePrefixes is ParsePrefixes that panics on error, for the tests'
+// configuration known at compile time.
+func mustParsePrefixes(s ...string) []netip.Prefix {
+	p, err := ParsePrefixes(s...)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }

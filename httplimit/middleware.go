@@ -11,6 +11,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/localmap"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // Option configures the middleware (New). The buckets' constructors take
@@ -51,7 +52,7 @@ type options struct {
 	skip     []func(*http.Request) bool
 	only     []string
 	except   []string
-	headers  Headers
+	headers  policy.Headers
 	timeout  time.Duration
 	failOpen bool
 	onError  func(*http.Request, error)
@@ -73,7 +74,7 @@ const DefaultTimeout = 250 * time.Millisecond
 func collect[O any](opts []O, apply func(O, *options)) options {
 	o := options{
 		key:        ClientIP{}.Key,
-		headers:    IETFHeaders,
+		headers:    policy.IETFHeaders,
 		timeout:    DefaultTimeout,
 		failOpen:   true,
 		problem:    "about:blank",
@@ -124,9 +125,12 @@ func WithOnly(patterns ...string) Option {
 	return func(o *options) { o.only = append(o.only, patterns...) }
 }
 
-// WithHeaders selects the rate-limit header fields (New); the default is
-// IETFHeaders. Zero writes none; Retry-After is written on 429 regardless.
-func WithHeaders(h Headers) Option { return func(o *options) { o.headers = h } }
+// WithHeaders selects the rate-limit header fields (New), as package policy
+// renders them for every front door: policy.IETFHeaders (the default) with
+// one item per bandwidth, policy.XRateLimitHeaders and policy.DraftHeaders
+// for the tightest bandwidth. Zero writes none; Retry-After is written on
+// 429 regardless.
+func WithHeaders(h policy.Headers) Option { return func(o *options) { o.headers = h } }
 
 // WithTimeout bounds the time the middleware waits for a distributed bucket
 // (New): the bucket is consulted under a context with a deadline d from now,
@@ -389,11 +393,11 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request) (serve bool) 
 	}
 	h := w.Header()
 	if m.o.headers != 0 && len(u.Config.Bandwidths) > 0 {
-		policy := ""
-		if m.o.headers&IETFHeaders != 0 {
-			policy = m.policy.get(u.Config.Bandwidths)
+		pv := ""
+		if m.o.headers&policy.IETFHeaders != 0 {
+			pv = m.policy.get(u.Config.Bandwidths)
 		}
-		writeHeaders(h, &u, cost, m.o.headers, policy)
+		writeHeaders(h, &u, cost, m.o.headers, pv)
 	}
 	switch {
 	case u.Probe.Consumed && u.Degraded:
@@ -409,7 +413,7 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request) (serve bool) 
 	}
 	p := Problem{Type: m.o.problem, Title: http.StatusText(http.StatusTooManyRequests),
 		Status: http.StatusTooManyRequests, Policies: fired(&u, cost)}
-	if secs, ok := RetryAfterSeconds(u.Probe); ok {
+	if secs, ok := policy.RetryAfter(u.Probe.WaitForRefill); ok {
 		h[hRetryAfter] = []string{strconv.FormatInt(secs, 10)}
 		p.RetryAfter = secs
 		p.Detail = fmt.Sprintf("rate limit exceeded; retry in %d s", secs)

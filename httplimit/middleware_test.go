@@ -19,6 +19,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -222,7 +223,7 @@ func TestHeadersExact(t *testing.T) {
 			t.Run(src.name+"/"+tt.name, func(t *testing.T) {
 				cfg := config(t, tt.bws...)
 				clock := clock.NewFake(t0)
-				h := New(src.build(StaticPlan(cfg), clock), WithHeaders(IETFHeaders|XRateLimitHeaders)).Handler(ok)
+				h := New(src.build(StaticPlan(cfg), clock), WithHeaders(policy.IETFHeaders|policy.XRateLimitHeaders)).Handler(ok)
 				ref := core.NewState(cfg.Clone(), clock.Now())
 				var limited int
 				for i, d := range steps {
@@ -367,10 +368,10 @@ func TestMinimumOnly(t *testing.T) {
 		w := get(h, "198.51.100.1:1", "/")
 		var want string
 		if p.Consumed {
-			ts := ceilSeconds(p.WaitForReset)
+			ts := policy.Seconds(p.WaitForReset)
 			want = fmt.Sprintf(`"burst";r=%d;t=%d, "hourly";r=%d;t=%d`, p.Remaining, ts, p.Remaining, ts)
 		} else {
-			ts := ceilSeconds(p.WaitForRefill)
+			ts := policy.Seconds(p.WaitForRefill)
 			want = fmt.Sprintf(`"burst";r=0;t=%d, "hourly";r=0;t=%d`, ts, ts)
 			if w.Header().Get("Retry-After") != strconv.FormatInt(ts, 10) {
 				t.Errorf("Retry-After %q", w.Header().Get("Retry-After"))
@@ -508,7 +509,7 @@ func TestConcurrentExact(t *testing.T) {
 // a trusted proxy each get their own bucket.
 func TestSpoofingThroughMiddleware(t *testing.T) {
 	cfg := config(t, core.Intervally(3, 3, time.Hour))
-	key := ClientIP{TrustedProxies: MustParsePrefixes("10.0.0.0/8")}.Key
+	key := ClientIP{TrustedProxies: mustParsePrefixes("10.0.0.0/8")}.Key
 	h := New(NewLocal(StaticPlan(cfg), WithClock(clock.NewFake(t0))), WithKey(key)).Handler(ok)
 	send := func(remote, xff string) int {
 		r := httptest.NewRequest("GET", "/", nil)
@@ -563,7 +564,7 @@ func TestOptionsTakenOnlyWhereTheyApply(t *testing.T) {
 		{"WithSkip", WithSkip(nil), []string{"New"}},
 		{"WithExcept", WithExcept("/x"), []string{"New"}},
 		{"WithOnly", WithOnly("/x"), []string{"New"}},
-		{"WithHeaders", WithHeaders(IETFHeaders), []string{"New"}},
+		{"WithHeaders", WithHeaders(policy.IETFHeaders), []string{"New"}},
 		{"WithTimeout", WithTimeout(time.Second), []string{"New"}},
 		{"WithFailOpen", WithFailOpen(true), []string{"New"}},
 		{"WithErrorHook", WithErrorHook(nil), []string{"New"}},

@@ -74,9 +74,9 @@ const (
 // BucketConfig returns the configuration of it's bucket: for FixedWindow
 // the bucket described above, for TokenBucket a greedy bandwidth of
 // Capacity tokens refilled at RequestsPerUnit per Unit. It is valid for
-// every Limited item except a token bucket of 0 requests, which needs no
+// every limited item except a token bucket of 0 requests, which needs no
 // bucket (see Ops).
-func (it *Item) BucketConfig() core.Config {
+func (it *item) BucketConfig() core.Config {
 	if it.config.Bandwidths == nil {
 		it.setConfig()
 	}
@@ -84,7 +84,7 @@ func (it *Item) BucketConfig() core.Config {
 }
 
 // setConfig fills it.config, whose bandwidth lives in the item itself.
-func (it *Item) setConfig() {
+func (it *item) setConfig() {
 	l := &it.Rule.Limit
 	var bw core.Bandwidth
 	if l.Algorithm == TokenBucket {
@@ -99,25 +99,25 @@ func (it *Item) setConfig() {
 	it.config = core.Config{Bandwidths: it.band[:]}
 }
 
-// Reserved returns the tokens of it's bucket that no hit may take without
+// Reserved returns the tokens of r's bucket that no hit may take without
 // going over the limit: W−n for a fixed window of n, whose bucket holds W
 // and counts W−tokens hits; 0 for a token bucket. Whoever takes tokens from
 // the bucket for later hits (a quota lease) takes only what lies above it.
-func (it *Item) Reserved() int64 {
-	if it.Rule.Algorithm == TokenBucket {
+func (r *Rule) Reserved() int64 {
+	if r.Algorithm == TokenBucket {
 		return 0
 	}
-	return windowTokens(it.Rule.Unit) - int64(it.Rule.RequestsPerUnit)
+	return windowTokens(r.Unit) - int64(r.RequestsPerUnit)
 }
 
 // NeedsBucket reports whether it is counted in a bucket, that is, whether
 // Ops is not nil.
-func (it *Item) NeedsBucket() bool {
-	return it.Kind == Limited && (it.Rule.Algorithm != TokenBucket || it.Rule.RequestsPerUnit > 0)
+func (it *item) NeedsBucket() bool {
+	return it.Kind == limited && (it.Rule.Algorithm != TokenBucket || it.Rule.RequestsPerUnit > 0)
 }
 
 // opCount is len(it.Ops()), without building them.
-func (it *Item) opCount() int {
+func (it *item) opCount() int {
 	switch {
 	case !it.NeedsBucket():
 		return 0
@@ -130,7 +130,7 @@ func (it *Item) opCount() int {
 }
 
 // Ops returns the operations to run atomically, as one batch, on it's
-// bucket; nil when the item needs no bucket (NoLimit, Unlimited, and a
+// bucket; nil when the item needs no bucket (noLimit, unlimited, and a
 // token bucket of 0 requests, which refuses everything).
 //
 // The first operation replaces the bucket's configuration by BucketConfig
@@ -143,7 +143,7 @@ func (it *Item) opCount() int {
 // on a token bucket, which never goes over, it is over when not one token is
 // left. The last operation's results carry the executing side's time until
 // the window ends or the bucket is full, so no other clock is read.
-func (it *Item) Ops() []wire.Op {
+func (it *item) Ops() []wire.Op {
 	if !it.NeedsBucket() {
 		return nil
 	}
@@ -225,6 +225,13 @@ type Status struct {
 	// RetryAfter is, when Over, how long until the hits could be admitted;
 	// Never when no wait admits them; 0 when not Over.
 	RetryAfter time.Duration
+	// Rule is the rule counted, nil when no limit applies or the rule is
+	// unlimited. Under Settings.QuotaMode its QuotaMode is set when it
+	// turned an over-limit status into OK.
+	Rule *Rule
+	// Hits are the descriptor's hits: those charged, or those a
+	// Plan.HoldBack held back, which count as within the limit.
+	Hits uint64
 	// Metric increments, as envoyproxy/ratelimit counts them: hits within
 	// the limit, near it (above NearLimitRatio of it), over it, and over it
 	// but let through by shadow mode.
@@ -236,12 +243,12 @@ type Status struct {
 // ran the operations; now (that side's time, when the caller knows it, or
 // the caller's own) is read only for the end of a fixed window nothing has
 // been counted in yet. It returns an error only when results do not answer Ops (a
-// misbehaving executor). NoLimit and Unlimited items take nil results.
-func (it *Item) Decide(results []wire.Result, now time.Time) (Status, error) {
+// misbehaving executor). noLimit and Unlimited items take nil results.
+func (it *item) Decide(results []wire.Result, now time.Time) (Status, error) {
 	switch it.Kind {
-	case NoLimit:
+	case noLimit:
 		return Status{Code: OK}, nil
-	case Unlimited:
+	case unlimited:
 		return Status{Code: OK, Remaining: math.MaxUint32}, nil
 	}
 	if want := it.opCount(); len(results) != want {
@@ -267,7 +274,7 @@ func (it *Item) Decide(results []wire.Result, now time.Time) (Status, error) {
 	return s, nil
 }
 
-func (it *Item) decideWindow(res []wire.Result, now time.Time) Status {
+func (it *item) decideWindow(res []wire.Result, now time.Time) Status {
 	n := uint64(it.Rule.RequestsPerUnit)
 	h := it.Hits
 	w := it.window()
@@ -320,7 +327,7 @@ func ceilSeconds(d time.Duration) int64 {
 	return s
 }
 
-func (it *Item) decideBucket(res []wire.Result) Status {
+func (it *item) decideBucket(res []wire.Result) Status {
 	c := uint64(it.Rule.Capacity())
 	h := it.Hits
 	if it.Rule.RequestsPerUnit == 0 {
@@ -381,11 +388,11 @@ func (s *Status) count(n, before, after, h uint64, ratio float32) {
 	s.NearHits = n - max(near, before)
 }
 
-// Overall combines the descriptors' statuses into the request's code:
+// overall combines the descriptors' statuses into the request's code:
 // OverLimit when any descriptor's Code is; with globalShadow (the
 // service-wide shadow mode) always OK, shadowed reporting that it turned an
 // OverLimit into OK.
-func Overall(statuses []Status, globalShadow bool) (code Code, shadowed bool) {
+func overall(statuses []Status, globalShadow bool) (code Code, shadowed bool) {
 	code = OK
 	for i := range statuses {
 		if statuses[i].Code == OverLimit {

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-func bucketItem(n, burst uint32, h uint64) Item {
-	return Item{Kind: Limited, Hits: h, Key: "tb", nearRatio: 0.8,
+func bucketItem(n, burst uint32, h uint64) item {
+	return item{Kind: limited, Hits: h, Key: "tb", nearRatio: 0.8,
 		Rule: Rule{Limit: Limit{RequestsPerUnit: n, Unit: Second, Algorithm: TokenBucket, Burst: burst}}}
 }
 
@@ -124,7 +124,7 @@ func TestOverall(t *testing.T) {
 		{"global shadow", []Status{over, ok}, true, OK, true},
 		{"global shadow, nothing over", []Status{ok}, true, OK, false},
 	} {
-		code, sh := Overall(tc.st, tc.global)
+		code, sh := overall(tc.st, tc.global)
 		if code != tc.code || sh != tc.shadowed {
 			t.Errorf("%s: %v %v, want %v %v", tc.name, code, sh, tc.code, tc.shadowed)
 		}

@@ -1,29 +1,34 @@
 // Package policy is the rate-limit policy of bucketgrid's front doors: the
 // rate-limit service (cmd/bucketgrid), the Envoy filter (wasmfilter) and
-// what else decides from envoyproxy/ratelimit's rules. Request attributes
-// go in (a domain and descriptors, or the request values Envoy's rate-limit
-// actions build descriptors from); for each descriptor the bucket key (fit
-// for every store), the bucket configuration and the operations to run on
-// it come out; then the decision, and the values of the rate-limit headers,
-// from the results of those operations. It is pure (no clock, no I/O, no
+// what else decides from envoyproxy/ratelimit's rules. A request's
+// descriptors go in (the filter builds them from Envoy's rate-limit
+// actions, as Envoy does for the service); the batches of operations to run
+// on the buckets come out, keys fit for the door's store; then the
+// decision, each descriptor's status and the values of the rate-limit
+// headers, from the results of those batches. It is pure (no clock, no I/O, no
 // globals) and links neither fmt nor net/http nor YAML, so the Envoy filter
 // runs exactly the rules the service runs; package rulefile reads the YAML
 // files.
 //
 // # Use
 //
-// Compile the documents (rulefile.Load reads files), then for each request
-// Plan it, run each Limited item's Ops on the bucket of its Key (created
-// from BucketConfig when absent) as one atomic batch, and Decide its status
-// from the results:
+// A door calls the rules once each way. It compiles the documents
+// (rulefile.Load reads files); for each request it hands Plan the request's
+// descriptors and its Settings (headers, global shadow and quota mode, the
+// longest key its store holds) and gets one Plan: the batches of operations
+// to execute, each atomically on the bucket of its Key (created from its
+// Config when absent). It executes them and hands every Outcome back to
+// Decide at once, which returns the Decision: the request's code, each
+// descriptor's status (shares, quota and shadow mode applied) and the
+// header fields.
 //
 //	rules, err := rulefile.Load(files, policy.Options{})
-//	items, err := rules.Plan(&req)
-//	for i := range items {
-//		res := run(items[i].Key, items[i].BucketConfig(), items[i].Ops()) // one batch
-//		statuses[i], err = items[i].Decide(res, now)
+//	plan, err := rules.Plan(&req, &policy.Settings{Headers: policy.IETFHeaders})
+//	outcomes := make([]policy.Outcome, len(plan.Batches))
+//	for i, b := range plan.Batches {
+//		outcomes[i].Results, err = run(b.Key, b.Config, b.Ops) // one batch
 //	}
-//	code, _ := policy.Overall(statuses, globalShadowMode)
+//	d, err := plan.Decide(outcomes, now)
 //
 // # Format and matching
 //
@@ -52,7 +57,7 @@
 // the same code and limit_remaining for every request, refused hits
 // counted, windows aligned to the Unix epoch. It is stored as an
 // intervally-aligned bucket whose size depends on the unit only (see
-// BucketConfig), so it needs no counter store and any executor runs it.
+// Batch.Config), so it needs no counter store and any executor runs it.
 // TokenBucket is a greedy bucket of burst tokens refilled at
 // requests_per_unit per unit; refused hits are not charged, and there is no
 // boundary at which twice the limit gets through. Set it per rule
@@ -69,7 +74,8 @@
 // Every wait and reset in a Status comes from the results of the
 // operations, that is from the clock of the side that ran them (a grid
 // owner, the filter's host). Decide reads its now argument only for the end
-// of a fixed window nothing has been counted in yet.
+// of a fixed window nothing has been counted in yet, or one decided from a
+// share (Outcome.Shares), which lives in the deciding process.
 //
 // # Differences from envoyproxy/ratelimit
 //

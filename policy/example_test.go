@@ -10,7 +10,7 @@ import (
 )
 
 // The whole protocol against buckets held in a map through wire.Process, as
-// an executor runs it: plan, run each item's operations as one batch, decide.
+// an executor runs it: plan, execute the plan's batches, decide.
 func Example() {
 	cfg, err := rulefile.Load([]rulefile.File{{Name: "shop.yaml", Data: []byte(`
 domain: shop
@@ -28,26 +28,29 @@ descriptors:
 	buckets := map[string][]byte{}
 	now := time.Date(2026, 12, 1, 12, 0, 30, 0, time.UTC)
 	for _, client := range []string{"alice", "alice", "alice", "partner"} {
-		items, err := cfg.Plan(&policy.Request{Domain: "shop", Descriptors: []policy.Descriptor{
+		plan, err := cfg.Plan(&policy.Request{Domain: "shop", Descriptors: []policy.Descriptor{
 			{Entries: []policy.Entry{{Key: "client", Value: client}}},
-		}})
+		}}, &policy.Settings{Headers: policy.XRateLimitHeaders})
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		it := &items[0]
-		bc := it.BucketConfig()
-		next, changed, resp := wire.Process(buckets[it.Key], wire.Request{
-			Mode: wire.ModeCreateIfAbsent, Config: &bc, Ops: it.Ops()}, now.UnixNano())
-		if changed {
-			buckets[it.Key] = next
+		outcomes := make([]policy.Outcome, len(plan.Batches))
+		for i, b := range plan.Batches {
+			next, changed, resp := wire.Process(buckets[b.Key], wire.Request{
+				Mode: wire.ModeCreateIfAbsent, Config: &b.Config, Ops: b.Ops}, now.UnixNano())
+			if changed {
+				buckets[b.Key] = next
+			}
+			outcomes[i].Results = resp.Results
 		}
-		st, _ := it.Decide(resp.Results, now)
-		fmt.Println(client, st.Code, st.Remaining, st.ResetAfter)
+		d, _ := plan.Decide(outcomes, now)
+		st := d.Statuses[0]
+		fmt.Println(client, d.Code, st.Remaining, st.ResetAfter, d.Headers[1])
 	}
 	// Output:
-	// alice OK 1 30s
-	// alice OK 0 30s
-	// alice OVER_LIMIT 0 30s
-	// partner OK 9 600ms
+	// alice OK 1 30s {x-ratelimit-remaining 1}
+	// alice OK 0 30s {x-ratelimit-remaining 0}
+	// alice OVER_LIMIT 0 30s {x-ratelimit-remaining 0}
+	// partner OK 9 600ms {x-ratelimit-remaining 9}
 }

@@ -16,13 +16,17 @@ const (
 	IETFHeaders Headers = 1 << iota
 	// XRateLimitHeaders writes the de facto X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset of the described limit
-	// (see Describe).
+	// (see describe).
 	XRateLimitHeaders
 	// DraftHeaders writes RateLimit-Limit, RateLimit-Remaining and
 	// RateLimit-Reset of the described limit: the names of the draft's
 	// early versions, which envoyproxy/ratelimit writes
 	// (LIMIT_RESPONSE_HEADERS_ENABLED) and a drop-in's clients may parse.
 	DraftHeaders
+	// RetryAfterHeader writes Retry-After on a refusal: the longest of
+	// the refusing limits' waits, in whole seconds (see RetryAfter).
+	// envoyproxy/ratelimit never sends it.
+	RetryAfterHeader
 )
 
 // Header is one header field; Name is lower case, as HTTP/2 requires.
@@ -78,11 +82,11 @@ func RetryAfter(wait time.Duration) (secs int64, ok bool) {
 	return min(max(ceilSeconds(wait), 1), maxSFInteger), true
 }
 
-// Describe returns the index of the quota the single-valued headers
+// describe returns the index of the quota the single-valued headers
 // (XRateLimitHeaders, DraftHeaders) describe, as envoyproxy/ratelimit
 // chooses it: the last one that refused the request, else the first of
 // those with the fewest remaining; -1 for none.
-func Describe(qs []Quota) int {
+func describe(qs []Quota) int {
 	best := -1
 	for i := range qs {
 		switch {
@@ -152,7 +156,7 @@ func AppendRateLimitField(b []byte, qs []Quota) []byte {
 }
 
 // AppendHeaders appends to dst the fields which selects for qs: the IETF
-// fields with every quota, the single-valued ones of the quota Describe
+// fields with every quota, the single-valued ones of the quota describe
 // chooses. It appends nothing for no quota.
 func AppendHeaders(dst []Header, qs []Quota, which Headers) []Header {
 	if len(qs) == 0 {
@@ -167,19 +171,27 @@ func AppendHeaders(dst []Header, qs []Quota, which Headers) []Header {
 	if which&(XRateLimitHeaders|DraftHeaders) == 0 {
 		return dst
 	}
-	q := &qs[Describe(qs)]
-	limit := strconv.FormatInt(clampSF(q.Limit), 10)
-	remaining := strconv.FormatInt(clampSF(q.Remaining), 10)
-	reset := strconv.FormatInt(clampSF(q.Full), 10)
-	if which&XRateLimitHeaders != 0 {
-		dst = append(dst, Header{"x-ratelimit-limit", limit}, Header{"x-ratelimit-remaining", remaining},
-			Header{"x-ratelimit-reset", reset})
-	}
-	if which&DraftHeaders != 0 {
-		dst = append(dst, Header{"ratelimit-limit", limit}, Header{"ratelimit-remaining", remaining},
-			Header{"ratelimit-reset", reset})
+	q := &qs[describe(qs)]
+	vals := [3]string{strconv.FormatInt(clampSF(q.Limit), 10), strconv.FormatInt(clampSF(q.Remaining), 10),
+		strconv.FormatInt(clampSF(q.Full), 10)}
+	for _, f := range singleValued {
+		if which&f.which != 0 {
+			for i, name := range f.names {
+				dst = append(dst, Header{name, vals[i]})
+			}
+		}
 	}
 	return dst
+}
+
+// singleValued are the names of the single-valued fields: limit,
+// remaining, reset.
+var singleValued = [...]struct {
+	which Headers
+	names [3]string
+}{
+	{XRateLimitHeaders, [3]string{"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"}},
+	{DraftHeaders, [3]string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"}},
 }
 
 // Quota returns how the headers report it's status st (Over when its Code
@@ -188,7 +200,7 @@ func AppendHeaders(dst []Header, qs []Quota, which Headers) []Header {
 // name or else its configuration path; q and w are the limit's requests
 // per unit and unit (the burst, and the seconds to refill it, for a token
 // bucket).
-func (it *Item) Quota(st *Status) Quota {
+func (it *item) Quota(st *Status) Quota {
 	l := &it.Rule.Limit
 	q := Quota{Name: l.Name, Limit: int64(l.Capacity()), Window: l.Unit.Seconds(),
 		Remaining: int64(st.Remaining), Full: Seconds(st.ResetAfter), Over: st.Code == OverLimit}
@@ -212,20 +224,20 @@ func (it *Item) Quota(st *Status) Quota {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// ResponseHeaders returns the fields which selects for a planned request
-// and its statuses (one per item): a quota per Limited item (see
-// Item.Quota), and Retry-After, the longest of the refusing descriptors'
-// waits, when the request is refused.
-func ResponseHeaders(items []Item, statuses []Status, which Headers) []Header {
+// responseHeaders returns the fields which selects for a planned request
+// and its statuses (one per item): a quota per limited item (see
+// item.Quota), and with RetryAfterHeader Retry-After, the longest of the
+// refusing descriptors' waits, when the request is refused.
+func responseHeaders(items []item, statuses []Status, which Headers) []Header {
 	var buf [4]Quota
 	qs := buf[:0]
 	var retry int64
 	for i := range items {
-		if items[i].Kind != Limited {
+		if items[i].Kind != limited {
 			continue
 		}
 		qs = append(qs, items[i].Quota(&statuses[i]))
-		if statuses[i].Code == OverLimit {
+		if statuses[i].Code == OverLimit && which&RetryAfterHeader != 0 {
 			if s, ok := RetryAfter(statuses[i].RetryAfter); ok && s > retry {
 				retry = s
 			}

@@ -68,28 +68,28 @@ func (e *RequestError) Error() string {
 // Unwrap returns Err.
 func (e *RequestError) Unwrap() error { return e.Err }
 
-// ItemKind says how a descriptor is answered.
-type ItemKind uint8
+// itemKind says how a descriptor is answered.
+type itemKind uint8
 
 const (
-	// NoLimit: no rule applies (unmatched, or replaced by another
+	// noLimit: no rule applies (unmatched, or replaced by another
 	// descriptor's rule): OK, not counted.
-	NoLimit ItemKind = iota
-	// Unlimited: an unlimited rule applies: OK with the most remaining,
+	noLimit itemKind = iota
+	// unlimited: an unlimited rule applies: OK with the most remaining,
 	// not counted.
-	Unlimited
-	// Limited: the rule is counted in the bucket of Key.
-	Limited
+	unlimited
+	// limited: the rule is counted in the bucket of Key.
+	limited
 )
 
-// Item is the plan for one descriptor of a request.
-type Item struct {
-	Kind ItemKind
-	// Rule is the matched rule (Unlimited, Limited).
+// item is the plan for one descriptor of a request.
+type item struct {
+	Kind itemKind
+	// Rule is the matched rule (unlimited, limited).
 	Rule Rule
 	// Hits is the number of hits to charge; 0 checks without charging.
 	Hits uint64
-	// Key is the bucket's key (Limited): the domain and the descriptor's
+	// Key is the bucket's key (limited): the domain and the descriptor's
 	// entries, share_threshold patterns in place of shared values (see
 	// Key). Keys longer than MaxKeyBytes are hashed.
 	Key string
@@ -98,18 +98,19 @@ type Item struct {
 	shares    uint32            // the instances of a share (see Share); 0 for the whole bucket
 	config    core.Config       // BucketConfig, once built
 	band      [1]core.Bandwidth // config's bandwidth, without an allocation
+	held      uint64            // hits Plan.HoldBack held back
 }
 
-// Plan matches every descriptor of req and applies envoyproxy/ratelimit's
+// plan matches every descriptor of req and applies envoyproxy/ratelimit's
 // request rules: each descriptor's hits (its own hits_addend, else the
 // request's, else 1), unlimited rules, and replaces (a rule named in the
-// replaces of any matched rule is dropped). It returns one Item per
+// replaces of any matched rule is dropped). It returns one item per
 // descriptor, in order, or an error wrapping one of the request errors.
-func (c *Rules) Plan(req *Request) ([]Item, error) {
+func (c *Rules) plan(req *Request) ([]item, error) {
 	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
-	items := make([]Item, len(req.Descriptors))
+	items := make([]item, len(req.Descriptors))
 	var replaced map[string]bool
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
@@ -124,9 +125,9 @@ func (c *Rules) Plan(req *Request) ([]Item, error) {
 			continue
 		}
 		it.Rule = r
-		it.Kind = Limited
+		it.Kind = limited
 		if r.Unlimited {
-			it.Kind = Unlimited
+			it.Kind = unlimited
 		}
 		for _, name := range r.Replaces {
 			if replaced == nil {
@@ -137,10 +138,10 @@ func (c *Rules) Plan(req *Request) ([]Item, error) {
 	}
 	for i := range items {
 		it := &items[i]
-		if it.Kind == Limited && it.Rule.Name != "" && replaced[it.Rule.Name] {
-			it.Kind, it.Rule = NoLimit, Rule{}
+		if it.Kind == limited && it.Rule.Name != "" && replaced[it.Rule.Name] {
+			it.Kind, it.Rule = noLimit, Rule{}
 		}
-		if it.Kind == Limited {
+		if it.Kind == limited {
 			it.Key = Key(req.Domain, req.Descriptors[i].Entries, &it.Rule)
 		}
 	}

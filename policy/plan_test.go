@@ -38,7 +38,7 @@ func TestPlanHits(t *testing.T) {
 		{"descriptor's hits win", 5, withHits, 7},
 		{"descriptor's zero is a check", 5, checkOnly, 0},
 	} {
-		items, err := c.Plan(&Request{Domain: "shop", Descriptors: []Descriptor{tc.d}, HitsAddend: tc.request})
+		items, err := c.Items(&Request{Domain: "shop", Descriptors: []Descriptor{tc.d}, HitsAddend: tc.request})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestPlanReplacesAndUnlimited(t *testing.T) {
 		|  - key: ip
 		|    rate_limit: {unit: minute, requests_per_unit: 5, name: per_ip}`))
 	kinds := func(ds ...Descriptor) []ItemKind {
-		items, err := c.Plan(&Request{Domain: "d", Descriptors: ds})
+		items, err := c.Items(&Request{Domain: "d", Descriptors: ds})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func TestPlanReplacesAndUnlimited(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
 		}
 	}
-	items, _ := c.Plan(&Request{Domain: "d", Descriptors: []Descriptor{desc("internal", "i"), desc("nothing", "x")}})
+	items, _ := c.Items(&Request{Domain: "d", Descriptors: []Descriptor{desc("internal", "i"), desc("nothing", "x")}})
 	for i, want := range []Status{{Code: OK, Remaining: math.MaxUint32}, {Code: OK}} {
 		if got, err := items[i].Decide(nil, time.Now()); err != nil || got != want || items[i].Ops() != nil {
 			t.Errorf("item %d: %+v %v, want %+v without operations", i, got, err, want)
@@ -130,20 +130,20 @@ func TestPlanErrors(t *testing.T) {
 		{"override without unit", Request{Domain: "shop", Descriptors: []Descriptor{{Entries: []Entry{{"a", "b"}}, Limit: &Override{RequestsPerUnit: 1}}}}, ErrOverrideUnit},
 		{"override too fast", Request{Domain: "shop", Descriptors: []Descriptor{{Entries: []Entry{{"a", "b"}}, Limit: &Override{RequestsPerUnit: 2e9, Unit: Second}}}}, ErrOverrideTooFast},
 	} {
-		if _, err := c.Plan(&tc.req); !errors.Is(err, tc.want) {
+		if _, err := c.Items(&tc.req); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
 	// the bounds are inclusive
 	fits := desc("client", strings.Repeat("x", MaxDescriptorBytes-len("client")))
-	if _, err := c.Plan(&Request{Domain: "shop", Descriptors: append(many[:MaxDescriptors-1:MaxDescriptors-1], fits)}); err != nil {
+	if _, err := c.Items(&Request{Domain: "shop", Descriptors: append(many[:MaxDescriptors-1:MaxDescriptors-1], fits)}); err != nil {
 		t.Fatalf("request at the bounds: %v", err)
 	}
 	// A value that is not UTF-8 (a client's header bytes) is a value like
 	// any other, with a bucket of its own.
 	keys := map[string]string{}
 	for _, v := range []string{"\xff", "\xfe", "\xff\xfe", "a\xc3(", "\xed\xa0\x80", "\xc0\xaf", "é"} {
-		items, err := c.Plan(&Request{Domain: "shop", Descriptors: []Descriptor{desc("client", v)}})
+		items, err := c.Items(&Request{Domain: "shop", Descriptors: []Descriptor{desc("client", v)}})
 		if err != nil || len(items) != 1 || items[0].Kind != Limited {
 			t.Fatalf("value %q: %v %+v", v, err, items)
 		}
@@ -162,7 +162,7 @@ func TestBucketKeys(t *testing.T) {
 		|    rate_limit: {unit: minute, requests_per_unit: 9}`))
 	key := func(d Descriptor) string {
 		t.Helper()
-		items, err := c.Plan(&Request{Domain: "shop", Descriptors: []Descriptor{d}})
+		items, err := c.Items(&Request{Domain: "shop", Descriptors: []Descriptor{d}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func TestBucketKeys(t *testing.T) {
 		t.Fatalf("override key %q, want the rule's %q", k, a)
 	}
 	tb := load(t, Options{Algorithm: TokenBucket}, shop)
-	items, _ := tb.Plan(&Request{Domain: "shop", Descriptors: []Descriptor{desc("client", "a")}})
+	items, _ := tb.Items(&Request{Domain: "shop", Descriptors: []Descriptor{desc("client", "a")}})
 	if items[0].Key != a {
 		t.Fatalf("token bucket key %q, want %q", items[0].Key, a)
 	}

@@ -10,8 +10,8 @@ import (
 
 // runShare runs it's operations on a share of n instances, as a degraded
 // executor does (its configuration and every replacement cut with
-// core.Config.Share), and decides them with it.Share(n).
-func runShare(t *testing.T, s store, it *Item, n int, now time.Time) Status {
+// core.Config.Share), and decides them with it.share(n).
+func runShare(t *testing.T, s store, it *item, n int, now time.Time) Status {
 	t.Helper()
 	cfg := it.BucketConfig()
 	cut := cfg.Share(n)
@@ -30,7 +30,7 @@ func runShare(t *testing.T, s store, it *Item, n int, now time.Time) Status {
 	if changed {
 		s[it.Key] = next
 	}
-	sh := it.Share(n)
+	sh := shared(it, n)
 	st, err := sh.Decide(resp.Results, now)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestShareDecidesTheShare(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 45, 0, time.UTC) // 15 s before the minute's end
 	for _, tc := range []struct {
 		name  string
-		it    Item
+		it    item
 		n     int
 		share uint32
 	}{
@@ -61,7 +61,7 @@ func TestShareDecidesTheShare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := store{}
-			sh := tc.it.Share(tc.n)
+			sh := shared(&tc.it, tc.n)
 			if got := sh.Rule.Capacity(); got != tc.share {
 				t.Fatalf("share's capacity %d, want %d", got, tc.share)
 			}
@@ -92,10 +92,17 @@ func TestShareDecidesTheShare(t *testing.T) {
 func TestShareKeepsTheItem(t *testing.T) {
 	it := windowItem(t, 5, Minute, 1)
 	before := it.BucketConfig()
-	sh := it.Share(2)
+	sh := shared(&it, 2)
 	_ = sh.BucketConfig()
 	after := it.BucketConfig()
 	if it.Rule.RequestsPerUnit != 5 || !after.Equal(&before) || it.window() != windowTokens(Minute) {
 		t.Fatalf("Share changed the item: %+v", it)
 	}
+}
+
+// shared returns a copy of it shared among n instances.
+func shared(it *item, n int) item {
+	c := *it
+	c.share(n)
+	return c
 }

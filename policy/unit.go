@@ -24,26 +24,27 @@ const (
 	Week        Unit = 7
 )
 
-var unitNames = map[string]Unit{
-	"SECOND": Second, "MINUTE": Minute, "HOUR": Hour, "DAY": Day,
-	"WEEK": Week, "MONTH": Month, "YEAR": Year,
-}
+// unitNames are the units' names in the Envoy API, by Unit.
+var unitNames = [...]string{UnitUnknown: "UNKNOWN", Second: "SECOND", Minute: "MINUTE", Hour: "HOUR", Day: "DAY",
+	Month: "MONTH", Year: "YEAR", Week: "WEEK"}
 
 // ParseUnit returns the unit named s, in any letter case ("minute",
 // "MINUTE"), and false when s names none.
 func ParseUnit(s string) (Unit, bool) {
-	u, ok := unitNames[strings.ToUpper(s)]
-	return u, ok
+	for u := Second; int(u) < len(unitNames); u++ {
+		if strings.EqualFold(s, unitNames[u]) {
+			return u, true
+		}
+	}
+	return UnitUnknown, false
 }
 
 // String returns the unit's name in the Envoy API ("MINUTE"), or "UNKNOWN".
 func (u Unit) String() string {
-	for name, v := range unitNames {
-		if v == u {
-			return name
-		}
+	if u < 0 || int(u) >= len(unitNames) {
+		return "UNKNOWN"
 	}
-	return "UNKNOWN"
+	return unitNames[u]
 }
 
 // Seconds returns the length of the unit in seconds, 0 for an unknown unit.

@@ -13,7 +13,7 @@ import (
 // exactly as an executor would, one atomic batch per item.
 type store map[string][]byte
 
-func (s store) run(t *testing.T, it *Item, now time.Time) Status {
+func (s store) run(t *testing.T, it *item, now time.Time) Status {
 	t.Helper()
 	var res []wire.Result
 	if ops := it.Ops(); ops != nil {
@@ -72,9 +72,9 @@ func (m *counterModel) hit(h uint64, now time.Time) (st Status) {
 	return st
 }
 
-func windowItem(t *testing.T, n uint32, unit Unit, h uint64) Item {
+func windowItem(t *testing.T, n uint32, unit Unit, h uint64) item {
 	t.Helper()
-	return Item{Kind: Limited, Hits: h, Key: "k", nearRatio: 0.8,
+	return item{Kind: limited, Hits: h, Key: "k", nearRatio: 0.8,
 		Rule: Rule{Limit: Limit{RequestsPerUnit: n, Unit: unit, Algorithm: FixedWindow}}}
 }
 

@@ -6,7 +6,6 @@ import (
 	rules "github.com/bucketgrid/bucketgrid/policy"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Config is the plugin configuration, the JSON document Envoy passes as the
@@ -158,7 +157,7 @@ const (
 // settings is a compiled Config.
 type settings struct {
 	domain      string
-	limits      [][]rules.Action
+	limits      [][]rateLimitAction
 	rules       *rules.Rules
 	headers     rules.Headers
 	slots       uint32
@@ -240,12 +239,4 @@ func validName(n string) bool {
 		}
 	}
 	return true
-}
-
-// ceilSeconds rounds nanoseconds up to whole seconds.
-func ceilSeconds(ns int64) int64 {
-	if ns <= 0 {
-		return 0
-	}
-	return (ns-1)/int64(time.Second) + 1
 }

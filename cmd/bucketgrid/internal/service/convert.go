@@ -45,30 +45,30 @@ func toDescriptor(d *rlcommon.RateLimitDescriptor) policy.Descriptor {
 
 // response builds Envoy's answer: one status per descriptor, shaped as
 // envoyproxy/ratelimit shapes them, and the headers.
-func (s *Service) response(items []policy.Item, statuses []policy.Status, code policy.Code) *rlspb.RateLimitResponse {
+func (s *Service) response(d *policy.Decision) *rlspb.RateLimitResponse {
 	resp := &rlspb.RateLimitResponse{
-		OverallCode: rlspb.RateLimitResponse_Code(code),
-		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(items)),
+		OverallCode: rlspb.RateLimitResponse_Code(d.Code),
+		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(d.Statuses)),
 	}
-	for i := range items {
-		it, st := &items[i], &statuses[i]
+	for i := range d.Statuses {
+		st := &d.Statuses[i]
 		ds := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_Code(st.Code), LimitRemaining: st.Remaining}
-		if it.Kind == policy.Limited {
+		if r := st.Rule; r != nil {
 			ds.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{
-				Name:            it.Rule.Name,
-				RequestsPerUnit: it.Rule.RequestsPerUnit,
-				Unit:            rlspb.RateLimitResponse_RateLimit_Unit(it.Rule.Unit),
+				Name:            r.Name,
+				RequestsPerUnit: r.RequestsPerUnit,
+				Unit:            rlspb.RateLimitResponse_RateLimit_Unit(r.Unit),
 			}
 			// a quota-mode violation keeps the limit and drops the reset,
 			// as envoyproxy/ratelimit answers it
-			if !(st.Over && it.Rule.QuotaMode && !it.Rule.ShadowMode) {
+			if !(st.Over && r.QuotaMode && !r.ShadowMode) {
 				ds.DurationUntilReset = durationpb.New(st.ResetAfter)
 			}
 		}
 		resp.Statuses[i] = ds
 	}
-	if s.opts.Headers != 0 || s.opts.RetryAfter {
-		resp.ResponseHeadersToAdd = s.headers(items, statuses)
+	if s.settings.Headers != 0 {
+		resp.ResponseHeadersToAdd = s.headers(d.Headers)
 	}
 	return resp
 }

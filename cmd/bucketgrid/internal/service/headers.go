@@ -6,17 +6,12 @@ import (
 	"github.com/bucketgrid/bucketgrid/policy"
 )
 
-// headers returns the response_headers_to_add of a request's items and
-// statuses, as package policy renders them: Retry-After only with
-// Options.RetryAfter, names as Options.HeaderNames renames them.
-func (s *Service) headers(items []policy.Item, statuses []policy.Status) []*corev3.HeaderValue {
-	hs := policy.ResponseHeaders(items, statuses, s.opts.Headers)
+// headers returns the response_headers_to_add of a decision's fields, as
+// package policy renders them, names as Options.HeaderNames renames them.
+func (s *Service) headers(hs []policy.Header) []*corev3.HeaderValue {
 	out := make([]*corev3.HeaderValue, 0, len(hs))
 	vals := make([]corev3.HeaderValue, len(hs)) // one allocation for all
 	for i, h := range hs {
-		if h.Name == "retry-after" && !s.opts.RetryAfter {
-			continue
-		}
 		name := h.Name
 		if n, ok := s.opts.HeaderNames[name]; ok {
 			name = n

@@ -75,8 +75,9 @@ type Options struct {
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
 
-	opts Options
-	cfg  atomic.Pointer[policy.Rules]
+	opts     Options
+	settings policy.Settings // what the rules' answers hold: from opts
+	cfg      atomic.Pointer[policy.Rules]
 }
 
 // ErrNoConfig answers requests that arrive before the first SetConfig
@@ -95,7 +96,11 @@ func New(opts Options) *Service {
 	if opts.Clock == nil {
 		opts.Clock = clock.Wall()
 	}
-	return &Service{opts: opts}
+	set := policy.Settings{Headers: opts.Headers, ShadowMode: opts.GlobalShadowMode, QuotaMode: opts.GlobalQuotaMode}
+	if opts.RetryAfter {
+		set.Headers |= policy.RetryAfterHeader
+	}
+	return &Service{opts: opts, settings: set}
 }
 
 // SetConfig makes cfg the configuration of every request that starts from
@@ -176,7 +181,7 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 	if cfg.HasDomain(req.Domain) {
 		domain = req.Domain
 	}
-	items, err := cfg.Plan(&req)
+	plan, err := cfg.Plan(&req, &s.settings)
 	if err != nil {
 		return nil, domain, &requestError{err}
 	}
@@ -185,172 +190,103 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 		ctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 	}
-	var held []uint64
 	if s.opts.StopCountingWhenOverLimit {
-		if held, err = s.holdBack(ctx, items); err != nil {
-			return nil, domain, err
+		if probe := plan.Probe(); probe != nil {
+			d, err := s.execute(ctx, probe)
+			if err != nil {
+				return nil, domain, err
+			}
+			plan.HoldBack(&d)
 		}
 	}
-	statuses, err := s.run(ctx, items)
+	d, err := s.execute(ctx, &plan)
 	if err != nil {
 		return nil, domain, err
 	}
-	code, shadowed := policy.Overall(statuses, s.opts.GlobalShadowMode)
-	for i := range items {
-		if items[i].Kind == policy.Limited && s.opts.Metrics != nil {
-			hits := items[i].Hits
-			if held != nil && held[i] > 0 {
-				// envoyproxy/ratelimit counts the hits it did not charge
-				// as hits within the limit
-				hits, statuses[i].WithinHits = held[i], held[i]
+	if s.opts.Metrics != nil {
+		for i := range d.Statuses {
+			if st := &d.Statuses[i]; st.Rule != nil {
+				cfg.Stats(req.Domain, req.Descriptors[i].Entries, st.Rule)
+				s.opts.Metrics.Descriptor(st.Rule, st, st.Hits)
 			}
-			cfg.Stats(req.Domain, req.Descriptors[i].Entries, &items[i].Rule)
-			s.opts.Metrics.Descriptor(&items[i].Rule, &statuses[i], hits)
 		}
 	}
-	if shadowed {
+	if d.Shadowed {
 		s.opts.Metrics.GlobalShadow()
 	}
-	return s.response(items, statuses, code), domain, nil
+	return s.response(&d), domain, nil
 }
 
-// run executes every Limited item's batch and decides each status. Items
-// of one bucket run in descriptor order, as envoyproxy/ratelimit's pipeline
-// applies them; different buckets run concurrently.
-func (s *Service) run(ctx context.Context, items []policy.Item) ([]policy.Status, error) {
-	statuses := make([]policy.Status, len(items))
-	buckets := 0
-	for i := range items {
-		if items[i].NeedsBucket() {
-			buckets++
-		}
-	}
-	var err error
-	if buckets <= 1 {
+// execute runs plan's batches on the Manager's buckets and decides them.
+// Batches of one bucket run in descriptor order, as envoyproxy/ratelimit's
+// pipeline applies them; different buckets run concurrently.
+func (s *Service) execute(ctx context.Context, plan *policy.Plan) (policy.Decision, error) {
+	bs := plan.Batches
+	out := make([]policy.Outcome, len(bs))
+	var errs []error
+	if oneBucket(bs) {
 		// the common request: nothing to run concurrently
-		var errs []error
-		for i := range items {
-			var e error
-			if statuses[i], e = s.runItem(ctx, &items[i]); e != nil {
-				errs = append(errs, e)
+		for i := range bs {
+			var err error
+			if out[i], err = s.runBatch(ctx, &bs[i]); err != nil {
+				errs = append(errs, err)
 			}
 		}
-		err = errors.Join(errs...)
 	} else {
-		err = s.runGroups(ctx, items, statuses)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if s.opts.GlobalQuotaMode {
-		for i := range statuses {
-			if statuses[i].Over && statuses[i].Code == policy.OverLimit {
-				statuses[i].Code = policy.OK
-				items[i].Rule.QuotaMode = true
+		errs = make([]error, len(bs))
+		var groups [][]int // indices of the batches of one bucket, in order
+		byKey := map[string]int{}
+		for i := range bs {
+			g, ok := byKey[bs[i].Key]
+			if !ok {
+				g = len(groups)
+				byKey[bs[i].Key] = g
+				groups = append(groups, nil)
 			}
+			groups[g] = append(groups[g], i)
 		}
+		var wg sync.WaitGroup
+		for _, g := range groups {
+			wg.Go(func() {
+				for _, i := range g {
+					out[i], errs[i] = s.runBatch(ctx, &bs[i])
+				}
+			})
+		}
+		wg.Wait()
 	}
-	return statuses, nil
+	if err := errors.Join(errs...); err != nil {
+		return policy.Decision{}, err
+	}
+	return plan.Decide(out, s.now())
 }
 
-// holdBack is Options.StopCountingWhenOverLimit, as envoyproxy/ratelimit's
-// Redis cache does it (fixed_cache_impl.go, DoLimit): every limited item
-// is checked first (0 hits), and when any would go over its limit with its
-// hits (an item of 0 hits already over its limit included), the others'
-// hits are set to 0, so that only those going over are counted. It returns the hits it held back, by item; nil when it held
-// none back. As there, the check and the charge are two steps: requests
-// between them are not seen by the check.
-func (s *Service) holdBack(ctx context.Context, items []policy.Item) ([]uint64, error) {
-	probes := make([]policy.Item, len(items))
-	n := 0
-	for i := range items {
-		probes[i] = items[i]
-		if items[i].Kind != policy.Limited {
-			probes[i].Kind = policy.NoLimit
-			continue
-		}
-		probes[i].Hits = 0
-		n++
-	}
-	if n < 2 {
-		return nil, nil // a lone item going over is counted anyway
-	}
-	statuses, err := s.run(ctx, probes)
-	if err != nil {
-		return nil, err
-	}
-	over := make([]bool, len(items))
-	anyOver := false
-	for i := range probes {
-		if probes[i].Kind == policy.Limited {
-			over[i] = statuses[i].Over || items[i].Hits > uint64(statuses[i].Remaining)
-			anyOver = anyOver || over[i]
+// oneBucket reports whether every batch of bs runs on one bucket.
+func oneBucket(bs []policy.Batch) bool {
+	for i := 1; i < len(bs); i++ {
+		if bs[i].Key != bs[0].Key {
+			return false
 		}
 	}
-	if !anyOver {
-		return nil, nil
-	}
-	held := make([]uint64, len(items))
-	for i := range items {
-		if probes[i].Kind == policy.Limited && !over[i] && items[i].Hits > 0 {
-			held[i], items[i].Hits = items[i].Hits, 0
-		}
-	}
-	return held, nil
+	return true
 }
 
-// runGroups is run for items of several buckets: the items of each bucket
-// run in order on a goroutine of their own.
-func (s *Service) runGroups(ctx context.Context, items []policy.Item, statuses []policy.Status) error {
-	errs := make([]error, len(items))
-	var groups [][]int // indices of the items of one bucket, in order
-	byKey := map[string]int{}
-	for i := range items {
-		if !items[i].NeedsBucket() {
-			statuses[i], errs[i] = s.runItem(ctx, &items[i])
-			continue
-		}
-		g, ok := byKey[items[i].Key]
-		if !ok {
-			g = len(groups)
-			byKey[items[i].Key] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Go(func() {
-			for _, i := range g {
-				statuses[i], errs[i] = s.runItem(ctx, &items[i])
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-func (s *Service) runItem(ctx context.Context, it *policy.Item) (policy.Status, error) {
-	ops := it.Ops()
-	if ops == nil {
-		return it.Decide(nil, s.now())
-	}
-	cfg := it.BucketConfig()
-	h := s.opts.Manager.Bucket(it.Key, func(context.Context) (core.Config, error) { return cfg, nil })
-	res, share, err := h.Execute(ctx, ops...)
+// runBatch runs b on its bucket, created from its configuration when
+// absent.
+func (s *Service) runBatch(ctx context.Context, b *policy.Batch) (policy.Outcome, error) {
+	cfg := b.Config
+	h := s.opts.Manager.Bucket(b.Key, func(context.Context) (core.Config, error) { return cfg, nil })
+	res, share, err := h.Execute(ctx, b.Ops...)
 	if errors.Is(err, core.ErrInvalidKey) {
 		// a descriptor the backend cannot hold is the caller's, never an outage
-		return policy.Status{}, &requestError{redact(err, it)}
+		return policy.Outcome{}, &requestError{redact(err, b)}
 	}
 	if err != nil {
-		return policy.Status{}, &backendError{redact(err, it)}
+		return policy.Outcome{}, &backendError{redact(err, b)}
 	}
-	if share > 1 {
-		// decided from this instance's share while the backend is out: the
-		// status, current_limit and the headers describe the share
-		*it = it.Share(share)
-	}
-	return it.Decide(res, s.now())
+	// decided from this instance's share while the backend is out: the
+	// status, current_limit and the headers describe the share
+	return policy.Outcome{Results: res, Shares: share}, nil
 }
 
 func (s *Service) now() time.Time { return time.Unix(0, s.opts.Clock.Now()) }
@@ -367,12 +303,12 @@ type backendError struct{ err error }
 func (e *backendError) Error() string { return "rate limit backend: " + e.err.Error() }
 func (e *backendError) Unwrap() error { return e.err }
 
-// redact replaces it's bucket key, which holds the client's descriptor
+// redact replaces b's bucket key, which holds the client's descriptor
 // values, by its rule's configuration path in err's text: errors are logged.
-func redact(err error, it *policy.Item) error {
+func redact(err error, b *policy.Batch) error {
 	msg := err.Error()
-	safe := strings.ReplaceAll(msg, strconv.Quote(it.Key), "<key of "+it.Rule.Path+">")
-	safe = strings.ReplaceAll(safe, it.Key, "<key of "+it.Rule.Path+">")
+	safe := strings.ReplaceAll(msg, strconv.Quote(b.Key), "<key of "+b.Rule.Path+">")
+	safe = strings.ReplaceAll(safe, b.Key, "<key of "+b.Rule.Path+">")
 	if safe == msg {
 		return err
 	}

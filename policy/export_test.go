@@ -1,0 +1,16 @@
+package policy
+
+// Item is a descriptor's plan, for the tests of package policy_test.
+type Item = item
+
+// Items returns the items of req's plan, for the tests of package policy_test.
+func (c *Rules) Items(req *Request) ([]Item, error) { return c.plan(req) }
+
+// ItemKind and its values, for the tests of package policy_test.
+type ItemKind = itemKind
+
+const (
+	NoLimit   = noLimit
+	Unlimited = unlimited
+	Limited   = limited
+)
