@@ -42,22 +42,25 @@ type call struct {
 	lead     chan struct{} // told to lead the next round
 }
 
-// PanicError is the value a caller of Execute panics with when the round
-// holding its request panicked on the round's own goroutine (see Execute):
-// the original panic value and the stack where it was recovered.
+// PanicError is a panic carried from the goroutine it happened on to the
+// one that re-raises it: the value a caller of Execute panics with when the
+// round holding its request panicked on the round's own goroutine (see
+// Execute), and the value httplimit's middleware re-panics with and
+// reports when its limiter panicked. It holds the original panic value and
+// the stack where it was recovered.
 type PanicError struct {
 	Value any
 	Stack []byte
 }
 
-// Error returns "cas: panic in a round: ", the panic value, an empty line
+// Error returns "bucketgrid: panic: ", the panic value, an empty line
 // and the stack. The value is printed as fmt's %v prints it when it is nil,
 // an error, a fmt.Stringer, a string, a bool or a number of a predeclared
 // type (what panics carry: runtime errors, panic("…"), panic(err)); any
 // other value is shown as "(unprintable value; see PanicError.Value)", as
 // cas does without fmt to keep it out of the Envoy filter.
 func (p *PanicError) Error() string {
-	return "cas: panic in a round: " + valueText(p.Value) + "\n\n" + string(p.Stack)
+	return "bucketgrid: panic: " + valueText(p.Value) + "\n\n" + string(p.Stack)
 }
 
 // Unwrap returns the panic value if it is an error.

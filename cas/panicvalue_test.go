@@ -25,7 +25,7 @@ type code int
 // every value a panic carries in practice (fmt is the oracle), and says
 // plainly when it does not print one.
 func TestPanicErrorMessage(t *testing.T) {
-	const prefix = "cas: panic in a round: "
+	const prefix = "bucketgrid: panic: "
 	for _, v := range []any{nil, "boom", errors.New("an error"), fmt.Errorf("wrapped: %w", context.Canceled),
 		stringer{}, time.Second, panicky{}, true, false,
 		0, -7, int8(-128), int16(300), int32(-1 << 31), int64(math.MinInt64),

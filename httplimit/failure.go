@@ -16,37 +16,15 @@ import (
 	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
-// PanicError is the value the middleware re-panics with when the limiter
-// panicked (see Stats.Panicked), and the error the WithErrorHook function
-// receives for it: the original panic value and the stack of the goroutine
-// that panicked.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-// Error returns the panic value and the stack.
-func (p *PanicError) Error() string {
-	return fmt.Sprintf("httplimit: panic in the limiter: %v\n\n%s", p.Value, p.Stack)
-}
-
-// Unwrap returns the panic value if it is an error.
-func (p *PanicError) Unwrap() error {
-	err, _ := p.Value.(error)
-	return err
-}
-
 // newPanicError wraps a recovered value with the current goroutine's stack,
-// keeping the stack a *PanicError or a *cas.PanicError already carries from
-// the goroutine that panicked first.
-func newPanicError(v any) *PanicError {
-	switch p := v.(type) {
-	case *PanicError:
+// keeping the stack a *cas.PanicError already carries from the goroutine
+// that panicked first (a round of the executor). The middleware re-panics
+// with it and hands it to the WithErrorHook function.
+func newPanicError(v any) *cas.PanicError {
+	if p, ok := v.(*cas.PanicError); ok {
 		return p
-	case *cas.PanicError:
-		return &PanicError{Value: p.Value, Stack: p.Stack}
 	}
-	return &PanicError{Value: v, Stack: debug.Stack()}
+	return &cas.PanicError{Value: v, Stack: debug.Stack()}
 }
 
 // takeResult is what the goroutine consulting a distributed bucket hands
@@ -54,7 +32,7 @@ func newPanicError(v any) *PanicError {
 type takeResult struct {
 	u        Usage
 	err      error
-	panicked *PanicError
+	panicked *cas.PanicError
 }
 
 // Hand-off states between take and its goroutine: the first to move the
@@ -132,7 +110,7 @@ func grace(timeout time.Duration) time.Duration { return min(timeout/8, 50*time.
 // latePanic reports a panic of a bucket consultation the request no longer
 // waited for: the request was answered already, so it is not counted in
 // Stats, but it is not silent either.
-func (m *Middleware) latePanic(r *http.Request, p *PanicError) {
+func (m *Middleware) latePanic(r *http.Request, p *cas.PanicError) {
 	if m.o.onError != nil {
 		m.o.onError(r, p)
 		return

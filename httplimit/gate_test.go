@@ -356,10 +356,10 @@ func TestPanicIsReRaisedNeverServed(t *testing.T) {
 				t.Errorf("stats %+v", s)
 			}
 			errs := hook.all()
-			var p *PanicError
+			var p *cas.PanicError
 			if len(errs) != 3 || !errors.As(errs[0], &p) || !strings.Contains(fmt.Sprint(p.Value), "boom") ||
 				!strings.Contains(string(p.Stack), tt.stack) {
-				t.Fatalf("hook got %v, want 3 *PanicError with the value and a stack through %s", errs, tt.stack)
+				t.Fatalf("hook got %v, want 3 *cas.PanicError with the value and a stack through %s", errs, tt.stack)
 			}
 		})
 	}

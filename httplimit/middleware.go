@@ -177,7 +177,7 @@ func WithFailOpen(open bool) Option {
 // the request is answered or fails open or closed, with each key the
 // middleware refuses with 400 (the KeyFunc's or the backend's error: the 400
 // itself carries a fixed message), and with each panic in the limiter as a
-// *PanicError: log it, count it by cause. f runs on the request's goroutine
+// *cas.PanicError: log it, count it by cause. f runs on the request's goroutine
 // and must be safe for concurrent use.
 func WithErrorHook(f func(r *http.Request, err error)) Option {
 	return func(o *options) { o.onError = f }
@@ -267,7 +267,7 @@ type Stats struct {
 	Canceled uint64
 	// Panicked requests met a panic in the limiter: the key function, the
 	// Buckets (store, executor, plan) or the middleware itself. The panic is
-	// reported to the WithErrorHook function as a *PanicError (value and
+	// reported to the WithErrorHook function as a *cas.PanicError (value and
 	// stack) and re-raised on the request's goroutine, as
 	// http.TimeoutHandler re-raises its handler's: the request is never
 	// served, the connection is dropped by net/http (or the panic reaches a
