@@ -45,17 +45,18 @@
 // still do, with the test that shows it.
 //
 // The cluster CA comes from Config.TLS, from the PEM files TLSCertFile,
-// TLSKeyFile and TLSCAFile, or from ChannelSecret. The PEM files are the production path: the operator's CA
-// issues each member a certificate naming its host, as cert-manager does
-// in Kubernetes (its tls.crt, tls.key and ca.crt), and the member re-reads
-// the files four times a HealInterval, so a renewed certificate, key or CA
-// (the files swapped at once through the ..data link) is used from the
-// next connection on, without a restart, and a replacement that does not
-// parse is logged to LogOutput and the files in use stay in use
-// (TestCertFilesReload). This is what operators know from Consul and etcd
-// (certificate files reloaded in place) and CockroachDB (a certificate
-// directory re-read while running). ChannelSecret is the development
-// mode: whoever holds the secret is the CA.
+// TLSKeyFile and TLSCAFile, or from ChannelSecret. The PEM files are the
+// production path: the operator's CA issues each member a certificate
+// naming its host, as cert-manager does in Kubernetes (its tls.crt, tls.key
+// and ca.crt), and the member re-reads the files four times a HealInterval,
+// so a renewed certificate, key or CA (the files swapped at once through
+// the ..data link) is used from the next connection on, without a restart,
+// and a replacement that does not parse is logged to LogOutput and the
+// files in use stay in use (TestCertFilesReload). This is what operators
+// know from Consul and etcd (certificate files reloaded in place) and
+// CockroachDB (a certificate directory re-read while running).
+// ChannelSecret is the development mode: whoever holds the secret is the
+// CA.
 //
 // Revocation: Config.RevokedFile, re-read like the PEM files, lists
 // certificates by serial number (as `openssl x509 -serial` prints it) or
@@ -159,16 +160,15 @@
 //
 // Peers are gossip addresses of running members. A member given Peers or
 // Discover never forms a new cluster: until a peer proved itself to it,
-// Start waits, and if none did within JoinTimeout it fails with ErrJoin
-// and the last refusal (for a certificate of another CA: "certificate
-// signed by unknown authority"; TestChannelSecretMistake,
-// TestJoinFailures); if the peers answer Olric's protocol (given BindPort
-// instead of the gossip port) it fails at once, with ErrJoin and
-// ErrNotGossipPort. A member's own gossip address in Peers is ignored, so every
-// member may be given the same list: members started within JoinTimeout of
-// each other find each other and form one cluster (TestStartTogether).
-// Only a member with no peers configured (or itself as the only peer)
-// starts a cluster.
+// Start waits, and if none did within JoinTimeout it fails with ErrJoin and
+// the last refusal (for a certificate of another CA: "certificate signed by
+// unknown authority"; TestChannelSecretMistake, TestJoinFailures); if the
+// peers answer Olric's protocol (given BindPort instead of the gossip port)
+// it fails at once, with ErrJoin and ErrNotGossipPort. A member's own
+// gossip address in Peers is ignored, so every member may be given the same
+// list: members started within JoinTimeout of each other find each other
+// and form one cluster (TestStartTogether). Only a member with no peers
+// configured (or itself as the only peer) starts a cluster.
 //
 // Config.Discover finds peers where they are published rather than listed:
 // cmd/bucketgrid's -grid-peers dns:NAME resolves NAME (a Kubernetes
