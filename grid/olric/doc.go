@@ -177,10 +177,11 @@
 //
 // # Keys
 //
-// A member holds keys of up to MaxKeyLen bytes, which says why. A longer
-// key is the client's error (see Member.Execute), never retried, never an
-// outage. To limit longer client keys, map them with core.FitKey(key,
-// MaxKeyLen). Errors and logs of this package never contain a key.
+// A member holds keys of up to MaxKeyLen bytes (see MaxKeyLen for why). A
+// longer key is the client's error (see Member.Execute), never retried,
+// never an outage. To limit longer client keys, map them with
+// core.FitKey(key, MaxKeyLen). Errors and logs of this package never
+// contain a key.
 //
 // The DMap holding the buckets belongs to this package: writing to it by
 // other means breaks the owner's copy. The application may use the embedded
