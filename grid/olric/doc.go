@@ -38,28 +38,38 @@
 //
 // # Trust
 //
-// The cluster CA is the one root of trust (Config.TLS, the PEM files
-// TLSCertFile, TLSKeyFile and TLSCAFile, or a CA derived from
-// ChannelSecret). The PEM files are the production path: the operator's CA
-// issues each member a certificate naming its host, as cert-manager does
-// in Kubernetes, and the member re-reads the files four times a
-// HealInterval, so a renewed certificate, key or CA (the files swapped at
-// once through the ..data link) is used from the next connection on,
-// without a restart, and a replacement that does not parse is logged and
-// the files in use stay in use. This is what operators know from Consul
-// and etcd (certificate files reloaded in place) and CockroachDB (a
-// certificate directory re-read while running). ChannelSecret is the
-// development mode: whoever holds the secret is the CA.
+// The cluster CA is the one root of trust, and membership one sentence: a
+// member is the holder of a certificate from the cluster CA that names the
+// host it speaks for, proven on the connection it speaks on. README.md's
+// "Trust model" lists, for each secret or file, what its holder alone can
+// still do, with the test that shows it.
+//
+// The cluster CA comes from Config.TLS, from the PEM files TLSCertFile,
+// TLSKeyFile and TLSCAFile, or from ChannelSecret. The PEM files are the
+// production path: the operator's CA issues each member a certificate
+// naming its host, as cert-manager does in Kubernetes (its tls.crt, tls.key
+// and ca.crt), and the member re-reads the files four times a HealInterval,
+// so a renewed certificate, key or CA (the files swapped at once through
+// the ..data link) is used from the next connection on, without a restart,
+// and a replacement that does not parse is logged to LogOutput and the
+// files in use stay in use (TestCertFilesReload). This is what operators
+// know from Consul and etcd (certificate files reloaded in place) and
+// CockroachDB (a certificate directory re-read while running).
+// ChannelSecret is the development mode: whoever holds the secret is the
+// CA.
 //
 // Revocation: Config.RevokedFile, re-read like the PEM files, lists
-// certificates by serial number or SHA-256 fingerprint, the role a CRL
-// plays elsewhere. With a certificate listed on every member, every
-// handshake with its holder fails at both ends (owner channel, tunnel,
-// identity question), the connections it opened are closed, and no member
-// sends it gossip or admits its gossip records, so gossip declares it dead
-// after its failure detection (see "Crash fail-over window"), Olric drops
-// it and its partitions move to the others. Its own process keeps running,
-// outside the cluster.
+// certificates by serial number (as `openssl x509 -serial` prints it) or
+// SHA-256 fingerprint, one a line, with # comments (TestParseRevocations):
+// the role a CRL plays elsewhere. With a certificate listed on every
+// member, every handshake with its holder fails at both ends (owner
+// channel, tunnel, identity question), the connections it opened are
+// closed, and no member sends it gossip or admits its gossip records, so
+// gossip declares it dead after its failure detection (see "Crash
+// fail-over window"), Olric drops it and its partitions move to the
+// others, whose checks stay exact and available meanwhile
+// (TestRevokedExpelled). Its own process keeps running, outside the
+// cluster.
 //
 // A node is a member only once it proved a certificate of
 // that CA naming its BindAddr: memberlist's Alive and Merge delegates
@@ -95,7 +105,10 @@
 //     a tunnelled byte or an identity question is read. Failed handshakes
 //     are bounded per source address: 16, then one a second; beyond,
 //     connections from that address are closed at once, unless a member
-//     completed a verified handshake from it within the last hour.
+//     completed a verified handshake from it within the last hour (an
+//     attacker sharing that address then gets handshakes too, as many at
+//     once as the handshaking limit below allows): TestDoorsThrottle,
+//     TestDoorsVerifiedSource.
 //   - Olric's traffic between members travels through the owner channel:
 //     Olric's client dials another member's owner channel (mutual TLS, then
 //     a tunnel preamble), which forwards to its own Olric port and nowhere
@@ -106,12 +119,11 @@
 //     (and Olric does not limit AUTH attempts): let only the member's host
 //     reach it.
 //   - Gossip is encrypted and authenticated with memberlist's AES-GCM
-//     keyring (GossipKeys); a node without the key cannot take part, and a
-//     node with it but without a certificate can read the member list and
-//     send suspect or dead messages or another record under a member's name
-//     (which the named member refutes), never join. Keys rotate without downtime: AddGossipKey(new) on every
-//     member, then UseGossipKey(new) on every member, then
-//     RemoveGossipKey(old) on every member.
+//     keyring (GossipKeys); a node without the key cannot take part, and
+//     one with the key but without a certificate never joins (what it can
+//     still do is in README.md's "Trust model"). Keys rotate without
+//     downtime: AddGossipKey(new) on every member, then UseGossipKey(new)
+//     on every member, then RemoveGossipKey(old) on every member.
 //   - Password is Olric's AUTH, defence in depth behind TLS.
 //
 // A member whose BindAddr or MemberlistBindAddr is not a loopback address
@@ -124,10 +136,7 @@
 // GossipKeys differ, which gossip cannot let in, fails the same way two
 // seconds after its gossip started when its peers use the default ports
 // (the owner channel one below the gossip port), else with ErrJoin after
-// JoinTimeout. A member given Peers or Discover never starts alone: until
-// a peer proved itself to it, Start waits, and after JoinTimeout fails with ErrJoin and the last refusal
-// (for a certificate of another CA: "certificate signed by unknown
-// authority"). Only a member with no peers configured starts a cluster.
+// JoinTimeout (see "Joining").
 //
 // No address an outsider can write decides where requests go: the owner of
 // a key is a member name in Olric's routing table, which only proven
@@ -149,15 +158,17 @@
 //
 // # Joining
 //
-// Peers are gossip addresses of running members. When Peers is not empty,
-// Start never forms a new cluster: if no peer lets the member in within
-// JoinTimeout it fails with ErrJoin (and at once with ErrNotGossipPort as
-// well if the peers answer Olric's protocol: given BindPort instead of the
-// gossip port). A member's own gossip address in Peers is ignored, so every
-// member may be given the same list: members started within JoinTimeout of
-// each other find each other and form one cluster (TestStartTogether). A
-// member started alone, with no other member up, forms a cluster only with
-// empty Peers (or itself as the only peer).
+// Peers are gossip addresses of running members. A member given Peers or
+// Discover never forms a new cluster: until a peer proved itself to it,
+// Start waits, and if none did within JoinTimeout it fails with ErrJoin and
+// the last refusal (for a certificate of another CA: "certificate signed by
+// unknown authority"; TestChannelSecretMistake, TestJoinFailures); if the
+// peers answer Olric's protocol (given BindPort instead of the gossip port)
+// it fails at once, with ErrJoin and ErrNotGossipPort. A member's own
+// gossip address in Peers is ignored, so every member may be given the same
+// list: members started within JoinTimeout of each other find each other
+// and form one cluster (TestStartTogether). Only a member with no peers
+// configured (or itself as the only peer) starts a cluster.
 //
 // Config.Discover finds peers where they are published rather than listed:
 // cmd/bucketgrid's -grid-peers dns:NAME resolves NAME (a Kubernetes
@@ -166,13 +177,15 @@
 //
 // # Keys
 //
-// A member holds keys of up to MaxKeyLen (255) bytes, any bytes: Olric
-// refuses keys of 256 bytes or more, and the member stores each bucket
-// under its key as given, with no prefix. Execute and Remove refuse a
-// longer key before any I/O with a *core.KeyError (errors.Is
-// core.ErrInvalidKey): the client's error, never retried, never an outage.
-// To limit longer client keys, map them with core.FitKey(key, MaxKeyLen).
-// Errors and logs of this package never contain a key.
+// A member holds keys of up to MaxKeyLen bytes (see MaxKeyLen for why). A
+// longer key is the client's error (see Member.Execute), never retried,
+// never an outage. To limit longer client keys, map them with
+// core.FitKey(key, MaxKeyLen). Errors and logs of this package never
+// contain a key.
+//
+// The DMap holding the buckets belongs to this package: writing to it by
+// other means breaks the owner's copy. The application may use the embedded
+// Olric for anything else (see Member.Olric).
 //
 // # Contract
 //
@@ -252,9 +265,11 @@
 // and a bucket whose state it can read (a backup's, a living previous
 // owner's) keeps that state. So a fault admits at most the refill over its
 // duration beyond the exact bucket, never a second capacity; with Quorum,
-// 0 (TestNetFaultBound: a host cut off, an owner paused and an owner
-// killed, with one replica and with two; figures in the README's fault
-// table). With LostFull the bucket starts full, as a new key would: every such
+// 0. TestNetFaultBound asserts it for a host cut off, an owner paused and
+// an owner killed, with one replica and with two: over-admitted ≤ rate ×
+// fault duration + one check per member, where a fault lasts until the
+// members read one cluster again (a kill, to the end of the run); the
+// figures are in README.md's fault table. With LostFull the bucket starts full, as a new key would: every such
 // takeover hands each lost bucket one more capacity.
 //
 // What LostEmpty costs a legitimate client: after a takeover without a
@@ -290,8 +305,7 @@
 // Olric is AP: when the network splits, each side declares the other's
 // members dead and takes over their partitions, so each side owns every key
 // and, by default, admits on its own; the other side's buckets it cannot
-// read start empty there (see "Lost state"), so a split admits at most the
-// refill over its duration beyond the exact bucket, not a second capacity.
+// read start empty there, within the bound of "Lost state".
 //
 // A split heals by itself. memberlist never contacts a member it declared
 // dead, so every HealInterval (1 s) a member asks the members it misses to
@@ -529,27 +543,21 @@
 // every member.
 // See README.md for what they save.
 //
-// # Performance
+// # Retries
 //
-// BenchmarkCheck runs 15 callers, five on each of 3 members in one process
-// on a 2-core machine, each doing the same number of checks, with security
-// off and on side by side, and Olric's Lock+Get+Put+Unlock for comparison;
-// it reports CPU time and read and write system calls per check besides
-// throughput and latency. The module bench/gubernator runs gubernator on a
-// similar workload. See README.md for the figures and where a check's CPU
-// goes.
-//
-// Failures: a request whose owner connection breaks before the answer
-// arrives is sent again (to the same owner or, after re-routing, the new
-// one), so it may be applied twice: a consumption may be counted twice,
-// never forgotten. Errors from Olric on the owner are retried the same way
+// A request whose owner connection breaks before the answer arrives is
+// sent again (to the same owner or, after re-routing, the new one), so it
+// may be applied twice: a consumption may be counted twice, never
+// forgotten. Errors from Olric on the owner are retried the same way
 // until the request's context (or Config.RequestTimeout) ends. An owner
 // does not execute a request whose caller stopped waiting before its turn
 // came (measured from when the owner read it).
 //
-// The DMap holding the buckets belongs to this package: writing to it by
-// other means breaks the owner's copy. The application may use the embedded
-// Olric for anything else (see Member.Olric).
+// # Performance
+//
+// What a check costs (BenchmarkCheck, beside Olric's Lock+Get+Put+Unlock
+// and gubernator), with the workload, the command and where a check's CPU
+// goes, is in README.md's "Figures".
 //
 // # Module path
 //

@@ -23,27 +23,13 @@ import (
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/trust"
 )
 
-// Membership is proven on the owner channel, never taken from gossip.
-//
-// memberlist lets the embedding program veto a node (its Alive and Merge
-// delegates; Olric sets only Delegate and Events). A member admits a node
-// into its gossip view, and so into Olric's member list, routing table and
-// coordinator election, only after it dialled the node's owner channel
-// (the node's name's port + 1), the node proved there a certificate of the
-// cluster CA that names the node's host (mutual TLS 1.3), and the node said
-// over that connection that the gossip record is its own: the same Olric
-// metadata (name, ID, Birthdate) and the same gossip address. A node that
-// holds the gossip key but no certificate is never admitted: no member
-// dials its Olric port, sends it the password, gives it partitions or
-// counts its Birthdate.
-//
-// Replay: a real member's gossip record, replayed from another gossip
-// address, is refused (the member names its own address); replayed from its
-// own address it is the member's own claim and changes nothing. What a
-// holder of the gossip key alone can still do is what memberlist lets any
-// gossip participant do: read the member list and send suspect or dead
-// messages, or another record under a member's name, which the named
-// member refutes (churn, not membership).
+// Membership is proven on the owner channel, never taken from gossip: what
+// a node must prove, and what it is refused until it has, is "Trust" in
+// doc.go. memberlist lets the embedding program veto a node (its Alive and
+// Merge delegates; Olric sets only Delegate and Events), and this file
+// vetoes every record whose node has not proved itself. A real member's
+// record replayed from its own gossip address is the member's own claim
+// and changes nothing.
 //
 // A joiner's record is verified by the member it joins before their state
 // sync is merged (NotifyMerge, outside memberlist's locks), and by every

@@ -21,9 +21,9 @@ const (
 // A source address from which a member completed a verified handshake
 // (mutual TLS, its certificate naming the address) within DoorTrust is
 // never closed before its handshake, whatever it owes: an attacker's
-// failures from a member's host or NAT address cannot shut the member out.
-// The attacker there gets handshakes too, as many at once as the
-// member's handshaking limit allows.
+// failures from a member's host or NAT address cannot shut the member out
+// (what that leaves an attacker: "Trust" in grid/olric's package
+// documentation).
 const DoorTrust = time.Hour
 
 // Throttle tracks failed handshakes per source IP address, as a generic
