@@ -23,9 +23,9 @@ type backend struct {
 	describe string // appended to the ready line
 }
 
-// openBackend opens c.Backend: the embedded grid, this process's memory, or
+// newBackend opens s.Backend: the embedded grid, this process's memory, or
 // a CAS store named by its URI.
-func openBackend(ctx context.Context, c config, logs io.Writer) (*backend, error) {
+func newBackend(ctx context.Context, c settings, logs io.Writer) (*backend, error) {
 	switch c.Backend {
 	case "grid":
 		return openGrid(ctx, c.Grid, logs)

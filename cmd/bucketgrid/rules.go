@@ -37,7 +37,7 @@ type rules struct {
 	from  []any // for the log
 }
 
-func openRules(c config, log *slog.Logger) (*rules, error) {
+func openRules(c settings, log *slog.Logger) (*rules, error) {
 	if c.XDS.Addr == "" {
 		ld := &loader.Loader{Paths: c.ConfigPaths, Options: c.Rules}
 		return &rules{
@@ -49,6 +49,11 @@ func openRules(c config, log *slog.Logger) (*rules, error) {
 			from:  []any{"paths", c.ConfigPaths},
 		}, nil
 	}
+	return openXDS(c, log)
+}
+
+// openXDS follows the rules of -config-xds.
+func openXDS(c settings, log *slog.Logger) (*rules, error) {
 	api, err := xds.ParseAPI(c.XDS.API)
 	if err != nil {
 		return nil, fmt.Errorf("-config-xds-api: %w", err)
