@@ -75,13 +75,17 @@ func run(ctx context.Context, s settings, stdout, stderr io.Writer) (err error) 
 	if err != nil {
 		return err
 	}
+	openBackend, err := newBackend(s, stderr)
+	if err != nil {
+		return fmt.Errorf("backend %s: %w", s.Backend, err)
+	}
 	lns, err := listen(s)
 	if err != nil {
 		return err
 	}
 	defer lns.close()
 
-	be, err := newBackend(ctx, s, stderr)
+	be, err := openBackend(ctx)
 	if err != nil {
 		return fmt.Errorf("backend %s: %w", s.Backend, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"io"
 	"net"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -98,5 +100,43 @@ func TestValidateAccepts(t *testing.T) {
 	}
 	if s.Rules.Algorithm.String() != "token_bucket" || s.Headers != 1 || !s.RetryAfter || !s.LogJSON || s.Rules.NearLimitRatio != 0.8 {
 		t.Errorf("%+v", s)
+	}
+}
+
+// TestRunReadsFilesBeforeListening: files the flags name that cannot be
+// read (the gRPC server's certificate, the grid's secrets) stop run before
+// it opens a listener (the gRPC address is held by the test, so a listen
+// would fail with "-grpc-addr") or starts the backend.
+func TestRunReadsFilesBeforeListening(t *testing.T) {
+	dir := writeConfig(t, t.TempDir(), map[string]string{"srv.yaml": serverConfig})
+	missing := filepath.Join(t.TempDir(), "missing")
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-tls-cert", missing, "-tls-key", missing}, missing},
+		{[]string{"-grid-secret-file", missing}, "-grid-secret-file"},
+		{[]string{"-grid-password-file", missing}, "-grid-password-file"},
+		{[]string{"-grid-gossip-key-file", missing}, "-grid-gossip-key-file"},
+	} {
+		args := append([]string{"-config", dir, "-grpc-addr", held.Addr().String(), "-http-addr", "", "-drain-grace", "0",
+			"-grid-bind", "127.0.0.1:" + strconv.Itoa(gridPort(t))}, tc.args...)
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		s, err := parseFlagsEnv(fs, args, noEnv)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		var stdout bytes.Buffer
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := run(ctx, s, &stdout, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "-grpc-addr") {
+			t.Errorf("%q: run: %v, want the file refused (%q) before any listener", tc.args, err, tc.want)
+		}
 	}
 }
