@@ -23,16 +23,26 @@ type backend struct {
 	describe string // appended to the ready line
 }
 
-// openBackend opens c.Backend: the embedded grid, this process's memory, or
-// a CAS store named by its URI.
-func openBackend(ctx context.Context, c config, logs io.Writer) (*backend, error) {
-	switch c.Backend {
+// newBackend prepares s.Backend, the embedded grid, this process's memory
+// or a CAS store named by its URI, reading the files the grid flags name
+// (its secrets); open then starts it, or connects to the store.
+func newBackend(s settings, logs io.Writer) (open func(context.Context) (*backend, error), err error) {
+	switch s.Backend {
 	case "grid":
-		return openGrid(ctx, c.Grid, logs)
+		cfg, err := gridConfig(s.Grid)
+		if err != nil {
+			return nil, err
+		}
+		if s.Grid.Verbose {
+			cfg.LogOutput = logs
+		}
+		return func(ctx context.Context) (*backend, error) { return startGrid(ctx, cfg) }, nil
 	case "memory":
-		return &backend{exec: cas.New(memstore.New()), close: func(context.Context) error { return nil }}, nil
+		return func(context.Context) (*backend, error) {
+			return &backend{exec: cas.New(memstore.New()), close: func(context.Context) error { return nil }}, nil
+		}, nil
 	}
-	return openStore(ctx, c.Backend)
+	return func(ctx context.Context) (*backend, error) { return openStore(ctx, s.Backend) }, nil
 }
 
 // gridConfig is the member configuration the grid flags describe.
@@ -134,14 +144,8 @@ func readGossipKeys(name string) ([][]byte, error) {
 	return keys, nil
 }
 
-func openGrid(ctx context.Context, g gridFlags, logs io.Writer) (*backend, error) {
-	cfg, err := gridConfig(g)
-	if err != nil {
-		return nil, err
-	}
-	if g.Verbose {
-		cfg.LogOutput = logs
-	}
+// startGrid starts the grid member cfg describes.
+func startGrid(ctx context.Context, cfg olric.Config) (*backend, error) {
 	m, err := olric.Start(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -81,7 +81,7 @@ func TestTLSClientSAN(t *testing.T) {
 }
 
 func TestDropinFlags(t *testing.T) {
-	parse := func(args ...string) (config, error) {
+	parse := func(args ...string) (settings, error) {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		return parseFlagsEnv(fs, append([]string{"-config", "x"}, args...), noEnv)

@@ -452,7 +452,7 @@ func checkImage(t *testing.T, pod corev1.PodSpec) {
 // rate-limit filter calls a cluster that is the clients' Service (its DNS
 // name, its gRPC port, health-checked as the readiness probe checks), for
 // the ConfigMap's domain, with a timeout above the service's own.
-func checkEnvoy(t *testing.T, m manifests, cfg config) {
+func checkEnvoy(t *testing.T, m manifests, cfg settings) {
 	t.Helper()
 	raw, err := os.ReadFile("../../deploy/kubernetes/envoy.yaml")
 	if err != nil {

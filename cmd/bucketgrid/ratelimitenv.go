@@ -185,6 +185,31 @@ func (e *envReader) addr(hostName, portName, defHost, defPort, flag string) {
 // naming each setting that does not apply, and why.
 func ratelimitEnv(lookup func(string) (string, bool)) (flags, from map[string]string, err error) {
 	e := &envReader{lookup: lookup, flags: map[string]string{}, from: map[string]string{}}
+	e.refuseNotApplicable()
+	e.addr("HOST", "PORT", "0.0.0.0", "8080", "http-addr")
+	e.addr("DEBUG_HOST", "DEBUG_PORT", "0.0.0.0", "6070", "debug-addr")
+	e.addr("GRPC_HOST", "GRPC_PORT", "0.0.0.0", "8081", "grpc-addr")
+	e.pass("GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age")
+	e.pass("GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace")
+	e.serverTLS()
+	e.logging()
+	configFromEnv(e)
+	e.pass("NEAR_LIMIT_RATIO", "near-limit-ratio")
+	if e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
+		e.set("stop-counting-when-over-limit", "true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	}
+	e.headers()
+	for name, flag := range map[string]string{"SHADOW_MODE": "shadow-mode", "QUOTA_MODE": "quota-mode", "MERGE_DOMAIN_CONFIG": "merge-domains"} {
+		if _, ok := e.get(name); ok {
+			e.set(flag, strconv.FormatBool(e.boolean(name)), name)
+		}
+	}
+	return e.flags, e.from, errors.Join(e.errs...)
+}
+
+// refuseNotApplicable refuses each setting of notApplicable that is set to
+// other than its inert value.
+func (e *envReader) refuseNotApplicable() {
 	names := make([]string, 0, len(notApplicable))
 	for n := range notApplicable {
 		names = append(names, n)
@@ -201,12 +226,10 @@ func ratelimitEnv(lookup func(string) (string, bool)) (flags, from map[string]st
 		}
 		e.errs = append(e.errs, fmt.Errorf("%s=%q does not apply: %s", n, v, na.why))
 	}
+}
 
-	e.addr("HOST", "PORT", "0.0.0.0", "8080", "http-addr")
-	e.addr("DEBUG_HOST", "DEBUG_PORT", "0.0.0.0", "6070", "debug-addr")
-	e.addr("GRPC_HOST", "GRPC_PORT", "0.0.0.0", "8081", "grpc-addr")
-	e.pass("GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age")
-	e.pass("GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace")
+// serverTLS reads the gRPC server's TLS settings.
+func (e *envReader) serverTLS() {
 	// envoyproxy/ratelimit reads the certificates only with
 	// GRPC_SERVER_USE_TLS, and the SAN only with a client CA
 	if e.boolean("GRPC_SERVER_USE_TLS") {
@@ -222,6 +245,10 @@ func ratelimitEnv(lookup func(string) (string, bool)) (flags, from map[string]st
 			e.pass("GRPC_CLIENT_TLS_SAN", "tls-client-san")
 		}
 	}
+}
+
+// logging reads LOG_LEVEL and LOG_FORMAT.
+func (e *envReader) logging() {
 	if v, ok := e.get("LOG_LEVEL"); ok {
 		// logrus's levels, as envoyproxy/ratelimit parses them
 		switch l := strings.ToLower(v); l {
@@ -242,11 +269,10 @@ func ratelimitEnv(lookup func(string) (string, bool)) (flags, from map[string]st
 		}
 		e.set("log-format", f, "LOG_FORMAT")
 	}
-	configFromEnv(e)
-	e.pass("NEAR_LIMIT_RATIO", "near-limit-ratio")
-	if e.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
-		e.set("stop-counting-when-over-limit", "true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
-	}
+}
+
+// headers reads LIMIT_RESPONSE_HEADERS_ENABLED and the draft headers' names.
+func (e *envReader) headers() {
 	if _, ok := e.get("LIMIT_RESPONSE_HEADERS_ENABLED"); ok {
 		if e.boolean("LIMIT_RESPONSE_HEADERS_ENABLED") {
 			e.set("headers", "draft", "LIMIT_RESPONSE_HEADERS_ENABLED")
@@ -267,12 +293,6 @@ func ratelimitEnv(lookup func(string) (string, bool)) (flags, from map[string]st
 			e.set("headers", "none", "LIMIT_RESPONSE_HEADERS_ENABLED")
 		}
 	}
-	for name, flag := range map[string]string{"SHADOW_MODE": "shadow-mode", "QUOTA_MODE": "quota-mode", "MERGE_DOMAIN_CONFIG": "merge-domains"} {
-		if _, ok := e.get(name); ok {
-			e.set(flag, strconv.FormatBool(e.boolean(name)), name)
-		}
-	}
-	return e.flags, e.from, errors.Join(e.errs...)
 }
 
 // configFromEnv reads where the configuration comes from: files under

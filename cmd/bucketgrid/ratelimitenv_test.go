@@ -88,7 +88,7 @@ var settingCases = map[string]struct {
 
 // parseWithEnv parses no flags but those envoyproxy/ratelimit's settings
 // env stand for, on top of RUNTIME_ROOT=/r (a configuration to start with).
-func parseWithEnv(env map[string]string, args ...string) (config, error) {
+func parseWithEnv(env map[string]string, args ...string) (settings, error) {
 	all := map[string]string{"RUNTIME_ROOT": "/r"}
 	for k, v := range env {
 		all[k] = v

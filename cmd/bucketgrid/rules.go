@@ -37,7 +37,7 @@ type rules struct {
 	from  []any // for the log
 }
 
-func openRules(c config, log *slog.Logger) (*rules, error) {
+func openRules(c settings, log *slog.Logger) (*rules, error) {
 	if c.XDS.Addr == "" {
 		ld := &loader.Loader{Paths: c.ConfigPaths, Options: c.Rules}
 		return &rules{
@@ -49,19 +49,18 @@ func openRules(c config, log *slog.Logger) (*rules, error) {
 			from:  []any{"paths", c.ConfigPaths},
 		}, nil
 	}
+	return openXDS(c, log)
+}
+
+// openXDS follows the rules of -config-xds.
+func openXDS(c settings, log *slog.Logger) (*rules, error) {
 	api, err := xds.ParseAPI(c.XDS.API)
 	if err != nil {
 		return nil, fmt.Errorf("-config-xds-api: %w", err)
 	}
-	creds := insecure.NewCredentials()
-	if c.XDS.CA != "" {
-		if creds, err = credentials.NewClientTLSFromFile(c.XDS.CA, ""); err != nil {
-			return nil, fmt.Errorf("-config-xds-ca: %w", err)
-		}
-	}
-	conn, err := grpc.NewClient(c.XDS.Addr, grpc.WithTransportCredentials(creds))
+	conn, err := dialXDS(c.XDS)
 	if err != nil {
-		return nil, fmt.Errorf("-config-xds: %w", err)
+		return nil, err
 	}
 	node := c.XDS.Node
 	if node == "" {
@@ -124,4 +123,20 @@ func openRules(c config, log *slog.Logger) (*rules, error) {
 		},
 		from: []any{"xds", c.XDS.Addr, "node", node},
 	}, nil
+}
+
+// dialXDS returns a connection to the xDS server, over TLS with a CA file.
+func dialXDS(x xdsFlags) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if x.CA != "" {
+		var err error
+		if creds, err = credentials.NewClientTLSFromFile(x.CA, ""); err != nil {
+			return nil, fmt.Errorf("-config-xds-ca: %w", err)
+		}
+	}
+	conn, err := grpc.NewClient(x.Addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("-config-xds: %w", err)
+	}
+	return conn, nil
 }

@@ -203,3 +203,12 @@ func openCouchbase(ctx context.Context, u storeURI) (*backend, error) {
 	}
 	return &backend{exec: cas.New(store), store: store, describe: " bucket=" + bucket, close: closeCluster}, nil
 }
+
+// knownStoreScheme reports whether openStore opens URIs of scheme.
+func knownStoreScheme(scheme string) bool {
+	switch scheme {
+	case "redis", "rediss", "mongodb", "mongodb+srv", "couchbase", "couchbases":
+		return true
+	}
+	return false
+}
