@@ -41,7 +41,7 @@ import (
 // on it may not re-route at all (see TestNetPartitionHeals).
 func TestNetHealKeepsKeys(t *testing.T) {
 	t.Parallel()
-	keepsKeys(t, 9, func(c *netCluster) {
+	keepsKeys(t, 9, func(*netCluster) int { return 1 }, func(c *netCluster, _ int) {
 		t.Logf("cut at %d", time.Now().UnixMilli())
 		c.bed.Partition(c.bed.Hosts[1:2])
 		time.Sleep(3 * time.Second)

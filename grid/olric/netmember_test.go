@@ -94,6 +94,8 @@ import (
 //	                  (see netWatch): "WATCH keys worst-ms failed"
 //	LATENCY key n     n checks of key, one after the other, each bounded by
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
+//	COORD             Olric's coordinator in this member's view: "COORD
+//	                  name" ("-" if none)
 //	HANDOVERS         how many partitions this member guarded after a
 //	                  routing read: "HANDOVERS n"
 //	GOSSIP            how many times this member's gossip took another
@@ -453,6 +455,8 @@ func netMemberMain() int {
 			}
 			slices.Sort(took)
 			fmt.Println("LATENCY", took[len(took)/2].Microseconds(), took[(len(took)*99+99)/100-1].Microseconds(), failed)
+		case "COORD":
+			fmt.Println("COORD", coordinator(m))
 		case "HANDOVERS":
 			fmt.Println("HANDOVERS", m.handovers.Load())
 		case "GOSSIP":
