@@ -391,7 +391,11 @@
 // dead opens a split in each member's view (a member missing), and a
 // split hands nothing over until it ends; it ends without a hand-over
 // when every member missing during it was proven dead (a crash, not a
-// partition). Measured on the test bed, 3 members on 3 hosts, each check
+// partition), or when no member declared this one dead meanwhile (its
+// own gossip incarnation unchanged: the others were paused or stalled,
+// and no side reassigned its partitions; TestNetResumeKeepsKeys). After
+// a partition it is a hand-over of every partition, each held for
+// HandoverGrace. Measured on the test bed, 3 members on 3 hosts, each check
 // attempt bounded by 100 ms (TestNetCrashWindow): see the table of faults
 // in the README; with memberlist's own probe timings (1 s period,
 // suspicion 4 or more) it was 6.9-9.0 s. Larger clusters take longer: memberlist's suspicion timeout

@@ -86,9 +86,12 @@ type Member struct {
 	peers       map[string]*peer
 	peersClosed bool
 
-	members membership   // gossip's view beyond routing: healing, quorum
-	deaths  deaths       // members proven dead by a refused connection
-	shrinks atomic.Int64 // routing reads with fewer members than the one before
+	members membership // gossip's view beyond routing: healing, quorum
+	// incarnation reads this member's gossip incarnation (see
+	// gossipIncarnation); nil until start found it, or if it cannot.
+	incarnation func() uint32
+	deaths      deaths       // members proven dead by a refused connection
+	shrinks     atomic.Int64 // routing reads with fewer members than the one before
 	// handovers counts the partitions this member guarded after a routing
 	// read (acquired, or possibly changed across a gap or a split).
 	handovers atomic.Int64
@@ -373,6 +376,7 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 	if m.members.ml, err = olricMemberlist(m.db); err != nil {
 		return err
 	}
+	m.incarnation, _ = gossipIncarnation(m.members.ml) // nil: every split's end hands everything over
 	if err := m.refresh(ctx); err != nil {
 		return fmt.Errorf("bucketgrid/olric: start: %w", err)
 	}

@@ -54,6 +54,9 @@ const (
 // cost one later kill 7.2 s in a run on an earlier head). The p99 of both over the 30
 // kills (with 30, the worst) must be at most 1 s.
 func TestNetKillsAfterPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates network namespaces and starts processes")
+	}
 	t.Parallel()
 	const beds, killsPerBed = 2, 15
 	var mu sync.Mutex

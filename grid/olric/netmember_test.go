@@ -89,10 +89,13 @@ import (
 //	                  "SHRINKS n"
 //	FAILOVER key      one check of key bounded by 5 s, as a patient caller
 //	                  waits out a fail-over: "FAILOVER ms ok-or-error"
-//	WATCH p n s       checks the keys of p0 … p(n-1) this member owns for s
-//	                  seconds (see netWatch): "WATCH keys worst-ms failed"
+//	WATCH p n s [ms]  checks the keys of p0 … p(n-1) this member owns for s
+//	                  seconds, a key's next check ms (10) after a success
+//	                  (see netWatch): "WATCH keys worst-ms failed"
 //	LATENCY key n     n checks of key, one after the other, each bounded by
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
+//	COORD             Olric's coordinator in this member's view: "COORD
+//	                  name" ("-" if none)
 //	HANDOVERS         how many partitions this member guarded after a
 //	                  routing read: "HANDOVERS n"
 //	GOSSIP            how many times this member's gossip took another
@@ -433,7 +436,11 @@ func netMemberMain() int {
 			}
 			fmt.Println("FAILOVER", time.Since(t0).Milliseconds(), res)
 		case "WATCH":
-			netWatch(m, &cfg, f[1], arg(2), arg(3))
+			pace := 10 * time.Millisecond
+			if len(f) > 4 {
+				pace = time.Duration(arg(4)) * time.Millisecond
+			}
+			netWatch(m, &cfg, f[1], arg(2), arg(3), pace)
 		case "LATENCY":
 			// n checks of key one after the other.
 			var took []time.Duration
@@ -450,6 +457,8 @@ func netMemberMain() int {
 			}
 			slices.Sort(took)
 			fmt.Println("LATENCY", took[len(took)/2].Microseconds(), took[(len(took)*99+99)/100-1].Microseconds(), failed)
+		case "COORD":
+			fmt.Println("COORD", coordinator(m))
 		case "HANDOVERS":
 			fmt.Println("HANDOVERS", m.handovers.Load())
 		case "GOSSIP":

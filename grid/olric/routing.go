@@ -60,6 +60,12 @@ type routes struct {
 	// missing from the routing table at some read since, while split.
 	splitSince int64
 	absent     []string
+	// inc is this member's gossip incarnation when the read was made
+	// (incKnown: Member.incarnation could read it), and splitInc what it
+	// was when the latest split in this member's view began (hadSplit:
+	// one began since the member started); see refresh.
+	inc, splitInc      uint32
+	incKnown, hadSplit bool
 	// lease ends at leaseEnd, RoutingLease after start: the owner's Olric
 	// calls under this read are bounded by it.
 	lease       context.Context
@@ -126,6 +132,15 @@ func (m *Member) refresh(ctx context.Context) error {
 		nr.quorum = !m.cfg.Quorum || 2*alive > known
 	}
 	prev := m.routes.Load()
+	if m.incarnation != nil {
+		nr.inc, nr.incKnown = m.incarnation(), true
+	}
+	if prev != nil {
+		nr.splitInc, nr.hadSplit = prev.splitInc, prev.hadSplit
+	}
+	if nr.split && (prev == nil || !prev.split) {
+		nr.splitInc, nr.hadSplit = nr.inc, true
+	}
 	if nr.split {
 		m.noteAbsent(nr, prev, returned)
 	}
@@ -137,10 +152,24 @@ func (m *Member) refresh(ctx context.Context) error {
 	// neither the cached state nor the ownership of the previous read
 	// holds any longer. Unless every member missing during the split was
 	// proven dead meanwhile: a crash, and a dead process executed nothing
-	// (a restarted one starts without partitions). Going into a split
-	// changes nothing this member owns; it only starts new epochs.
+	// (a restarted one starts without partitions). Or unless nobody
+	// declared this member dead: another side's Olric hands over only the
+	// partitions of members its gossip declared dead, so a partition this
+	// member owns before and after the split was nobody else's on any
+	// side (it is guarded like any other if its owner changed). Gossip
+	// takes a member it declared dead back only once that member refuted
+	// the death with a higher incarnation, so a side that declared this
+	// member dead and is reconciled raised this member's incarnation: an
+	// incarnation unchanged since the split began proves the split was
+	// the others' absence alone (a paused or starved member, which the
+	// test bed's resume case is), and a change seen later, however late
+	// the other side's view comes back, is the hand-over of everything
+	// then. Going into a split changes nothing this member owns; it only
+	// starts new epochs.
 	transition := prev != nil && (prev.quorum != nr.quorum ||
-		prev.split && !nr.split && !m.deaths.allProvenSince(prev.absent, prev.splitSince))
+		prev.split && !nr.split && (!nr.incKnown || nr.inc != prev.splitInc) &&
+			!m.deaths.allProvenSince(prev.absent, prev.splitSince) ||
+		!prev.split && prev.hadSplit && nr.incKnown && prev.incKnown && nr.inc != prev.inc)
 	sideChange := prev != nil && prev.split != nr.split
 	// A gap between reads longer than HandoverGrace-RoutingLease could
 	// hide an ownership that came and went in between. Another member
