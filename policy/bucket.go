@@ -8,6 +8,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/internal/header"
 )
 
 // MaxKeyBytes bounds bucket keys: a longer key keeps its "rls/" prefix and
@@ -293,7 +294,7 @@ func (it *item) decideWindow(res []wire.Result, now time.Time) Status {
 	// the executing side's time until the window ends, in whole seconds
 	// as envoyproxy/ratelimit counts it; a window nothing was counted in
 	// (a check of 0 hits) has no end to report, and takes now's
-	reset := time.Duration(ceilSeconds(time.Duration(est.Wait))) * time.Second
+	reset := time.Duration(header.CeilSeconds(time.Duration(est.Wait))) * time.Second
 	// a share holds less than the whole window the estimate asks for, so
 	// its wait is never: its window ends at the unit's boundary on now,
 	// the deciding side's clock
@@ -312,18 +313,6 @@ func (it *item) decideWindow(res []wire.Result, now time.Time) Status {
 		s.Remaining = uint32(n - after)
 	}
 	s.count(n, before, after, h, it.nearRatio)
-	return s
-}
-
-// ceilSeconds returns d in whole seconds, rounded up; 0 for d ≤ 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
 	return s
 }
 
