@@ -14,3 +14,16 @@ const (
 	Unlimited = unlimited
 	Limited   = limited
 )
+
+// The request errors but ErrDescriptorTooLarge, for the tests of package
+// policy_test.
+var (
+	ErrEmptyDomain        = errEmptyDomain
+	ErrNoDescriptors      = errNoDescriptors
+	ErrDomainTooLong      = errDomainTooLong
+	ErrTooManyDescriptors = errTooManyDescriptors
+	ErrTooManyEntries     = errTooManyEntries
+	ErrInvalidUTF8        = errInvalidUTF8
+	ErrOverrideUnit       = errOverrideUnit
+	ErrOverrideTooFast    = errOverrideTooFast
+)
