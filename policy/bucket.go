@@ -16,14 +16,14 @@ import (
 // allows 250 bytes) can hold every key.
 const MaxKeyBytes = 200
 
-// Key returns the key of the bucket counting entries of domain under r:
+// bucketKey returns the key of the bucket counting entries of domain under r:
 // "rls/" + the quoted domain + "/key=value"… (quoted, ASCII only, so no two
 // descriptors share a key by accident of their characters), share_threshold
 // patterns in place of the values they share. The limit is not part of it:
 // an override, a reload that changes requests_per_unit, and the configured
 // rule all count in one bucket, whose configuration the operations replace
 // in place (see Ops), as envoyproxy/ratelimit counts them in one counter.
-func Key(domain string, entries []Entry, r *Rule) string {
+func bucketKey(domain string, entries []Entry, r *Rule) string {
 	b := make([]byte, 0, 64)
 	b = append(b, "rls/"...)
 	b = strconv.AppendQuoteToASCII(b, domain)
@@ -59,7 +59,7 @@ var epoch = time.Unix(0, 0)
 // within core's refill ceiling of one token per nanosecond. Every unit
 // above a second shares W, so a change between them keeps the count as is.
 func windowTokens(u Unit) int64 {
-	if u == Second {
+	if u == unitSecond {
 		return maxPerSecond + 1
 	}
 	return 1 << 32
@@ -205,9 +205,9 @@ func (c Code) String() string {
 	return "UNKNOWN"
 }
 
-// Never is the RetryAfter of hits that no wait admits (more than the
+// never is the RetryAfter of hits that no wait admits (more than the
 // capacity, or a limit of 0).
-const Never = time.Duration(math.MaxInt64)
+const never = time.Duration(math.MaxInt64)
 
 // Status is the answer for one descriptor, and what it adds to the metrics.
 type Status struct {
@@ -224,7 +224,8 @@ type Status struct {
 	// seconds), or until the token bucket is full.
 	ResetAfter time.Duration
 	// RetryAfter is, when Over, how long until the hits could be admitted;
-	// Never when no wait admits them; 0 when not Over.
+	// the largest Duration (math.MaxInt64) when no wait admits them; 0 when
+	// not Over.
 	RetryAfter time.Duration
 	// Rule is the rule counted, nil when no limit applies or the rule is
 	// unlimited. Under Settings.QuotaMode its QuotaMode is set when it
@@ -307,7 +308,7 @@ func (it *item) decideWindow(res []wire.Result, now time.Time) Status {
 		s.Code = OverLimit
 		s.RetryAfter = reset
 		if h > n {
-			s.RetryAfter = Never
+			s.RetryAfter = never
 		}
 	} else {
 		s.Remaining = uint32(n - after)
@@ -320,7 +321,7 @@ func (it *item) decideBucket(res []wire.Result) Status {
 	c := uint64(it.Rule.Capacity())
 	h := it.Hits
 	if it.Rule.RequestsPerUnit == 0 {
-		s := Status{Code: OverLimit, Over: true, RetryAfter: Never}
+		s := Status{Code: OverLimit, Over: true, RetryAfter: never}
 		s.count(0, 0, h, h, 0)
 		return s
 	}

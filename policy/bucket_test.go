@@ -7,7 +7,7 @@ import (
 
 func bucketItem(n, burst uint32, h uint64) item {
 	return item{Kind: limited, Hits: h, Key: "tb", nearRatio: 0.8,
-		Rule: Rule{Limit: Limit{RequestsPerUnit: n, Unit: Second, Algorithm: TokenBucket, Burst: burst}}}
+		Rule: Rule{Limit: Limit{RequestsPerUnit: n, Unit: unitSecond, Algorithm: TokenBucket, Burst: burst}}}
 }
 
 func TestTokenBucket(t *testing.T) {
@@ -49,7 +49,7 @@ func TestTokenBucket(t *testing.T) {
 		t.Fatalf("the check charged: %+v", st)
 	}
 	// more than the burst is refused whatever the state, and forever
-	if st := step(21, 10*time.Second); st.Code != OverLimit || st.RetryAfter != Never {
+	if st := step(21, 10*time.Second); st.Code != OverLimit || st.RetryAfter != never {
 		t.Fatalf("above the burst: %+v", st)
 	}
 	if st := step(20, 10*time.Second); st.Code != OK || st.Remaining != 0 {
@@ -64,7 +64,7 @@ func TestTokenBucketZeroRequests(t *testing.T) {
 			t.Fatal("a limit of 0 needs no bucket")
 		}
 		st, err := it.Decide(nil, time.Now())
-		if err != nil || st.Code != OverLimit || st.RetryAfter != Never || st.OverHits != h {
+		if err != nil || st.Code != OverLimit || st.RetryAfter != never || st.OverHits != h {
 			t.Fatalf("%d hits: %+v %v", h, st, err)
 		}
 	}
@@ -73,12 +73,12 @@ func TestTokenBucketZeroRequests(t *testing.T) {
 func TestFixedWindowZeroRequests(t *testing.T) {
 	s := store{}
 	now := time.Unix(1_700_000_000, 0)
-	it := windowItem(t, 0, Second, 0)
+	it := windowItem(t, 0, unitSecond, 0)
 	if st := s.run(t, &it, now); st.Code != OK || st.Remaining != 0 {
 		t.Fatalf("check of an unused window of 0: %+v (envoyproxy/ratelimit: OK)", st)
 	}
-	it = windowItem(t, 0, Second, 1)
-	if st := s.run(t, &it, now); st.Code != OverLimit || st.RetryAfter != Never {
+	it = windowItem(t, 0, unitSecond, 1)
+	if st := s.run(t, &it, now); st.Code != OverLimit || st.RetryAfter != never {
 		t.Fatalf("a hit on a limit of 0: %+v", st)
 	}
 }
@@ -97,7 +97,7 @@ func TestModes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := store{}
-			it := windowItem(t, 1, Minute, 1)
+			it := windowItem(t, 1, unitMinute, 1)
 			it.Rule.ShadowMode, it.Rule.QuotaMode = tc.shadow, tc.quota
 			s.run(t, &it, now)
 			st := s.run(t, &it, now)
@@ -132,7 +132,7 @@ func TestOverall(t *testing.T) {
 }
 
 func TestDecideRejectsWrongResults(t *testing.T) {
-	it := windowItem(t, 3, Second, 1)
+	it := windowItem(t, 3, unitSecond, 1)
 	if _, err := it.Decide(nil, time.Now()); err == nil {
 		t.Fatal("no error for missing results")
 	}

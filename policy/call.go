@@ -45,7 +45,12 @@ type Plan struct {
 
 // Batch is the operations of one descriptor on its bucket.
 type Batch struct {
-	// Key is the bucket's key (see Key), fitted to Settings.MaxKeyBytes.
+	// Key is the bucket's key, fitted to Settings.MaxKeyBytes: "rls/", the
+	// quoted domain and the descriptor's quoted entries (share_threshold
+	// patterns in place of the values they share), so no two descriptors
+	// share a bucket by accident of their characters; the limit is not part
+	// of it, so an override and a reload count in the configured rule's
+	// bucket.
 	Key string
 	// Config is the bucket's configuration, to create it when absent
 	// (wire.ModeCreateIfAbsent); the first operation replaces whatever

@@ -27,3 +27,16 @@ var (
 	ErrOverrideUnit       = errOverrideUnit
 	ErrOverrideTooFast    = errOverrideTooFast
 )
+
+// The units and the domain bound, for the tests of package policy_test.
+const (
+	Second         = unitSecond
+	Minute         = unitMinute
+	Hour           = unitHour
+	Day            = unitDay
+	Week           = unitWeek
+	MaxDomainBytes = maxDomainBytes
+)
+
+// Key is bucketKey, for the tests of package policy_test.
+var Key = bucketKey

@@ -33,7 +33,7 @@ const (
 	MaxDescriptors     = 64   // descriptors per request
 	MaxEntries         = 32   // entries per descriptor
 	MaxDescriptorBytes = 4096 // bytes of all keys and values of one descriptor
-	MaxDomainBytes     = 255  // bytes of the domain
+	maxDomainBytes     = 255  // bytes of the domain
 )
 
 // ErrDescriptorTooLarge is the request error of a descriptor whose keys and
@@ -147,7 +147,7 @@ func (c *Rules) plan(req *Request) ([]item, error) {
 			it.Kind, it.Rule = noLimit, Rule{}
 		}
 		if it.Kind == limited {
-			it.Key = Key(req.Domain, req.Descriptors[i].Entries, &it.Rule)
+			it.Key = bucketKey(req.Domain, req.Descriptors[i].Entries, &it.Rule)
 		}
 	}
 	return items, nil
@@ -157,7 +157,7 @@ func checkRequest(req *Request) error {
 	switch {
 	case req.Domain == "":
 		return errEmptyDomain
-	case len(req.Domain) > MaxDomainBytes:
+	case len(req.Domain) > maxDomainBytes:
 		return errDomainTooLong
 	case !utf8.ValidString(req.Domain):
 		return &requestError{-1, errInvalidUTF8}

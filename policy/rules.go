@@ -41,7 +41,7 @@ type Limit struct {
 	// RequestsPerUnit is the number of hits a unit admits; 0 refuses every
 	// hit.
 	RequestsPerUnit uint32
-	// Unit is the time unit; UnitUnknown when Unlimited.
+	// Unit is the time unit; UNKNOWN (0) when Unlimited.
 	Unit Unit
 	// Unlimited admits everything without counting.
 	Unlimited bool
@@ -113,7 +113,7 @@ func (c *Rules) HasDomain(domain string) bool { return c.domains[domain] != nil 
 func (c *Rules) Domains() int { return len(c.domains) }
 
 // Options returns the options c was compiled with, NearLimitRatio filled in.
-func (c *Rules) Options() Options { return c.opts }
+func (c *Rules) options() Options { return c.opts }
 
 func (c *Rules) add(doc *ruledoc.Document) error {
 	if doc.Domain == "" {
@@ -179,12 +179,12 @@ func (c *Rules) addNodes(file string, parent *node, parentKey string, descriptor
 // limitOf validates a rate_limit block: envoyproxy/ratelimit's checks first,
 // then bucketgrid's (algorithm, burst, the refill ceiling).
 func (c *Rules) limitOf(file string, y *ruledoc.RateLimit) (*Limit, error) {
-	unit, validUnit := ParseUnit(y.Unit)
+	unit, validUnit := parseUnit(y.Unit)
 	if y.Unlimited {
 		if validUnit {
 			return nil, &Error{file, "should not specify rate limit unit when unlimited"}
 		}
-		unit = UnitUnknown
+		unit = unitUnknown
 	} else if !validUnit {
 		return nil, &Error{file, "invalid rate limit unit '" + y.Unit + "'"}
 	}

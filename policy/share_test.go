@@ -53,10 +53,10 @@ func TestShareDecidesTheShare(t *testing.T) {
 		n     int
 		share uint32
 	}{
-		{"window 5/minute of 2", windowItem(t, 5, Minute, 1), 2, 3},
-		{"window 7/minute of 3", windowItem(t, 7, Minute, 1), 3, 3},
-		{"window 10/second of 4", windowItem(t, 10, Second, 1), 4, 3},
-		{"window 5/minute of 1", windowItem(t, 5, Minute, 1), 1, 5},
+		{"window 5/minute of 2", windowItem(t, 5, unitMinute, 1), 2, 3},
+		{"window 7/minute of 3", windowItem(t, 7, unitMinute, 1), 3, 3},
+		{"window 10/second of 4", windowItem(t, 10, unitSecond, 1), 4, 3},
+		{"window 5/minute of 1", windowItem(t, 5, unitMinute, 1), 1, 5},
 		{"bucket 10/second burst 4 of 3", bucketItem(10, 4, 1), 3, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,12 +90,12 @@ func TestShareDecidesTheShare(t *testing.T) {
 // TestShareKeepsTheItem wants Share to leave the item it is called on, and
 // its bucket configuration, as they were.
 func TestShareKeepsTheItem(t *testing.T) {
-	it := windowItem(t, 5, Minute, 1)
+	it := windowItem(t, 5, unitMinute, 1)
 	before := it.BucketConfig()
 	sh := shared(&it, 2)
 	_ = sh.BucketConfig()
 	after := it.BucketConfig()
-	if it.Rule.RequestsPerUnit != 5 || !after.Equal(&before) || it.window() != windowTokens(Minute) {
+	if it.Rule.RequestsPerUnit != 5 || !after.Equal(&before) || it.window() != windowTokens(unitMinute) {
 		t.Fatalf("Share changed the item: %+v", it)
 	}
 }

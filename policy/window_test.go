@@ -84,7 +84,7 @@ func windowItem(t *testing.T, n uint32, unit Unit, h uint64) item {
 // remaining, reset and metric increments for every request.
 func TestFixedWindowMatchesCounter(t *testing.T) {
 	for _, n := range []uint32{0, 1, 2, 5, 10, 100} {
-		for _, unit := range []Unit{Second, Minute, Day} {
+		for _, unit := range []Unit{unitSecond, unitMinute, unitDay} {
 			rng := rand.New(rand.NewPCG(uint64(n), uint64(unit)))
 			m := &counterModel{n: uint64(n), unit: uint64(unit.Seconds()), counts: map[uint64]uint64{}}
 			s := store{}
@@ -142,14 +142,14 @@ func TestFixedWindowCheckOnly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := store{}
 			for _, h := range tc.hits {
-				it := windowItem(t, 3, Minute, h)
+				it := windowItem(t, 3, unitMinute, h)
 				s.run(t, &it, now)
 			}
-			it := windowItem(t, 3, Minute, 0)
+			it := windowItem(t, 3, unitMinute, 0)
 			if got := s.run(t, &it, now).Code; got != tc.check {
 				t.Fatalf("check: %v, want %v", got, tc.check)
 			}
-			it = windowItem(t, 3, Minute, 0)
+			it = windowItem(t, 3, unitMinute, 0)
 			if got := s.run(t, &it, now.Add(time.Minute)); got.Code != OK || got.Remaining != 3 {
 				t.Fatalf("next window: %+v, want OK with 3 remaining", got)
 			}
@@ -160,14 +160,14 @@ func TestFixedWindowCheckOnly(t *testing.T) {
 func TestFixedWindowRetryAfter(t *testing.T) {
 	now := time.Unix(60*28_333_333+10, 0) // 10 s into a minute
 	s := store{}
-	it := windowItem(t, 2, Minute, 2)
+	it := windowItem(t, 2, unitMinute, 2)
 	s.run(t, &it, now)
-	it = windowItem(t, 2, Minute, 1)
+	it = windowItem(t, 2, unitMinute, 1)
 	if st := s.run(t, &it, now); !st.Over || st.RetryAfter != 50*time.Second || st.ResetAfter != 50*time.Second {
 		t.Fatalf("over: %+v, want retry and reset after 50s", st)
 	}
-	it = windowItem(t, 2, Minute, 3)
-	if st := s.run(t, &it, now); st.RetryAfter != Never {
-		t.Fatalf("hits above the limit: retry after %v, want Never", st.RetryAfter)
+	it = windowItem(t, 2, unitMinute, 3)
+	if st := s.run(t, &it, now); st.RetryAfter != never {
+		t.Fatalf("hits above the limit: retry after %v, want never", st.RetryAfter)
 	}
 }

@@ -224,8 +224,8 @@ func TestLoadLimits(t *testing.T) {
 		key  string
 		want Limit
 	}{
-		{"fw", Limit{RequestsPerUnit: 7, Unit: Hour, Name: "a", Replaces: []string{"b", "c"}, Algorithm: FixedWindow}},
-		{"tb", Limit{RequestsPerUnit: 3, Unit: Minute, Algorithm: TokenBucket, Burst: 9}},
+		{"fw", Limit{RequestsPerUnit: 7, Unit: 3 /* HOUR */, Name: "a", Replaces: []string{"b", "c"}, Algorithm: FixedWindow}},
+		{"tb", Limit{RequestsPerUnit: 3, Unit: 2 /* MINUTE */, Algorithm: TokenBucket, Burst: 9}},
 		{"un", Limit{Unlimited: true, Algorithm: TokenBucket}},
 	} {
 		r, ok := c.Match("d", []Entry{{Key: tc.key, Value: "x"}}, nil)
