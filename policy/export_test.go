@@ -30,6 +30,7 @@ var (
 
 // The units and the domain bound, for the tests of package policy_test.
 const (
+	OK             = codeOK
 	Second         = unitSecond
 	Minute         = unitMinute
 	Hour           = unitHour
@@ -40,3 +41,7 @@ const (
 
 // Key is bucketKey, for the tests of package policy_test.
 var Key = bucketKey
+
+// IsOverride reports whether r's limit came from the request, for the tests
+// of package policy_test.
+func (r *Rule) IsOverride() bool { return r.override }

@@ -42,18 +42,18 @@ type Header struct {
 // bucket).
 func (it *item) Quota(st *Status) header.Quota {
 	l := &it.Rule.Limit
-	q := header.Quota{Name: l.Name, Limit: int64(l.Capacity()), Window: l.Unit.Seconds(),
+	q := header.Quota{Name: l.Name, Limit: int64(l.capacity()), Window: l.Unit.seconds(),
 		Remaining: int64(st.Remaining), Full: header.Seconds(st.ResetAfter), Over: st.Code == OverLimit}
 	if q.Name == "" {
 		q.Name = it.Rule.Path
 	}
 	if l.Algorithm == TokenBucket && l.RequestsPerUnit > 0 {
 		// seconds to refill the burst from empty, rounded up
-		q.Window = max(ceilDiv(q.Limit*l.Unit.Seconds(), int64(l.RequestsPerUnit)), 1)
+		q.Window = max(ceilDiv(q.Limit*l.Unit.seconds(), int64(l.RequestsPerUnit)), 1)
 	}
 	switch {
 	case st.Over:
-		q.Reset = header.Seconds(st.RetryAfter)
+		q.Reset = header.Seconds(st.retryAfter)
 	case q.Remaining >= q.Limit:
 		q.Reset = 0
 	default:
@@ -78,7 +78,7 @@ func responseHeaders(items []item, statuses []Status, which Headers) []Header {
 		}
 		qs = append(qs, items[i].Quota(&statuses[i]))
 		if statuses[i].Code == OverLimit && which&RetryAfterHeader != 0 {
-			if s, ok := header.RetryAfter(statuses[i].RetryAfter); ok && s > retry {
+			if s, ok := header.RetryAfter(statuses[i].retryAfter); ok && s > retry {
 				retry = s
 			}
 		}

@@ -19,13 +19,13 @@ type Override struct {
 // that node's flags, and the names under which it is counted.
 type Rule struct {
 	Limit
-	// ShadowMode reports over-limit hits but answers OK.
+	// ShadowMode reports over-limit hits but answers codeOK.
 	ShadowMode bool
-	// QuotaMode answers OK for an over-limit hit with the descriptor's status
+	// QuotaMode answers codeOK for an over-limit hit with the descriptor's status
 	// kept, without making the request over the limit.
 	QuotaMode bool
-	// Override is set when the limit came from the request, not the file.
-	Override bool
+	// override is set when the limit came from the request, not the file.
+	override bool
 	// Path names the matched configuration node ("domain.key_value.key"),
 	// wildcards as written in the file; for an override, "override:domain"
 	// and the request's keys. It holds no request value: a safe, bounded
@@ -132,7 +132,7 @@ func walk(dom *node, entries []Entry, visit func(i int, next *node, wildcard str
 // following its detailed_metric, value_to_metric and share_threshold rules.
 // Plan leaves them empty, as only metrics need them.
 func (c *Rules) Stats(domain string, entries []Entry, r *Rule) {
-	if r.Override {
+	if r.override {
 		r.StatsKey, r.ValuesInStatsKey = overrideStatsKey(domain, entries), true
 		return
 	}
@@ -218,7 +218,7 @@ func (c *Rules) overrideRule(domain string, entries []Entry, o *Override) Rule {
 		path += "." + e.Key
 	}
 	return Rule{Limit: Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, Algorithm: c.opts.Algorithm},
-		Override: true, Path: path}
+		override: true, Path: path}
 }
 
 // overrideStatsKey is the stats key of an override: the descriptor's keys

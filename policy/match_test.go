@@ -111,7 +111,7 @@ func TestMatchOverride(t *testing.T) {
 	// an override applies whether or not the tree matches, in a known domain
 	for _, entries := range [][]Entry{{{"client", "alice"}}, {{"color", "red"}, {"shade", ""}}} {
 		r, ok := c.Match("shop", entries, o)
-		if !ok || !r.Override || r.RequestsPerUnit != 42 || r.Unit != Hour || r.ShadowMode || r.Algorithm != TokenBucket {
+		if !ok || !r.IsOverride() || r.RequestsPerUnit != 42 || r.Unit != Hour || r.ShadowMode || r.Algorithm != TokenBucket {
 			t.Fatalf("%v: %+v %v", entries, r, ok)
 		}
 	}

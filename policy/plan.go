@@ -78,9 +78,9 @@ type itemKind uint8
 
 const (
 	// noLimit: no rule applies (unmatched, or replaced by another
-	// descriptor's rule): OK, not counted.
+	// descriptor's rule): codeOK, not counted.
 	noLimit itemKind = iota
-	// unlimited: an unlimited rule applies: OK with the most remaining,
+	// unlimited: an unlimited rule applies: codeOK with the most remaining,
 	// not counted.
 	unlimited
 	// limited: the rule is counted in the bucket of Key.
@@ -134,7 +134,7 @@ func (c *Rules) plan(req *Request) ([]item, error) {
 		if r.Unlimited {
 			it.Kind = unlimited
 		}
-		for _, name := range r.Replaces {
+		for _, name := range r.replaces {
 			if replaced == nil {
 				replaced = map[string]bool{}
 			}
@@ -179,7 +179,7 @@ func checkRequest(req *Request) error {
 			return &requestError{i, ErrDescriptorTooLarge}
 		}
 		if d.Limit != nil {
-			if d.Limit.Unit.Seconds() == 0 {
+			if d.Limit.Unit.seconds() == 0 {
 				return &requestError{i, errOverrideUnit}
 			}
 			if !refillable(d.Limit.RequestsPerUnit, d.Limit.Unit) {

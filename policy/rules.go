@@ -45,11 +45,12 @@ type Limit struct {
 	Unit Unit
 	// Unlimited admits everything without counting.
 	Unlimited bool
-	// Name names the limit for Replaces; empty for none.
+	// Name names the limit (for a rule's replaces, and in headers and
+	// responses); empty for none.
 	Name string
-	// Replaces are the names of limits this one switches off when both apply
-	// to one request.
-	Replaces []string
+	// replaces are the names of limits this one switches off when both
+	// apply to one request.
+	replaces []string
 	// Algorithm is how hits are counted.
 	Algorithm Algorithm
 	// Burst is the token bucket's capacity; 0 means RequestsPerUnit. Only
@@ -57,9 +58,9 @@ type Limit struct {
 	Burst uint32
 }
 
-// Capacity returns the most hits the limit admits at once: Burst (or
+// capacity returns the most hits the limit admits at once: Burst (or
 // RequestsPerUnit) for a token bucket, RequestsPerUnit for a fixed window.
-func (l *Limit) Capacity() uint32 {
+func (l *Limit) capacity() uint32 {
 	if l.Algorithm == TokenBucket && l.Burst > 0 {
 		return l.Burst
 	}
@@ -189,8 +190,8 @@ func (c *Rules) limitOf(file string, y *ruledoc.RateLimit) (*Limit, error) {
 		return nil, &Error{file, "invalid rate limit unit '" + y.Unit + "'"}
 	}
 	l := &Limit{RequestsPerUnit: y.RequestsPerUnit, Unit: unit, Unlimited: y.Unlimited, Name: y.Name,
-		Replaces: y.Replaces, Algorithm: c.opts.Algorithm, Burst: y.Burst}
-	for _, r := range l.Replaces {
+		replaces: y.Replaces, Algorithm: c.opts.Algorithm, Burst: y.Burst}
+	for _, r := range l.replaces {
 		if r == "" {
 			return nil, &Error{file, "should not have an empty replaces entry"}
 		}
@@ -218,5 +219,5 @@ func (c *Rules) limitOf(file string, y *ruledoc.RateLimit) (*Limit, error) {
 // refillable reports whether a bucket can refill n hits per unit: at most
 // maxPerSecond a second. Unknown units (unlimited) always can.
 func refillable(n uint32, u Unit) bool {
-	return u.Seconds() == 0 || int64(n) <= maxPerSecond*u.Seconds()
+	return u.seconds() == 0 || int64(n) <= maxPerSecond*u.seconds()
 }

@@ -35,8 +35,8 @@ func runShare(t *testing.T, s store, it *item, n int, now time.Time) Status {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := sh.Quota(&st); q.Limit != int64(sh.Rule.Capacity()) {
-		t.Fatalf("quota limit %d, want the share's %d", q.Limit, sh.Rule.Capacity())
+	if q := sh.Quota(&st); q.Limit != int64(sh.Rule.capacity()) {
+		t.Fatalf("quota limit %d, want the share's %d", q.Limit, sh.Rule.capacity())
 	}
 	return st
 }
@@ -62,7 +62,7 @@ func TestShareDecidesTheShare(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := store{}
 			sh := shared(&tc.it, tc.n)
-			if got := sh.Rule.Capacity(); got != tc.share {
+			if got := sh.Rule.capacity(); got != tc.share {
 				t.Fatalf("share's capacity %d, want %d", got, tc.share)
 			}
 			check := tc.it
@@ -77,7 +77,7 @@ func TestShareDecidesTheShare(t *testing.T) {
 					t.Fatalf("hit %d: %+v, want over %v, %d remaining", i+1, st, want, tc.share-i-1)
 				}
 				if tc.it.Rule.Algorithm == FixedWindow {
-					end := time.Duration(tc.it.Rule.Unit.Seconds()-now.Unix()%tc.it.Rule.Unit.Seconds()) * time.Second
+					end := time.Duration(tc.it.Rule.Unit.seconds()-now.Unix()%tc.it.Rule.Unit.seconds()) * time.Second
 					if st.ResetAfter != end {
 						t.Fatalf("hit %d: reset %v, want %v", i+1, st.ResetAfter, end)
 					}

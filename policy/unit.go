@@ -49,8 +49,8 @@ func (u Unit) String() string {
 	return unitNames[u]
 }
 
-// Seconds returns the length of the unit in seconds, 0 for an unknown unit.
-func (u Unit) Seconds() int64 {
+// seconds returns the length of the unit in seconds, 0 for an unknown unit.
+func (u Unit) seconds() int64 {
 	switch u {
 	case unitSecond:
 		return 1
@@ -71,7 +71,7 @@ func (u Unit) Seconds() int64 {
 }
 
 // Duration returns the length of the unit, 0 for an unknown unit.
-func (u Unit) Duration() time.Duration { return time.Duration(u.Seconds()) * time.Second }
+func (u Unit) Duration() time.Duration { return time.Duration(u.seconds()) * time.Second }
 
 // Algorithm is how a limit counts requests.
 type Algorithm uint8

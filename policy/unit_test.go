@@ -13,14 +13,14 @@ func TestUnits(t *testing.T) {
 	}{{"second", unitSecond, 1}, {"MINUTE", unitMinute, 60}, {"Hour", unitHour, 3600}, {"day", unitDay, 86400},
 		{"week", unitWeek, 604800}, {"month", unitMonth, 2592000}, {"year", unitYear, 31536000}} {
 		u, ok := parseUnit(tc.name)
-		if !ok || u != tc.unit || u.Seconds() != tc.secs || !strings.EqualFold(u.String(), tc.name) {
-			t.Errorf("%s: %v %v %d %q", tc.name, u, ok, u.Seconds(), u.String())
+		if !ok || u != tc.unit || u.seconds() != tc.secs || !strings.EqualFold(u.String(), tc.name) {
+			t.Errorf("%s: %v %v %d %q", tc.name, u, ok, u.seconds(), u.String())
 		}
 	}
 	if _, ok := parseUnit("unknown"); ok {
 		t.Error("unknown parsed")
 	}
-	if unitUnknown.Seconds() != 0 || unitUnknown.String() != "UNKNOWN" {
+	if unitUnknown.seconds() != 0 || unitUnknown.String() != "UNKNOWN" {
 		t.Error("unitUnknown")
 	}
 	for _, a := range []Algorithm{FixedWindow, TokenBucket} {

@@ -105,7 +105,7 @@ var budgets = map[string]int{
 	"httplimit": 80,
 	// its budget is 100; held at today's count until the rule
 	// documents, Status and the header values leave the doors' view
-	"policy": 113,
+	"policy": 102,
 }
 
 // TestExportedNames prints (with -v) how many identifiers each package of

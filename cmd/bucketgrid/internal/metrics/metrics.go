@@ -225,11 +225,12 @@ func (m *Metrics) count(c *ruleCounters, st *policy.Status, hits uint64) {
 			v.Add(float64(n))
 		}
 	}
+	_, within, near, over, shadow := st.Counts()
 	add(c.hits, hits)
-	add(c.within, st.WithinHits)
-	add(c.near, st.NearHits)
-	add(c.over, st.OverHits)
-	add(c.shadow, st.ShadowHits)
+	add(c.within, within)
+	add(c.near, near)
+	add(c.over, over)
+	add(c.shadow, shadow)
 }
 
 // Request records one request: its overall code, or the kind of error

@@ -207,7 +207,8 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 		for i := range d.Statuses {
 			if st := &d.Statuses[i]; st.Rule != nil {
 				cfg.Stats(req.Domain, req.Descriptors[i].Entries, st.Rule)
-				s.opts.Metrics.Descriptor(st.Rule, st, st.Hits)
+				hits, _, _, _, _ := st.Counts()
+				s.opts.Metrics.Descriptor(st.Rule, st, hits)
 			}
 		}
 	}
