@@ -113,9 +113,6 @@ func (c *Rules) HasDomain(domain string) bool { return c.domains[domain] != nil 
 // Domains returns the number of domains configured.
 func (c *Rules) Domains() int { return len(c.domains) }
 
-// Options returns the options c was compiled with, NearLimitRatio filled in.
-func (c *Rules) options() Options { return c.opts }
-
 func (c *Rules) add(doc *ruledoc.Document) error {
 	if doc.Domain == "" {
 		return &Error{doc.Name, "config file cannot have empty domain"}
