@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/internal/header"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
 
@@ -34,7 +35,7 @@ func windowSeconds(bw *core.Bandwidth) int64 {
 	if ns == math.MaxInt64 {
 		return math.MaxInt64 // clamped to the largest RFC 9651 Integer
 	}
-	return max(policy.Seconds(time.Duration(ns)), 1)
+	return max(header.Seconds(time.Duration(ns)), 1)
 }
 
 // policyName is the identifier of bandwidth i: its ID, or "default" for the
@@ -59,12 +60,12 @@ func policyField(cfg core.Config) string {
 // appendPolicy appends the RateLimit-Policy value of bws, rendered by
 // package policy as every front door renders it.
 func appendPolicy(b []byte, bws []core.Bandwidth) []byte {
-	var buf [4]policy.Quota
+	var buf [4]header.Quota
 	qs := buf[:0]
 	for i := range bws {
-		qs = append(qs, policy.Quota{Name: policyName(bws, i), Limit: bws[i].Capacity, Window: windowSeconds(&bws[i])})
+		qs = append(qs, header.Quota{Name: policyName(bws, i), Limit: bws[i].Capacity, Window: windowSeconds(&bws[i])})
 	}
-	return policy.AppendPolicyField(b, qs)
+	return header.AppendPolicy(b, qs)
 }
 
 // rateLimitField returns the RateLimit field value of u for a request of
@@ -79,31 +80,31 @@ func rateLimitField(u Usage, cost int64) string {
 // policy (a t below 0, "never", is left out).
 func appendRateLimit(b []byte, u *Usage, cost int64) []byte {
 	bws := u.Config.Bandwidths
-	var buf [4]policy.Quota
+	var buf [4]header.Quota
 	qs := buf[:0]
 	for i := range bws {
 		r, t := itemValues(u, i, cost)
-		qs = append(qs, policy.Quota{Name: policyName(bws, i), Remaining: r, Reset: t})
+		qs = append(qs, header.Quota{Name: policyName(bws, i), Remaining: r, Reset: t})
 	}
-	return policy.AppendRateLimitField(b, qs)
+	return header.AppendRateLimit(b, qs)
 }
 
 // itemValues returns r and t of bandwidth i, t rounded up by package
 // policy; t < 0 means "never" (the cost exceeds a capacity) and is left out.
 func itemValues(u *Usage, i int, cost int64) (r, t int64) {
 	if u.Bands != nil {
-		return u.Bands[i].Available, policy.Seconds(u.Bands[i].Wait)
+		return u.Bands[i].Available, header.Seconds(u.Bands[i].Wait)
 	}
 	// Only the minimum is known: a lower bound of every bandwidth's tokens,
 	// exact for the tightest; the waits are upper bounds.
 	p := &u.Probe
 	switch {
 	case !p.Consumed:
-		return p.Remaining, policy.Seconds(p.WaitForRefill)
+		return p.Remaining, header.Seconds(p.WaitForRefill)
 	case len(u.Config.Bandwidths) == 1 && p.Remaining >= u.Config.Bandwidths[0].Capacity:
 		return p.Remaining, 0
 	}
-	return p.Remaining, policy.Seconds(p.WaitForReset)
+	return p.Remaining, header.Seconds(p.WaitForReset)
 }
 
 // tightest returns the index of the bandwidth closest to refusing: the
@@ -174,12 +175,12 @@ func writeHeaders(h http.Header, u *Usage, cost int64, which policy.Headers, pol
 	}
 	// the tightest bandwidth, and the seconds until the whole bucket is full
 	i := tightest(u)
-	q := [1]policy.Quota{{Limit: bws[i].Capacity, Remaining: u.Probe.Remaining, Full: policy.Seconds(u.Probe.WaitForReset)}}
+	q := [1]header.Quota{{Limit: bws[i].Capacity, Remaining: u.Probe.Remaining, Full: header.Seconds(u.Probe.WaitForReset)}}
 	if u.Bands != nil {
 		q[0].Remaining = u.Bands[i].Available
 	}
 	var buf [6]policy.Header
-	fields := policy.AppendHeaders(buf[:0], q[:], single)
+	fields := header.Append(buf[:0], q[:], header.Set(single))
 	vals := make([]string, len(fields)) // one allocation for all
 	for j, f := range fields {
 		vals[j] = f.Value

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid"
 	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/internal/header"
 	"github.com/bucketgrid/bucketgrid/localmap"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
@@ -413,7 +414,7 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request) (serve bool) 
 	}
 	p := Problem{Type: m.o.problem, Title: http.StatusText(http.StatusTooManyRequests),
 		Status: http.StatusTooManyRequests, Policies: fired(&u, cost)}
-	if secs, ok := policy.RetryAfter(u.Probe.WaitForRefill); ok {
+	if secs, ok := header.RetryAfter(u.Probe.WaitForRefill); ok {
 		h[hRetryAfter] = []string{strconv.FormatInt(secs, 10)}
 		p.RetryAfter = secs
 		p.Detail = fmt.Sprintf("rate limit exceeded; retry in %d s", secs)

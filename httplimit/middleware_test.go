@@ -19,6 +19,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/internal/header"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
 
@@ -368,10 +369,10 @@ func TestMinimumOnly(t *testing.T) {
 		w := get(h, "198.51.100.1:1", "/")
 		var want string
 		if p.Consumed {
-			ts := policy.Seconds(p.WaitForReset)
+			ts := header.Seconds(p.WaitForReset)
 			want = fmt.Sprintf(`"burst";r=%d;t=%d, "hourly";r=%d;t=%d`, p.Remaining, ts, p.Remaining, ts)
 		} else {
-			ts := policy.Seconds(p.WaitForRefill)
+			ts := header.Seconds(p.WaitForRefill)
 			want = fmt.Sprintf(`"burst";r=0;t=%d, "hourly";r=0;t=%d`, ts, ts)
 			if w.Header().Get("Retry-After") != strconv.FormatInt(ts, 10) {
 				t.Errorf("Retry-After %q", w.Header().Get("Retry-After"))

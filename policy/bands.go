@@ -17,8 +17,6 @@ type Band struct {
 	// its capacity), otherwise until it gains its next token; 0 when it is
 	// full.
 	Wait time.Duration
-	// Full is how long until the bandwidth is full; 0 when it is.
-	Full time.Duration
 }
 
 // Bands returns the Band of each bandwidth of d, the diagnostics an
@@ -43,9 +41,6 @@ func Bands(d *core.Diagnostics, cost, now int64) []Band {
 		one := core.State{Config: core.Config{Bandwidths: bws[i : i+1]}, Bands: d.State.Bands[i : i+1]}
 		avail := d.Available[i]
 		out[i].Available = avail
-		if avail < bws[i].Capacity {
-			out[i].Full = time.Duration(one.TimeToFull(at))
-		}
 		var want int64
 		switch {
 		case avail < cost:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/core/wire"
+	"github.com/bucketgrid/bucketgrid/internal/header"
 )
 
 // MaxKeyBytes bounds bucket keys: a longer key keeps its "rls/" prefix and
@@ -15,14 +16,14 @@ import (
 // allows 250 bytes) can hold every key.
 const MaxKeyBytes = 200
 
-// Key returns the key of the bucket counting entries of domain under r:
+// bucketKey returns the key of the bucket counting entries of domain under r:
 // "rls/" + the quoted domain + "/key=value"… (quoted, ASCII only, so no two
 // descriptors share a key by accident of their characters), share_threshold
 // patterns in place of the values they share. The limit is not part of it:
 // an override, a reload that changes requests_per_unit, and the configured
 // rule all count in one bucket, whose configuration the operations replace
 // in place (see Ops), as envoyproxy/ratelimit counts them in one counter.
-func Key(domain string, entries []Entry, r *Rule) string {
+func bucketKey(domain string, entries []Entry, r *Rule) string {
 	b := make([]byte, 0, 64)
 	b = append(b, "rls/"...)
 	b = strconv.AppendQuoteToASCII(b, domain)
@@ -58,7 +59,7 @@ var epoch = time.Unix(0, 0)
 // within core's refill ceiling of one token per nanosecond. Every unit
 // above a second shares W, so a change between them keeps the count as is.
 func windowTokens(u Unit) int64 {
-	if u == Second {
+	if u == unitSecond {
 		return maxPerSecond + 1
 	}
 	return 1 << 32
@@ -73,7 +74,7 @@ const (
 
 // BucketConfig returns the configuration of it's bucket: for FixedWindow
 // the bucket described above, for TokenBucket a greedy bandwidth of
-// Capacity tokens refilled at RequestsPerUnit per Unit. It is valid for
+// capacity() tokens refilled at RequestsPerUnit per Unit. It is valid for
 // every limited item except a token bucket of 0 requests, which needs no
 // bucket (see Ops).
 func (it *item) BucketConfig() core.Config {
@@ -88,7 +89,7 @@ func (it *item) setConfig() {
 	l := &it.Rule.Limit
 	var bw core.Bandwidth
 	if l.Algorithm == TokenBucket {
-		bw = core.Greedy(int64(l.Capacity()), int64(l.RequestsPerUnit), l.Unit.Duration())
+		bw = core.Greedy(int64(l.capacity()), int64(l.RequestsPerUnit), l.Unit.Duration())
 		bw.ID = bucketID
 	} else {
 		w := windowTokens(l.Unit)
@@ -153,7 +154,7 @@ func (it *item) Ops() []wire.Op {
 	replace := wire.Op{Kind: wire.OpReplaceConfiguration, Config: &it.config, Inheritance: core.InheritAdditive}
 	l := &it.Rule.Limit
 	if l.Algorithm == TokenBucket {
-		c := int64(l.Capacity())
+		c := int64(l.capacity())
 		if it.Hits == 0 {
 			// the last is refused on every bucket (more than the rule's
 			// capacity, so more than any share's) and reports the time
@@ -183,12 +184,13 @@ func clampHits(h uint64, most int64) int64 {
 var errResults = errors.New("policy: results do not answer the operations")
 
 // Code is a descriptor's or a request's answer; its values are the Envoy
-// API's RateLimitResponse.Code.
+// API's RateLimitResponse.Code, so a conversion is a plain cast: OK is 1,
+// OverLimit 2.
 type Code int32
 
 const (
-	// OK admits the request.
-	OK Code = 1
+	// codeOK (OK) admits the request.
+	codeOK Code = 1
 	// OverLimit refuses it.
 	OverLimit Code = 2
 )
@@ -196,7 +198,7 @@ const (
 // String returns the Envoy API's name of the code.
 func (c Code) String() string {
 	switch c {
-	case OK:
+	case codeOK:
 		return "OK"
 	case OverLimit:
 		return "OVER_LIMIT"
@@ -204,9 +206,9 @@ func (c Code) String() string {
 	return "UNKNOWN"
 }
 
-// Never is the RetryAfter of hits that no wait admits (more than the
+// never is the retryAfter of hits that no wait admits (more than the
 // capacity, or a limit of 0).
-const Never = time.Duration(math.MaxInt64)
+const never = time.Duration(math.MaxInt64)
 
 // Status is the answer for one descriptor, and what it adds to the metrics.
 type Status struct {
@@ -222,20 +224,25 @@ type Status struct {
 	// the window (envoyproxy/ratelimit's duration_until_reset, whole
 	// seconds), or until the token bucket is full.
 	ResetAfter time.Duration
-	// RetryAfter is, when Over, how long until the hits could be admitted;
-	// Never when no wait admits them; 0 when not Over.
-	RetryAfter time.Duration
+	// retryAfter is, when Over, how long until the hits could be admitted;
+	// never when no wait admits them; 0 when not Over. The headers report
+	// it (RetryAfterHeader, the IETF fields' t).
+	retryAfter time.Duration
 	// Rule is the rule counted, nil when no limit applies or the rule is
 	// unlimited. Under Settings.QuotaMode its QuotaMode is set when it
 	// turned an over-limit status into OK.
 	Rule *Rule
-	// Hits are the descriptor's hits: those charged, or those a
-	// Plan.HoldBack held back, which count as within the limit.
-	Hits uint64
-	// Metric increments, as envoyproxy/ratelimit counts them: hits within
-	// the limit, near it (above NearLimitRatio of it), over it, and over it
-	// but let through by shadow mode.
-	WithinHits, NearHits, OverHits, ShadowHits uint64
+	// what the status adds to the metrics (see Counts)
+	hits, withinHits, nearHits, overHits, shadowHits uint64
+}
+
+// Counts returns what s adds to envoyproxy/ratelimit's metrics: the
+// descriptor's hits (those charged, or those a Plan.HoldBack held back,
+// which count as within the limit), and of them those within the limit,
+// near it (above Options.NearLimitRatio of it), over it, and over it but
+// let through by shadow mode.
+func (s *Status) Counts() (hits, within, near, over, shadow uint64) {
+	return s.hits, s.withinHits, s.nearHits, s.overHits, s.shadowHits
 }
 
 // Decide turns the results of Ops into the descriptor's status. Every wait
@@ -247,9 +254,9 @@ type Status struct {
 func (it *item) Decide(results []wire.Result, now time.Time) (Status, error) {
 	switch it.Kind {
 	case noLimit:
-		return Status{Code: OK}, nil
+		return Status{Code: codeOK}, nil
 	case unlimited:
-		return Status{Code: OK, Remaining: math.MaxUint32}, nil
+		return Status{Code: codeOK, Remaining: math.MaxUint32}, nil
 	}
 	if want := it.opCount(); len(results) != want {
 		return Status{}, errResults
@@ -263,13 +270,13 @@ func (it *item) Decide(results []wire.Result, now time.Time) (Status, error) {
 	if s.Over {
 		switch {
 		case it.Rule.ShadowMode:
-			s.Code = OK
+			s.Code = codeOK
 		case it.Rule.QuotaMode:
-			s.Code = OK
+			s.Code = codeOK
 		}
 	}
 	if !s.Over || !it.Rule.ShadowMode {
-		s.ShadowHits = 0
+		s.shadowHits = 0
 	}
 	return s, nil
 }
@@ -293,20 +300,20 @@ func (it *item) decideWindow(res []wire.Result, now time.Time) Status {
 	// the executing side's time until the window ends, in whole seconds
 	// as envoyproxy/ratelimit counts it; a window nothing was counted in
 	// (a check of 0 hits) has no end to report, and takes now's
-	reset := time.Duration(ceilSeconds(time.Duration(est.Wait))) * time.Second
+	reset := time.Duration(header.CeilSeconds(time.Duration(est.Wait))) * time.Second
 	// a share holds less than the whole window the estimate asks for, so
 	// its wait is never: its window ends at the unit's boundary on now,
 	// the deciding side's clock
 	if est.Wait <= 0 || it.shares > 1 {
-		unit := it.Rule.Unit.Seconds()
+		unit := it.Rule.Unit.seconds()
 		reset = time.Duration(unit-now.Unix()%unit) * time.Second
 	}
-	s := Status{Code: OK, Over: over, ResetAfter: reset}
+	s := Status{Code: codeOK, Over: over, ResetAfter: reset}
 	if over {
 		s.Code = OverLimit
-		s.RetryAfter = reset
+		s.retryAfter = reset
 		if h > n {
-			s.RetryAfter = Never
+			s.retryAfter = never
 		}
 	} else {
 		s.Remaining = uint32(n - after)
@@ -315,23 +322,11 @@ func (it *item) decideWindow(res []wire.Result, now time.Time) Status {
 	return s
 }
 
-// ceilSeconds returns d in whole seconds, rounded up; 0 for d ≤ 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
 func (it *item) decideBucket(res []wire.Result) Status {
-	c := uint64(it.Rule.Capacity())
+	c := uint64(it.Rule.capacity())
 	h := it.Hits
 	if it.Rule.RequestsPerUnit == 0 {
-		s := Status{Code: OverLimit, Over: true, RetryAfter: Never}
+		s := Status{Code: OverLimit, Over: true, retryAfter: never}
 		s.count(0, 0, h, h, 0)
 		return s
 	}
@@ -339,7 +334,7 @@ func (it *item) decideBucket(res []wire.Result) Status {
 	var avail uint64
 	if h == 0 {
 		avail = uint64(max(res[1].Tokens, 0))
-		s = Status{Over: !res[1].OK, ResetAfter: time.Duration(res[2].Reset), RetryAfter: time.Duration(res[1].Wait)}
+		s = Status{Over: !res[1].OK, ResetAfter: time.Duration(res[2].Reset), retryAfter: time.Duration(res[1].Wait)}
 		if !s.Over {
 			s.Remaining = uint32(min(avail, math.MaxUint32))
 		}
@@ -351,14 +346,14 @@ func (it *item) decideBucket(res []wire.Result) Status {
 			s.Remaining = uint32(min(avail, math.MaxUint32))
 			avail += h
 		} else {
-			s.RetryAfter = time.Duration(r.Wait)
+			s.retryAfter = time.Duration(r.Wait)
 		}
 	}
-	s.Code = OK
+	s.Code = codeOK
 	if s.Over {
 		s.Code = OverLimit
 	} else {
-		s.RetryAfter = 0
+		s.retryAfter = 0
 	}
 	before := c - min(avail, c)
 	s.count(c, before, before+h, h, it.nearRatio)
@@ -370,37 +365,37 @@ func (it *item) decideBucket(res []wire.Result) Status {
 func (s *Status) count(n, before, after, h uint64, ratio float32) {
 	near := uint64(math.Floor(float64(float32(n) * ratio)))
 	if !s.Over {
-		s.WithinHits = h
+		s.withinHits = h
 		if after > near {
 			if before >= near {
-				s.NearHits = h
+				s.nearHits = h
 			} else {
-				s.NearHits = after - near
+				s.nearHits = after - near
 			}
 		}
 		return
 	}
 	if before >= n {
-		s.OverHits, s.ShadowHits = h, h
+		s.overHits, s.shadowHits = h, h
 		return
 	}
-	s.OverHits, s.ShadowHits = after-n, after-n
-	s.NearHits = n - max(near, before)
+	s.overHits, s.shadowHits = after-n, after-n
+	s.nearHits = n - max(near, before)
 }
 
 // overall combines the descriptors' statuses into the request's code:
 // OverLimit when any descriptor's Code is; with globalShadow (the
-// service-wide shadow mode) always OK, shadowed reporting that it turned an
-// OverLimit into OK.
+// service-wide shadow mode) always codeOK, shadowed reporting that it turned an
+// OverLimit into codeOK.
 func overall(statuses []Status, globalShadow bool) (code Code, shadowed bool) {
-	code = OK
+	code = codeOK
 	for i := range statuses {
 		if statuses[i].Code == OverLimit {
 			code = OverLimit
 		}
 	}
 	if code == OverLimit && globalShadow {
-		return OK, true
+		return codeOK, true
 	}
 	return code, false
 }

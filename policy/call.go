@@ -14,7 +14,7 @@ import (
 type Settings struct {
 	// Headers selects the fields of Decision.Headers.
 	Headers Headers
-	// ShadowMode answers every request OK, reporting what would have been
+	// ShadowMode answers every request codeOK, reporting what would have been
 	// refused (envoyproxy/ratelimit's SHADOW_MODE; Decision.Shadowed).
 	ShadowMode bool
 	// QuotaMode treats every rule as quota_mode.
@@ -45,7 +45,12 @@ type Plan struct {
 
 // Batch is the operations of one descriptor on its bucket.
 type Batch struct {
-	// Key is the bucket's key (see Key), fitted to Settings.MaxKeyBytes.
+	// Key is the bucket's key, fitted to Settings.MaxKeyBytes: "rls/", the
+	// quoted domain and the descriptor's quoted entries (share_threshold
+	// patterns in place of the values they share), so no two descriptors
+	// share a bucket by accident of their characters; the limit is not part
+	// of it, so an override and a reload count in the configured rule's
+	// bucket.
 	Key string
 	// Config is the bucket's configuration, to create it when absent
 	// (wire.ModeCreateIfAbsent); the first operation replaces whatever
@@ -78,7 +83,7 @@ type Decision struct {
 	// unless Settings.ShadowMode.
 	Code Code
 	// Shadowed reports that Settings.ShadowMode turned an OverLimit into
-	// OK.
+	// codeOK.
 	Shadowed bool
 	// Statuses are the descriptors', in order.
 	Statuses []Status
@@ -228,14 +233,14 @@ func (p *Plan) Decide(outcomes []Outcome, now time.Time) (Decision, error) {
 			return Decision{}, err
 		}
 		if p.quota && st.Over && st.Code == OverLimit {
-			st.Code = OK
+			st.Code = codeOK
 			it.Rule.QuotaMode = true
 		}
-		st.Hits = it.Hits
+		st.hits = it.Hits
 		if it.held > 0 {
 			// envoyproxy/ratelimit counts the hits it did not charge as
 			// hits within the limit
-			st.Hits, st.WithinHits = it.held, it.held
+			st.hits, st.withinHits = it.held, it.held
 		}
 		if it.Kind == limited {
 			st.Rule = &it.Rule

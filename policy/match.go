@@ -19,28 +19,18 @@ type Override struct {
 // that node's flags, and the names under which it is counted.
 type Rule struct {
 	Limit
-	// ShadowMode reports over-limit hits but answers OK.
+	// ShadowMode reports over-limit hits but answers codeOK.
 	ShadowMode bool
-	// QuotaMode answers OK for an over-limit hit with the descriptor's status
+	// QuotaMode answers codeOK for an over-limit hit with the descriptor's status
 	// kept, without making the request over the limit.
 	QuotaMode bool
-	// Override is set when the limit came from the request, not the file.
-	Override bool
+	// override is set when the limit came from the request, not the file.
+	override bool
 	// Path names the matched configuration node ("domain.key_value.key"),
 	// wildcards as written in the file; for an override, "override:domain"
 	// and the request's keys. It holds no request value: a safe, bounded
 	// metric label.
 	Path string
-	// StatsKey is envoyproxy/ratelimit's stats key of the rule, following
-	// its detailed_metric, value_to_metric and share_threshold rules (Plan
-	// leaves it empty: Rules.Stats fills it in). When ValuesInStatsKey is
-	// set it contains request values.
-	StatsKey string
-	// ValuesInStatsKey reports that StatsKey holds values taken from the
-	// request (detailed_metric, value_to_metric, overrides), so its
-	// cardinality is the clients' to choose.
-	ValuesInStatsKey bool
-
 	// share[i], when not empty, replaces entry i's value in the bucket key
 	// (share_threshold: every value matching the wildcard shares a bucket).
 	share []string
@@ -49,22 +39,16 @@ type Rule struct {
 // Match returns the rule of descriptor entries in domain, and false when
 // none applies: the domain is unknown, no node matches, or the matched node
 // is not at the descriptor's depth or has no limit. With an override the
-// override applies (in a known domain) whatever the tree says. The rule's
-// stats key is filled in (see Stats).
+// override applies (in a known domain) whatever the tree says.
 //
 // Matching is envoyproxy/ratelimit's: at each level the entry's key and
 // value first, then the level's wildcard values (a trailing '*', in file
 // order, the first prefix match wins), then the key alone; a limit applies
 // only at the node of the descriptor's last entry.
 func (c *Rules) Match(domain string, entries []Entry, override *Override) (Rule, bool) {
-	r, ok := c.match(domain, entries, override)
-	if ok {
-		c.Stats(domain, entries, &r)
-	}
-	return r, ok
+	return c.match(domain, entries, override)
 }
 
-// match is Match without the stats key: what Plan needs.
 func (c *Rules) match(domain string, entries []Entry, override *Override) (Rule, bool) {
 	dom := c.domains[domain]
 	if dom == nil {
@@ -127,14 +111,15 @@ func walk(dom *node, entries []Entry, visit func(i int, next *node, wildcard str
 	return found, share
 }
 
-// Stats fills in r's StatsKey and ValuesInStatsKey, the rule Plan (or
-// Match) found for entries of domain: envoyproxy/ratelimit's stats key,
-// following its detailed_metric, value_to_metric and share_threshold rules.
-// Plan leaves them empty, as only metrics need them.
-func (c *Rules) Stats(domain string, entries []Entry, r *Rule) {
-	if r.Override {
-		r.StatsKey, r.ValuesInStatsKey = overrideStatsKey(domain, entries), true
-		return
+// StatsKey returns envoyproxy/ratelimit's stats key of r, the rule Plan
+// (or Match) found for entries of domain, following its detailed_metric,
+// value_to_metric and share_threshold rules, and whether the key holds
+// values taken from the request (detailed_metric, value_to_metric,
+// overrides), so that its cardinality is the clients' to choose. Plan leaves
+// it to the door, as only metrics need it.
+func (c *Rules) StatsKey(domain string, entries []Entry, r *Rule) (key string, values bool) {
+	if r.override {
+		return overrideStatsKey(domain, entries), true
 	}
 	dom := c.domains[domain]
 	if dom == nil {
@@ -182,11 +167,11 @@ func (c *Rules) Stats(domain string, entries []Entry, r *Rule) {
 	}
 	switch {
 	case isDetail && share != nil:
-		r.StatsKey, r.ValuesInStatsKey = sharedStatsKey(domain, entries, share), true
+		return sharedStatsKey(domain, entries, share), true
 	case isDetail:
-		r.StatsKey, r.ValuesInStatsKey = detailed.String(), true
+		return detailed.String(), true
 	default:
-		r.StatsKey, r.ValuesInStatsKey = valued.String(), valuesUsed
+		return valued.String(), valuesUsed
 	}
 }
 
@@ -218,7 +203,7 @@ func (c *Rules) overrideRule(domain string, entries []Entry, o *Override) Rule {
 		path += "." + e.Key
 	}
 	return Rule{Limit: Limit{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit, Algorithm: c.opts.Algorithm},
-		Override: true, Path: path}
+		override: true, Path: path}
 }
 
 // overrideStatsKey is the stats key of an override: the descriptor's keys

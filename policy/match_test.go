@@ -111,13 +111,14 @@ func TestMatchOverride(t *testing.T) {
 	// an override applies whether or not the tree matches, in a known domain
 	for _, entries := range [][]Entry{{{"client", "alice"}}, {{"color", "red"}, {"shade", ""}}} {
 		r, ok := c.Match("shop", entries, o)
-		if !ok || !r.Override || r.RequestsPerUnit != 42 || r.Unit != Hour || r.ShadowMode || r.Algorithm != TokenBucket {
+		if !ok || !r.IsOverride() || r.RequestsPerUnit != 42 || r.Unit != Hour || r.ShadowMode || r.Algorithm != TokenBucket {
 			t.Fatalf("%v: %+v %v", entries, r, ok)
 		}
 	}
-	r, _ := c.Match("shop", []Entry{{"color", "red"}, {"shade", ""}}, o)
-	if r.StatsKey != "shop.color_red.shade" || r.Path != "override:shop.color.shade" || !r.ValuesInStatsKey {
-		t.Fatalf("override keys: %q %q", r.StatsKey, r.Path)
+	es := []Entry{{"color", "red"}, {"shade", ""}}
+	r, _ := c.Match("shop", es, o)
+	if key, values := c.StatsKey("shop", es, &r); key != "shop.color_red.shade" || r.Path != "override:shop.color.shade" || !values {
+		t.Fatalf("override keys: %q %q", key, r.Path)
 	}
 	if _, ok := c.Match("other", []Entry{{"client", "alice"}}, o); ok {
 		t.Fatal("override in an unknown domain matched")
@@ -195,8 +196,8 @@ func TestStatsKeys(t *testing.T) {
 			if !ok {
 				t.Fatal("no match")
 			}
-			if r.StatsKey != tc.key || r.ValuesInStatsKey != tc.values {
-				t.Fatalf("stats key %q (values %v), want %q (%v)", r.StatsKey, r.ValuesInStatsKey, tc.key, tc.values)
+			if key, values := c.StatsKey("d", tc.entries, &r); key != tc.key || values != tc.values {
+				t.Fatalf("stats key %q (values %v), want %q (%v)", key, values, tc.key, tc.values)
 			}
 		})
 	}

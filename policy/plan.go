@@ -33,49 +33,54 @@ const (
 	MaxDescriptors     = 64   // descriptors per request
 	MaxEntries         = 32   // entries per descriptor
 	MaxDescriptorBytes = 4096 // bytes of all keys and values of one descriptor
-	MaxDomainBytes     = 255  // bytes of the domain
+	maxDomainBytes     = 255  // bytes of the domain
 )
 
-// Request errors. Plan wraps them with the offending descriptor's index;
-// test with errors.Is. All are the caller's fault (gRPC InvalidArgument,
-// HTTP 400); none ever reaches a store.
+// ErrDescriptorTooLarge is the request error of a descriptor whose keys and
+// values exceed MaxDescriptorBytes: the one a client's own values cause
+// (Envoy copies headers and paths into descriptors), which the service
+// answers OVER_LIMIT rather than with an error Envoy's failure_mode_deny
+// would let through.
+var ErrDescriptorTooLarge = errors.New("descriptor keys and values exceed 4096 bytes")
+
+// The other request errors: the route configuration's doing. Every error
+// Plan returns is the caller's fault (gRPC InvalidArgument, HTTP 400),
+// names the offending descriptor or the domain, and never reaches a store.
 var (
-	ErrEmptyDomain        = errors.New("rate limit domain must not be empty")
-	ErrNoDescriptors      = errors.New("rate limit descriptor list must not be empty")
-	ErrDomainTooLong      = errors.New("rate limit domain longer than 255 bytes")
-	ErrTooManyDescriptors = errors.New("more than 64 descriptors")
-	ErrTooManyEntries     = errors.New("descriptor has more than 32 entries")
-	ErrDescriptorTooLarge = errors.New("descriptor keys and values exceed 4096 bytes")
-	ErrInvalidUTF8        = errors.New("domain is not valid UTF-8")
-	ErrOverrideUnit       = errors.New("limit override has an unknown unit")
-	ErrOverrideTooFast    = errors.New("limit override above 999999999 per second")
+	errEmptyDomain        = errors.New("rate limit domain must not be empty")
+	errNoDescriptors      = errors.New("rate limit descriptor list must not be empty")
+	errDomainTooLong      = errors.New("rate limit domain longer than 255 bytes")
+	errTooManyDescriptors = errors.New("more than 64 descriptors")
+	errTooManyEntries     = errors.New("descriptor has more than 32 entries")
+	errInvalidUTF8        = errors.New("domain is not valid UTF-8")
+	errOverrideUnit       = errors.New("limit override has an unknown unit")
+	errOverrideTooFast    = errors.New("limit override above 999999999 per second")
 )
 
-// RequestError is a request error of one descriptor (Descriptor ≥ 0) or of
-// the domain (Descriptor < 0). Err is one of the request errors above.
-type RequestError struct {
-	Descriptor int
-	Err        error
+// requestError is a request error of one descriptor (descriptor ≥ 0) or of
+// the domain (descriptor < 0); it unwraps to one of the errors above.
+type requestError struct {
+	descriptor int
+	err        error
 }
 
-func (e *RequestError) Error() string {
-	if e.Descriptor < 0 {
-		return "domain: " + e.Err.Error()
+func (e *requestError) Error() string {
+	if e.descriptor < 0 {
+		return "domain: " + e.err.Error()
 	}
-	return "descriptor " + strconv.Itoa(e.Descriptor) + ": " + e.Err.Error()
+	return "descriptor " + strconv.Itoa(e.descriptor) + ": " + e.err.Error()
 }
 
-// Unwrap returns Err.
-func (e *RequestError) Unwrap() error { return e.Err }
+func (e *requestError) Unwrap() error { return e.err }
 
 // itemKind says how a descriptor is answered.
 type itemKind uint8
 
 const (
 	// noLimit: no rule applies (unmatched, or replaced by another
-	// descriptor's rule): OK, not counted.
+	// descriptor's rule): codeOK, not counted.
 	noLimit itemKind = iota
-	// unlimited: an unlimited rule applies: OK with the most remaining,
+	// unlimited: an unlimited rule applies: codeOK with the most remaining,
 	// not counted.
 	unlimited
 	// limited: the rule is counted in the bucket of Key.
@@ -129,7 +134,7 @@ func (c *Rules) plan(req *Request) ([]item, error) {
 		if r.Unlimited {
 			it.Kind = unlimited
 		}
-		for _, name := range r.Replaces {
+		for _, name := range r.replaces {
 			if replaced == nil {
 				replaced = map[string]bool{}
 			}
@@ -142,7 +147,7 @@ func (c *Rules) plan(req *Request) ([]item, error) {
 			it.Kind, it.Rule = noLimit, Rule{}
 		}
 		if it.Kind == limited {
-			it.Key = Key(req.Domain, req.Descriptors[i].Entries, &it.Rule)
+			it.Key = bucketKey(req.Domain, req.Descriptors[i].Entries, &it.Rule)
 		}
 	}
 	return items, nil
@@ -151,34 +156,34 @@ func (c *Rules) plan(req *Request) ([]item, error) {
 func checkRequest(req *Request) error {
 	switch {
 	case req.Domain == "":
-		return ErrEmptyDomain
-	case len(req.Domain) > MaxDomainBytes:
-		return ErrDomainTooLong
+		return errEmptyDomain
+	case len(req.Domain) > maxDomainBytes:
+		return errDomainTooLong
 	case !utf8.ValidString(req.Domain):
-		return &RequestError{Descriptor: -1, Err: ErrInvalidUTF8}
+		return &requestError{-1, errInvalidUTF8}
 	case len(req.Descriptors) == 0:
-		return ErrNoDescriptors
+		return errNoDescriptors
 	case len(req.Descriptors) > MaxDescriptors:
-		return ErrTooManyDescriptors
+		return errTooManyDescriptors
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		if len(d.Entries) > MaxEntries {
-			return &RequestError{Descriptor: i, Err: ErrTooManyEntries}
+			return &requestError{i, errTooManyEntries}
 		}
 		n := 0
 		for _, e := range d.Entries {
 			n += len(e.Key) + len(e.Value) // any bytes: Envoy copies a client's header into a value
 		}
 		if n > MaxDescriptorBytes {
-			return &RequestError{Descriptor: i, Err: ErrDescriptorTooLarge}
+			return &requestError{i, ErrDescriptorTooLarge}
 		}
 		if d.Limit != nil {
-			if d.Limit.Unit.Seconds() == 0 {
-				return &RequestError{Descriptor: i, Err: ErrOverrideUnit}
+			if d.Limit.Unit.seconds() == 0 {
+				return &requestError{i, errOverrideUnit}
 			}
 			if !refillable(d.Limit.RequestsPerUnit, d.Limit.Unit) {
-				return &RequestError{Descriptor: i, Err: ErrOverrideTooFast}
+				return &requestError{i, errOverrideTooFast}
 			}
 		}
 	}

@@ -3,47 +3,12 @@ package policy
 import (
 	"strconv"
 	"strings"
+
+	"github.com/bucketgrid/bucketgrid/internal/ruledoc"
 )
 
-// Document is one rule file of envoyproxy/ratelimit's format, parsed but
-// not yet validated: a domain and its descriptor tree. Package rulefile
-// reads it from YAML (or JSON, which is YAML too); the Envoy filter reads it
-// from its plugin configuration; anything else that holds the same tree (a
-// configuration service) can fill it in. Compile validates it.
-type Document struct {
-	// Name names the document in error messages (a file name).
-	Name        string
-	Domain      string
-	Descriptors []Node
-}
-
-// Node is one node of a descriptor tree: a key, optionally a value (a
-// trailing '*' makes it a wildcard), optionally a limit, and its children.
-type Node struct {
-	Key, Value     string
-	RateLimit      *RateLimit
-	Descriptors    []Node
-	ShadowMode     bool
-	QuotaMode      bool
-	DetailedMetric bool
-	ValueToMetric  bool
-	ShareThreshold bool
-}
-
-// RateLimit is a node's limit as written: Unit is a unit name ("minute"),
-// Algorithm an algorithm name or empty.
-type RateLimit struct {
-	RequestsPerUnit uint32
-	Unit            string
-	Unlimited       bool
-	Name            string
-	Replaces        []string
-	Algorithm       string
-	Burst           uint32
-}
-
 // Error reports why a configuration was rejected. Its text is
-// "name: reason", where name is the Document's and reason is, for every
+// "name: reason", where name is the document's (a file name) and reason is, for every
 // check envoyproxy/ratelimit makes, that service's own wording ("descriptor
 // has empty key", "config error, unknown key 'ratelimit'", …), so the same
 // bad file gets the same message from either service.
@@ -76,15 +41,16 @@ type Limit struct {
 	// RequestsPerUnit is the number of hits a unit admits; 0 refuses every
 	// hit.
 	RequestsPerUnit uint32
-	// Unit is the time unit; UnitUnknown when Unlimited.
+	// Unit is the time unit; UNKNOWN (0) when Unlimited.
 	Unit Unit
 	// Unlimited admits everything without counting.
 	Unlimited bool
-	// Name names the limit for Replaces; empty for none.
+	// Name names the limit (for a rule's replaces, and in headers and
+	// responses); empty for none.
 	Name string
-	// Replaces are the names of limits this one switches off when both apply
-	// to one request.
-	Replaces []string
+	// replaces are the names of limits this one switches off when both
+	// apply to one request.
+	replaces []string
 	// Algorithm is how hits are counted.
 	Algorithm Algorithm
 	// Burst is the token bucket's capacity; 0 means RequestsPerUnit. Only
@@ -92,9 +58,9 @@ type Limit struct {
 	Burst uint32
 }
 
-// Capacity returns the most hits the limit admits at once: Burst (or
+// capacity returns the most hits the limit admits at once: Burst (or
 // RequestsPerUnit) for a token bucket, RequestsPerUnit for a fixed window.
-func (l *Limit) Capacity() uint32 {
+func (l *Limit) capacity() uint32 {
 	if l.Algorithm == TokenBucket && l.Burst > 0 {
 		return l.Burst
 	}
@@ -125,8 +91,10 @@ type node struct {
 
 // Compile validates docs as envoyproxy/ratelimit validates its files, with
 // the same error for every document it rejects, and returns the rules. The
+// documents come from this module's readers (package rulefile, the Envoy
+// filter's configuration); elsewhere, load files with rulefile.Load. The
 // first error found is returned as an *Error; nothing is partly compiled.
-func Compile(docs []Document, opts Options) (*Rules, error) {
+func Compile(docs []ruledoc.Document, opts Options) (*Rules, error) {
 	c := &Rules{domains: map[string]*node{}, opts: opts}
 	if c.opts.NearLimitRatio == 0 {
 		c.opts.NearLimitRatio = 0.8
@@ -145,10 +113,7 @@ func (c *Rules) HasDomain(domain string) bool { return c.domains[domain] != nil 
 // Domains returns the number of domains configured.
 func (c *Rules) Domains() int { return len(c.domains) }
 
-// Options returns the options c was compiled with, NearLimitRatio filled in.
-func (c *Rules) Options() Options { return c.opts }
-
-func (c *Rules) add(doc *Document) error {
+func (c *Rules) add(doc *ruledoc.Document) error {
 	if doc.Domain == "" {
 		return &Error{doc.Name, "config file cannot have empty domain"}
 	}
@@ -169,7 +134,7 @@ func (c *Rules) add(doc *Document) error {
 // addNodes adds descriptors under parent, whose full key is parentKey
 // (ending in '.'), checking each as envoyproxy/ratelimit does and in the
 // same order, so the first error reported is the same.
-func (c *Rules) addNodes(file string, parent *node, parentKey string, descriptors []Node) error {
+func (c *Rules) addNodes(file string, parent *node, parentKey string, descriptors []ruledoc.Node) error {
 	for i := range descriptors {
 		yd := &descriptors[i]
 		if yd.Key == "" {
@@ -211,19 +176,19 @@ func (c *Rules) addNodes(file string, parent *node, parentKey string, descriptor
 
 // limitOf validates a rate_limit block: envoyproxy/ratelimit's checks first,
 // then bucketgrid's (algorithm, burst, the refill ceiling).
-func (c *Rules) limitOf(file string, y *RateLimit) (*Limit, error) {
-	unit, validUnit := ParseUnit(y.Unit)
+func (c *Rules) limitOf(file string, y *ruledoc.RateLimit) (*Limit, error) {
+	unit, validUnit := parseUnit(y.Unit)
 	if y.Unlimited {
 		if validUnit {
 			return nil, &Error{file, "should not specify rate limit unit when unlimited"}
 		}
-		unit = UnitUnknown
+		unit = unitUnknown
 	} else if !validUnit {
 		return nil, &Error{file, "invalid rate limit unit '" + y.Unit + "'"}
 	}
 	l := &Limit{RequestsPerUnit: y.RequestsPerUnit, Unit: unit, Unlimited: y.Unlimited, Name: y.Name,
-		Replaces: y.Replaces, Algorithm: c.opts.Algorithm, Burst: y.Burst}
-	for _, r := range l.Replaces {
+		replaces: y.Replaces, Algorithm: c.opts.Algorithm, Burst: y.Burst}
+	for _, r := range l.replaces {
 		if r == "" {
 			return nil, &Error{file, "should not have an empty replaces entry"}
 		}
@@ -251,5 +216,5 @@ func (c *Rules) limitOf(file string, y *RateLimit) (*Limit, error) {
 // refillable reports whether a bucket can refill n hits per unit: at most
 // maxPerSecond a second. Unknown units (unlimited) always can.
 func refillable(n uint32, u Unit) bool {
-	return u.Seconds() == 0 || int64(n) <= maxPerSecond*u.Seconds()
+	return u.seconds() == 0 || int64(n) <= maxPerSecond*u.seconds()
 }

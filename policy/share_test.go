@@ -35,8 +35,8 @@ func runShare(t *testing.T, s store, it *item, n int, now time.Time) Status {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := sh.Quota(&st); q.Limit != int64(sh.Rule.Capacity()) {
-		t.Fatalf("quota limit %d, want the share's %d", q.Limit, sh.Rule.Capacity())
+	if q := sh.Quota(&st); q.Limit != int64(sh.Rule.capacity()) {
+		t.Fatalf("quota limit %d, want the share's %d", q.Limit, sh.Rule.capacity())
 	}
 	return st
 }
@@ -53,16 +53,16 @@ func TestShareDecidesTheShare(t *testing.T) {
 		n     int
 		share uint32
 	}{
-		{"window 5/minute of 2", windowItem(t, 5, Minute, 1), 2, 3},
-		{"window 7/minute of 3", windowItem(t, 7, Minute, 1), 3, 3},
-		{"window 10/second of 4", windowItem(t, 10, Second, 1), 4, 3},
-		{"window 5/minute of 1", windowItem(t, 5, Minute, 1), 1, 5},
+		{"window 5/minute of 2", windowItem(t, 5, unitMinute, 1), 2, 3},
+		{"window 7/minute of 3", windowItem(t, 7, unitMinute, 1), 3, 3},
+		{"window 10/second of 4", windowItem(t, 10, unitSecond, 1), 4, 3},
+		{"window 5/minute of 1", windowItem(t, 5, unitMinute, 1), 1, 5},
 		{"bucket 10/second burst 4 of 3", bucketItem(10, 4, 1), 3, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := store{}
 			sh := shared(&tc.it, tc.n)
-			if got := sh.Rule.Capacity(); got != tc.share {
+			if got := sh.Rule.capacity(); got != tc.share {
 				t.Fatalf("share's capacity %d, want %d", got, tc.share)
 			}
 			check := tc.it
@@ -77,7 +77,7 @@ func TestShareDecidesTheShare(t *testing.T) {
 					t.Fatalf("hit %d: %+v, want over %v, %d remaining", i+1, st, want, tc.share-i-1)
 				}
 				if tc.it.Rule.Algorithm == FixedWindow {
-					end := time.Duration(tc.it.Rule.Unit.Seconds()-now.Unix()%tc.it.Rule.Unit.Seconds()) * time.Second
+					end := time.Duration(tc.it.Rule.Unit.seconds()-now.Unix()%tc.it.Rule.Unit.seconds()) * time.Second
 					if st.ResetAfter != end {
 						t.Fatalf("hit %d: reset %v, want %v", i+1, st.ResetAfter, end)
 					}
@@ -90,12 +90,12 @@ func TestShareDecidesTheShare(t *testing.T) {
 // TestShareKeepsTheItem wants Share to leave the item it is called on, and
 // its bucket configuration, as they were.
 func TestShareKeepsTheItem(t *testing.T) {
-	it := windowItem(t, 5, Minute, 1)
+	it := windowItem(t, 5, unitMinute, 1)
 	before := it.BucketConfig()
 	sh := shared(&it, 2)
 	_ = sh.BucketConfig()
 	after := it.BucketConfig()
-	if it.Rule.RequestsPerUnit != 5 || !after.Equal(&before) || it.window() != windowTokens(Minute) {
+	if it.Rule.RequestsPerUnit != 5 || !after.Equal(&before) || it.window() != windowTokens(unitMinute) {
 		t.Fatalf("Share changed the item: %+v", it)
 	}
 }

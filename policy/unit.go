@@ -8,35 +8,37 @@ import (
 
 // Unit is the time unit of a limit. Its values are those of the Envoy API's
 // RateLimitResponse.RateLimit.Unit, so a conversion to the protobuf enum is a
-// plain cast. The zero value is UnitUnknown, which no limit has.
+// plain cast (SECOND is 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7;
+// a month is 30 days and a year 365 days, and every window is aligned to the
+// Unix epoch, as in envoyproxy/ratelimit). The zero value, UNKNOWN, is the
+// unit of an unlimited limit.
 type Unit int32
 
-// The units of envoyproxy/ratelimit. A month is 30 days and a year 365 days,
-// and every window is aligned to the Unix epoch, as there.
+// The units of envoyproxy/ratelimit, as Envoy numbers them.
 const (
-	UnitUnknown Unit = 0
-	Second      Unit = 1
-	Minute      Unit = 2
-	Hour        Unit = 3
-	Day         Unit = 4
-	Month       Unit = 5
-	Year        Unit = 6
-	Week        Unit = 7
+	unitUnknown Unit = 0
+	unitSecond  Unit = 1
+	unitMinute  Unit = 2
+	unitHour    Unit = 3
+	unitDay     Unit = 4
+	unitMonth   Unit = 5
+	unitYear    Unit = 6
+	unitWeek    Unit = 7
 )
 
 // unitNames are the units' names in the Envoy API, by Unit.
-var unitNames = [...]string{UnitUnknown: "UNKNOWN", Second: "SECOND", Minute: "MINUTE", Hour: "HOUR", Day: "DAY",
-	Month: "MONTH", Year: "YEAR", Week: "WEEK"}
+var unitNames = [...]string{unitUnknown: "UNKNOWN", unitSecond: "SECOND", unitMinute: "MINUTE", unitHour: "HOUR", unitDay: "DAY",
+	unitMonth: "MONTH", unitYear: "YEAR", unitWeek: "WEEK"}
 
-// ParseUnit returns the unit named s, in any letter case ("minute",
+// parseUnit returns the unit named s, in any letter case ("minute",
 // "MINUTE"), and false when s names none.
-func ParseUnit(s string) (Unit, bool) {
-	for u := Second; int(u) < len(unitNames); u++ {
+func parseUnit(s string) (Unit, bool) {
+	for u := unitSecond; int(u) < len(unitNames); u++ {
 		if strings.EqualFold(s, unitNames[u]) {
 			return u, true
 		}
 	}
-	return UnitUnknown, false
+	return unitUnknown, false
 }
 
 // String returns the unit's name in the Envoy API ("MINUTE"), or "UNKNOWN".
@@ -47,29 +49,29 @@ func (u Unit) String() string {
 	return unitNames[u]
 }
 
-// Seconds returns the length of the unit in seconds, 0 for an unknown unit.
-func (u Unit) Seconds() int64 {
+// seconds returns the length of the unit in seconds, 0 for an unknown unit.
+func (u Unit) seconds() int64 {
 	switch u {
-	case Second:
+	case unitSecond:
 		return 1
-	case Minute:
+	case unitMinute:
 		return 60
-	case Hour:
+	case unitHour:
 		return 3600
-	case Day:
+	case unitDay:
 		return 86400
-	case Week:
+	case unitWeek:
 		return 7 * 86400
-	case Month:
+	case unitMonth:
 		return 30 * 86400
-	case Year:
+	case unitYear:
 		return 365 * 86400
 	}
 	return 0
 }
 
 // Duration returns the length of the unit, 0 for an unknown unit.
-func (u Unit) Duration() time.Duration { return time.Duration(u.Seconds()) * time.Second }
+func (u Unit) Duration() time.Duration { return time.Duration(u.seconds()) * time.Second }
 
 // Algorithm is how a limit counts requests.
 type Algorithm uint8

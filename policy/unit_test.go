@@ -10,18 +10,18 @@ func TestUnits(t *testing.T) {
 		name string
 		unit Unit
 		secs int64
-	}{{"second", Second, 1}, {"MINUTE", Minute, 60}, {"Hour", Hour, 3600}, {"day", Day, 86400},
-		{"week", Week, 604800}, {"month", Month, 2592000}, {"year", Year, 31536000}} {
-		u, ok := ParseUnit(tc.name)
-		if !ok || u != tc.unit || u.Seconds() != tc.secs || !strings.EqualFold(u.String(), tc.name) {
-			t.Errorf("%s: %v %v %d %q", tc.name, u, ok, u.Seconds(), u.String())
+	}{{"second", unitSecond, 1}, {"MINUTE", unitMinute, 60}, {"Hour", unitHour, 3600}, {"day", unitDay, 86400},
+		{"week", unitWeek, 604800}, {"month", unitMonth, 2592000}, {"year", unitYear, 31536000}} {
+		u, ok := parseUnit(tc.name)
+		if !ok || u != tc.unit || u.seconds() != tc.secs || !strings.EqualFold(u.String(), tc.name) {
+			t.Errorf("%s: %v %v %d %q", tc.name, u, ok, u.seconds(), u.String())
 		}
 	}
-	if _, ok := ParseUnit("unknown"); ok {
+	if _, ok := parseUnit("unknown"); ok {
 		t.Error("unknown parsed")
 	}
-	if UnitUnknown.Seconds() != 0 || UnitUnknown.String() != "UNKNOWN" {
-		t.Error("UnitUnknown")
+	if unitUnknown.seconds() != 0 || unitUnknown.String() != "UNKNOWN" {
+		t.Error("unitUnknown")
 	}
 	for _, a := range []Algorithm{FixedWindow, TokenBucket} {
 		if b, ok := ParseAlgorithm(a.String()); !ok || b != a {

@@ -54,19 +54,19 @@ func (m *counterModel) hit(h uint64, now time.Time) (st Status) {
 	if after > m.n {
 		st.Code, st.Over = OverLimit, true
 		if before >= m.n {
-			st.OverHits = h
+			st.overHits = h
 		} else {
-			st.OverHits = after - m.n
-			st.NearHits = m.n - max(near, before)
+			st.overHits = after - m.n
+			st.nearHits = m.n - max(near, before)
 		}
 		return st
 	}
-	st.Code, st.Remaining, st.WithinHits = OK, uint32(m.n-after), h
+	st.Code, st.Remaining, st.withinHits = codeOK, uint32(m.n-after), h
 	if after > near {
 		if before >= near {
-			st.NearHits = h
+			st.nearHits = h
 		} else {
-			st.NearHits = after - near
+			st.nearHits = after - near
 		}
 	}
 	return st
@@ -84,9 +84,9 @@ func windowItem(t *testing.T, n uint32, unit Unit, h uint64) item {
 // remaining, reset and metric increments for every request.
 func TestFixedWindowMatchesCounter(t *testing.T) {
 	for _, n := range []uint32{0, 1, 2, 5, 10, 100} {
-		for _, unit := range []Unit{Second, Minute, Day} {
+		for _, unit := range []Unit{unitSecond, unitMinute, unitDay} {
 			rng := rand.New(rand.NewPCG(uint64(n), uint64(unit)))
-			m := &counterModel{n: uint64(n), unit: uint64(unit.Seconds()), counts: map[uint64]uint64{}}
+			m := &counterModel{n: uint64(n), unit: uint64(unit.seconds()), counts: map[uint64]uint64{}}
 			s := store{}
 			now := time.Unix(1_700_000_000, 123)
 			for i := range 3000 {
@@ -115,7 +115,7 @@ func TestFixedWindowMatchesCounter(t *testing.T) {
 				}
 				it := windowItem(t, n, unit, h)
 				got, want := s.run(t, &it, now), m.hit(h, now)
-				got.RetryAfter, got.ShadowHits = 0, 0
+				got.retryAfter, got.shadowHits = 0, 0
 				if got != want {
 					t.Fatalf("n=%d unit=%v request %d (%d hits at %v): got %+v, want %+v", n, unit, i, h, now, got, want)
 				}
@@ -134,24 +134,24 @@ func TestFixedWindowCheckOnly(t *testing.T) {
 		hits  []uint64
 		check Code
 	}{
-		{"exactly at the limit", []uint64{3}, OK},
+		{"exactly at the limit", []uint64{3}, codeOK},
 		{"one refused hit", []uint64{3, 1}, OverLimit},
 		{"refused batch", []uint64{2, 2}, OverLimit},
-		{"below", []uint64{2}, OK},
+		{"below", []uint64{2}, codeOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := store{}
 			for _, h := range tc.hits {
-				it := windowItem(t, 3, Minute, h)
+				it := windowItem(t, 3, unitMinute, h)
 				s.run(t, &it, now)
 			}
-			it := windowItem(t, 3, Minute, 0)
+			it := windowItem(t, 3, unitMinute, 0)
 			if got := s.run(t, &it, now).Code; got != tc.check {
 				t.Fatalf("check: %v, want %v", got, tc.check)
 			}
-			it = windowItem(t, 3, Minute, 0)
-			if got := s.run(t, &it, now.Add(time.Minute)); got.Code != OK || got.Remaining != 3 {
-				t.Fatalf("next window: %+v, want OK with 3 remaining", got)
+			it = windowItem(t, 3, unitMinute, 0)
+			if got := s.run(t, &it, now.Add(time.Minute)); got.Code != codeOK || got.Remaining != 3 {
+				t.Fatalf("next window: %+v, want codeOK with 3 remaining", got)
 			}
 		})
 	}
@@ -160,14 +160,14 @@ func TestFixedWindowCheckOnly(t *testing.T) {
 func TestFixedWindowRetryAfter(t *testing.T) {
 	now := time.Unix(60*28_333_333+10, 0) // 10 s into a minute
 	s := store{}
-	it := windowItem(t, 2, Minute, 2)
+	it := windowItem(t, 2, unitMinute, 2)
 	s.run(t, &it, now)
-	it = windowItem(t, 2, Minute, 1)
-	if st := s.run(t, &it, now); !st.Over || st.RetryAfter != 50*time.Second || st.ResetAfter != 50*time.Second {
+	it = windowItem(t, 2, unitMinute, 1)
+	if st := s.run(t, &it, now); !st.Over || st.retryAfter != 50*time.Second || st.ResetAfter != 50*time.Second {
 		t.Fatalf("over: %+v, want retry and reset after 50s", st)
 	}
-	it = windowItem(t, 2, Minute, 3)
-	if st := s.run(t, &it, now); st.RetryAfter != Never {
-		t.Fatalf("hits above the limit: retry after %v, want Never", st.RetryAfter)
+	it = windowItem(t, 2, unitMinute, 3)
+	if st := s.run(t, &it, now); st.retryAfter != never {
+		t.Fatalf("hits above the limit: retry after %v, want never", st.retryAfter)
 	}
 }

@@ -3,6 +3,7 @@ package wasmfilter
 import (
 	"errors"
 
+	"github.com/bucketgrid/bucketgrid/internal/ruledoc"
 	rules "github.com/bucketgrid/bucketgrid/policy"
 	"strconv"
 	"strings"
@@ -37,7 +38,7 @@ type Config struct {
 	// actions all apply. 1 to policy.MaxDescriptors entries.
 	RateLimits []RateLimitConfig `json:"rate_limits"`
 	// Rules are the rule documents; one of them must be for Domain.
-	Rules []rules.Document `json:"rules"`
+	Rules []ruledoc.Document `json:"rules"`
 	// Slots bounds the buckets the filter keeps in shared data, one per
 	// descriptor counted (default DefaultSlots, at most MaxSlots); see
 	// Store. Set it to the number of descriptors whose buckets are not

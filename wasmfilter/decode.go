@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	rules "github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/internal/ruledoc"
 )
 
 // decodeConfig reads a configuration document into a Config. Members are
@@ -29,7 +29,7 @@ func decodeConfig(raw []byte) (Config, error) {
 			c.RateLimits = []RateLimitConfig{}
 			d.array(func(d *decoder) { c.RateLimits = append(c.RateLimits, decodeRateLimit(d)) })
 		case "rules":
-			c.Rules = []rules.Document{}
+			c.Rules = []ruledoc.Document{}
 			d.array(func(d *decoder) { c.Rules = append(c.Rules, decodeDocument(d)) })
 		case "slots":
 			d.int(&c.Slots)

@@ -8,7 +8,7 @@ import (
 	"github.com/bucketgrid/bucketgrid/cas"
 	"github.com/bucketgrid/bucketgrid/clock"
 	"github.com/bucketgrid/bucketgrid/core"
-	rules "github.com/bucketgrid/bucketgrid/policy"
+	"github.com/bucketgrid/bucketgrid/internal/header"
 	"github.com/bucketgrid/bucketgrid/retry"
 )
 
@@ -195,7 +195,7 @@ func (p *Plugin) failure(err error) (r refusal, pass bool) {
 			why = "nothing to evict: every probed slot holds another build's record"
 		}
 		p.logLimited(LogWarn, prefix+"slot table full ("+slots+" slots): new client rejected ("+why+")")
-		return refusal{status: 429, details: "bucketgrid_table_full", retry: max(1, rules.Seconds(full.Wait))}, false
+		return refusal{status: 429, details: "bucketgrid_table_full", retry: max(1, header.Seconds(full.Wait))}, false
 	case errors.Is(err, cas.ErrConflict):
 		m.add(p.host, metricCASGaveUp, 1)
 		p.logLimited(LogWarn, prefix+"gave up after "+strconv.Itoa(p.set.maxAttempts)+" lost compare-and-swap races: request rejected")

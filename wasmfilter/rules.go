@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bucketgrid/bucketgrid/internal/ruledoc"
 	rules "github.com/bucketgrid/bucketgrid/policy"
 )
 
@@ -245,8 +246,8 @@ func stringMatch(name string) matchKind {
 
 // decodeDocument reads one rule document of envoyproxy/ratelimit's format,
 // the JSON form of its YAML files, with the keys its files may use.
-func decodeDocument(d *decoder) rules.Document {
-	doc := rules.Document{Name: d.path}
+func decodeDocument(d *decoder) ruledoc.Document {
+	doc := ruledoc.Document{Name: d.path}
 	d.object(func(d *decoder, name string) bool {
 		switch name {
 		case "domain":
@@ -261,10 +262,10 @@ func decodeDocument(d *decoder) rules.Document {
 	return doc
 }
 
-func decodeNodes(d *decoder) []rules.Node {
-	var ns []rules.Node
+func decodeNodes(d *decoder) []ruledoc.Node {
+	var ns []ruledoc.Node
 	d.array(func(d *decoder) {
-		var n rules.Node
+		var n ruledoc.Node
 		d.object(func(d *decoder, name string) bool {
 			switch name {
 			case "key":
@@ -297,8 +298,8 @@ func decodeNodes(d *decoder) []rules.Node {
 	return ns
 }
 
-func decodeLimit(d *decoder) *rules.RateLimit {
-	var l rules.RateLimit
+func decodeLimit(d *decoder) *ruledoc.RateLimit {
+	var l ruledoc.RateLimit
 	d.object(func(d *decoder, name string) bool {
 		switch name {
 		case "requests_per_unit", "burst":

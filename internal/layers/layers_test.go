@@ -17,7 +17,7 @@ const module = "github.com/bucketgrid/bucketgrid"
 // other parts (sideways) or above. Harness packages are test scaffolding:
 // only _test.go files may import them, from any floor.
 var floors = [][]string{
-	{"internal/errwrap", "clock", "retry"},
+	{"internal/errwrap", "internal/header", "internal/ruledoc", "clock", "retry"},
 	{"core"},
 	{"core/wire"},
 	{"cas"},

@@ -1,5 +1,5 @@
 // Package rulefile reads envoyproxy/ratelimit's YAML rule files into
-// policy.Documents, rejecting every file that service rejects with its own
+// policy.Rules, rejecting every file that service rejects with its own
 // message. It is the YAML half of package policy, kept apart so that what
 // links policy alone (the Envoy filter) links no YAML library.
 package rulefile
@@ -9,6 +9,7 @@ import (
 
 	"gopkg.in/yaml.v2"
 
+	"github.com/bucketgrid/bucketgrid/internal/ruledoc"
 	"github.com/bucketgrid/bucketgrid/policy"
 	"github.com/bucketgrid/bucketgrid/policy/rulefile/internal/config"
 )
@@ -20,13 +21,13 @@ type File struct {
 	Data []byte
 }
 
-// Load parses files and compiles them with opts: shorthand for Parse of
-// each, then policy.Compile. The first error is returned as a
+// Load parses files and compiles them with opts: each file parsed, then
+// policy.Compile. The first error is returned as a
 // *policy.Error; nothing is partly loaded.
 func Load(files []File, opts policy.Options) (*policy.Rules, error) {
-	docs := make([]policy.Document, len(files))
+	docs := make([]ruledoc.Document, len(files))
 	for i, f := range files {
-		d, err := Parse(f)
+		d, err := parse(f)
 		if err != nil {
 			// a file before this one may be wrong in a way only Compile
 			// sees: report the first error in file order
@@ -40,37 +41,37 @@ func Load(files []File, opts policy.Options) (*policy.Rules, error) {
 	return policy.Compile(docs, opts)
 }
 
-// Parse reads one file: every mapping key checked (unknown keys, keys that
+// parse reads one file: every mapping key checked (unknown keys, keys that
 // are not strings, lists of anything but mappings are refused as
 // envoyproxy/ratelimit refuses them), then decoded. Its errors are
 // *policy.Error.
-func Parse(f File) (policy.Document, error) {
+func parse(f File) (ruledoc.Document, error) {
 	var generic map[interface{}]interface{}
 	if err := yaml.Unmarshal(f.Data, &generic); err != nil {
-		return policy.Document{}, &policy.Error{File: f.Name, Reason: "error loading config file: " + err.Error()}
+		return ruledoc.Document{}, &policy.Error{File: f.Name, Reason: "error loading config file: " + err.Error()}
 	}
 	if err := validateKeys(f.Name, generic); err != nil {
-		return policy.Document{}, err
+		return ruledoc.Document{}, err
 	}
 	var root config.YamlRoot
 	if err := yaml.Unmarshal(f.Data, &root); err != nil {
-		return policy.Document{}, &policy.Error{File: f.Name, Reason: "error loading config file: " + err.Error()}
+		return ruledoc.Document{}, &policy.Error{File: f.Name, Reason: "error loading config file: " + err.Error()}
 	}
-	return policy.Document{Name: f.Name, Domain: root.Domain, Descriptors: nodes(root.Descriptors)}, nil
+	return ruledoc.Document{Name: f.Name, Domain: root.Domain, Descriptors: nodes(root.Descriptors)}, nil
 }
 
-func nodes(ys []config.YamlDescriptor) []policy.Node {
+func nodes(ys []config.YamlDescriptor) []ruledoc.Node {
 	if len(ys) == 0 {
 		return nil
 	}
-	out := make([]policy.Node, len(ys))
+	out := make([]ruledoc.Node, len(ys))
 	for i := range ys {
 		y := &ys[i]
-		n := policy.Node{Key: y.Key, Value: y.Value, Descriptors: nodes(y.Descriptors),
+		n := ruledoc.Node{Key: y.Key, Value: y.Value, Descriptors: nodes(y.Descriptors),
 			ShadowMode: y.ShadowMode, QuotaMode: y.QuotaMode, DetailedMetric: y.DetailedMetric,
 			ValueToMetric: y.ValueToMetric, ShareThreshold: y.ShareThreshold}
 		if r := y.RateLimit; r != nil {
-			n.RateLimit = &policy.RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Unlimited: r.Unlimited,
+			n.RateLimit = &ruledoc.RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Unlimited: r.Unlimited,
 				Name: r.Name, Replaces: r.ReplacesNames(), Algorithm: r.Algorithm, Burst: r.Burst}
 		}
 		out[i] = n

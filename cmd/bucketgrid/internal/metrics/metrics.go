@@ -115,13 +115,23 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
+// Rule names the series of a counted descriptor's rule.
+type Rule struct {
+	// Key is the rule's stats key, and Valued whether it holds values taken
+	// from the request (policy.Rules.StatsKey).
+	Key    string
+	Valued bool
+	// Path is the rule's configuration path (policy.Rule.Path).
+	Path string
+}
+
 // RuleLabel returns the rule label of r: its stats key (cut to
 // maxLabelBytes, invalid UTF-8 replaced), or for a key that carries client
 // values when none of the bound's series is to spare, its configuration path
 // + ".__other". It does not admit a key: Descriptor does.
-func (m *Metrics) RuleLabel(r *policy.Rule) string {
-	key := label(r.StatsKey)
-	if !r.ValuesInStatsKey {
+func (m *Metrics) RuleLabel(r *Rule) string {
+	key := label(r.Key)
+	if !r.Valued {
 		return key
 	}
 	m.mu.Lock()
@@ -150,17 +160,17 @@ func label(key string) string {
 }
 
 // Descriptor records one counted descriptor's status under its rule.
-func (m *Metrics) Descriptor(r *policy.Rule, st *policy.Status, hits uint64) {
+func (m *Metrics) Descriptor(r *Rule, st *policy.Status, hits uint64) {
 	if m == nil {
 		return
 	}
-	if r.ValuesInStatsKey {
+	if r.Valued {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.count(m.valuedCounters(r), st, hits)
 		return
 	}
-	m.count(m.counters(label(r.StatsKey)), st, hits)
+	m.count(m.counters(label(r.Key)), st, hits)
 }
 
 // counters returns the counters of rule label l.
@@ -179,8 +189,8 @@ func (m *Metrics) counters(l string) *ruleCounters {
 // recently used one when the bound is reached, whose counts move to its
 // rule's .__other series. With a bound of 0 every such key counts under
 // .__other. m.mu is held.
-func (m *Metrics) valuedCounters(r *policy.Rule) *ruleCounters {
-	key := label(r.StatsKey)
+func (m *Metrics) valuedCounters(r *Rule) *ruleCounters {
+	key := label(r.Key)
 	if e := m.valued[key]; e != nil {
 		m.lru.MoveToFront(e)
 		return e.Value.(*valuedKey).c
@@ -225,11 +235,12 @@ func (m *Metrics) count(c *ruleCounters, st *policy.Status, hits uint64) {
 			v.Add(float64(n))
 		}
 	}
+	_, within, near, over, shadow := st.Counts()
 	add(c.hits, hits)
-	add(c.within, st.WithinHits)
-	add(c.near, st.NearHits)
-	add(c.over, st.OverHits)
-	add(c.shadow, st.ShadowHits)
+	add(c.within, within)
+	add(c.near, near)
+	add(c.over, over)
+	add(c.shadow, shadow)
 }
 
 // Request records one request: its overall code, or the kind of error

@@ -93,7 +93,7 @@ func bind(cfg *policy.Rules, domain string, id map[string]string, period time.Du
 		b := binding{kind: limited, key: bt.Key, cfg: bt.Config, perPeriod: max(per, 1),
 			window: r.Algorithm == policy.FixedWindow, reserved: r.Reserved(), path: r.Path}
 		if !b.window {
-			b.fillTime = mulDiv(int64(r.Capacity()), int64(unit), int64(r.RequestsPerUnit), false)
+			b.fillTime = mulDiv(bt.Config.Bandwidths[0].Capacity, int64(unit), int64(r.RequestsPerUnit), false)
 		}
 		return b, true
 	}

@@ -206,8 +206,9 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 	if s.opts.Metrics != nil {
 		for i := range d.Statuses {
 			if st := &d.Statuses[i]; st.Rule != nil {
-				cfg.Stats(req.Domain, req.Descriptors[i].Entries, st.Rule)
-				s.opts.Metrics.Descriptor(st.Rule, st, st.Hits)
+				key, valued := cfg.StatsKey(req.Domain, req.Descriptors[i].Entries, st.Rule)
+				hits, _, _, _, _ := st.Counts()
+				s.opts.Metrics.Descriptor(&metrics.Rule{Key: key, Valued: valued, Path: st.Rule.Path}, st, hits)
 			}
 		}
 	}
