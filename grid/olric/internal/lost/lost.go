@@ -39,6 +39,25 @@ func Takeover(self, prev, now string, present map[string]struct{}) bool {
 	return true
 }
 
+// LatestGone reports whether member self, acquiring a partition whose
+// owner was owner with backups replicas (comma-separated) in the last
+// routing read, can read none of what that owner wrote: the owner and
+// every backup have left, as Takeover judges it, though an older previous
+// owner may still be listed. Such an owner holds only what the partition
+// held before it took over; every bucket the lost owner wrote since is
+// gone with it, so its absent buckets are lost all the same (a member
+// killed soon after it acquired the partition from a living one).
+func LatestGone(self, owner, replicas, now string, present map[string]struct{}) bool {
+	if owner == "" || owner == self {
+		return false
+	}
+	latest := owner
+	if replicas != "" {
+		latest += "," + replicas
+	}
+	return Takeover(self, latest, now, present)
+}
+
 // Orphaned reports whether member self, which owned a partition in the
 // last routing read while previous owners still held data of it
 // (prevOwners, its owner list then, ending with self, and prevHolders, all

@@ -64,6 +64,31 @@ func TestTakeover(t *testing.T) {
 	}
 }
 
+// TestLatestGone: a partition whose latest owner left with every backup is
+// lost, though a living older previous owner is still listed; one whose
+// owner left a backup is not.
+func TestLatestGone(t *testing.T) {
+	present := map[string]struct{}{"b": {}, "c": {}}
+	for _, tc := range []struct {
+		name                  string
+		self, owner, replicas string
+		now                   string
+		want                  bool
+	}{
+		{"the owner gone, no backup", "b", "a", "", "c,b", true},
+		{"the owner gone, its backup gone", "b", "a", "d", "c,b", true},
+		{"the owner gone, a backup present", "b", "a", "c", "b,c", false},
+		{"the taker was its backup", "b", "a", "b", "b", false},
+		{"the owner still present", "b", "c", "", "c,b", false},
+		{"the taker owned it", "b", "b", "", "b", false},
+		{"no owner read", "b", "", "", "b", false},
+	} {
+		if got := LatestGone(tc.self, tc.owner, tc.replicas, tc.now, present); got != tc.want {
+			t.Errorf("%s: LatestGone(%q, %q, %q, %q) = %v, want %v", tc.name, tc.self, tc.owner, tc.replicas, tc.now, got, tc.want)
+		}
+	}
+}
+
 // TestOrphaned: a partition its owner read through previous owners is lost
 // once every other holder left; one it owned alone is not, whatever its
 // backups do.
