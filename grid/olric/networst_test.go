@@ -196,7 +196,10 @@ func (r worstResult) share() float64 {
 // worstPoints on a fresh cluster of 3 hosts (worstBedsAtOnce at a time),
 // measured with TestNetFaultBound's draw. Every point must keep its bound
 // (the refill over the fault's duration plus one check per member, 0 under
-// Quorum); the test logs the point with the least room.
+// Quorum), in every run of it; the test logs the point with the least
+// room. With every member set to LostFull (buckets it cannot read start
+// full, as before LostState), the 3 s cut under Quorum over-admitted 162
+// tokens (bound 0) and the pause then kill 171 (bound 62).
 func TestNetFaultWorstInterval(t *testing.T) {
 	t.Parallel()
 	sem := make(chan struct{}, worstBedsAtOnce)
