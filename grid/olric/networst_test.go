@@ -42,16 +42,17 @@ type worstResult struct {
 	over, bound    int64
 	faultFor       time.Duration // from the first fault to one cluster again
 	checks, failed int
-	dead           int64 // gossip's deaths counted by host 0 (pauses only: a kill is always one)
+	dead           int64 // how many times host 0's gossip declared a member dead
 }
 
 // The offsets of the search, measured from the moment the draws were sent
 // (DRAW): at once (before or as the buckets are created: the fault lands
 // on the first checks), mid-drain (the 8 or 12 drawing goroutines empty
 // the 600 tokens at tens of thousands of checks a second once their
-// connections are up: a fault 15 ms in struck before host 2's keys had
-// admitted anything, in one run of this test; the log's tokens per key
-// tell where a run's fault struck), and after the keys were
+// connections are up: in one run of this test a fault 15 ms in struck
+// before host 2's keys had admitted anything, and a kill 60 ms in found
+// them with 1-7 tokens taken; the log's tokens per key tell where a run's
+// fault struck), and after the keys were
 // drawn dry (the fault then meets buckets refilling a token every 3 s).
 const (
 	atOnce   = 0
@@ -64,7 +65,7 @@ const (
 // stopped member is declared dead about 0.3-0.6 s after the stop
 // (TestNetKillsAfterPause's window): a pause of belowDetection ends
 // before that, one of aroundDetection as it happens, one of
-// aboveDetection after its keys moved.
+// aboveDetection well after it.
 const (
 	belowDetection  = 250 * time.Millisecond
 	aroundDetection = 550 * time.Millisecond
