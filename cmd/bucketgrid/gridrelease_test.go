@@ -136,7 +136,7 @@ const (
 	// releaseSlack and ownerCacheEntry bound how far above its level
 	// before a flood the live heap may stay once the flood's buckets
 	// expired: the owner's cache of the states it wrote keeps its entries
-	// (about 125 bytes each, measured) until newer ones displace them
+	// (about 130 bytes each, measured) until newer ones displace them
 	// (grid/olric Config.CacheEntries); Olric itself holds nothing more.
 	releaseSlack    = 3 << 20
 	ownerCacheEntry = 144
