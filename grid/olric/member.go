@@ -323,30 +323,27 @@ func (m *Member) olricConfig(peers []string) (*olricconfig.Config, error) {
 //     held 271 MiB for perhaps 30 kB of buckets, so that checks of 271
 //     distinct descriptors cost the member 271 MiB of heap.
 //   - A fragment whose entries were all deleted is freed at the next empty
-//     fragment check (every minute by default, every emptyFragmentCheck
-//     here); a table whose entries were deleted in part is compacted only
+//     fragment check (every minute, Olric's default, kept: the check does
+//     not take the partition's lock, so a write that found the fragment
+//     just before the check freed it is lost from Olric, the owner's cache
+//     still holding it, and checking more often would open that window
+//     more often); a table whose entries were deleted in part is compacted only
 //     when 40 % of it is garbage, at the next compaction (every 10 minutes
 //     by default, compactionInterval here), and a table emptied by
 //     compaction is freed after being idle for idleTable (15 minutes by
 //     default). A write of a bucket also leaves its previous entry in the
 //     table as garbage: compaction is what frees a busy bucket's old
 //     copies too.
-//     The empty fragment check does not take the partition's lock: a
-//     write that found the fragment just before the check freed it is
-//     lost from Olric (the owner's cache still holds it). Checking 12
-//     times as often makes that narrow window 12 times as frequent.
 //
 // cmd/bucketgrid's TestGridFloodIsReleased measures the result.
 func expiredBucketRelease(d *olricconfig.DMaps) {
 	const (
 		evictionWorkers    = 64
 		tableSize          = 64 << 10 // a bucket's entry is a few hundred bytes at most
-		emptyFragmentCheck = 5 * time.Second
 		compactionInterval = 30 * time.Second
 		idleTable          = time.Minute
 	)
 	d.NumEvictionWorkers = evictionWorkers
-	d.CheckEmptyFragmentsInterval = emptyFragmentCheck
 	d.TriggerCompactionInterval = compactionInterval
 	d.Engine = olricconfig.NewEngine()
 	d.Engine.Config["tableSize"] = uint64(tableSize)
