@@ -314,7 +314,51 @@ func (m *Member) olricConfig(peers []string) (*olricconfig.Config, error) {
 	// failed start), which its Shutdown then waits for.
 	oc.BootstrapTimeout = min(cfg.JoinTimeout, cfg.RoutingLease)
 	oc.Hasher = hasher.NewDefaultHasher()
+	expiredBucketRelease(oc.DMaps)
 	return oc, nil
+}
+
+// expiredBucketRelease configures how Olric (v0.7.4) frees the memory of
+// expired buckets, which it does in three steps, each slow by default:
+//
+//   - An expired entry is deleted only when an eviction worker samples it:
+//     each worker looks at 19 keys of one random partition, then sleeps
+//     100 ms (it never repeats early, as Redis does, although its comment
+//     says so: the count that would make it is never incremented). With
+//     its default of one worker per CPU, a member deleted at most 380
+//     expired buckets a second on 2 CPUs: 4.4 minutes for a flood of
+//     100,000. evictionWorkers of them delete up to 12,160 a second.
+//   - Each partition's fragment of the DMap keeps its entries in tables of
+//     tableSize bytes, allocated whole when the fragment is created: with
+//     Olric's 1 MiB, a member holding a key in each of its 271 partitions
+//     held 271 MiB for perhaps 30 kB of buckets, so that checks of 271
+//     distinct descriptors cost the member 271 MiB of heap.
+//   - A fragment whose entries were all deleted is freed at the next empty
+//     fragment check (every minute, Olric's default, kept: the check does
+//     not take the partition's lock, so a write that found the fragment
+//     just before the check freed it is lost from Olric, the owner's cache
+//     still holding it, and checking more often would open that window
+//     more often); a table whose entries were deleted in part is compacted only
+//     when 40 % of it is garbage, at the next compaction (every 10 minutes
+//     by default, compactionInterval here), and a table emptied by
+//     compaction is freed after being idle for idleTable (15 minutes by
+//     default). A write of a bucket also leaves its previous entry in the
+//     table as garbage: compaction is what frees a busy bucket's old
+//     copies too.
+//
+// cmd/bucketgrid's TestGridFloodIsReleased measures the result.
+func expiredBucketRelease(d *olricconfig.DMaps) {
+	const (
+		evictionWorkers    = 64
+		tableSize          = 64 << 10 // a bucket's entry is a few hundred bytes at most
+		compactionInterval = 30 * time.Second
+		idleTable          = time.Minute
+	)
+	d.NumEvictionWorkers = evictionWorkers
+	d.TriggerCompactionInterval = compactionInterval
+	d.Engine = olricconfig.NewEngine()
+	d.Engine.Config["tableSize"] = uint64(tableSize)
+	d.Engine.Config["maxIdleTableTimeout"] = idleTable
 }
 
 // start waits for Olric to join and become operable and starts the
