@@ -298,7 +298,15 @@
 // (TestCrash, ReplicaCount 2: before, 6 runs of 40 started 1-28 buckets
 // full; after, none in 39). Not covered: copies that move more than once
 // while Olric's members disagree on the routing table, as seen once under
-// the race detector at a load of 30-38 (7 buckets started full).
+// the race detector at a load of 30-38 (7 buckets started full). Nor,
+// with ReplicaCount 1, a kill on a machine starved by other work: beside
+// the other test-bed tests, TestNetFaultBound's "owner killed" row once
+// saw 8 of the killed owner's buckets start full on their new owner (152
+// tokens over a bound of 93), a takeover recorded without its lost state;
+// not reproduced alone (the test now runs alone), the cause not found.
+// A takeover counts a listed holder only while gossip counts it alive,
+// and a partition whose latest owner left with every backup as lost
+// although an older previous owner is still listed.
 //
 // # Network splits
 //
