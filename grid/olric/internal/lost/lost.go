@@ -19,20 +19,23 @@ import (
 // holders (its owners, previous owners and backups, comma-separated) were
 // prev in the last routing read and are now in the new one, can read none
 // of the partition's latest state: every member that held its data in prev
-// has left the new read (present, which names its owners, lacks it, and
-// now holds it not), and self was not one of them. Olric drops a member
-// that left the cluster from every owner and backup list, and keeps a
-// living previous owner in the partition's owner list until its data has
-// moved; one it dropped from the list while alive held no data of the
-// partition, so its absent buckets are truly absent. A partition with no
+// has left the new read (present, which names its owners, lacks it), and
+// self was not one of them. A member that owns no partition in the new
+// read is gone, though Olric may still list it in now as a previous owner
+// whose data has yet to move: Olric keeps a dead member there too, and
+// gossip here may not have declared it dead yet (TestCrash, ReplicaCount
+// 1: every bucket of the crashed member started full on its new owner
+// while the dead member stayed listed). A living member owns partitions
+// (271 of them among the members), so one that owns none has left. now
+// is kept for the callers' symmetry and not read. A partition with no
 // holder in prev (a cluster still forming) is not lost.
 func Takeover(self, prev, now string, present map[string]struct{}) bool {
 	if prev == "" {
 		return false
 	}
-	holders := strings.Split(now, ",")
+	_ = now
 	for _, h := range strings.Split(prev, ",") {
-		if _, ok := present[h]; ok || h == self || slices.Contains(holders, h) {
+		if _, ok := present[h]; ok || h == self {
 			return false
 		}
 	}

@@ -54,7 +54,7 @@ func TestTakeover(t *testing.T) {
 		{"the only holder gone", "b", "a", "b", true},
 		{"every holder gone", "b", "a,d", "b", true},
 		{"a backup still present", "b", "a,c", "b", false},
-		{"the previous owner still listed", "b", "a", "b,a", false},
+		{"the dead previous owner still listed", "b", "a", "b,a", true},
 		{"the taker held it", "b", "a,b", "b", false},
 		{"a cluster still forming", "b", "", "b", false},
 	} {
@@ -103,7 +103,7 @@ func TestOrphaned(t *testing.T) {
 		{"the previous owner and its backup left", "a,b", "a,b,d", "b", true},
 		{"the previous owner moved its data and lives", "c,b", "c,b", "b", false},
 		{"the previous owner left, a backup remains", "a,b", "a,b,c", "b,c", false},
-		{"the previous owner still listed", "a,b", "a,b", "a,b", false},
+		{"the dead previous owner still listed", "a,b", "a,b", "a,b", true},
 		{"no previous owner, the backup died", "b", "b,d", "b", false},
 	} {
 		if got := Orphaned("b", tc.owners, tc.holders, tc.now, present); got != tc.want {
