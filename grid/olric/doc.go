@@ -304,9 +304,11 @@
 // saw 8 of the killed owner's buckets start full on their new owner (152
 // tokens over a bound of 93), a takeover recorded without its lost state;
 // not reproduced alone (the test now runs alone), the cause not found.
-// A takeover counts a listed holder only while gossip counts it alive,
-// and a partition whose latest owner left with every backup as lost
-// although an older previous owner is still listed.
+// A takeover counts a prior holder only while it owns a partition in the
+// new routing read (Olric can keep a dead member listed as a previous
+// owner before gossip here declares it dead), and a partition whose
+// latest owner left with every backup as lost although an older previous
+// owner is still listed.
 //
 // # Network splits
 //
