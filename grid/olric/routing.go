@@ -197,7 +197,6 @@ func (m *Member) refresh(ctx context.Context) error {
 	guard := returned + int64(m.cfg.HandoverGrace)
 	wallNow := m.cfg.Clock.Now()
 	holding := m.members.staying(distinct)
-	alive := m.members.gossipAlive()
 	for p := range nr.owners {
 		if nr.owners[p] != m.name {
 			continue
@@ -214,8 +213,8 @@ func (m *Member) refresh(ctx context.Context) error {
 			if prev != nil {
 				if prev.owners[p] == m.name {
 					nr.lostAt[p] = prev.lostAt[p]
-				} else if now := listedAlive(nr.holders[p], alive); lost.Takeover(m.name, prev.holders[p], now, holding) ||
-					lost.LatestGone(m.name, prev.owners[p], prev.replicas[p], now, holding) {
+				} else if lost.Takeover(m.name, prev.holders[p], holding) ||
+					lost.LatestGone(m.name, prev.owners[p], prev.replicas[p], holding) {
 					nr.lostAt[p] = wallNow
 				}
 				m.handovers.Add(1)
@@ -238,7 +237,7 @@ func (m *Member) refresh(ctx context.Context) error {
 			}
 		}
 		if prev != nil && prev.owners[p] == m.name && nr.lostAt[p] == 0 &&
-			lost.Orphaned(m.name, prev.history[p], prev.holders[p], listedAlive(nr.holders[p], alive), holding) {
+			lost.Orphaned(m.name, prev.history[p], prev.holders[p], holding) {
 			// The previous owners this member read through left with the
 			// data they still held.
 			nr.lostAt[p] = wallNow
@@ -261,41 +260,6 @@ func (m *Member) refresh(ctx context.Context) error {
 // still owns partitions, but its data was never handed over (ReplicaCount
 // 1: TestGracefulLeave saw its buckets start full where the new owner
 // counted it present).
-// gossipAlive returns the names of the members gossip counts alive or
-// suspect now (nil before Olric's memberlist is known: then every listed
-// member counts, see listedAlive).
-func (ms *membership) gossipAlive() map[string]struct{} {
-	if ms.ml == nil {
-		return nil
-	}
-	nodes := ms.ml.Members()
-	out := make(map[string]struct{}, len(nodes))
-	for _, n := range nodes {
-		out[n.Name] = struct{}{}
-	}
-	return out
-}
-
-// listedAlive returns holders (comma-separated) without the members that
-// gossip no longer counts alive (all of them when alive is nil). Olric can
-// keep a member it dropped as dead in a partition's owner list, as a
-// previous owner whose data has yet to move (it never will): such a
-// listing holds nothing a new owner could read (TestCrash, ReplicaCount 1,
-// under load: every bucket of the crashed member's partitions it had
-// taken over from a living one started full).
-func listedAlive(holders string, alive map[string]struct{}) string {
-	if alive == nil || holders == "" {
-		return holders
-	}
-	var keep []string
-	for _, h := range strings.Split(holders, ",") {
-		if _, ok := alive[h]; ok {
-			keep = append(keep, h)
-		}
-	}
-	return strings.Join(keep, ",")
-}
-
 func (ms *membership) staying(distinct map[string]struct{}) map[string]struct{} {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()

@@ -21,19 +21,17 @@ import (
 // of the partition's latest state: every member that held its data in prev
 // has left the new read (present, which names its owners, lacks it), and
 // self was not one of them. A member that owns no partition in the new
-// read is gone, though Olric may still list it in now as a previous owner
-// whose data has yet to move: Olric keeps a dead member there too, and
-// gossip here may not have declared it dead yet (TestCrash, ReplicaCount
-// 1: every bucket of the crashed member started full on its new owner
-// while the dead member stayed listed). A living member owns partitions
-// (271 of them among the members), so one that owns none has left. now
-// is kept for the callers' symmetry and not read. A partition with no
+// read is gone, though Olric may still list it as a previous owner whose
+// data has yet to move: Olric keeps a dead member there too, and gossip
+// here may not have declared it dead yet (TestCrash, ReplicaCount 1: every
+// bucket of the crashed member started full on its new owner while the
+// dead member stayed listed). A living member owns partitions (271 of them
+// among the members), so one that owns none has left. A partition with no
 // holder in prev (a cluster still forming) is not lost.
-func Takeover(self, prev, now string, present map[string]struct{}) bool {
+func Takeover(self, prev string, present map[string]struct{}) bool {
 	if prev == "" {
 		return false
 	}
-	_ = now
 	for _, h := range strings.Split(prev, ",") {
 		if _, ok := present[h]; ok || h == self {
 			return false
@@ -50,7 +48,7 @@ func Takeover(self, prev, now string, present map[string]struct{}) bool {
 // held before it took over; every bucket the lost owner wrote since is
 // gone with it, so its absent buckets are lost all the same (a member
 // killed soon after it acquired the partition from a living one).
-func LatestGone(self, owner, replicas, now string, present map[string]struct{}) bool {
+func LatestGone(self, owner, replicas string, present map[string]struct{}) bool {
 	if owner == "" || owner == self {
 		return false
 	}
@@ -58,7 +56,7 @@ func LatestGone(self, owner, replicas, now string, present map[string]struct{}) 
 	if replicas != "" {
 		latest += "," + replicas
 	}
-	return Takeover(self, latest, now, present)
+	return Takeover(self, latest, present)
 }
 
 // Orphaned reports whether member self, which owned a partition in the
@@ -71,7 +69,7 @@ func LatestGone(self, owner, replicas, now string, present map[string]struct{}) 
 // Takeover never asks; the leaver's buckets it never read are lost all
 // the same. A partition with no previous owner but self is not orphaned:
 // its backups hold only copies of self's own writes.
-func Orphaned(self, prevOwners, prevHolders, now string, present map[string]struct{}) bool {
+func Orphaned(self, prevOwners, prevHolders string, present map[string]struct{}) bool {
 	if !slices.ContainsFunc(strings.Split(prevOwners, ","), func(o string) bool { return o != "" && o != self }) {
 		return false
 	}
@@ -81,7 +79,7 @@ func Orphaned(self, prevOwners, prevHolders, now string, present map[string]stru
 			others = append(others, h)
 		}
 	}
-	return Takeover(self, strings.Join(others, ","), now, present)
+	return Takeover(self, strings.Join(others, ","), present)
 }
 
 // EmptySince returns the stored bytes of a new bucket of req's

@@ -46,20 +46,19 @@ func TestEmptySince(t *testing.T) {
 func TestTakeover(t *testing.T) {
 	present := map[string]struct{}{"b": {}, "c": {}}
 	for _, tc := range []struct {
-		name      string
-		self      string
-		prev, now string
-		want      bool
+		name string
+		self string
+		prev string
+		want bool
 	}{
-		{"the only holder gone", "b", "a", "b", true},
-		{"every holder gone", "b", "a,d", "b", true},
-		{"a backup still present", "b", "a,c", "b", false},
-		{"the dead previous owner still listed", "b", "a", "b,a", true},
-		{"the taker held it", "b", "a,b", "b", false},
-		{"a cluster still forming", "b", "", "b", false},
+		{"the only holder gone", "b", "a", true},
+		{"every holder gone", "b", "a,d", true},
+		{"a backup still present", "b", "a,c", false},
+		{"the taker held it", "b", "a,b", false},
+		{"a cluster still forming", "b", "", false},
 	} {
-		if got := Takeover(tc.self, tc.prev, tc.now, present); got != tc.want {
-			t.Errorf("%s: Takeover(%q, %q, %q) = %v, want %v", tc.name, tc.self, tc.prev, tc.now, got, tc.want)
+		if got := Takeover(tc.self, tc.prev, present); got != tc.want {
+			t.Errorf("%s: Takeover(%q, %q) = %v, want %v", tc.name, tc.self, tc.prev, got, tc.want)
 		}
 	}
 }
@@ -72,19 +71,18 @@ func TestLatestGone(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
 		self, owner, replicas string
-		now                   string
 		want                  bool
 	}{
-		{"the owner gone, no backup", "b", "a", "", "c,b", true},
-		{"the owner gone, its backup gone", "b", "a", "d", "c,b", true},
-		{"the owner gone, a backup present", "b", "a", "c", "b,c", false},
-		{"the taker was its backup", "b", "a", "b", "b", false},
-		{"the owner still present", "b", "c", "", "c,b", false},
-		{"the taker owned it", "b", "b", "", "b", false},
-		{"no owner read", "b", "", "", "b", false},
+		{"the owner gone, no backup", "b", "a", "", true},
+		{"the owner gone, its backup gone", "b", "a", "d", true},
+		{"the owner gone, a backup present", "b", "a", "c", false},
+		{"the taker was its backup", "b", "a", "b", false},
+		{"the owner still present", "b", "c", "", false},
+		{"the taker owned it", "b", "b", "", false},
+		{"no owner read", "b", "", "", false},
 	} {
-		if got := LatestGone(tc.self, tc.owner, tc.replicas, tc.now, present); got != tc.want {
-			t.Errorf("%s: LatestGone(%q, %q, %q, %q) = %v, want %v", tc.name, tc.self, tc.owner, tc.replicas, tc.now, got, tc.want)
+		if got := LatestGone(tc.self, tc.owner, tc.replicas, present); got != tc.want {
+			t.Errorf("%s: LatestGone(%q, %q, %q) = %v, want %v", tc.name, tc.self, tc.owner, tc.replicas, got, tc.want)
 		}
 	}
 }
@@ -95,19 +93,18 @@ func TestLatestGone(t *testing.T) {
 func TestOrphaned(t *testing.T) {
 	present := map[string]struct{}{"b": {}, "c": {}}
 	for _, tc := range []struct {
-		name                 string
-		owners, holders, now string
-		want                 bool
+		name            string
+		owners, holders string
+		want            bool
 	}{
-		{"the previous owner left", "a,b", "a,b", "b", true},
-		{"the previous owner and its backup left", "a,b", "a,b,d", "b", true},
-		{"the previous owner moved its data and lives", "c,b", "c,b", "b", false},
-		{"the previous owner left, a backup remains", "a,b", "a,b,c", "b,c", false},
-		{"the dead previous owner still listed", "a,b", "a,b", "a,b", true},
-		{"no previous owner, the backup died", "b", "b,d", "b", false},
+		{"the previous owner left", "a,b", "a,b", true},
+		{"the previous owner and its backup left", "a,b", "a,b,d", true},
+		{"the previous owner moved its data and lives", "c,b", "c,b", false},
+		{"the previous owner left, a backup remains", "a,b", "a,b,c", false},
+		{"no previous owner, the backup died", "b", "b,d", false},
 	} {
-		if got := Orphaned("b", tc.owners, tc.holders, tc.now, present); got != tc.want {
-			t.Errorf("%s: Orphaned(b, %q, %q, %q) = %v, want %v", tc.name, tc.owners, tc.holders, tc.now, got, tc.want)
+		if got := Orphaned("b", tc.owners, tc.holders, present); got != tc.want {
+			t.Errorf("%s: Orphaned(b, %q, %q) = %v, want %v", tc.name, tc.owners, tc.holders, got, tc.want)
 		}
 	}
 }
