@@ -19,9 +19,12 @@ import (
 func TestWalkProbe(t *testing.T) {
 	c := clock.NewFake(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	b := NewManaged(bucketgrid.NewManager(store(c), keep), StaticPlan(config(t, core.Greedy(5, 5, time.Minute))), WithClock(c))
-	h := New(b).Handler(ok)
-	if rec := walkRequest(h, httptest.NewRequest("GET", "/", nil)); rec.Code != http.StatusOK {
-		t.Fatalf("first request answered %d, want 200", rec.Code)
+	// an hour: the instrumented build is slow, and a request that gave up
+	// on the Manager would fail open without its walk
+	h := New(b, WithTimeout(time.Hour)).Handler(ok)
+	rec := walkRequest(h, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != http.StatusOK || rec.Header().Get("RateLimit") == "" {
+		t.Fatalf("first request answered %d with RateLimit %q, want 200 from the bucket", rec.Code, rec.Header().Get("RateLimit"))
 	}
 }
 

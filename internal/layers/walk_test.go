@@ -52,8 +52,13 @@ func roomOf(fn, file string) (string, int, bool) {
 	}
 	under := func(p string) bool { return pkg == p || strings.HasPrefix(pkg, p+"/") }
 	switch {
-	case pkg == "wasmfilter" && filepath.Base(file) == "store.go", under("wasmfilter/internal/shareddata"):
+	case pkg == "wasmfilter" && slices.Contains([]string{"store.go", "records.go", "room.go"}, filepath.Base(file)):
 		return "wasmfilter store", rankStore, true
+	case pkg == "wasmfilter" && filepath.Base(file) == "host.go",
+		under("wasmfilter/internal/shareddata"), under("wasmfilter/internal/envoystats"):
+		// the Host SPI's helpers and the stand-ins for Envoy's shared data
+		// and stats: the host, under everything the filter runs
+		return "host", rankCore, true
 	case under("cmd/bucketgrid"), under("httplimit"), under("wasmfilter"):
 		return pkg, rankDoor, true
 	case under("policy"):
@@ -71,9 +76,11 @@ func roomOf(fn, file string) (string, int, bool) {
 }
 
 // TestWalk follows one request from each door down to core and back, and
-// fails when the walk does not reach core through policy, the Manager (the
-// filter has none: it runs cas itself, so the .wasm links no root) and an
-// executor, or when it climbs back up more than maxClimbs times.
+// fails when the walk does not reach core through policy (httplimit: calls
+// policy at all, after), the Manager (the filter has none: it runs cas
+// itself, so the .wasm links no root) and an executor, or when it climbs
+// back up more than maxClimbs times; go test -v -run TestWalk prints each
+// walk and its climbs.
 //
 // How it sees the walk: it builds the door's TestWalkProbe with an overlay
 // that makes every function and closure of the workspace's non-test code
@@ -97,10 +104,11 @@ func TestWalk(t *testing.T) {
 	for _, door := range []struct {
 		name, dir, pkg string
 		manager        bool // goes through the Manager
+		policyFirst    bool // plans in policy before core (httplimit's plans are its own: policy gives its bands and headers after)
 	}{
-		{"service", "../../cmd/bucketgrid", "./internal/service", true},
-		{"httplimit", "../..", "./httplimit", true},
-		{"filter", "../../wasmfilter", ".", false},
+		{"service", "../../cmd/bucketgrid", "./internal/service", true, true},
+		{"httplimit", "../..", "./httplimit", true, false},
+		{"filter", "../../wasmfilter", ".", false, true},
 	} {
 		t.Run(door.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "walk")
@@ -116,14 +124,15 @@ func TestWalk(t *testing.T) {
 			for _, c := range w.climbs {
 				t.Logf("climb: %s", c)
 			}
-			judgeWalk(t, w, door.manager)
+			judgeWalk(t, w, door.manager, door.policyFirst)
 		})
 	}
 }
 
-// judgeWalk fails unless w reaches core through policy, then (with manager)
-// the root and an executor on one stack, climbing at most maxClimbs times.
-func judgeWalk(t *testing.T, w walk, manager bool) {
+// judgeWalk fails unless w calls policy (with policyFirst, before it
+// reaches core) and reaches core through (with manager) the root and an
+// executor on one stack, climbing at most maxClimbs times.
+func judgeWalk(t *testing.T, w walk, manager, policyFirst bool) {
 	t.Helper()
 	if len(w.calls) == 0 || w.calls[0][0].rank != rankDoor {
 		t.Fatalf("the walk does not start at the door: %v", w.stays)
@@ -150,7 +159,7 @@ func judgeWalk(t *testing.T, w walk, manager bool) {
 	})
 	if coreAt < 0 {
 		t.Errorf("no call reaches core through ranks %v", want)
-	} else if policyAt > coreAt {
+	} else if policyFirst && policyAt > coreAt {
 		t.Errorf("the request reaches core (call %d) before policy (call %d)", coreAt, policyAt)
 	}
 	if len(w.climbs) > maxClimbs {
@@ -190,63 +199,87 @@ func readWalk(t *testing.T, path string) walk {
 	var w walk
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		// innermost first: "func file\t" per frame
-		var stack []frame
-		from := false // below the probe's walkRequest
-		fields := strings.Split(strings.TrimSuffix(sc.Text(), "\t"), "\t")
-		for i := len(fields) - 1; i >= 0; i-- {
-			fn, file, _ := strings.Cut(fields[i], " ")
-			if strings.HasSuffix(fn, ".walkRequest") {
-				from = true
-				continue
-			}
-			if !from {
-				continue
-			}
-			if room, rank, ok := roomOf(fn, file); ok {
-				stack = append(stack, frame{fn, room, rank})
-			}
-		}
-		if len(stack) > 0 { // another goroutine's calls are not the request's
-			w.calls = append(w.calls, stack)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	// replay: before each call, return to its caller's depth
-	var cur []frame
-	stay := func() {
-		r := cur[len(cur)-1].room
+	// replay each goroutine's stack: before each call, return to its
+	// caller's frame
+	curs := map[string][]frame{}     // by goroutine
+	prefixes := map[string][]frame{} // of a goroutine the request started: its frames
+	stay := func(r string) {
 		if n := len(w.stays); n == 0 || w.stays[n-1] != r {
 			w.stays = append(w.stays, r)
 		}
 	}
-	pop := func(depth int) {
-		for len(cur) > depth && len(cur) > 0 {
-			top := cur[len(cur)-1]
-			cur = cur[:len(cur)-1]
-			if len(cur) > 0 {
-				if cur[len(cur)-1].rank > top.rank {
-					w.returns++
-				}
-				stay()
+	for sc.Scan() {
+		// the goroutine, then innermost first: "func file:line\t" per frame
+		fields := strings.Split(strings.TrimSuffix(sc.Text(), "\t"), "\t")
+		g := fields[0]
+		var s []frame
+		request := false // the probe's goroutine: below its walkRequest
+		for i := len(fields) - 1; i >= 1; i-- {
+			fn, file, _ := strings.Cut(fields[i], " ")
+			file, _, _ = strings.Cut(file, ":")
+			if strings.HasSuffix(fn, ".walkRequest") {
+				request, s = true, s[:0]
+				continue
+			}
+			if room, rank, ok := roomOf(fn, file); ok {
+				s = append(s, frame{fn, room, rank})
 			}
 		}
-	}
-	for _, s := range w.calls {
-		pop(len(s) - 1)
+		if request {
+			g = "request"
+		} else if _, ok := prefixes[g]; !ok {
+			// a goroutine the request started (a closure of a function on
+			// its stack, such as httplimit's take) continues its walk from
+			// there; any other goroutine's calls are not the request's
+			from := curs["request"]
+			j := -1
+			if len(s) > 0 {
+				j = slices.IndexFunc(from, func(f frame) bool { return strings.HasPrefix(s[0].fn, f.fn+".func") })
+			}
+			if j < 0 {
+				continue
+			}
+			prefixes[g] = slices.Clone(from[:j+1])
+		}
+		s = append(slices.Clone(prefixes[g]), s...)
+		if len(s) == 0 {
+			continue
+		}
+		cur := curs[g]
+		w.calls = append(w.calls, s)
+		// returns: the frames of cur that are not the new call's callers
+		k := 0
+		for k < len(cur) && k < len(s)-1 && cur[k].fn == s[k].fn {
+			k++
+		}
+		for i := len(cur) - 1; i >= k; i-- {
+			if i > 0 {
+				if cur[i-1].rank > cur[i].rank {
+					w.returns++
+				}
+				stay(cur[i-1].room)
+			}
+		}
 		callee := s[len(s)-1]
-		if len(cur) > 0 {
-			if caller := cur[len(cur)-1]; callee.rank > caller.rank {
+		if len(s) > 1 {
+			if caller := s[len(s)-2]; callee.rank > caller.rank {
 				w.climbs = append(w.climbs, caller.fn+" ("+caller.room+") → "+callee.fn+" ("+callee.room+")")
 			}
 		}
-		cur = append(cur, callee)
-		stay()
+		stay(callee.room)
+		curs[g] = slices.Clone(s)
 	}
-	pop(0)
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cur := curs["request"]; len(cur) > 0 {
+		for i := len(cur) - 1; i > 0; i-- {
+			if cur[i-1].rank > cur[i].rank {
+				w.returns++
+			}
+			stay(cur[i-1].room)
+		}
+	}
 	return w
 }
 
@@ -259,8 +292,9 @@ import (
 	"strconv"
 )
 
-// bucketgridWalkEnter appends the caller's stack to $BUCKETGRID_WALK_FILE,
-// innermost first, "function file:line" per frame, a tab after each.
+// bucketgridWalkEnter appends the goroutine and the caller's stack to
+// $BUCKETGRID_WALK_FILE, innermost first, "function file:line" per frame,
+// a tab after each.
 func bucketgridWalkEnter() {
 	path := os.Getenv("BUCKETGRID_WALK_FILE")
 	if path == "" {
@@ -268,7 +302,12 @@ func bucketgridWalkEnter() {
 	}
 	var pcs [256]uintptr
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs[:])])
-	var b []byte
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)] // "goroutine N [running]:..."
+	if i := bytesIndex(b, '['); i > 0 {
+		b = b[:i]
+	}
+	b = append(b, '\t')
 	for {
 		f, more := frames.Next()
 		b = append(b, f.Function...)
@@ -286,6 +325,15 @@ func bucketgridWalkEnter() {
 		f.Write(b)
 		f.Close()
 	}
+}
+
+func bytesIndex(b []byte, c byte) int {
+	for i := range b {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
 }
 `
 
