@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
-
-	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/wire"
 )
 
 // metricLine returns the value of the series named name (with its labels,
@@ -29,14 +28,14 @@ func metricLine(t *testing.T, in *instance, name string) string {
 	return ""
 }
 
-// TestBudgetRefusalsAreCounted: with -max-inflight-bytes room for one gRPC
-// call, a check whose message never comes holds the whole budget, and
+// TestBudgetRefusalsAreCounted: with checks whose messages never come
+// holding the whole budget (from eight addresses, see fillWithStalled), and
 // /metrics counts each request refused meanwhile by its answer: a check
 // answered OVER_LIMIT unread, a health check refused RESOURCE_EXHAUSTED, a
 // /json request answered 503.
 func TestBudgetRefusalsAreCounted(t *testing.T) {
-	const perCall = 64<<10 + 64<<10 // -grpc-window plus -grpc-max-read
-	in, _ := memoryInstance(t, "-max-inflight-bytes", "131072", "-grpc-max-read", "65536")
+	const limit = 64<<10 + 256<<10 // the least -max-inflight-bytes: -grpc-window plus -grpc-max-read
+	in, _ := memoryInstance(t, "-max-inflight-bytes", strconv.Itoa(limit), "-grpc-read-timeout", "1h")
 	cc, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -44,21 +43,15 @@ func TestBudgetRefusalsAreCounted(t *testing.T) {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if got := metricLine(t, in, `bucketgrid_rls_budget_limit_bytes{budget="checks"}`); got != "131072" {
-		t.Fatalf("budget_limit_bytes %q, want 131072", got)
+	if got := metricLine(t, in, `bucketgrid_rls_budget_limit_bytes{budget="checks"}`); got != strconv.Itoa(limit) {
+		t.Fatalf("budget_limit_bytes %q, want %d", got, limit)
 	}
-	hctx, hold := context.WithCancel(ctx)
-	defer hold()
-	if _, err := cc.NewStream(hctx, &grpc.StreamDesc{StreamName: "ShouldRateLimit"}, wire.ShouldRateLimit); err != nil {
-		t.Fatal(err)
-	}
+	fillWithStalled(ctx, t, in, limit, 8, nil) // a small budget: the shares leave room after 5
 	const inflight = `bucketgrid_rls_budget_inflight_bytes{budget="checks"}`
-	for metricLine(t, in, inflight) != "131072" { // the headers arrive asynchronously
-		if ctx.Err() != nil {
-			t.Fatalf("the unfinished check holds %q bytes, want %d", metricLine(t, in, inflight), perCall)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if got, _ := strconv.Atoi(metricLine(t, in, inflight)); got+streamBytes <= limit {
+		t.Fatalf("the stalled checks hold %d bytes of %d, room for another call", got, limit)
 	}
+	over, _ := strconv.Atoi(metricLine(t, in, `bucketgrid_rls_budget_refusals_total{answer="over_limit",budget="checks"}`))
 
 	resp, err := rlspb.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req("srv", "k", "v"))
 	if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
@@ -68,7 +61,7 @@ func TestBudgetRefusalsAreCounted(t *testing.T) {
 		t.Fatalf("a health check over the budget: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	for range 2 {
-		r, err := http.Post("http://"+in.httpAddr+"/json", "application/json", strings.NewReader(`{"domain": "srv"}`))
+		r, err := http.Post("http://"+in.httpAddr+"/json", "application/json", strings.NewReader(strings.Repeat(" ", streamBytes)+`{"domain": "srv"}`)) // more than the room left
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +70,7 @@ func TestBudgetRefusalsAreCounted(t *testing.T) {
 			t.Fatalf("a /json request over the budget: %d, want 503", r.StatusCode)
 		}
 	}
-	for answer, want := range map[string]string{"over_limit": "1", "resource_exhausted": "1", "unavailable": "2"} {
+	for answer, want := range map[string]string{"over_limit": strconv.Itoa(over + 1), "resource_exhausted": "1", "unavailable": "2"} {
 		if got := metricLine(t, in, `bucketgrid_rls_budget_refusals_total{answer="`+answer+`",budget="checks"}`); got != want {
 			t.Errorf("budget_refusals_total{answer=%q} = %q, want %s", answer, got, want)
 		}

@@ -233,7 +233,15 @@ type frontServers struct {
 	health  *health.Server
 	http    *http.Server
 	healthy *atomic.Bool // false once shutting down: /healthcheck fails
+
+	inflight *budget.Budget // the checks' budget, which follows the gRPC port's connections
+	tls      bool           // the gRPC port's credentials follow them, not its listener
 }
+
+// streamBytes is what a gRPC call on the check port takes from the budget
+// at its headers, before the bytes of its message: what a stalled call
+// costs the service, measured (TestStalledChecksCostTheirBytes logs it).
+const streamBytes = 8 << 10
 
 // newServers builds the gRPC, quota and HTTP servers of svc.
 func newServers(s settings, svc *service.Service, mgr *bucketgrid.Manager, m *metrics.Metrics, creds credentials.TransportCredentials, log *slog.Logger) (*frontServers, error) {
@@ -250,11 +258,13 @@ func newServers(s settings, svc *service.Service, mgr *bucketgrid.Manager, m *me
 	// can hold a whole message of -grpc-max-read, so that is its reservation.
 	opts := append(grpcLimits(s.Limits, s.Limits.GRPCMaxRead), grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(wire.NewCodec()),
 		inflight.GRPC(int64(s.Limits.GRPCWindow)+int64(s.Limits.GRPCMaxRead),
-			budget.Methods{Main: []string{wire.ShouldRateLimit}, Answer: []string{wire.ShouldRateLimit}}))
+			budget.Methods{Main: []string{wire.ShouldRateLimit}, Answer: []string{wire.ShouldRateLimit}, Stream: streamBytes}))
 	if creds != nil {
-		opts = append(opts, grpc.Creds(creds))
+		// the budget follows every connection's frames (the listener
+		// does without TLS, see serve)
+		opts = append(opts, grpc.Creds(inflight.Credentials(creds)))
 	}
-	sv := &frontServers{grpc: grpc.NewServer(opts...), health: health.NewServer(), healthy: new(atomic.Bool)}
+	sv := &frontServers{grpc: grpc.NewServer(opts...), health: health.NewServer(), healthy: new(atomic.Bool), inflight: inflight, tls: creds != nil}
 	sv.healthy.Store(true)
 	wire.Register(sv.grpc, svc, s.Limits.GRPCReadTimeout, s.Limits.GRPCMaxRecv)
 	sv.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -333,7 +343,11 @@ func serveDebug(addr string) (describe string, closeFn func(), err error) {
 // error to serveErr.
 func (sv *frontServers) serve(wg *sync.WaitGroup, s settings, lns *listeners, serveErr chan<- error) {
 	wg.Go(func() {
-		if err := sv.grpc.Serve(netutil.LimitListener(lns.grpc, s.Limits.GRPCMaxConns)); err != nil {
+		ln := netutil.LimitListener(lns.grpc, s.Limits.GRPCMaxConns)
+		if !sv.tls {
+			ln = sv.inflight.Listener(ln)
+		}
+		if err := sv.grpc.Serve(ln); err != nil {
 			serveErr <- fmt.Errorf("grpc: %w", err)
 		}
 	})

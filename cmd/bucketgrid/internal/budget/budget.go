@@ -49,6 +49,9 @@ type Budget struct {
 	mu    sync.Mutex
 	peers map[string]int64     // held by each peer address (host only)
 	conns map[*peer.Peer]int64 // held by each connection (gRPC puts one *peer.Peer in all its calls' contexts)
+
+	followMu    sync.Mutex
+	followConns map[connKey]*frameConn // the followed connections (Listener, Credentials) open now
 }
 
 // peerShare and connShare are the shares of a budget, as fractions
@@ -63,7 +66,7 @@ const (
 
 // New returns a budget of limit bytes.
 func New(limit int64) *Budget {
-	return &Budget{limit: limit, peers: map[string]int64{}, conns: map[*peer.Peer]int64{}}
+	return &Budget{limit: limit, peers: map[string]int64{}, conns: map[*peer.Peer]int64{}, followConns: map[connKey]*frameConn{}}
 }
 
 // take takes n bytes if they fit, and reports whether they did.
@@ -111,12 +114,19 @@ func (b *Budget) Refusals() Refusals {
 
 // grant is what one request holds; held < 0 once given back. A grant
 // whose share is set holds its bytes in that share as well, and one with
-// an owner in its peer's and connection's counts.
+// an owner in its peer's and connection's counts. A grant on a followed
+// connection (see Listener) grows by the bytes of its stream's DATA
+// frames as they arrive; one that finds no room for them is cut.
 type grant struct {
-	b     *Budget
-	share *atomic.Int64
-	owner owner
-	held  atomic.Int64
+	b      *Budget
+	share  *atomic.Int64
+	owner  owner
+	mu     sync.Mutex
+	held   int64
+	cut    chan struct{} // closed once cut
+	cancel context.CancelFunc
+	conn   *frameConn // the followed connection, and the stream on it
+	stream uint32
 }
 
 func (g *grant) give(n int64) {
@@ -128,21 +138,62 @@ func (g *grant) give(n int64) {
 }
 
 func (g *grant) settle(n int64) {
-	for {
-		old := g.held.Load()
-		if old < 0 || n >= old {
-			return // given back, or settling would take more
-		}
-		if g.held.CompareAndSwap(old, n) {
-			g.give(old - n)
-			return
-		}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held < 0 || n >= g.held {
+		return // given back, or settling would take more
+	}
+	g.give(g.held - n)
+	g.held = n
+}
+
+// grow takes n more bytes, which the service holds already: they are
+// counted whether they fit or not, and a grant they do not fit (in the
+// budget, or in its share once half of it is taken) is cut.
+func (g *grant) grow(n int64) {
+	g.mu.Lock()
+	if g.held < 0 {
+		g.mu.Unlock()
+		return // given back: gRPC drops the data of a stream it has closed
+	}
+	g.held += n
+	fits := g.b.charge(g.owner, n, g.share)
+	g.mu.Unlock()
+	if !fits {
+		g.doCut()
+	}
+}
+
+// doCut tells the call it has no room for its message: a handler that
+// answers (see Cut) answers it, any other call is cancelled.
+func (g *grant) doCut() {
+	g.mu.Lock()
+	select {
+	case <-g.cut:
+		g.mu.Unlock()
+		return
+	default:
+	}
+	close(g.cut)
+	g.mu.Unlock()
+	if g.cancel != nil {
+		g.b.exhausted.Add(1)
+		g.cancel()
+	} else {
+		g.b.answered.Add(1)
 	}
 }
 
 func (g *grant) release() {
-	if old := g.held.Swap(-1); old > 0 {
+	g.mu.Lock()
+	old := g.held
+	g.held = -1
+	if old > 0 {
 		g.give(old)
+	}
+	g.mu.Unlock()
+	if g.conn != nil {
+		g.conn.forget(g.stream, g)
 	}
 }
 
@@ -217,6 +268,29 @@ func (b *Budget) takeAs(o owner, n int64) (ok, shared bool) {
 	return true, false
 }
 
+// charge counts n bytes for o (and in share) whether they fit or not, and
+// reports whether they did as takeAs and reserve would have.
+func (b *Budget) charge(o owner, n int64, share *atomic.Int64) bool {
+	fits := true
+	if share != nil && share.Add(n) > b.limit/2 {
+		fits = false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	used := b.used.Add(n)
+	if used > b.limit || (used > b.limit/2 && o != (owner{}) &&
+		(b.peers[o.addr] >= b.limit/peerShare || b.conns[o.conn] >= b.limit/connShare)) {
+		fits = false
+	}
+	if o.addr != "" {
+		b.peers[o.addr] += n
+	}
+	if o.conn != nil {
+		b.conns[o.conn] += n
+	}
+	return fits
+}
+
 // reserve takes n bytes for the request of ctx until ctx ends. With a
 // share, the bytes are also counted in it, which may hold at most half the
 // budget. shared reports a refusal by the peer's or connection's share.
@@ -234,8 +308,7 @@ func (b *Budget) reserve(ctx context.Context, n int64, share *atomic.Int64) (_ c
 		}
 		return ctx, false, shared
 	}
-	g := &grant{b: b, share: share, owner: o}
-	g.held.Store(n)
+	g := &grant{b: b, share: share, owner: o, held: n, cut: make(chan struct{})}
 	context.AfterFunc(ctx, g.release)
 	return context.WithValue(ctx, grantKey{}, g), true, false
 }
@@ -269,14 +342,24 @@ type Methods struct {
 	// (a rate-limit check answered OVER_LIMIT) must not get one from a
 	// client that fills the budget.
 	Answer []string
+	// Stream is what a call on a followed connection takes at its
+	// headers, before the bytes of its message: what its stream costs
+	// the service (its state, header block, handler).
+	Stream int64
 }
 
-// GRPC returns the server option that takes perCall bytes for every call
-// when its headers arrive, before any of its message is read, and gives
-// them back when the call ends; a call that finds no room (in the budget,
-// or in its peer address's or connection's share) is refused with
+// GRPC returns the server option that takes bytes for every call when
+// its headers arrive, before any of its message is read, and gives them
+// back when the call ends; a call that finds no room (in the budget, or in
+// its peer address's or connection's share) is refused with
 // RESOURCE_EXHAUSTED and its stream reset, so its data is never buffered,
-// unless m.Answer names its method. perCall is what a call can make the
+// unless m.Answer names its method.
+//
+// A call on a connection the budget follows (Listener, Credentials) takes
+// m.Stream, what its stream costs the service before any of its message,
+// and then the bytes of its DATA frames as they arrive, until its handler
+// settles (see Settle); a call those bytes do not fit is cut (see Cut).
+// A call on any other connection takes perCall, what it can make the
 // server hold: its flow-control window of unread bytes and a message
 // being assembled.
 func (b *Budget) GRPC(perCall int64, m Methods) grpc.ServerOption {
@@ -286,9 +369,29 @@ func (b *Budget) GRPC(perCall int64, m Methods) grpc.ServerOption {
 		if len(m.Main) > 0 && !slices.Contains(m.Main, info.FullMethodName) {
 			share = &b.others
 		}
-		rctx, ok, shared := b.reserve(ctx, perCall, share)
+		// The tap runs on the connection's reading goroutine, which has
+		// read up to the end of this call's HEADERS and no further.
+		n := perCall
+		fc := b.followed(ctx)
+		stream, opening := fc.opening()
+		if opening {
+			n = m.Stream
+		}
+		var cancel context.CancelFunc
+		if !answered {
+			ctx, cancel = context.WithCancel(ctx)
+		}
+		rctx, ok, shared := b.reserve(ctx, n, share)
 		if ok {
+			g := rctx.Value(grantKey{}).(*grant)
+			g.cancel = cancel // a grant is cut only on a followed connection
+			if opening {
+				fc.adopt(stream, g)
+			}
 			return rctx, nil
+		}
+		if cancel != nil {
+			cancel()
 		}
 		if shared {
 			b.shared.Add(1)
@@ -302,14 +405,34 @@ func (b *Budget) GRPC(perCall int64, m Methods) grpc.ServerOption {
 	})
 }
 
+// Cut returns a channel closed once the call of ctx, let through with
+// room for its headers, found none for the bytes of its message: its
+// handler, of a method named to GRPC's answer, must answer it as it
+// answers a call that found the budget full, without waiting for the rest
+// of its message. A call of any other method is cancelled instead. It
+// returns nil for a context without a reservation.
+func Cut(ctx context.Context) <-chan struct{} {
+	if g, ok := ctx.Value(grantKey{}).(*grant); ok {
+		return g.cut
+	}
+	return nil
+}
+
 type exhaustedKey struct{}
 
 // Exhausted reports whether the call of ctx found the budget full and was
 // let through to its handler (a method named to GRPC's answer) only to be
 // answered at once: its handler must not read its message.
 func Exhausted(ctx context.Context) bool {
-	v, _ := ctx.Value(exhaustedKey{}).(bool)
-	return v
+	if v, _ := ctx.Value(exhaustedKey{}).(bool); v {
+		return true
+	}
+	select {
+	case <-Cut(ctx):
+		return true
+	default:
+		return false
+	}
 }
 
 // HTTP returns h with every request taking its body's bytes (as its

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -68,10 +69,12 @@ func (h handler) shouldRateLimit(_ any, stream grpc.ServerStream) error {
 	}
 	in := new(rlspb.RateLimitRequest)
 	m := &check{req: in, max: h.maxRecv}
-	if err := h.recv(stream, m); err != nil {
+	if err := h.recv(stream, m); errors.Is(err, errNoRoom) {
+		return stream.SendMsg(overLimit())
+	} else if err != nil {
 		return err
 	}
-	if m.size > m.max {
+	if m.size > m.max || budget.Exhausted(stream.Context()) {
 		// Decided, not failed, for the same reason: a client chooses the
 		// descriptors' values, and so the message's size.
 		return stream.SendMsg(overLimit())
@@ -86,9 +89,15 @@ func (h handler) shouldRateLimit(_ any, stream grpc.ServerStream) error {
 	return stream.SendMsg(resp)
 }
 
-// recv reads the call's one message into in, within h.readTimeout.
+// errNoRoom is recv's error for a call whose message found no room in the
+// budget (budget.Cut).
+var errNoRoom = errors.New("no room in the budget for the request message")
+
+// recv reads the call's one message into in, within h.readTimeout and
+// while the budget has room for its bytes.
 func (h handler) recv(stream grpc.ServerStream, in *check) error {
-	if h.readTimeout <= 0 {
+	cut := budget.Cut(stream.Context())
+	if h.readTimeout <= 0 && cut == nil {
 		return stream.RecvMsg(in)
 	}
 	// RecvMsg cannot be interrupted: after a timeout it returns once the
@@ -96,12 +105,18 @@ func (h handler) recv(stream grpc.ServerStream, in *check) error {
 	// longer read.
 	got := make(chan error, 1)
 	go func() { got <- stream.RecvMsg(in) }()
-	t := time.NewTimer(h.readTimeout)
-	defer t.Stop()
+	var timeout <-chan time.Time
+	if h.readTimeout > 0 {
+		t := time.NewTimer(h.readTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case err := <-got:
 		return err
-	case <-t.C:
+	case <-cut:
+		return errNoRoom
+	case <-timeout:
 		return status.Error(codes.DeadlineExceeded, "request message not received within the read timeout")
 	}
 }
