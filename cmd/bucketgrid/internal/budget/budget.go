@@ -3,13 +3,16 @@
 // The limits of one connection (its calls, windows, message and body sizes)
 // multiply by the connections; a Budget is the total over all of them.
 //
-// A request takes its worst case from the Budget before the service reads
-// any of it, or is refused at once (gRPC RESOURCE_EXHAUSTED, or an answer
+// A request takes its share from the Budget before the service reads any
+// of it, or is refused at once (gRPC RESOURCE_EXHAUSTED, or an answer
 // of the call's own that refuses, HTTP 503):
 // nothing waits for room, so a full budget never queues requests, and no
-// request is served without its share. Once its message is decoded, a gRPC
-// call settles for what it still holds; everything goes back when the
-// request ends.
+// request is served without its share. A gRPC call on a connection the
+// Budget follows (Listener, Credentials) takes a fixed amount at its
+// headers and then the bytes of its DATA frames as they arrive, and is cut
+// when they find no room; a call on any other connection takes its worst
+// case at its headers. Once its message is decoded, a gRPC call settles for
+// what it still holds; everything goes back when the request ends.
 //
 // Once half of a Budget is taken, a peer address that holds an eighth of
 // it, or a connection that holds a thirty-second, takes no more (see
