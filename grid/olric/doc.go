@@ -380,12 +380,15 @@
 // it knows none of this and serves its table from before the pause; once
 // it refuted its death it is the coordinator again, and the others read
 // that table too. So a member that reads a table from itself after a gap
-// in its own reads longer than HandoverGrace-RoutingLease takes the read
-// for a hand-over of everything: it holds every partition it owns for
-// HandoverGrace (again when the rise of its incarnation arrives), and
-// only the others' journal merges run meanwhile, which subtract what they
-// admitted of its buckets; they ship them as soon as they read one
-// cluster again, tens of milliseconds after it woke. What it costs: a
+// of its own in its reads (its process stopped or starved, not a
+// coordinator that did not answer) longer than HandoverGrace-RoutingLease
+// takes the read for a hand-over of everything: it holds every partition
+// it owns for HandoverGrace (again when the rise of its incarnation
+// arrives), and only the others' journal merges run meanwhile, which
+// subtract what they admitted of its buckets; they ship them as soon as
+// they read one cluster again, tens of milliseconds after it woke. With
+// one replica the others started its buckets empty (see "Lost state") and
+// spent only the refill. What it costs: a
 // coordinator's keys wait HandoverGrace after any gap of its own over
 // HandoverGrace-RoutingLease (0.5 s), a pause or a starved process. Not
 // covered: a merge that arrives after the hold ended (the others did not

@@ -120,10 +120,11 @@ var worstPoints = []worstPoint{
 	{"coordinator paused 3 s, 2 replicas", netTimings{Replicas: 2}, beforeDraw, []faultStep{{faultPause, 3 * time.Second, 0}}, 1, true},
 }
 
-// worstBedsAtOnce is how many test beds the search runs at once: the 12
-// points but the coordinator's in two waves, about 65 s of wall time on the 2-core machine at
-// load 20 (each bed's 3 members also compete for the cores their gossip
-// needs, and a starved gossip changes a point: it is then run again).
+// worstBedsAtOnce is how many test beds the search runs at once: the 19
+// points in four waves, about 107 s of wall time on the 2-core machine at
+// load 8-13 (the 12 without the coordinator's: 62-97 s at load 12-29;
+// each bed's 3 members also compete for the cores their gossip needs,
+// and a starved gossip changes a point: it is then run again).
 const worstBedsAtOnce = 6
 
 // worstDrawAfter is how long the draws go on after the last fault ends.

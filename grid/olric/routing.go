@@ -184,7 +184,7 @@ func (m *Member) refresh(ctx context.Context) error {
 	// that the rise of its incarnation (the refuted death) that gossip
 	// may bring a moment later is one too. The others' consumption
 	// reaches it meanwhile through their journals, which they ship once
-	// they read a whole cluster again (see "Split brain").
+	// they read a whole cluster again (see "Network splits").
 	own := int64(m.cfg.HandoverGrace - m.cfg.RoutingLease)
 	selfStale := prev != nil && gapped && (idle > own || prev.took > own) &&
 		!onlySelf && m.coordinates(ctx)
