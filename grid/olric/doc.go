@@ -372,6 +372,30 @@
 // share no split. Every member must run a build that knows the lineage:
 // an older one reads a stamped state as corrupt.
 //
+// A paused coordinator. Olric's coordinator (the oldest member) reads
+// the routing table from itself. Paused (SIGSTOP) or starved past
+// gossip's suspicion, it is declared dead; the others elect another
+// coordinator, move its partitions and, once their hand-over guard ended,
+// check its keys, journaling what they write (they miss a member). Woken,
+// it knows none of this and serves its table from before the pause; once
+// it refuted its death it is the coordinator again, and the others read
+// that table too. So a member that reads a table from itself after a gap
+// of its own in its reads (its process stopped or starved, not a
+// coordinator that did not answer) longer than HandoverGrace-RoutingLease
+// takes the read for a hand-over of everything: it holds every partition
+// it owns for HandoverGrace (again when the rise of its incarnation
+// arrives), and only the others' journal merges run meanwhile, which
+// subtract what they admitted of its buckets; they ship them as soon as
+// they read one cluster again, tens of milliseconds after it woke. With
+// one replica the others started its buckets empty (see "Lost state") and
+// spent only the refill. What it costs: a
+// coordinator's keys wait HandoverGrace after any gap of its own over
+// HandoverGrace-RoutingLease (0.5 s), a pause or a starved process. Not
+// covered: a merge that arrives after the hold ended (the others did not
+// read one cluster within HandoverGrace of the wake).
+// TestNetFaultWorstInterval's coordinator points keep it (README.md's
+// fault table).
+//
 // With Config.Quorum set, a member executes only while gossip counts a
 // majority of the members it knew (a member that left with Shutdown
 // announces it and is no longer counted): the small side of a split

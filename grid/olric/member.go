@@ -95,8 +95,11 @@ type Member struct {
 	// handovers counts the partitions this member guarded after a routing
 	// read (acquired, or possibly changed across a gap or a split).
 	handovers atomic.Int64
-	journal   journal.Journal // buckets written while the cluster was split
-	leases    *leaseTable     // nil unless Config.Leases.Enabled
+	// readEnd is when (m.mono) the latest routing read attempt returned,
+	// failed or not (see refresh, selfStale).
+	readEnd atomic.Int64
+	journal journal.Journal // buckets written while the cluster was split
+	leases  *leaseTable     // nil unless Config.Leases.Enabled
 
 	shutdownOnce sync.Once
 	shutdownErr  error

@@ -41,6 +41,7 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 	if err != nil || len(incoming) == 0 {
 		return outcome{kind: frame.KindError, err: frame.ErrMalformed}
 	}
+	b.merge = true
 	o, refused, ok := m.hold(ctx, h, b)
 	if !ok {
 		return refused

@@ -25,13 +25,19 @@ const (
 
 // netDraw runs the DRAW command on m (see netMemberMain): for s seconds, 4
 // goroutines TryConsume(1) on keys p0 … p(n-1) in turn, each check bounded
-// by 1 s, and print "DRAW first-start-ns last-end-ns split-ns checks
+// by bound (only the keys m owns when it starts, if own), and print "DRAW first-start-ns last-end-ns split-ns checks
 // failed admitted0 … admitted(n-1)", split-ns the last instant m's routing
 // missed a member or had buckets left to merge (0 if never): a fault lasts
 // until the members are one cluster again.
-func netDraw(m *Member, p string, n, s int) {
+func netDraw(m *Member, p string, n, s int, bound time.Duration, own bool) {
 	cfg, _ := core.NewConfig(core.Greedy(drawCapacity, drawCapacity, drawPeriod))
 	admitted := make([]atomic.Int64, n)
+	var keys []int
+	for i := range n {
+		if !own || m.Owner(p+strconv.Itoa(i)) == m.Name() {
+			keys = append(keys, i)
+		}
+	}
 	var checks, failed atomic.Int64
 	start := time.Now()
 	end := start.Add(time.Duration(s) * time.Second)
@@ -47,9 +53,10 @@ func netDraw(m *Member, p string, n, s int) {
 	})
 	for g := range 4 {
 		wg.Go(func() {
-			for i := g; time.Now().Before(end); i++ {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				resp, err := m.Execute(ctx, p+strconv.Itoa(i%n), consumeReq(&cfg, 1))
+			for j := g; time.Now().Before(end) && len(keys) > 0; j++ {
+				i := keys[j%len(keys)]
+				ctx, cancel := context.WithTimeout(context.Background(), bound)
+				resp, err := m.Execute(ctx, p+strconv.Itoa(i), consumeReq(&cfg, 1))
 				cancel()
 				checks.Add(1)
 				switch {
@@ -57,7 +64,7 @@ func netDraw(m *Member, p string, n, s int) {
 					failed.Add(1)
 					time.Sleep(10 * time.Millisecond) // a client's back-off, sparing the machine's cores
 				case resp.Results[0].OK:
-					admitted[i%n].Add(1)
+					admitted[i].Add(1)
 				}
 				for t := time.Now().UnixNano(); ; {
 					l := last.Load()
@@ -109,6 +116,27 @@ func drawResult(t *testing.T, k *child, d *drawn) {
 	}
 	for i, s := range f[5:] {
 		a, _ := strconv.ParseInt(s, 10, 64)
+		d.admitted[i] += a
+	}
+}
+
+// add adds what o reports to d.
+func (d *drawn) add(o *drawn) {
+	if d.first.IsZero() || o.first.Before(d.first) {
+		d.first = o.first
+	}
+	if o.last.After(d.last) {
+		d.last = o.last
+	}
+	if o.split.After(d.split) {
+		d.split = o.split
+	}
+	d.checks += o.checks
+	d.failed += o.failed
+	if d.admitted == nil {
+		d.admitted = make([]int64, len(o.admitted))
+	}
+	for i, a := range o.admitted {
 		d.admitted[i] += a
 	}
 }

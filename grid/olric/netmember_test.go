@@ -108,8 +108,10 @@ import (
 //	                  when ms have passed (see netDegrade)
 //	DEADLINE p n s ms d checks p0 … p(n-1) for s seconds, each bounded by d
 //	                  ms, saying when ms have passed (see netDeadline)
-//	DRAW p n s        checks p0 … p(n-1) for s seconds, buckets of
-//	                  drawCapacity (see netDraw)
+//	DRAW p n s [ms [own]] checks p0 … p(n-1) (with "own", those this
+//	                  member owns when it reads the command) for s seconds,
+//	                  each bounded by ms (1000), buckets of drawCapacity
+//	                  (see netDraw)
 //	KEYOF addr p n    one of p0 … p(n-1) this member's routing gives to the
 //	                  member on host addr: "KEYOF key", "KEYOF -" if none
 //	STALL             the longest this process's scheduler kept a goroutine
@@ -478,7 +480,11 @@ func netMemberMain() int {
 		case "DEADLINE":
 			netDeadline(m, &cfg, f[1], arg(2), arg(3), arg(4), arg(5))
 		case "DRAW":
-			netDraw(m, f[1], arg(2), arg(3))
+			bound := time.Second
+			if len(f) > 4 {
+				bound = time.Duration(arg(4)) * time.Millisecond
+			}
+			netDraw(m, f[1], arg(2), arg(3), bound, len(f) > 5 && f[5] == "own")
 		case "KEYOF":
 			key := "-"
 			for i := range arg(3) {

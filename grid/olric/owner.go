@@ -33,6 +33,9 @@ type ownerHold struct {
 type bound struct {
 	notAfter int64
 	try      bool
+	// merge: the execution is a journal merge (execMerge), which may run
+	// during the guard of a stale self-read (routes.staleUntil).
+	merge bool
 }
 
 // hold takes the gate and the stripe lock of the key hashed h, then checks
@@ -67,7 +70,7 @@ func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcom
 		}
 		return ownerHold{}, outcome{kind: frame.KindError, err: err}, false
 	}
-	if o, ok := m.mayExecute(r, p, now); !ok {
+	if o, ok := m.mayExecute(r, p, now, b.merge); !ok {
 		st.mu.Unlock()
 		m.gate.RUnlock()
 		return ownerHold{}, o, false
@@ -80,8 +83,10 @@ func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcom
 
 // mayExecute checks, under the partition's stripe lock, whether this
 // member may execute for partition p at now (m.mono) under routing read r;
-// see hold.
-func (m *Member) mayExecute(r *routes, p uint64, now int64) (outcome, bool) {
+// see hold. A merge passes the guard of a stale self-read: it only
+// subtracts consumption, and it is how the others' consumption during the
+// gap reaches this member before its clients spend the same tokens again.
+func (m *Member) mayExecute(r *routes, p uint64, now int64, merge bool) (outcome, bool) {
 	if r == nil { // still starting
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh)}, false
 	}
@@ -93,7 +98,7 @@ func (m *Member) mayExecute(r *routes, p uint64, now int64) (outcome, bool) {
 		m.kick()
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh / 4)}, false
 	}
-	if g := r.guardUntil[p]; now < g {
+	if g := r.guardUntil[p]; now < g && !(merge && g <= r.staleUntil) {
 		return outcome{kind: frame.KindHold, hold: g - now}, false
 	}
 	if !r.quorum {

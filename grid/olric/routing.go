@@ -16,8 +16,9 @@ import (
 type routes struct {
 	// owners[p] is the member name owning partition p; "" when unknown.
 	owners []string
-	// start is when the read started, in m.mono nanoseconds.
-	start int64
+	// start is when the read started, in m.mono nanoseconds, and took how
+	// long it took.
+	start, took int64
 	// guardUntil[p], for a partition this member owns, is the m.mono time
 	// before which it holds the partition's requests (hand-over guard).
 	guardUntil []int64
@@ -70,6 +71,10 @@ type routes struct {
 	// one began since the member started); see refresh.
 	inc, splitInc      uint32
 	incKnown, hadSplit bool
+	// staleUntil is the end (m.mono) of the guard the latest stale
+	// self-read set (see refresh), while it runs: the others' journals
+	// merge in during it (mayExecute).
+	staleUntil int64
 	// lease ends at leaseEnd, RoutingLease after start: the owner's Olric
 	// calls under this read are bounded by it.
 	lease       context.Context
@@ -94,7 +99,9 @@ func (m *Member) mono() int64 { return int64(time.Since(m.base)) }
 // HandoverGrace. Gaps between reads and splits: see the comments inside.
 func (m *Member) refresh(ctx context.Context) error {
 	start := m.mono()
+	idle := start - m.readEnd.Load()
 	rt, err := m.client.RoutingTable(ctx)
+	defer func() { m.readEnd.Store(m.mono()) }()
 	if err != nil {
 		return err
 	}
@@ -103,6 +110,7 @@ func (m *Member) refresh(ctx context.Context) error {
 	nr := &routes{
 		owners:     make([]string, n),
 		start:      start,
+		took:       returned - start,
 		guardUntil: make([]int64, n),
 		from:       make([]string, n),
 		backups:    make([]string, n),
@@ -152,6 +160,37 @@ func (m *Member) refresh(ctx context.Context) error {
 	}
 	_, onlySelf := distinct[m.name]
 	onlySelf = onlySelf && len(distinct) == 1
+	// A gap between reads longer than HandoverGrace-RoutingLease could
+	// hide an ownership that came and went in between (see below).
+	gap := int64(0)
+	if prev != nil {
+		gap = start - prev.start
+	}
+	gapped := gap > int64(m.cfg.HandoverGrace-m.cfg.RoutingLease)
+	// A table this member read from itself, being Olric's coordinator,
+	// after such a gap of its own (it did not even try to read, idle, or
+	// its previous read, which succeeded, took that long: its process
+	// stopped or starved; not a coordinator that did not answer, as the
+	// others see while it is stopped, one of which may become coordinator)
+	// shows nothing of what the others did meanwhile: a
+	// coordinator paused (SIGSTOP) or starved past gossip's suspicion was
+	// declared dead by the others, who elected another coordinator and
+	// moved its partitions to owners that executed them, while its own
+	// Olric heard of none of it and, woken, still serves its table from
+	// before (the others then read it again: the oldest member is
+	// coordinator once it refuted its death). Neither its ownership nor
+	// its state is proven then: such a read is a hand-over of everything,
+	// and it counts as the start of a split in this member's view, so
+	// that the rise of its incarnation (the refuted death) that gossip
+	// may bring a moment later is one too. The others' consumption
+	// reaches it meanwhile through their journals, which they ship once
+	// they read a whole cluster again (see "Network splits").
+	own := int64(m.cfg.HandoverGrace - m.cfg.RoutingLease)
+	selfStale := prev != nil && gapped && (idle > own || prev.took > own) &&
+		!onlySelf && m.coordinates(ctx)
+	if selfStale {
+		nr.splitInc, nr.hadSplit = nr.inc, true
+	}
 	// Coming out of a split (or losing or regaining a quorum) is a
 	// hand-over of everything: Olric on a small side may keep a table in
 	// which this member owns what the other side owned meanwhile, so
@@ -175,7 +214,8 @@ func (m *Member) refresh(ctx context.Context) error {
 	transition := prev != nil && (prev.quorum != nr.quorum ||
 		prev.split && !nr.split && (!nr.incKnown || nr.inc != prev.splitInc) &&
 			!m.deaths.allProvenSince(prev.absent, prev.splitSince) ||
-		!prev.split && prev.hadSplit && nr.incKnown && prev.incKnown && nr.inc != prev.inc)
+		!prev.split && prev.hadSplit && nr.incKnown && prev.incKnown && nr.inc != prev.inc ||
+		selfStale)
 	sideChange := prev != nil && prev.split != nr.split
 	// A gap between reads longer than HandoverGrace-RoutingLease could
 	// hide an ownership that came and went in between. Another member
@@ -187,14 +227,16 @@ func (m *Member) refresh(ctx context.Context) error {
 	// across it, and a gap longer than 2*HandoverGrace
 	// (room for those further updates) guards everything. Starvation of
 	// this process alone (a scheduler that did not run the refresher)
-	// changes none of them.
-	gap := int64(0)
-	if prev != nil {
-		gap = start - prev.start
-	}
-	gapped := gap > int64(m.cfg.HandoverGrace-m.cfg.RoutingLease)
+	// changes none of them, but for a table read from itself (selfStale
+	// above).
 	far := gap > int64(2*m.cfg.HandoverGrace)
 	guard := returned + int64(m.cfg.HandoverGrace)
+	if prev != nil && prev.staleUntil > returned {
+		nr.staleUntil = prev.staleUntil
+	}
+	if selfStale || transition && nr.staleUntil != 0 {
+		nr.staleUntil = guard
+	}
 	wallNow := m.cfg.Clock.Now()
 	holding := m.members.staying(distinct)
 	for p := range nr.owners {
@@ -252,6 +294,22 @@ func (m *Member) refresh(ctx context.Context) error {
 		m.shipJournal()
 	}
 	return nil
+}
+
+// coordinates reports whether this member is Olric's coordinator in its
+// own view, whose routing reads then come from its own table; true when it
+// cannot tell (fail closed: see refresh).
+func (m *Member) coordinates(ctx context.Context) bool {
+	ms, err := m.client.Members(ctx)
+	if err != nil {
+		return true
+	}
+	for _, x := range ms {
+		if x.Coordinator {
+			return x.Name == m.name
+		}
+	}
+	return true
 }
 
 // staying returns the members of distinct that did not announce a graceful
