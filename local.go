@@ -20,17 +20,13 @@ import (
 // calls, and never on I/O. Create one with NewLocal: the zero Local has no
 // bandwidth and panics on use.
 type Local struct {
-	// mu and one come first: a check writes both, and within the first 32
-	// bytes of a Local they share a cache line, so a contended check moves
-	// one line between cores.
 	mu sync.Mutex
-	// one holds the state of a single-bandwidth bucket; b.Bands is then
-	// one[:]. Guarded by mu.
-	one [1]core.BandState
-	b   core.State // guarded by mu
+	b  core.State // guarded by mu
 	// env is nil for the defaults: the monotonic clock, read without an
 	// interface call, and no listener. A LocalGroup's buckets share theirs.
 	env *localEnv
+	// one holds the state of a single-bandwidth bucket of a LocalGroup.
+	one [1]core.BandState
 }
 
 // localEnv is the clock and listener of one or more local buckets.
@@ -69,17 +65,8 @@ func NewLocal(cfg core.Config, opts ...Option) (*Local, error) {
 	if err := l.init(&cfg, newEnv(o.clock, o.listener)); err != nil {
 		return nil, err
 	}
-	l.setState(core.NewState(cfg.Clone(), l.now()))
+	l.b = core.NewState(cfg.Clone(), l.now())
 	return l, nil
-}
-
-// setState makes b the bucket's state, a single bandwidth's kept in l.one.
-func (l *Local) setState(b core.State) {
-	l.b = b
-	if len(b.Bands) == 1 {
-		l.one[0] = b.Bands[0]
-		l.b.Bands = l.one[:]
-	}
 }
 
 // normalizeClock maps the default monotonic clock to nil, the fast path.
@@ -114,9 +101,6 @@ func (l *Local) run(_ context.Context, op wire.Op, verbose bool) (wire.Result, V
 	now := l.now()
 	l.mu.Lock()
 	r, _ := wire.Apply(&l.b, &op, now)
-	if len(l.b.Bands) == 1 && &l.b.Bands[0] != &l.one[0] {
-		l.setState(l.b) // a replacement's new single bandwidth into l.one
-	}
 	if verbose {
 		v.Diagnostics = l.b.Diagnose(now)
 	}

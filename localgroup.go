@@ -41,7 +41,11 @@ func (g *LocalGroup) Init(l *Local, cfg core.Config, now int64) error {
 	if err := l.init(&cfg, g.env); err != nil {
 		return err
 	}
-	l.setState(core.NewState(g.share(cfg), now))
+	l.b = core.NewState(g.share(cfg), now)
+	if len(l.b.Bands) == 1 {
+		l.one[0] = l.b.Bands[0]
+		l.b.Bands = l.one[:]
+	}
 	return nil
 }
 
