@@ -59,7 +59,10 @@ func After(c Clock, d time.Duration) (<-chan struct{}, func()) {
 }
 
 // monoBase is the origin of Monotonic's readings. time.Since(monoBase) uses
-// the monotonic clock reading that time.Now records.
+// the monotonic clock reading that time.Now records, and reads only the
+// monotonic clock: about half of time.Now's cost (BenchmarkNow). Reading
+// runtime.nanotime through go:linkname measured no cheaper on the project's
+// machine and would lose testing/synctest's fake time.
 var monoBase = time.Now()
 
 type monotonic struct{}
