@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // Request is one ShouldRateLimit call, as Envoy sends it.
@@ -103,6 +104,7 @@ type item struct {
 	shares    uint32            // the instances of a share (see Share); 0 for the whole bucket
 	config    core.Config       // BucketConfig, once built
 	band      [1]core.Bandwidth // config's bandwidth, without an allocation
+	ops       [3]wire.Op        // Ops' operations, without an allocation
 	held      uint64            // hits Plan.HoldBack held back
 }
 

@@ -1,6 +1,8 @@
 package service
 
 import (
+	"time"
+
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -43,6 +45,14 @@ func toDescriptor(d *rlcommon.RateLimitDescriptor) policy.Descriptor {
 	return out
 }
 
+// statusMessages are the messages of one descriptor's status, allocated
+// together: a response is marshalled and dropped as a whole.
+type statusMessages struct {
+	status rlspb.RateLimitResponse_DescriptorStatus
+	limit  rlspb.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
 // response builds Envoy's answer: one status per descriptor, shaped as
 // envoyproxy/ratelimit shapes them, and the headers.
 func (s *Service) response(d *policy.Decision) *rlspb.RateLimitResponse {
@@ -50,19 +60,23 @@ func (s *Service) response(d *policy.Decision) *rlspb.RateLimitResponse {
 		OverallCode: rlspb.RateLimitResponse_Code(d.Code),
 		Statuses:    make([]*rlspb.RateLimitResponse_DescriptorStatus, len(d.Statuses)),
 	}
+	msgs := make([]statusMessages, len(d.Statuses)) // one allocation for all
 	for i := range d.Statuses {
-		st := &d.Statuses[i]
-		ds := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_Code(st.Code), LimitRemaining: st.Remaining}
+		st, m := &d.Statuses[i], &msgs[i]
+		ds := &m.status
+		ds.Code, ds.LimitRemaining = rlspb.RateLimitResponse_Code(st.Code), st.Remaining
 		if r := st.Rule; r != nil {
-			ds.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{
-				Name:            r.Name,
-				RequestsPerUnit: r.RequestsPerUnit,
-				Unit:            rlspb.RateLimitResponse_RateLimit_Unit(r.Unit),
-			}
+			ds.CurrentLimit = &m.limit
+			ds.CurrentLimit.Name = r.Name
+			ds.CurrentLimit.RequestsPerUnit = r.RequestsPerUnit
+			ds.CurrentLimit.Unit = rlspb.RateLimitResponse_RateLimit_Unit(r.Unit)
 			// a quota-mode violation keeps the limit and drops the reset,
 			// as envoyproxy/ratelimit answers it
 			if !(st.Over && r.QuotaMode && !r.ShadowMode) {
-				ds.DurationUntilReset = durationpb.New(st.ResetAfter)
+				// durationpb.New's fields, in place
+				secs := st.ResetAfter / time.Second
+				m.reset.Seconds, m.reset.Nanos = int64(secs), int32(st.ResetAfter-secs*time.Second)
+				ds.DurationUntilReset = &m.reset
 			}
 		}
 		resp.Statuses[i] = ds
