@@ -143,7 +143,8 @@ func (it *item) opCount() int {
 // only once the window's count exceeds the limit, as in envoyproxy/ratelimit;
 // on a token bucket, which never goes over, it is over when not one token is
 // left. The last operation's results carry the executing side's time until
-// the window ends or the bucket is full, so no other clock is read.
+// the window ends or the bucket is full, so no other clock is read. The
+// operations are held in it: a later call replaces them.
 func (it *item) Ops() []wire.Op {
 	if !it.NeedsBucket() {
 		return nil
@@ -159,17 +160,17 @@ func (it *item) Ops() []wire.Op {
 			// the last is refused on every bucket (more than the rule's
 			// capacity, so more than any share's) and reports the time
 			// until full of whichever bucket runs it
-			return []wire.Op{replace, {Kind: wire.OpEstimate, Tokens: 1}, {Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: c + 1}}
+			return append(it.ops[:0], replace, wire.Op{Kind: wire.OpEstimate, Tokens: 1}, wire.Op{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: c + 1})
 		}
 		// more than the capacity is refused whatever the state
-		return []wire.Op{replace, {Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)}}
+		return append(it.ops[:0], replace, wire.Op{Kind: wire.OpTryConsumeAndReturnRemaining, Tokens: clampHits(it.Hits, c+1)})
 	}
 	w := windowTokens(l.Unit)
 	if it.Hits == 0 {
-		return []wire.Op{replace, {Kind: wire.OpEstimate, Tokens: w}}
+		return append(it.ops[:0], replace, wire.Op{Kind: wire.OpEstimate, Tokens: w})
 	}
-	return []wire.Op{replace, {Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: clampHits(it.Hits, w)},
-		{Kind: wire.OpEstimate, Tokens: w}}
+	return append(it.ops[:0], replace, wire.Op{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: clampHits(it.Hits, w)},
+		wire.Op{Kind: wire.OpEstimate, Tokens: w})
 }
 
 func clampHits(h uint64, most int64) int64 {

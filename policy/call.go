@@ -98,11 +98,11 @@ type Decision struct {
 // plan under s (nil: the zero Settings). A request error is returned
 // wrapping one of the request errors; nothing is then to be executed.
 func (c *Rules) Plan(req *Request, s *Settings) (Plan, error) {
-	items, err := c.plan(req)
+	items, batches, err := c.plan(req)
 	if err != nil {
 		return Plan{}, err
 	}
-	p := Plan{items: items, maxKeyBytes: MaxKeyBytes}
+	p := Plan{Batches: batches, items: items, maxKeyBytes: MaxKeyBytes}
 	if s != nil {
 		p.headers, p.shadow, p.quota = s.Headers, s.ShadowMode, s.QuotaMode
 		if s.MaxKeyBytes > 0 && s.MaxKeyBytes < MaxKeyBytes {

@@ -4,7 +4,10 @@ package policy
 type Item = item
 
 // Items returns the items of req's plan, for the tests of package policy_test.
-func (c *Rules) Items(req *Request) ([]Item, error) { return c.plan(req) }
+func (c *Rules) Items(req *Request) ([]Item, error) {
+	items, _, err := c.plan(req)
+	return items, err
+}
 
 // ItemKind and its values, for the tests of package policy_test.
 type ItemKind = itemKind

@@ -125,20 +125,21 @@ func (c *Rules) StatsKey(domain string, entries []Entry, r *Rule) (key string, v
 	if dom == nil {
 		return
 	}
-	var (
-		detailed strings.Builder // domain.key_value… of every entry visited
-		valued   strings.Builder // the stats key with value_to_metric values
-		isDetail bool
-	)
-	detailed.WriteString(domain)
-	valued.WriteString(domain)
+	// Both keys are built on the stack and only the one returned is
+	// copied into a string: an allocation per counted descriptor.
+	var dbuf, vbuf [128]byte
+	detailed := append(dbuf[:0], domain...) // domain.key_value… of every entry visited
+	valued := append(vbuf[:0], domain...)   // the stats key with value_to_metric values
+	isDetail := false
 	valuesUsed := false
 	n, share := walk(dom, entries, func(i int, next *node, wildcard string, byValue bool, share []string) {
 		e := entries[i]
-		detailed.WriteString(".")
-		detailed.WriteString(e.Key + "_" + e.Value)
-		valued.WriteString(".")
-		valued.WriteString(e.Key)
+		detailed = append(detailed, '.')
+		detailed = append(detailed, e.Key...)
+		detailed = append(detailed, '_')
+		detailed = append(detailed, e.Value...)
+		valued = append(valued, '.')
+		valued = append(valued, e.Key...)
 		if next != nil {
 			v := ""
 			switch {
@@ -154,8 +155,8 @@ func (c *Rules) StatsKey(domain string, entries []Entry, r *Rule) (key string, v
 				v, valuesUsed = e.Value, true
 			}
 			if v != "" {
-				valued.WriteString("_")
-				valued.WriteString(v)
+				valued = append(valued, '_')
+				valued = append(valued, v...)
 			}
 		}
 		if next != nil && next.limit != nil && i == len(entries)-1 && next.detailed {
@@ -169,9 +170,9 @@ func (c *Rules) StatsKey(domain string, entries []Entry, r *Rule) (key string, v
 	case isDetail && share != nil:
 		return sharedStatsKey(domain, entries, share), true
 	case isDetail:
-		return detailed.String(), true
+		return string(detailed), true
 	default:
-		return valued.String(), valuesUsed
+		return string(valued), valuesUsed
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	"github.com/bucketgrid/bucketgrid/core/wire"
 )
 
 // Request is one ShouldRateLimit call, as Envoy sends it.
@@ -103,6 +104,7 @@ type item struct {
 	shares    uint32            // the instances of a share (see Share); 0 for the whole bucket
 	config    core.Config       // BucketConfig, once built
 	band      [1]core.Bandwidth // config's bandwidth, without an allocation
+	ops       [3]wire.Op        // Ops' operations, without an allocation
 	held      uint64            // hits Plan.HoldBack held back
 }
 
@@ -110,12 +112,22 @@ type item struct {
 // request rules: each descriptor's hits (its own hits_addend, else the
 // request's, else 1), unlimited rules, and replaces (a rule named in the
 // replaces of any matched rule is dropped). It returns one item per
-// descriptor, in order, or an error wrapping one of the request errors.
-func (c *Rules) plan(req *Request) ([]item, error) {
+// descriptor, in order, or an error wrapping one of the request errors;
+// batches is empty, with room for one batch per item.
+func (c *Rules) plan(req *Request) (items []item, batches []Batch, err error) {
 	if err := checkRequest(req); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	items := make([]item, len(req.Descriptors))
+	if len(req.Descriptors) == 1 {
+		// the common request: its item and batch in one allocation
+		one := new(struct {
+			items   [1]item
+			batches [1]Batch
+		})
+		items, batches = one.items[:], one.batches[:0]
+	} else {
+		items, batches = make([]item, len(req.Descriptors)), make([]Batch, 0, len(req.Descriptors))
+	}
 	var replaced map[string]bool
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
@@ -150,7 +162,7 @@ func (c *Rules) plan(req *Request) ([]item, error) {
 			it.Key = bucketKey(req.Domain, req.Descriptors[i].Entries, &it.Rule)
 		}
 	}
-	return items, nil
+	return items, batches, nil
 }
 
 func checkRequest(req *Request) error {

@@ -285,11 +285,39 @@ func (d *decoder) end() {
 }
 
 func (d *decoder) config() core.Config {
+	var c core.Config
+	d.configTo(&c, d.count(core.MaxBandwidths, 5), nil)
+	return c
+}
+
+// configRef decodes a configuration into a new one, with a single
+// bandwidth in the same allocation.
+func (d *decoder) configRef() *core.Config {
 	n := d.count(core.MaxBandwidths, 5)
-	if d.err != nil {
-		return core.Config{}
+	if n != 1 {
+		c := new(core.Config)
+		d.configTo(c, n, nil)
+		return c
 	}
-	c := core.Config{Bandwidths: make([]core.Bandwidth, n)}
+	one := new(struct {
+		c  core.Config
+		bw [1]core.Bandwidth
+	})
+	d.configTo(&one.c, n, one.bw[:])
+	return &one.c
+}
+
+// configTo decodes a configuration of n bandwidths (counted already) into
+// *c (zero), the bandwidths into bws when it holds n, else into a new
+// slice.
+func (d *decoder) configTo(c *core.Config, n int, bws []core.Bandwidth) {
+	if d.err != nil {
+		return
+	}
+	if len(bws) != n {
+		bws = make([]core.Bandwidth, n)
+	}
+	c.Bandwidths = bws
 	for i := range c.Bandwidths {
 		b := &c.Bandwidths[i]
 		b.Style = core.RefillStyle(d.byte())
@@ -320,11 +348,22 @@ func (d *decoder) config() core.Config {
 			d.err = &DecodeError{Record: d.record, Offset: d.off, Err: wrap2(ErrCorrupt, ": ", err)}
 		}
 	}
-	return c
 }
 
 func (d *decoder) bucket() core.State {
-	b := core.State{Config: d.config()}
+	var b core.State
+	var bands []core.BandState
+	if n := d.count(core.MaxBandwidths, 5); n == 1 {
+		// a single bandwidth and its state in one allocation
+		one := new(struct {
+			bw [1]core.Bandwidth
+			bs [1]core.BandState
+		})
+		d.configTo(&b.Config, n, one.bw[:])
+		bands = one.bs[:]
+	} else {
+		d.configTo(&b.Config, n, nil)
+	}
 	b.ConfigVersion = d.varint()
 	if d.err != nil {
 		return core.State{}
@@ -332,7 +371,10 @@ func (d *decoder) bucket() core.State {
 	if b.ConfigVersion < 0 {
 		d.fail(ErrCorrupt, "negative configuration version")
 	}
-	b.Bands = make([]core.BandState, len(b.Config.Bandwidths))
+	if len(bands) != len(b.Config.Bandwidths) {
+		bands = make([]core.BandState, len(b.Config.Bandwidths))
+	}
+	b.Bands = bands
 	for i := range b.Bands {
 		s := &b.Bands[i]
 		s.Size = d.varint()
@@ -379,8 +421,7 @@ func DecodeRequest(p []byte) (Request, error) {
 	r.Mode = Mode(d.byte())
 	r.Verbose = d.bool()
 	if d.bool() {
-		c := d.config()
-		r.Config = &c
+		r.Config = d.configRef()
 	}
 	r.ConfigVersion = d.varint()
 	r.Inheritance = core.TokensInheritance(d.byte())
@@ -398,8 +439,7 @@ func DecodeRequest(p []byte) (Request, error) {
 		o.MaxWait = d.varint()
 		o.Inheritance = core.TokensInheritance(d.byte())
 		if d.bool() {
-			c := d.config()
-			o.Config = &c
+			o.Config = d.configRef()
 		}
 	}
 	d.end()

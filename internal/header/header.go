@@ -166,10 +166,12 @@ func Append[F ~struct{ Name, Value string }](dst []F, qs []Quota, which Set) []F
 		return dst
 	}
 	if which&IETF != 0 {
+		// both values in one string: one allocation
 		var buf [256]byte
-		pol := string(AppendPolicy(buf[:0], qs))
-		rl := string(AppendRateLimit(buf[:0], qs))
-		dst = append(dst, F{"ratelimit-policy", pol}, F{"ratelimit", rl})
+		b := AppendPolicy(buf[:0], qs)
+		n := len(b)
+		both := string(AppendRateLimit(b, qs))
+		dst = append(dst, F{"ratelimit-policy", both[:n]}, F{"ratelimit", both[n:]})
 	}
 	if which&(XRateLimit|Draft) == 0 {
 		return dst

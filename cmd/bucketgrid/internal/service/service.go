@@ -223,39 +223,55 @@ func (s *Service) check(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb
 // pipeline applies them; different buckets run concurrently.
 func (s *Service) execute(ctx context.Context, plan *policy.Plan) (policy.Decision, error) {
 	bs := plan.Batches
-	out := make([]policy.Outcome, len(bs))
-	var errs []error
-	if oneBucket(bs) {
-		// the common request: nothing to run concurrently
-		for i := range bs {
-			var err error
-			if out[i], err = s.runBatch(ctx, &bs[i]); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	} else {
-		errs = make([]error, len(bs))
-		var groups [][]int // indices of the batches of one bucket, in order
-		byKey := map[string]int{}
-		for i := range bs {
-			g, ok := byKey[bs[i].Key]
-			if !ok {
-				g = len(groups)
-				byKey[bs[i].Key] = g
-				groups = append(groups, nil)
-			}
-			groups[g] = append(groups[g], i)
-		}
-		var wg sync.WaitGroup
-		for _, g := range groups {
-			wg.Go(func() {
-				for _, i := range g {
-					out[i], errs[i] = s.runBatch(ctx, &bs[i])
-				}
-			})
-		}
-		wg.Wait()
+	if !oneBucket(bs) {
+		return s.executeConcurrently(ctx, plan)
 	}
+	// the common request: nothing to run concurrently, and its one
+	// outcome kept on the stack
+	var one [1]policy.Outcome
+	out := one[:0]
+	if len(bs) > len(one) {
+		out = make([]policy.Outcome, 0, len(bs))
+	}
+	var errs []error
+	for i := range bs {
+		o, err := s.runBatch(ctx, &bs[i])
+		if err != nil {
+			errs = append(errs, err)
+		}
+		out = append(out, o)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return policy.Decision{}, err
+	}
+	return plan.Decide(out, s.now())
+}
+
+// executeConcurrently is execute for batches on several buckets.
+func (s *Service) executeConcurrently(ctx context.Context, plan *policy.Plan) (policy.Decision, error) {
+	bs := plan.Batches
+	out := make([]policy.Outcome, len(bs))
+	errs := make([]error, len(bs))
+	var groups [][]int // indices of the batches of one bucket, in order
+	byKey := map[string]int{}
+	for i := range bs {
+		g, ok := byKey[bs[i].Key]
+		if !ok {
+			g = len(groups)
+			byKey[bs[i].Key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() {
+			for _, i := range g {
+				out[i], errs[i] = s.runBatch(ctx, &bs[i])
+			}
+		})
+	}
+	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return policy.Decision{}, err
 	}
