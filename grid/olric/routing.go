@@ -33,20 +33,24 @@ type routes struct {
 	// with owners[p], who held what p's latest owner wrote (see
 	// lost.LatestGone).
 	replicas []string
-	// history[p], for a partition this member owns, is p's owner list in
-	// Olric's table: the previous owners that still hold data of p, then
-	// this member (see refresh, on gaps).
+	// history[p] is p's owner list in Olric's table: the previous owners
+	// that still hold data of p, then its owner (see refresh, on gaps, and
+	// markLost).
 	history []string
 	// holders[p] names, comma-separated, every member holding data of
 	// partition p in Olric's table (owners, previous owners, backups), for
 	// every partition: who a later owner of p could read p's state from
 	// (see internal/lost).
 	holders []string
-	// lostAt[p], for a partition this member owns, is when (Unix
-	// nanoseconds of Config.Clock) it took p over without a readable copy
-	// of p's state, 0 when it has one: a bucket of p it finds absent was
-	// empty then (Config.LostState).
+	// lostAt[p] is when (Unix nanoseconds of Config.Clock) p's owner, this
+	// member or another, took p over without a readable copy of p's state
+	// (or a member that did handed it on), 0 when none did: a bucket of p
+	// this member, owning p, finds absent was empty then
+	// (Config.LostState; see markLost).
 	lostAt []int64
+	// present names the members holding data in this read (see
+	// lost.Takeover), as markLost judged them.
+	present map[string]struct{}
 	// epoch[p] changes whenever this member (re)acquires partition p or p's
 	// backups change (so a read-only bucket is written again, see
 	// replicate); a
@@ -132,9 +136,9 @@ func (m *Member) refresh(ctx context.Context) error {
 			distinct[o] = struct{}{}
 			nr.holders[p] = strings.Join(append(slices.Clip(r.PrimaryOwners), r.ReplicaOwners...), ",")
 			nr.replicas[p] = strings.Join(r.ReplicaOwners, ",")
+			nr.history[p] = strings.Join(r.PrimaryOwners, ",")
 			if o == m.name {
 				nr.backups[p] = strings.Join(r.ReplicaOwners, ",")
-				nr.history[p] = strings.Join(r.PrimaryOwners, ",")
 			}
 		}
 	}
@@ -239,6 +243,7 @@ func (m *Member) refresh(ctx context.Context) error {
 	}
 	wallNow := m.cfg.Clock.Now()
 	holding := m.members.staying(distinct)
+	markLost(prev, nr, holding, wallNow)
 	for p := range nr.owners {
 		if nr.owners[p] != m.name {
 			continue
@@ -253,12 +258,6 @@ func (m *Member) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = guard
 			nr.epoch[p] = m.epochs.Add(1)
 			if prev != nil {
-				if prev.owners[p] == m.name {
-					nr.lostAt[p] = prev.lostAt[p]
-				} else if lost.Takeover(m.name, prev.holders[p], holding) ||
-					lost.LatestGone(m.name, prev.owners[p], prev.replicas[p], holding) {
-					nr.lostAt[p] = wallNow
-				}
 				m.handovers.Add(1)
 				// Across a gap, the owner of the previous read handed p
 				// over only if no other owner holds data of p: one that
@@ -271,18 +270,11 @@ func (m *Member) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = prev.guardUntil[p]
 			nr.epoch[p] = prev.epoch[p]
 			nr.from[p] = prev.from[p]
-			nr.lostAt[p] = prev.lostAt[p]
 			if nr.backups[p] != prev.backups[p] || gapped || sideChange {
 				// The cached state is re-read from Olric: what another
 				// member wrote back or merged in is there.
 				nr.epoch[p] = m.epochs.Add(1)
 			}
-		}
-		if prev != nil && prev.owners[p] == m.name && nr.lostAt[p] == 0 &&
-			lost.Orphaned(m.name, prev.history[p], prev.holders[p], holding) {
-			// The previous owners this member read through left with the
-			// data they still held.
-			nr.lostAt[p] = wallNow
 		}
 	}
 	m.skipGuards(nr, distinct, returned)
@@ -310,6 +302,22 @@ func (m *Member) coordinates(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// markLost sets nr.lostAt for every partition (see lost.Since) from the
+// previous read prev (nil for none), present (the members holding data in
+// nr, see lost.Takeover) and now (Config.Clock). Every partition, not only
+// those self owns: one that another member took over lost and hands on to
+// self carries its loss along.
+func markLost(prev, nr *routes, present map[string]struct{}, now int64) {
+	nr.present = present
+	if prev == nil {
+		return
+	}
+	for p := range nr.owners {
+		nr.lostAt[p] = lost.Since(lost.Part{Owners: prev.history[p], Replicas: prev.replicas[p]},
+			lost.Part{Owners: nr.history[p], Replicas: nr.replicas[p]}, prev.lostAt[p], prev.present, present, now)
+	}
 }
 
 // staying returns the members of distinct that did not announce a graceful

@@ -1,6 +1,7 @@
 // Package lost owns the rules of grid/olric's lost state: when a member
 // that takes a partition over can read none of its latest state (Takeover,
-// and Orphaned for one it already held),
+// and Orphaned for one it already held), since when a partition's state
+// is lost across routing reads, whoever owns it (Since),
 // which requests create a bucket such a partition lost (Creates), and the
 // state such a bucket starts from under LostEmpty (EmptySince). When a
 // member applies them, and the LostState setting itself, belong to
@@ -80,6 +81,55 @@ func Orphaned(self, prevOwners, prevHolders string, present map[string]struct{})
 		}
 	}
 	return Takeover(self, strings.Join(others, ","), present)
+}
+
+// Part is what one routing read says of one partition: Owners, its owner
+// list in Olric's table (the previous owners that still hold data of it,
+// then its owner), and Replicas, its backups, each comma-separated.
+type Part struct{ Owners, Replicas string }
+
+// owner returns p's owner, "" when unknown.
+func (p Part) owner() string { return p.Owners[strings.LastIndexByte(p.Owners, ',')+1:] }
+
+// holders returns every member holding data of p, comma-separated.
+func (p Part) holders() string {
+	if p.Replicas == "" {
+		return p.Owners
+	}
+	return p.Owners + "," + p.Replicas
+}
+
+// Since returns the instant since which partition next (read now) has
+// been lost, 0 if it has a readable copy of its latest state, whoever
+// owns it: from the read before, prev, lost since at (0 for never), and
+// the members holding data in either read (prevPresent, present: see
+// Takeover; prevPresent nil when unknown). A new owner that takes it over
+// from holders that all left (Takeover, LatestGone), or an owner whose
+// previous owners it read through all left (Orphaned), loses it now;
+// otherwise the partition keeps at, including when a living member hands
+// it on: what that member wrote moves with it (or is read through it),
+// and a bucket it never wrote is as lost for the next owner as it was for
+// it (the killed owner's partitions handed to one survivor and then on to
+// another by a second rebalance). A partition whose owner is unknown
+// keeps at too. Since errs towards under-admitting: a bucket absent in a
+// partition lost long ago starts full anyway, one absent since a recent
+// loss that the handing member deleted starts refilling from the loss.
+func Since(prev, next Part, at int64, prevPresent, present map[string]struct{}, now int64) int64 {
+	owner := next.owner()
+	switch {
+	case owner == "":
+	case prev.owner() != owner:
+		if Takeover(owner, prev.holders(), present) || LatestGone(owner, prev.owner(), prev.Replicas, present) {
+			return now
+		}
+	case strings.Contains(prev.Owners, ",") && Orphaned(owner, prev.Owners, prev.holders(), present) &&
+		(at == 0 || prevPresent != nil && !Orphaned(owner, prev.Owners, prev.holders(), prevPresent)):
+		// Orphaned while Olric keeps listing a dead previous owner would
+		// hold every read; only the read that saw the last holder leave
+		// loses the partition again.
+		return now
+	}
+	return at
 }
 
 // EmptySince returns the stored bytes of a new bucket of req's

@@ -128,3 +128,38 @@ func TestCreates(t *testing.T) {
 		}
 	}
 }
+
+// TestSince: a partition is lost from the read whose new owner can read
+// none of its latest state, or whose owner's previous owners all left;
+// a living member handing it on carries the loss along, and a dead
+// previous owner Olric keeps listing loses it only once.
+func TestSince(t *testing.T) {
+	prevPresent := map[string]struct{}{"a": {}, "b": {}, "c": {}}
+	present := map[string]struct{}{"b": {}, "c": {}}
+	const at, now = 5, 9
+	for _, tc := range []struct {
+		name        string
+		prev, next  Part
+		at          int64
+		prevPresent map[string]struct{}
+		want        int64
+	}{
+		{"taken from a killed owner", Part{"a", ""}, Part{"b", ""}, 0, prevPresent, now},
+		{"taken from a killed owner and its backup", Part{"a", "d"}, Part{"b", ""}, 0, prevPresent, now},
+		{"taken from a killed owner, a backup present", Part{"a", "c"}, Part{"b", ""}, 0, prevPresent, 0},
+		{"handed on by a living owner", Part{"c", ""}, Part{"c,b", ""}, 0, prevPresent, 0},
+		{"handed on by a living owner that lost it", Part{"c", ""}, Part{"c,b", ""}, at, prevPresent, at},
+		{"handed on before its data moved", Part{"c", ""}, Part{"b", ""}, at, prevPresent, at},
+		{"kept by its owner", Part{"b", ""}, Part{"b", ""}, at, prevPresent, at},
+		{"its owner's previous owner left", Part{"a,b", ""}, Part{"a,b", ""}, 0, prevPresent, now},
+		{"its owner's previous owner left, after an older loss", Part{"a,b", ""}, Part{"a,b", ""}, at, prevPresent, now},
+		{"its owner's previous owner left before", Part{"a,b", ""}, Part{"a,b", ""}, at, present, at},
+		{"its owner's previous owner lives", Part{"c,b", ""}, Part{"c,b", ""}, 0, prevPresent, 0},
+		{"no owner read", Part{"a", ""}, Part{"", ""}, at, prevPresent, at},
+		{"a cluster forming", Part{"", ""}, Part{"b", ""}, 0, nil, 0},
+	} {
+		if got := Since(tc.prev, tc.next, tc.at, tc.prevPresent, present, now); got != tc.want {
+			t.Errorf("%s: Since(%+v, %+v, %d) = %d, want %d", tc.name, tc.prev, tc.next, tc.at, got, tc.want)
+		}
+	}
+}
