@@ -263,7 +263,7 @@ func presented(t *testing.T, m *Member, ca *testCA) *x509.Certificate {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := m.dial(ctx, fmt.Sprintf("127.0.0.1:%d", base))
+	c, err := m.peers.dial(ctx, fmt.Sprintf("127.0.0.1:%d", base))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func TestExpiredRequestsDropped(t *testing.T) {
 // caller) and the write blocked on the owner ends at ChannelIOTimeout,
 // failing the connection (errPeerGone, re-routed and retried).
 func TestPeerWriteBounds(t *testing.T) {
-	m := &Member{peers: map[string]*peer{}}
+	m := &Member{}
 	m.cfg.ChannelIOTimeout = 2 * time.Second
 	caller, owner := net.Pipe()
 	defer owner.Close()
@@ -181,7 +181,7 @@ func TestPeerWriteBounds(t *testing.T) {
 	if !errors.Is(r.err, errPeerGone) {
 		t.Fatalf("blocked write: %v, want errPeerGone after the write deadline", r.err)
 	}
-	if _, ok := m.peers["stuck"]; ok {
+	if _, ok := m.peers.byName["stuck"]; ok {
 		t.Error("failed peer still registered")
 	}
 }
@@ -373,7 +373,7 @@ func BenchmarkOwnerChannel(b *testing.B) {
 // afterwards: the owner never sees a request whose caller stopped waiting.
 func TestQueuedRequestsKeepTheirDeadline(t *testing.T) {
 	owner := startCluster(t, 1, nil)[0]
-	m := &Member{peers: map[string]*peer{}, base: time.Now()}
+	m := &Member{base: time.Now()}
 	m.cfg.ChannelIOTimeout = time.Minute
 	caller, relayed := net.Pipe()
 	t.Cleanup(func() { caller.Close(); relayed.Close() })

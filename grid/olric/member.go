@@ -82,9 +82,7 @@ type Member struct {
 	conns        conns
 	connSlots    chan struct{} // one per connection goroutine; see maxConnGoroutines
 
-	peerMu      sync.Mutex
-	peers       map[string]*peer
-	peersClosed bool
+	peers peerPool // connections to the other members' owner channels (peers.go)
 
 	members membership // gossip's view beyond routing: healing, quorum
 	// incarnation reads this member's gossip incarnation (see
@@ -134,10 +132,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		genCh:    make(chan struct{}),
 		stripes:  make([]stripe, cfg.Stripes),
 		conns:    conns{established: map[net.Conn]struct{}{}, special: map[net.Conn]struct{}{}},
-		peers:    map[string]*peer{},
 		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
 		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
 	}
+	m.peers.m = m
 	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
 	if cfg.Leases.Enabled {
 		m.leases = newLeaseTable(cfg.Leases)
@@ -719,7 +717,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 			}
 			o = m.execBounded(ctx, &c)
 		default:
-			o = m.remote(ctx, owner, kind, key, req, merge, remaining(ctx, budget))
+			o = m.peers.remote(ctx, owner, kind, key, req, merge, remaining(ctx, budget))
 		}
 		var wait time.Duration
 		var read <-chan struct{} // ends the wait early: this member's next routing read
@@ -865,16 +863,7 @@ func (m *Member) shutdown(ctx context.Context) error {
 		c.Close()
 	}
 	m.connMu.Unlock()
-	m.peerMu.Lock()
-	m.peersClosed = true
-	peers := make([]*peer, 0, len(m.peers))
-	for _, p := range m.peers {
-		peers = append(peers, p)
-	}
-	m.peerMu.Unlock()
-	for _, p := range peers {
-		p.fail(ErrClosed)
-	}
+	m.peers.close()
 	done := make(chan struct{})
 	go func() {
 		m.wg.Wait()

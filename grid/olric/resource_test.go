@@ -64,9 +64,9 @@ func TestConnectionFlood(t *testing.T) {
 		peak = max(peak, heap())
 		peakG = max(peakG, runtime.NumGoroutine())
 		// A peer that reconnects must get through the flood too.
-		ms[1].peerMu.Lock()
-		p := ms[1].peers[target.Name()]
-		ms[1].peerMu.Unlock()
+		ms[1].peers.mu.Lock()
+		p := ms[1].peers.byName[target.Name()]
+		ms[1].peers.mu.Unlock()
 		if p != nil {
 			p.fail(errors.New("test: reconnect"))
 			reconnects++

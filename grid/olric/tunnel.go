@@ -30,7 +30,7 @@ func (m *Member) dialOlric(ctx context.Context, network, addr string) (net.Conn,
 		}
 		return olricConn{c}, nil
 	}
-	c, err := m.dialSpecial(ctx, addr, tunnelPreamble)
+	c, err := m.peers.dialSpecial(ctx, addr, tunnelPreamble)
 	if err != nil {
 		return nil, err
 	}
