@@ -402,7 +402,7 @@ func TestRevokedExpelled(t *testing.T) {
 		if _, err := revoked.trust.askIdentity(ctx, m.Name(), nonce); err == nil {
 			t.Errorf("%s answered the revoked member's identity question", m.Name())
 		}
-		if conn, err := revoked.dialOlric(ctx, "tcp", m.Name()); err == nil {
+		if conn, err := revoked.peers.dialOlric(ctx, "tcp", m.Name()); err == nil {
 			if got := resp(t, conn, bufio.NewReader(conn), "AUTH", s.password); !strings.HasPrefix(got, "read:") && !strings.HasPrefix(got, "write:") {
 				t.Errorf("%s's tunnel answered the revoked member: %q", m.Name(), got)
 			}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +41,53 @@ const connBuf = 4 << 10
 // once, with what is already there or a timeout.
 var pollDeadline = time.Unix(1, 0)
 
+// channel is the owner side of the owner channel: its listener, the
+// connections of the other members (each served by a goroutine of its own)
+// and the execution of their requests.
+type channel struct {
+	m            *Member
+	addr         string // BindAddr:BindPort+1
+	ln           net.Listener
+	acceptErrors atomic.Int64  // failed Accepts, for tests
+	slots        chan struct{} // one per connection goroutine; see maxConnGoroutines
+	mu           sync.Mutex    // guards conns
+	conns        conns
+}
+
+// listen prepares the channel of m and opens its listener at addr; serve
+// then accepts its connections.
+func (ch *channel) listen(m *Member, addr string) error {
+	ch.m, ch.addr = m, addr
+	ch.conns = conns{established: map[net.Conn]struct{}{}, special: map[net.Conn]struct{}{}}
+	ch.slots = make(chan struct{}, ch.maxConnGoroutines())
+	var err error
+	ch.ln, err = m.cfg.listen("tcp", addr)
+	return err
+}
+
+// close closes the listener and every connection; serve and the
+// connections' goroutines then end.
+func (ch *channel) close() {
+	if ch.ln == nil {
+		return
+	}
+	ch.ln.Close()
+	ch.mu.Lock()
+	ch.conns.closed = true
+	for _, nc := range ch.conns.handshaking {
+		nc.c.Close()
+	}
+	for c := range ch.conns.established {
+		c.Close()
+	}
+	for c := range ch.conns.special {
+		c.Close()
+	}
+	ch.mu.Unlock()
+}
+
 // conns tracks the owner channel's connections: those still handshaking,
-// oldest first, and those established. Guarded by Member.connMu.
+// oldest first, and those established. Guarded by channel.mu.
 type conns struct {
 	handshaking []*newConn
 	established map[net.Conn]struct{}
@@ -60,24 +106,25 @@ type newConn struct {
 }
 
 // maxHandshaking is how many connections may be handshaking at once.
-func (m *Member) maxHandshaking() int { return max(m.cfg.ChannelMaxConns/4, 16) }
+func (ch *channel) maxHandshaking() int { return max(ch.m.cfg.ChannelMaxConns/4, 16) }
 
 // maxConnGoroutines is how many connections, handshaking, established or
 // dropped but not yet ended, may hold a goroutine (and its memory) at once:
-// the size of Member.connSlots.
-func (m *Member) maxConnGoroutines() int {
-	return m.maxHandshaking() + m.cfg.ChannelMaxConns + m.maxSpecial()
+// the size of channel.slots.
+func (ch *channel) maxConnGoroutines() int {
+	return ch.maxHandshaking() + ch.m.cfg.ChannelMaxConns + ch.maxSpecial()
 }
 
 // maxSpecial is how many connections of serveSpecial (tunnelled Olric
 // traffic, identity questions) may be open at once, beside ChannelMaxConns.
-func (m *Member) maxSpecial() int { return m.cfg.ChannelMaxConns }
+func (ch *channel) maxSpecial() int { return ch.m.cfg.ChannelMaxConns }
 
 // serve accepts owner-channel connections until the member shuts down.
 // Like net/http.Server.Serve, it backs off after a failed Accept (too many
 // open files, ...) and continues: a member that stopped accepting would
 // fail its keys everywhere.
-func (m *Member) serve() {
+func (ch *channel) serve() {
+	m := ch.m
 	defer m.wg.Done()
 	var delay time.Duration
 	for {
@@ -87,18 +134,18 @@ func (m *Member) serve() {
 		// up faster than they end. The slots bound them, whatever the
 		// scheduler does.
 		select {
-		case m.connSlots <- struct{}{}:
+		case ch.slots <- struct{}{}:
 		case <-m.ctx.Done():
 			return
 		}
-		c, err := m.ln.Accept()
+		c, err := ch.ln.Accept()
 		if err != nil {
-			<-m.connSlots
+			<-ch.slots
 			if m.ctx.Err() != nil {
 				return
 			}
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			m.acceptErrors.Add(1)
+			ch.acceptErrors.Add(1)
 			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
@@ -111,33 +158,33 @@ func (m *Member) serve() {
 		delay = 0
 		if !m.trust.doors.Admit(c.RemoteAddr(), m.mono()) {
 			c.Close() // too many failed handshakes from there lately
-			<-m.connSlots
+			<-ch.slots
 			continue
 		}
 		nc := &newConn{c: c}
 		var evict net.Conn
-		m.connMu.Lock()
-		if m.conns.closed {
-			m.connMu.Unlock()
+		ch.mu.Lock()
+		if ch.conns.closed {
+			ch.mu.Unlock()
 			c.Close()
-			<-m.connSlots
+			<-ch.slots
 			return
 		}
-		if hs := m.conns.handshaking; len(hs) >= m.maxHandshaking() {
+		if hs := ch.conns.handshaking; len(hs) >= ch.maxHandshaking() {
 			// Drop the oldest connection that has not said a word, else
 			// the oldest: a flood of silent or slow connections cannot
 			// keep a member out, since a member's handshake is quick.
 			i := slices.IndexFunc(hs, func(n *newConn) bool { return !n.spoke.Load() })
 			evict = hs[max(i, 0)].c
-			m.conns.handshaking = slices.Delete(hs, max(i, 0), max(i, 0)+1)
+			ch.conns.handshaking = slices.Delete(hs, max(i, 0), max(i, 0)+1)
 		}
-		m.conns.handshaking = append(m.conns.handshaking, nc)
+		ch.conns.handshaking = append(ch.conns.handshaking, nc)
 		m.wg.Add(1)
-		m.connMu.Unlock()
+		ch.mu.Unlock()
 		if evict != nil {
 			evict.Close()
 		}
-		go m.serveConn(nc)
+		go ch.serveConn(nc)
 	}
 }
 
@@ -146,9 +193,10 @@ func (m *Member) serve() {
 // if there is room. It returns the connection to use, or nil, and the
 // preamble it opened with (see serveSpecial). A connection that spoke but
 // failed TLS or the preamble counts against its source (see internal/trust.Throttle).
-func (m *Member) handshake(nc *newConn) (net.Conn, [len(frame.Preamble)]byte) {
+func (ch *channel) handshake(nc *newConn) (net.Conn, [len(frame.Preamble)]byte) {
+	m := ch.m
 	var p [len(frame.Preamble)]byte
-	c, ok := m.authenticate(nc, &p)
+	c, ok := ch.authenticate(nc, &p)
 	if !ok {
 		if nc.spoke.Load() && m.ctx.Err() == nil {
 			m.trust.doors.Failed(nc.c.RemoteAddr(), m.mono())
@@ -159,30 +207,31 @@ func (m *Member) handshake(nc *newConn) (net.Conn, [len(frame.Preamble)]byte) {
 		m.trust.doors.Verified(nc.c.RemoteAddr(), m.mono())
 	}
 	nc.c.SetDeadline(time.Time{})
-	m.connMu.Lock()
-	defer m.connMu.Unlock()
-	i := slices.Index(m.conns.handshaking, nc)
-	if i < 0 || m.conns.closed {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	i := slices.Index(ch.conns.handshaking, nc)
+	if i < 0 || ch.conns.closed {
 		return nil, p // dropped meanwhile
 	}
-	m.conns.handshaking = slices.Delete(m.conns.handshaking, i, i+1)
+	ch.conns.handshaking = slices.Delete(ch.conns.handshaking, i, i+1)
 	if p != frame.Preamble {
-		if len(m.conns.special) >= m.maxSpecial() {
+		if len(ch.conns.special) >= ch.maxSpecial() {
 			return nil, p
 		}
-		m.conns.special[nc.c] = struct{}{}
+		ch.conns.special[nc.c] = struct{}{}
 		return c, p
 	}
-	if len(m.conns.established) >= m.cfg.ChannelMaxConns {
+	if len(ch.conns.established) >= m.cfg.ChannelMaxConns {
 		return nil, p
 	}
-	m.conns.established[nc.c] = struct{}{}
+	ch.conns.established[nc.c] = struct{}{}
 	return c, p
 }
 
 // authenticate runs TLS, when configured, and reads the preamble into p;
 // ok is false when either failed.
-func (m *Member) authenticate(nc *newConn, p *[len(frame.Preamble)]byte) (c net.Conn, ok bool) {
+func (ch *channel) authenticate(nc *newConn, p *[len(frame.Preamble)]byte) (c net.Conn, ok bool) {
+	m := ch.m
 	raw := nc.c
 	raw.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
 	var first [1]byte
@@ -224,26 +273,27 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 // order on this goroutine; answers go out in one write per batch of
 // requests that arrived together (it flushes when no further request is
 // buffered).
-func (m *Member) serveConn(nc *newConn) {
+func (ch *channel) serveConn(nc *newConn) {
+	m := ch.m
 	defer m.wg.Done()
-	defer func() { <-m.connSlots }()
+	defer func() { <-ch.slots }()
 	defer func() {
 		nc.c.Close()
-		m.connMu.Lock()
-		if i := slices.Index(m.conns.handshaking, nc); i >= 0 {
-			m.conns.handshaking = slices.Delete(m.conns.handshaking, i, i+1)
+		ch.mu.Lock()
+		if i := slices.Index(ch.conns.handshaking, nc); i >= 0 {
+			ch.conns.handshaking = slices.Delete(ch.conns.handshaking, i, i+1)
 		}
-		delete(m.conns.established, nc.c)
-		delete(m.conns.special, nc.c)
-		m.connMu.Unlock()
+		delete(ch.conns.established, nc.c)
+		delete(ch.conns.special, nc.c)
+		ch.mu.Unlock()
 		m.trust.callers.Delete(nc.c)
 	}()
-	c, p := m.handshake(nc)
+	c, p := ch.handshake(nc)
 	if c == nil {
 		return
 	}
 	if p != frame.Preamble {
-		m.serveSpecial(c, p)
+		ch.serveSpecial(c, p)
 		return
 	}
 	fr := frame.NewReader(bufio.NewReaderSize(c, connBuf), c, m.cfg.ChannelIdleTimeout, m.cfg.ChannelIOTimeout)
@@ -302,7 +352,7 @@ func (m *Member) serveConn(nc *newConn) {
 			case frame.KindExecute:
 				c.req = &req
 			}
-			o := m.execBounded(context.Background(), &c)
+			o := m.exec.execBounded(context.Background(), &c)
 			out = o.appendFrame(out[:0], id)
 		}
 		if w.Available() < len(out) || fr.Buffered() == 0 {
@@ -330,6 +380,18 @@ func (m *Member) serveConn(nc *newConn) {
 				return
 			}
 		}
+	}
+}
+
+// serveSpecial serves a connection that opened with another preamble than
+// the bucket channel's: an identity question or Olric's tunnelled
+// protocol.
+func (ch *channel) serveSpecial(c net.Conn, p [5]byte) {
+	switch p {
+	case identityPreamble:
+		ch.m.trust.serveIdentity(c)
+	case tunnelPreamble:
+		ch.serveTunnel(c)
 	}
 }
 

@@ -32,7 +32,7 @@ func (m *Member) replicate(ctx context.Context, st *stripe, key string, state []
 		return outcome{kind: frame.KindError, err: err, retry: true}, true
 	}
 	if m.cfg.CacheEntries > 0 {
-		st.put(key, cached{state: state, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(m.stripes))
+		st.put(key, cached{state: state, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(m.exec.stripes))
 	}
 	return outcome{}, false
 }

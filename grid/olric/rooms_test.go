@@ -15,8 +15,8 @@ import (
 // grows Member instead breaks this budget. Lower it as rooms move out
 // (issue 35 aims at 15 fields and 20 methods).
 const (
-	memberFieldBudget  = 43
-	memberMethodBudget = 71
+	memberFieldBudget  = 32
+	memberMethodBudget = 47
 )
 
 // memberShape counts, over the package's non-test files, the fields of the

@@ -518,18 +518,6 @@ func (t *guard) securityProbe(ctx context.Context, name string) string {
 	return ""
 }
 
-// serveSpecial serves a connection that opened with another preamble than
-// the bucket channel's: an identity question or Olric's tunnelled
-// protocol.
-func (m *Member) serveSpecial(c net.Conn, p [5]byte) {
-	switch p {
-	case identityPreamble:
-		m.trust.serveIdentity(c)
-	case tunnelPreamble:
-		m.serveTunnel(c)
-	}
-}
-
 // serveIdentity answers who this member is: its Olric metadata and gossip
 // address (empty before memberlist started), whether it has a Password and
 // a proof with it (trust.MAC) for this connection, the asker it names and
