@@ -546,7 +546,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	newStored, changed, resp := wire.Process(s.state, *req, now)
 	if !changed {
 		if !s.cached && s.state != nil && !synthetic {
-			if f, failed := m.replicate(o.ctx, o.st, key, s.stored, s.expiresAt, o.epoch); failed {
+			if f, failed := m.exec.replicate(o.ctx, o.st, key, s.stored, s.expiresAt, o.epoch); failed {
 				return f
 			}
 		}

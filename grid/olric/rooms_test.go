@@ -16,7 +16,7 @@ import (
 // (issue 35 aims at 15 fields and 20 methods).
 const (
 	memberFieldBudget  = 32
-	memberMethodBudget = 47
+	memberMethodBudget = 46
 )
 
 // memberShape counts, over the package's non-test files, the fields of the
