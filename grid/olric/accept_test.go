@@ -93,8 +93,8 @@ func TestAcceptErrors(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d failed Accepts, then served", ms[0].acceptErrors.Load())
-	if ms[0].acceptErrors.Load() < 10 {
-		t.Errorf("%d accept errors counted", ms[0].acceptErrors.Load())
+	t.Logf("%d failed Accepts, then served", ms[0].channel.acceptErrors.Load())
+	if ms[0].channel.acceptErrors.Load() < 10 {
+		t.Errorf("%d accept errors counted", ms[0].channel.acceptErrors.Load())
 	}
 }

@@ -54,7 +54,8 @@ type ownerCall struct {
 }
 
 // run executes c under ctx; try: see bound.
-func (m *Member) run(ctx context.Context, c *ownerCall, try bool) outcome {
+func (oe *ownerExec) run(ctx context.Context, c *ownerCall, try bool) outcome {
+	m := oe.m
 	b := bound{notAfter: c.notAfter, try: try}
 	switch c.kind {
 	case frame.KindMerge:
@@ -79,20 +80,21 @@ func (m *Member) run(ctx context.Context, c *ownerCall, try bool) outcome {
 // nothing when ctx ended or c.notAfter passed (hold). Whatever it already
 // ran stays applied, like any request whose answer was lost: tokens spent,
 // never tokens minted.
-func (m *Member) execBounded(ctx context.Context, c *ownerCall) outcome {
+func (oe *ownerExec) execBounded(ctx context.Context, c *ownerCall) outcome {
+	m := oe.m
 	if ctx.Done() == nil && c.notAfter == 0 {
-		return m.run(ctx, c, false) // nobody to keep a deadline for
+		return oe.run(ctx, c, false) // nobody to keep a deadline for
 	}
-	if m.localOnly(c.h) {
-		if o := m.run(ctx, c, true); o.kind != kindBusy {
+	if oe.localOnly(c.h) {
+		if o := oe.run(ctx, c, true); o.kind != kindBusy {
 			return o
 		}
 	}
-	limit := m.detachLimit.Load()
+	limit := oe.detachLimit.Load()
 	if limit == 0 {
 		limit = maxDetached
 	}
-	if m.detached.Load() >= limit {
+	if oe.detached.Load() >= limit {
 		return outcome{kind: frame.KindError, err: errDetached}
 	}
 	x := executions.Get().(*execution)
@@ -106,7 +108,7 @@ func (m *Member) execBounded(ctx context.Context, c *ownerCall) outcome {
 	if c.merge != nil {
 		x.call.merge = slices.Clone(c.merge) // may be a connection's read buffer
 	}
-	go m.runExecution(x)
+	go oe.runExecution(x)
 	var expire <-chan time.Time
 	if c.notAfter != 0 {
 		t := timers.Get().(*time.Timer)
@@ -123,10 +125,10 @@ func (m *Member) execBounded(ctx context.Context, c *ownerCall) outcome {
 	case <-expire:
 		err = errExpired
 	}
-	m.detached.Add(1)
+	oe.detached.Add(1)
 	if !x.state.CompareAndSwap(executionRunning, executionLeft) {
 		// It finished as the caller gave up: take its outcome after all.
-		m.detached.Add(-1)
+		oe.detached.Add(-1)
 		<-x.done
 		return x.take()
 	}
@@ -136,7 +138,8 @@ func (m *Member) execBounded(ctx context.Context, c *ownerCall) outcome {
 // localOnly reports whether partition h's data is this member's alone in
 // its newest routing read: no backup, and no previous owner still holding
 // data of it, so that executing needs no I/O to another member.
-func (m *Member) localOnly(h uint64) bool {
+func (oe *ownerExec) localOnly(h uint64) bool {
+	m := oe.m
 	r := m.routes.Load()
 	if r == nil {
 		return true // still starting: hold answers frame.KindHold in place
@@ -172,13 +175,13 @@ var timers = sync.Pool{New: func() any {
 
 // runExecution runs x and hands its outcome to the caller, or, if the
 // caller left, counts it detached no more.
-func (m *Member) runExecution(x *execution) {
-	x.o = m.run(x.ctx, &x.call, false)
+func (oe *ownerExec) runExecution(x *execution) {
+	x.o = oe.run(x.ctx, &x.call, false)
 	if x.state.CompareAndSwap(executionRunning, executionDone) {
 		x.done <- struct{}{}
 		return
 	}
-	m.detached.Add(-1)
+	oe.detached.Add(-1)
 	x.recycle()
 }
 

@@ -14,7 +14,7 @@ import (
 // (a Put to a crashed backup) holds it, and returns the unlock.
 func stuckStripe(m *Member, key string) (unlock func()) {
 	h := m.hash(key)
-	st := &m.stripes[(h>>32)%uint64(len(m.stripes))]
+	st := &m.exec.stripes[(h>>32)%uint64(len(m.exec.stripes))]
 	st.mu.Lock()
 	return st.mu.Unlock
 }
@@ -69,12 +69,12 @@ func TestExecuteReturnsAtItsDeadline(t *testing.T) {
 			keys := ownedKeys(owner, fmt.Sprintf("deadline%d-", i), 64)
 			key, other := keys[0], ""
 			for _, k := range keys[1:] {
-				if (owner.hash(k)>>32)%uint64(len(owner.stripes)) != (owner.hash(key)>>32)%uint64(len(owner.stripes)) {
+				if (owner.hash(k)>>32)%uint64(len(owner.exec.stripes)) != (owner.hash(key)>>32)%uint64(len(owner.exec.stripes)) {
 					other = k
 					break
 				}
 			}
-			if got, want := owner.localOnly(owner.hash(key)), tc.replicas == 1; got != want {
+			if got, want := owner.exec.localOnly(owner.hash(key)), tc.replicas == 1; got != want {
 				t.Fatalf("partition of %s local only: %v, want %v", key, got, want)
 			}
 			long, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -84,9 +84,9 @@ func TestExecuteReturnsAtItsDeadline(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			before := owner.detached.Load()
-			owner.detachLimit.Store(tc.detachLimit)
-			defer owner.detachLimit.Store(0)
+			before := owner.exec.detached.Load()
+			owner.exec.detachLimit.Store(tc.detachLimit)
+			defer owner.exec.detachLimit.Store(0)
 
 			unlock := stuckStripe(owner, key)
 			unlocked := false
@@ -113,10 +113,10 @@ func TestExecuteReturnsAtItsDeadline(t *testing.T) {
 			case <-time.After(time.Minute):
 				t.Fatal("Execute still waiting on a stuck owner a minute on")
 			}
-			owner.detachLimit.Store(0)
+			owner.exec.detachLimit.Store(0)
 			if tc.want != errDetached {
 				// The owner's side gave up too: its execution is detached.
-				mustWait(t, "the owner's execution to be detached", func() bool { return owner.detached.Load() == before+1 })
+				mustWait(t, "the owner's execution to be detached", func() bool { return owner.exec.detached.Load() == before+1 })
 			}
 			if tc.caller != 0 {
 				// The owner's connection is not held by the stuck key.
@@ -126,7 +126,7 @@ func TestExecuteReturnsAtItsDeadline(t *testing.T) {
 			}
 			unlock()
 			unlocked = true
-			mustWait(t, "detached executions to end", func() bool { return owner.detached.Load() == before })
+			mustWait(t, "detached executions to end", func() bool { return owner.exec.detached.Load() == before })
 			resp, err := caller.Execute(long, key, availableReq(&cfg))
 			if err != nil {
 				t.Fatal(err)

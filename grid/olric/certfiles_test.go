@@ -263,7 +263,7 @@ func presented(t *testing.T, m *Member, ca *testCA) *x509.Certificate {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := m.dial(ctx, fmt.Sprintf("127.0.0.1:%d", base))
+	c, err := m.peers.dial(ctx, fmt.Sprintf("127.0.0.1:%d", base))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestRevokedExpelled(t *testing.T) {
 		if _, err := revoked.trust.askIdentity(ctx, m.Name(), nonce); err == nil {
 			t.Errorf("%s answered the revoked member's identity question", m.Name())
 		}
-		if conn, err := revoked.dialOlric(ctx, "tcp", m.Name()); err == nil {
+		if conn, err := revoked.peers.dialOlric(ctx, "tcp", m.Name()); err == nil {
 			if got := resp(t, conn, bufio.NewReader(conn), "AUTH", s.password); !strings.HasPrefix(got, "read:") && !strings.HasPrefix(got, "write:") {
 				t.Errorf("%s's tunnel answered the revoked member: %q", m.Name(), got)
 			}

@@ -51,7 +51,7 @@ func emfileMain() int {
 	fmt.Println("LIMITED")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		fmt.Println("ACCEPTERRORS", m.acceptErrors.Load())
+		fmt.Println("ACCEPTERRORS", m.channel.acceptErrors.Load())
 	}
 	return 0
 }

@@ -548,7 +548,7 @@ func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Reques
 			budget = time.Now().Add(m.cfg.RequestTimeout)
 		}
 		raw := wire.AppendRequest(appendLeaseParams(nil, want, give), req)
-		o = m.remote(ctx, owner, frame.KindLease, key, nil, raw, remaining(ctx, budget))
+		o = m.peers.remote(ctx, owner, frame.KindLease, key, nil, raw, remaining(ctx, budget))
 	}
 	if o.kind != frame.KindOK {
 		// No lease asked, or anything but an answer: a plain request,

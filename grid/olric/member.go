@@ -37,10 +37,9 @@ var ErrClosed = errors.New("bucketgrid/olric: member closed")
 // it owns. It implements bucketgrid.Executor; hand it to
 // bucketgrid.NewManager. A Member is safe for concurrent use.
 type Member struct {
-	cfg      Config
-	name     string // BindAddr:BindPort, Olric's member name
-	chanAddr string // owner-channel address, BindAddr:BindPort+1
-	base     time.Time
+	cfg  Config
+	name string // BindAddr:BindPort, Olric's member name
+	base time.Time
 
 	db       *olricdb.Olric
 	client   *olricdb.EmbeddedClient
@@ -59,32 +58,17 @@ type Member struct {
 	genMu  sync.Mutex
 	genCh  chan struct{} // closed after each routing read
 
-	stripes []stripe
-	epochs  atomic.Uint64
+	exec   ownerExec // the owner side's stripes, drain gate and detached executions (owner.go)
+	epochs atomic.Uint64
 
-	// gate is read-held by every owner-side execution; Shutdown takes it
-	// after setting leaving, so it waits for executions in flight.
-	gate    sync.RWMutex
-	leaving atomic.Bool
-	// detached counts owner-side executions still running after their
-	// callers stopped waiting (execBounded); detachLimit, when not 0,
-	// replaces maxDetached (tests).
-	detached    atomic.Int64
-	detachLimit atomic.Int64
 	// lastEvent is when the member started or last heard of a cluster
 	// event, in m.mono nanoseconds (see settleRouting).
 	lastEvent atomic.Int64
 
-	ln           net.Listener
-	acceptErrors atomic.Int64 // failed Accepts, for tests
-	trust        guard        // credentials, proofs, revocation, the throttle (trust.go)
-	connMu       sync.Mutex
-	conns        conns
-	connSlots    chan struct{} // one per connection goroutine; see maxConnGoroutines
+	channel channel // the owner channel's listener and connections (channel.go)
+	trust   guard   // credentials, proofs, revocation, the throttle (trust.go)
 
-	peerMu      sync.Mutex
-	peers       map[string]*peer
-	peersClosed bool
+	peers peerPool // connections to the other members' owner channels (peers.go)
 
 	members membership // gossip's view beyond routing: healing, quorum
 	// incarnation reads this member's gossip incarnation (see
@@ -135,19 +119,18 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		startErr: make(chan error, 1),
 		kickCh:   make(chan struct{}, 1),
 		genCh:    make(chan struct{}),
-		stripes:  make([]stripe, cfg.Stripes),
-		conns:    conns{established: map[net.Conn]struct{}{}, special: map[net.Conn]struct{}{}},
-		peers:    map[string]*peer{},
 		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
 		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
 	}
-	m.connSlots = make(chan struct{}, m.maxConnGoroutines())
+	m.peers.m = m
+	m.exec.m, m.exec.stripes = m, make([]stripe, cfg.Stripes)
 	if cfg.Leases.Enabled {
 		m.leases = newLeaseTable(cfg.Leases)
 		m.leases.fence = fence.New(int64(cfg.Leases.Lifetime), cfg.Leases.MaxKeys, cfg.PartitionCount, cfg.Stripes)
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
-	if m.chanAddr, err = channelAddr(m.name); err != nil {
+	chanAddr, err := channelAddr(m.name)
+	if err != nil {
 		m.cancel()
 		return nil, err
 	}
@@ -167,21 +150,21 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	// package-level logger; point it at LogOutput too.
 	redis.SetLogger(redisLogger{log.New(cfg.LogOutput, "redis: ", log.LstdFlags)})
 
-	if m.ln, err = cfg.listen("tcp", m.chanAddr); err != nil {
+	if err = m.channel.listen(m, chanAddr); err != nil {
 		m.trust.closeNet()
 		m.cancel()
 		return nil, fmt.Errorf("bucketgrid/olric: owner channel: %w", err)
 	}
 	if m.db, err = olricdb.New(oc); err != nil {
 		m.trust.closeNet()
-		m.ln.Close()
+		m.channel.close()
 		m.cancel()
 		return nil, fmt.Errorf("bucketgrid/olric: %w", err)
 	}
 	// The owner channel answers before gossip starts: members verify a
 	// joiner on it (trust.go) while it joins.
 	m.wg.Add(1)
-	go m.serve()
+	go m.channel.serve()
 	if m.trust.creds.store != nil {
 		m.wg.Add(1)
 		go m.trust.watchCerts()
@@ -273,7 +256,7 @@ func (m *Member) olricConfig(peers []string) (*olricconfig.Config, error) {
 	if m.trust.creds.client != nil {
 		// Olric's own traffic to other members goes through their owner
 		// channel's mutual TLS (tunnel.go).
-		oc.Client.Dialer = m.dialOlric
+		oc.Client.Dialer = m.peers.dialOlric
 	}
 	m.failureDetection(oc.MemberlistConfig)
 	if m.trust.creds.store != nil && m.trust.creds.store.RevokedFile() != "" {
@@ -453,7 +436,7 @@ func (m *Member) Name() string { return m.name }
 
 // ChannelAddr returns the address of the member's owner channel,
 // BindAddr:BindPort+1, where the other members reach it.
-func (m *Member) ChannelAddr() string { return m.chanAddr }
+func (m *Member) ChannelAddr() string { return m.channel.addr }
 
 // Olric returns the embedded Olric member, for the application's own use of
 // the grid. Do not shut it down directly; call Shutdown.
@@ -522,11 +505,11 @@ func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.
 // execOwnerLease is execOwner with, for a lease request, lx run just
 // before Process under the key's lock (lease.go).
 func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, lx *leaseExec, b bound) outcome {
-	o, refused, ok := m.hold(ctx, h, b)
+	o, refused, ok := m.exec.hold(ctx, h, b)
 	if !ok {
 		return refused
 	}
-	defer m.release(&o)
+	defer m.exec.release(&o)
 	if remove {
 		if m.leases != nil {
 			if wait, held := m.leases.fence.Hold(o.st.leased, key, h%m.cfg.PartitionCount, o.epoch, o.now, nil, nil); held {
@@ -540,7 +523,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 		}
 		return outcome{kind: frame.KindOK, removed: true}
 	}
-	s, failed, ok := m.read(&o, key)
+	s, failed, ok := m.exec.read(&o, key)
 	if !ok {
 		return failed
 	}
@@ -566,7 +549,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	newStored, changed, resp := wire.Process(s.state, *req, now)
 	if !changed {
 		if !s.cached && s.state != nil && !synthetic {
-			if f, failed := m.replicate(o.ctx, o.st, key, s.stored, s.expiresAt, o.epoch); failed {
+			if f, failed := m.exec.replicate(o.ctx, o.st, key, s.stored, s.expiresAt, o.epoch); failed {
 				return f
 			}
 		}
@@ -582,7 +565,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 		l, branch = m.journal.Advance(key, s.lineage, journal.Spent(s.state, newStored, now))
 		stored = journal.Wrap(l, newStored)
 	}
-	if err := m.write(&o, key, stored, resp.TTL); err != nil {
+	if err := m.exec.write(&o, key, stored, resp.TTL); err != nil {
 		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
 	if o.r.split {
@@ -592,49 +575,6 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 		lx.granted(&resp, m.mono(), m.leases.fence.Life())
 	}
 	return outcome{kind: frame.KindOK, resp: resp}
-}
-
-// stripe is one per-key lock with the cache of the buckets it guards.
-type stripe struct {
-	mu    sync.Mutex
-	cache map[string]cached
-	// leased holds the records of the leases this member granted on the
-	// stripe's keys (internal/fence); nil with leases off.
-	leased fence.Records
-}
-
-// cached is the last state this member wrote for a bucket it owns. The
-// owner is the only writer of its buckets, so the copy equals the Olric
-// entry for as long as the member keeps owning the partition (epoch) and
-// the entry lives (expires, m.mono nanoseconds; 0 for never).
-type cached struct {
-	state   []byte
-	epoch   uint64
-	expires int64
-}
-
-// get returns the cached state of key if still valid. Called with mu held.
-func (s *stripe) get(key string, epoch uint64, now int64) ([]byte, bool) {
-	c, ok := s.cache[key]
-	if !ok || c.epoch != epoch || (c.expires != 0 && now >= c.expires) {
-		return nil, false
-	}
-	return c.state, true
-}
-
-// put caches a state, dropping an arbitrary entry when the stripe holds
-// limit entries. Called with mu held.
-func (s *stripe) put(key string, c cached, limit int) {
-	if s.cache == nil {
-		s.cache = map[string]cached{}
-	}
-	if _, ok := s.cache[key]; !ok && len(s.cache) >= max(limit, 1) {
-		for k := range s.cache {
-			delete(s.cache, k)
-			break
-		}
-	}
-	s.cache[key] = c
 }
 
 // MaxKeyLen is the longest key a Member holds, in bytes. Olric refuses
@@ -696,7 +636,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 	var last error
 	backoff := time.Millisecond
 	for {
-		if m.ctx.Err() != nil || m.leaving.Load() {
+		if m.ctx.Err() != nil || m.exec.leaving.Load() {
 			return outcome{}, ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
@@ -720,9 +660,9 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 			if !budget.IsZero() {
 				c.notAfter = m.mono() + int64(time.Until(budget))
 			}
-			o = m.execBounded(ctx, &c)
+			o = m.exec.execBounded(ctx, &c)
 		default:
-			o = m.remote(ctx, owner, kind, key, req, merge, remaining(ctx, budget))
+			o = m.peers.remote(ctx, owner, kind, key, req, merge, remaining(ctx, budget))
 		}
 		var wait time.Duration
 		var read <-chan struct{} // ends the wait early: this member's next routing read
@@ -824,18 +764,7 @@ func (m *Member) settleRouting(ctx context.Context) {
 }
 
 func (m *Member) shutdown(ctx context.Context) error {
-	m.leaving.Store(true)
-	drained := make(chan struct{})
-	go func() {
-		m.gate.Lock()
-		//lint:ignore SA2001 the empty critical section is the drain barrier: Lock returns once every owner-side execution (a read holder) has left.
-		m.gate.Unlock()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-ctx.Done():
-	}
+	m.exec.drain(ctx)
 	m.cancel()
 	if m.sub != nil {
 		m.sub.Close()
@@ -855,29 +784,8 @@ func (m *Member) shutdown(ctx context.Context) error {
 	}
 	m.trust.closeNet()
 	m.trust.stop()
-	m.ln.Close()
-	m.connMu.Lock()
-	m.conns.closed = true
-	for _, nc := range m.conns.handshaking {
-		nc.c.Close()
-	}
-	for c := range m.conns.established {
-		c.Close()
-	}
-	for c := range m.conns.special {
-		c.Close()
-	}
-	m.connMu.Unlock()
-	m.peerMu.Lock()
-	m.peersClosed = true
-	peers := make([]*peer, 0, len(m.peers))
-	for _, p := range m.peers {
-		peers = append(peers, p)
-	}
-	m.peerMu.Unlock()
-	for _, p := range peers {
-		p.fail(ErrClosed)
-	}
+	m.channel.close()
+	m.peers.close()
 	done := make(chan struct{})
 	go func() {
 		m.wg.Wait()

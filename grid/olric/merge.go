@@ -42,12 +42,12 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 		return outcome{kind: frame.KindError, err: frame.ErrMalformed}
 	}
 	b.merge = true
-	o, refused, ok := m.hold(ctx, h, b)
+	o, refused, ok := m.exec.hold(ctx, h, b)
 	if !ok {
 		return refused
 	}
-	defer m.release(&o)
-	s, failed, ok := m.read(&o, key)
+	defer m.exec.release(&o)
+	s, failed, ok := m.exec.read(&o, key)
 	if !ok {
 		return failed
 	}
@@ -61,7 +61,7 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 		// together after a heal, the one written last, and a copy of the
 		// other side not yet moved here must not replace this one once
 		// this merge's journal is gone (that side's journal still comes).
-		if err := m.write(&o, key, s.stored, m.ttlLeft(&o, key, s)); err != nil {
+		if err := m.exec.write(&o, key, s.stored, m.ttlLeft(&o, key, s)); err != nil {
 			return outcome{kind: frame.KindError, err: err, retry: true}
 		}
 		return outcome{kind: frame.KindOK, removed: true}
@@ -78,7 +78,7 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 		life = max(life, journal.TimeToFull(merged, now))
 	}
 	merged = slices.Clone(merged) // may be the connection's read buffer; the cache keeps it
-	if err := m.write(&o, key, merged, life); err != nil {
+	if err := m.exec.write(&o, key, merged, life); err != nil {
 		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
 	return outcome{kind: frame.KindOK, removed: true}

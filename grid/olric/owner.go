@@ -4,12 +4,49 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/grid/olric/internal/fence"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/journal"
 	olricdb "github.com/olric-data/olric"
 )
+
+// ownerExec is the owner side of execution: the per-key stripes (locks
+// with the cache of the buckets they guard), the gate Shutdown drains, and
+// the count of executions that outlived their callers (bounded.go).
+type ownerExec struct {
+	m       *Member
+	stripes []stripe
+	// gate is read-held by every owner-side execution; drain takes it
+	// after setting leaving, so it waits for executions in flight.
+	gate    sync.RWMutex
+	leaving atomic.Bool
+	// detached counts owner-side executions still running after their
+	// callers stopped waiting (execBounded); detachLimit, when not 0,
+	// replaces maxDetached (tests).
+	detached    atomic.Int64
+	detachLimit atomic.Int64
+}
+
+// drain stops owner-side execution (hold answers frame.KindHold from now
+// on) and waits for the executions in flight, or until ctx ends.
+func (oe *ownerExec) drain(ctx context.Context) {
+	oe.leaving.Store(true)
+	drained := make(chan struct{})
+	go func() {
+		oe.gate.Lock()
+		//lint:ignore SA2001 the empty critical section is the drain barrier: Lock returns once every owner-side execution (a read holder) has left.
+		oe.gate.Unlock()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+	}
+}
 
 // ownerHold is an owner-side execution's hold on one key: the member's
 // gate (read-held) and the key's stripe lock, under a routing read in which
@@ -47,32 +84,33 @@ type bound struct {
 // without a quorum, kindBusy when b.try and the stripe is locked, and an
 // error when the caller stopped waiting (ctx ended or b.notAfter passed)
 // while hold waited for the lock: nothing runs for a caller that left.
-func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcome, bool) {
-	m.gate.RLock()
-	if m.leaving.Load() {
-		m.gate.RUnlock()
+func (oe *ownerExec) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcome, bool) {
+	m := oe.m
+	oe.gate.RLock()
+	if oe.leaving.Load() {
+		oe.gate.RUnlock()
 		return ownerHold{}, outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh)}, false
 	}
 	p := h % m.cfg.PartitionCount
-	st := &m.stripes[(h>>32)%uint64(len(m.stripes))]
+	st := &oe.stripes[(h>>32)%uint64(len(oe.stripes))]
 	if !b.try {
 		st.mu.Lock()
 	} else if !st.mu.TryLock() {
-		m.gate.RUnlock()
+		oe.gate.RUnlock()
 		return ownerHold{}, outcome{kind: kindBusy}, false
 	}
 	r, now := m.routes.Load(), m.mono()
 	if err := ctx.Err(); err != nil || (b.notAfter != 0 && now >= b.notAfter) {
 		st.mu.Unlock()
-		m.gate.RUnlock()
+		oe.gate.RUnlock()
 		if err == nil {
 			err = errExpired
 		}
 		return ownerHold{}, outcome{kind: frame.KindError, err: err}, false
 	}
-	if o, ok := m.mayExecute(r, p, now, b.merge); !ok {
+	if o, ok := oe.mayExecute(r, p, now, b.merge); !ok {
 		st.mu.Unlock()
-		m.gate.RUnlock()
+		oe.gate.RUnlock()
 		return ownerHold{}, o, false
 	}
 	if d, ok := ctx.Deadline(); !ok || !d.Before(r.leaseEnd) {
@@ -86,7 +124,8 @@ func (m *Member) hold(ctx context.Context, h uint64, b bound) (ownerHold, outcom
 // see hold. A merge passes the guard of a stale self-read: it only
 // subtracts consumption, and it is how the others' consumption during the
 // gap reaches this member before its clients spend the same tokens again.
-func (m *Member) mayExecute(r *routes, p uint64, now int64, merge bool) (outcome, bool) {
+func (oe *ownerExec) mayExecute(r *routes, p uint64, now int64, merge bool) (outcome, bool) {
+	m := oe.m
 	if r == nil { // still starting
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh)}, false
 	}
@@ -108,9 +147,9 @@ func (m *Member) mayExecute(r *routes, p uint64, now int64, merge bool) (outcome
 }
 
 // release ends a hold.
-func (m *Member) release(o *ownerHold) {
+func (oe *ownerExec) release(o *ownerHold) {
 	o.st.mu.Unlock()
-	m.gate.RUnlock()
+	oe.gate.RUnlock()
 }
 
 // ownedState is a bucket's state as its owner reads it.
@@ -140,14 +179,15 @@ type ownedState struct {
 // the deletion, and so the copy, is done: a second Get finds the bucket at
 // the destination, which the owner's Olric table lists, unless it moved
 // again in between.
-func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, ok bool) {
+func (oe *ownerExec) read(o *ownerHold, key string) (s ownedState, failed outcome, ok bool) {
+	m := oe.m
 	if stored, hit := o.st.get(key, o.epoch, o.now); hit {
 		s := ownedState{stored: stored, cached: true}
 		s.lineage, s.state = journal.Unwrap(stored)
 		return s, outcome{}, true
 	}
 	gr, err := m.dm.Get(o.ctx, key)
-	if errors.Is(err, olricdb.ErrKeyNotFound) && m.othersHold(o.r, o.p) {
+	if errors.Is(err, olricdb.ErrKeyNotFound) && oe.othersHold(o.r, o.p) {
 		gr, err = m.dm.Get(o.ctx, key)
 	}
 	switch {
@@ -166,7 +206,8 @@ func (m *Member) read(o *ownerHold, key string) (s ownedState, failed outcome, o
 
 // othersHold reports whether r names a member other than this one among
 // the data holders of partition p.
-func (m *Member) othersHold(r *routes, p uint64) bool {
+func (oe *ownerExec) othersHold(r *routes, p uint64) bool {
+	m := oe.m
 	for h := range strings.SplitSeq(r.holders[p], ",") {
 		if h != m.name {
 			return true
@@ -178,7 +219,8 @@ func (m *Member) othersHold(r *routes, p uint64) bool {
 // write stores key's new state under o (as stored: lineage included),
 // expiring after ttl nanoseconds (0 for never), and caches it. The cache keeps state: the caller must not
 // change it afterwards.
-func (m *Member) write(o *ownerHold, key string, state []byte, ttl int64) error {
+func (oe *ownerExec) write(o *ownerHold, key string, state []byte, ttl int64) error {
+	m := oe.m
 	var err error
 	if ttl > 0 {
 		err = m.dm.Put(o.ctx, key, state, olricdb.PX(time.Duration(ttl)))
@@ -194,7 +236,50 @@ func (m *Member) write(o *ownerHold, key string, state []byte, ttl int64) error 
 		if ttl > 0 {
 			expires = m.mono() + ttl
 		}
-		o.st.put(key, cached{state: state, epoch: o.epoch, expires: expires}, m.cfg.CacheEntries/len(m.stripes))
+		o.st.put(key, cached{state: state, epoch: o.epoch, expires: expires}, m.cfg.CacheEntries/len(oe.stripes))
 	}
 	return nil
+}
+
+// stripe is one per-key lock with the cache of the buckets it guards.
+type stripe struct {
+	mu    sync.Mutex
+	cache map[string]cached
+	// leased holds the records of the leases this member granted on the
+	// stripe's keys (internal/fence); nil with leases off.
+	leased fence.Records
+}
+
+// cached is the last state this member wrote for a bucket it owns. The
+// owner is the only writer of its buckets, so the copy equals the Olric
+// entry for as long as the member keeps owning the partition (epoch) and
+// the entry lives (expires, m.mono nanoseconds; 0 for never).
+type cached struct {
+	state   []byte
+	epoch   uint64
+	expires int64
+}
+
+// get returns the cached state of key if still valid. Called with mu held.
+func (s *stripe) get(key string, epoch uint64, now int64) ([]byte, bool) {
+	c, ok := s.cache[key]
+	if !ok || c.epoch != epoch || (c.expires != 0 && now >= c.expires) {
+		return nil, false
+	}
+	return c.state, true
+}
+
+// put caches a state, dropping an arbitrary entry when the stripe holds
+// limit entries. Called with mu held.
+func (s *stripe) put(key string, c cached, limit int) {
+	if s.cache == nil {
+		s.cache = map[string]cached{}
+	}
+	if _, ok := s.cache[key]; !ok && len(s.cache) >= max(limit, 1) {
+		for k := range s.cache {
+			delete(s.cache, k)
+			break
+		}
+	}
+	s.cache[key] = c
 }

@@ -16,7 +16,8 @@ import (
 // single copy, and the next member to leave could take it, resetting the
 // bucket to full. expiresAt is the entry's expiry in Unix milliseconds (0
 // for none); the write keeps it. failed reports an error to answer with.
-func (m *Member) replicate(ctx context.Context, st *stripe, key string, state []byte, expiresAt int64, epoch uint64) (o outcome, failed bool) {
+func (oe *ownerExec) replicate(ctx context.Context, st *stripe, key string, state []byte, expiresAt int64, epoch uint64) (o outcome, failed bool) {
+	m := oe.m
 	var err error
 	var expires int64
 	switch {
@@ -32,7 +33,7 @@ func (m *Member) replicate(ctx context.Context, st *stripe, key string, state []
 		return outcome{kind: frame.KindError, err: err, retry: true}, true
 	}
 	if m.cfg.CacheEntries > 0 {
-		st.put(key, cached{state: state, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(m.stripes))
+		st.put(key, cached{state: state, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(oe.stripes))
 	}
 	return outcome{}, false
 }

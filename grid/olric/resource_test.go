@@ -64,17 +64,17 @@ func TestConnectionFlood(t *testing.T) {
 		peak = max(peak, heap())
 		peakG = max(peakG, runtime.NumGoroutine())
 		// A peer that reconnects must get through the flood too.
-		ms[1].peerMu.Lock()
-		p := ms[1].peers[target.Name()]
-		ms[1].peerMu.Unlock()
+		ms[1].peers.mu.Lock()
+		p := ms[1].peers.byName[target.Name()]
+		ms[1].peers.mu.Unlock()
 		if p != nil {
 			p.fail(errors.New("test: reconnect"))
 			reconnects++
 		}
-		target.connMu.Lock()
-		peakHS = max(peakHS, len(target.conns.handshaking))
-		peakEst = max(peakEst, len(target.conns.established))
-		target.connMu.Unlock()
+		target.channel.mu.Lock()
+		peakHS = max(peakHS, len(target.channel.conns.handshaking))
+		peakEst = max(peakEst, len(target.channel.conns.established))
+		target.channel.mu.Unlock()
 	}
 	p50, p99, n = load.take()
 	growth := int64(peak) - int64(base)
@@ -86,12 +86,12 @@ func TestConnectionFlood(t *testing.T) {
 	if growth > 16<<20 {
 		t.Errorf("heap and stacks grew by %d MiB, bound 16", growth>>20)
 	}
-	if peakHS > target.maxHandshaking() || peakEst > target.cfg.ChannelMaxConns {
+	if peakHS > target.channel.maxHandshaking() || peakEst > target.cfg.ChannelMaxConns {
 		t.Errorf("connections beyond their limits: %d handshaking, %d established", peakHS, peakEst)
 	}
 	// Connections in both states and those on their way out share one
 	// bound, where one goroutine per attacking connection would be 2,700.
-	if limit := baseG + target.maxConnGoroutines(); peakG > limit {
+	if limit := baseG + target.channel.maxConnGoroutines(); peakG > limit {
 		t.Errorf("%d goroutines, limit %d", peakG, limit)
 	}
 }

@@ -624,9 +624,9 @@ func TestOlricTunnelled(t *testing.T) {
 		t.Fatalf("got %q", v)
 	}
 	for _, m := range ms {
-		m.connMu.Lock()
-		n := len(m.conns.special)
-		m.connMu.Unlock()
+		m.channel.mu.Lock()
+		n := len(m.channel.conns.special)
+		m.channel.mu.Unlock()
 		if n == 0 {
 			t.Errorf("%s serves no tunnelled connection", m.Name())
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	olricdb "github.com/olric-data/olric"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/lost"
@@ -191,7 +192,7 @@ func (m *Member) refresh(ctx context.Context) error {
 	// they read a whole cluster again (see "Network splits").
 	own := int64(m.cfg.HandoverGrace - m.cfg.RoutingLease)
 	selfStale := prev != nil && gapped && (idle > own || prev.took > own) &&
-		!onlySelf && m.coordinates(ctx)
+		!onlySelf && coordinates(ctx, m.client, m.name)
 	if selfStale {
 		nr.splitInc, nr.hadSplit = nr.inc, true
 	}
@@ -288,17 +289,17 @@ func (m *Member) refresh(ctx context.Context) error {
 	return nil
 }
 
-// coordinates reports whether this member is Olric's coordinator in its
-// own view, whose routing reads then come from its own table; true when it
-// cannot tell (fail closed: see refresh).
-func (m *Member) coordinates(ctx context.Context) bool {
-	ms, err := m.client.Members(ctx)
+// coordinates reports whether member name is Olric's coordinator in its
+// own view (client, its embedded client), whose routing reads then come
+// from its own table; true when it cannot tell (fail closed: see refresh).
+func coordinates(ctx context.Context, client *olricdb.EmbeddedClient, name string) bool {
+	ms, err := client.Members(ctx)
 	if err != nil {
 		return true
 	}
 	for _, x := range ms {
 		if x.Coordinator {
-			return x.Name == m.name
+			return x.Name == name
 		}
 	}
 	return true

@@ -449,7 +449,7 @@ type answer struct {
 // saying who asks.
 func (t *guard) askIdentity(ctx context.Context, name string, nonce [trust.NonceLen]byte) (a answer, err error) {
 	m := t.m
-	c, err := m.dialSpecial(ctx, name, identityPreamble)
+	c, err := m.peers.dialSpecial(ctx, name, identityPreamble)
 	if err != nil {
 		return a, err
 	}
@@ -481,22 +481,6 @@ func (t *guard) askIdentity(ctx context.Context, name string, nonce [trust.Nonce
 	}
 	a.r, a.flags, a.mac = trust.Record{Meta: string(meta), Addr: string(addr)}, tail[0], tail[1:]
 	return a, nil
-}
-
-// dialSpecial connects to the owner channel of the member called name
-// (TLS when configured) and sends pre; the exchange that follows must end
-// within ChannelIOTimeout.
-func (m *Member) dialSpecial(ctx context.Context, name string, pre [5]byte) (net.Conn, error) {
-	c, err := m.dial(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	c.SetDeadline(time.Now().Add(m.cfg.ChannelIOTimeout))
-	if _, err := c.Write(pre[:]); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
 }
 
 // securityProbe tells, after an identity question to the member called
@@ -532,18 +516,6 @@ func (t *guard) securityProbe(ctx context.Context, name string) string {
 		return "its owner channel has no TLS; this member has TLS (the cluster is missing it)"
 	}
 	return ""
-}
-
-// serveSpecial serves a connection that opened with another preamble than
-// the bucket channel's: an identity question or Olric's tunnelled
-// protocol.
-func (m *Member) serveSpecial(c net.Conn, p [5]byte) {
-	switch p {
-	case identityPreamble:
-		m.trust.serveIdentity(c)
-	case tunnelPreamble:
-		m.serveTunnel(c)
-	}
 }
 
 // serveIdentity answers who this member is: its Olric metadata and gossip

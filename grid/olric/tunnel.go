@@ -21,8 +21,8 @@ import (
 
 // dialOlric is Olric's client dialer: this member's own Olric directly, any
 // other member through its owner channel.
-func (m *Member) dialOlric(ctx context.Context, network, addr string) (net.Conn, error) {
-	if addr == m.name {
+func (pp *peerPool) dialOlric(ctx context.Context, network, addr string) (net.Conn, error) {
+	if addr == pp.m.name {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
@@ -30,7 +30,7 @@ func (m *Member) dialOlric(ctx context.Context, network, addr string) (net.Conn,
 		}
 		return olricConn{c}, nil
 	}
-	c, err := m.dialSpecial(ctx, addr, tunnelPreamble)
+	c, err := pp.dialSpecial(ctx, addr, tunnelPreamble)
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,8 @@ func (c olricConn) Close() error {
 
 // serveTunnel carries a tunnelled connection to this member's Olric port
 // and back until either side closes.
-func (m *Member) serveTunnel(c net.Conn) {
+func (ch *channel) serveTunnel(c net.Conn) {
+	m := ch.m
 	c.SetDeadline(time.Time{})
 	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.ChannelIOTimeout)
 	var d net.Dialer
