@@ -40,7 +40,8 @@ type LeaseConfig struct {
 	// configurations all are; every other check goes to its owner, as
 	// without leases. Remaining tokens and waits are reported as with
 	// Enabled. Enabled includes these buckets; Exact without it leases
-	// them alone. Every member of a cluster must use the same setting.
+	// them alone, and grants no other lease whatever the asking member's
+	// setting.
 	Exact bool
 	// Lifetime is the longest a lease is used, counted from when the
 	// member sent the request that obtained it; a lease of a bucket with an
