@@ -329,7 +329,7 @@ func TestLeaseCluster(t *testing.T) {
 // on a lease; a different configuration, an estimate alone and an
 // addition are not.
 func TestLeaseDecidesServiceShapes(t *testing.T) {
-	w := int64(1 << 32)
+	w := int64(1 << 20) // within core's refill ceiling of a token per nanosecond
 	window, _ := core.NewConfig(core.IntervallyAligned(w, w, time.Second, time.Unix(0, 0)).WithID("window"))
 	bucket, _ := core.NewConfig(core.Greedy(100, 100, time.Second).WithID("bucket"))
 	other, _ := core.NewConfig(core.Greedy(50, 100, time.Second).WithID("bucket"))
