@@ -68,7 +68,7 @@ func gridConfig(g gridFlags) (olric.Config, error) {
 	cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = g.TLSCert, g.TLSKey, g.TLSCA
 	cfg.RevokedFile = g.TLSRevoked
 	cfg.Insecure = g.Insecure
-	cfg.Leases.Enabled = g.Leases
+	cfg.Leases.Enabled, cfg.Leases.Exact = g.Leases == leasesAll, g.Leases == leasesExact
 	if g.LeaseLifetime > 0 {
 		cfg.Leases.Lifetime = g.LeaseLifetime
 	}

@@ -284,13 +284,13 @@ func TestGridConfig(t *testing.T) {
 		cfg.RevokedFile != f("revoked") {
 		t.Fatalf("%+v", cfg)
 	}
-	if cfg.Leases.Enabled {
-		t.Errorf("leases on without -grid-leases: %+v", cfg.Leases)
+	if cfg.Leases.Enabled || !cfg.Leases.Exact {
+		t.Errorf("leases not exact-only without -grid-leases: %+v", cfg.Leases)
 	}
 	if c, err := parseFlags(flag.NewFlagSet("bucketgrid", flag.ContinueOnError), []string{"-config", "x", "-grid-tls-revoked", "r"}); err != nil || c.Grid.TLSRevoked != "r" {
 		t.Errorf("-grid-tls-revoked r: %q, %v", c.Grid.TLSRevoked, err)
 	}
-	cfg, err = gridConfig(gridFlags{Bind: "127.0.0.1:4000", Leases: true, LeaseLifetime: 30 * time.Millisecond})
+	cfg, err = gridConfig(gridFlags{Bind: "127.0.0.1:4000", Leases: leasesAll, LeaseLifetime: 30 * time.Millisecond})
 	if err != nil || !cfg.Leases.Enabled || cfg.Leases.Lifetime != 30*time.Millisecond {
 		t.Fatalf("-grid-leases -grid-lease-lifetime 30ms: %+v %v", cfg.Leases, err)
 	}

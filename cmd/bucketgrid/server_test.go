@@ -165,7 +165,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"-config", "x", "-degrade", "-degrade-count"}, "not -backend grid (the grid counts its members)"},
 		{[]string{"-config", "x", "-backend", "memory", "-degrade", "-degrade-count"}, "not -backend memory"},
 		{[]string{"-config", "x", "-backend", "redis://h:1", "-degrade", "-degrade-count", "-degrade-count-ttl", "1s"}, "-degrade-count-ttl 1s: want at least 2s"},
-		{[]string{"-config", "x", "-grid-lease-lifetime", "50ms"}, "needs -grid-leases"},
+		{[]string{"-config", "x", "-grid-leases=off", "-grid-lease-lifetime", "50ms"}, "needs -grid-leases other than off"},
+		{[]string{"-config", "x", "-grid-leases=greedy"}, `-grid-leases "greedy": want exact, all or off`},
 		{[]string{"-config", "x", "-grid-leases", "-grid-lease-lifetime", "-1s"}, "-grid-lease-lifetime must not be negative"},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)

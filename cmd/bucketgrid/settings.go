@@ -60,6 +60,7 @@ type textFlags struct {
 	draftNames     string  // -draft-header-names → HeaderNames
 	logLevel       string  // -log-level → LogLevel
 	logFormat      string  // -log-format → LogJSON
+	leases         string  // -grid-leases → Grid.Leases
 }
 
 // limitFlags bound what one client connection, and all of them, can make
@@ -114,11 +115,55 @@ type gridFlags struct {
 	PasswordFile           string // Olric's AUTH password
 	Insecure               bool   // allow a non-loopback member without security
 
-	// token leases (olric.LeaseConfig): off unless Leases; LeaseLifetime 0
-	// keeps the grid's default lifetime
-	Leases        bool
+	// token leases (olric.LeaseConfig); LeaseLifetime 0 keeps the grid's
+	// default lifetime
+	Leases        leaseMode
 	LeaseLifetime time.Duration
 }
+
+// leaseMode is which buckets -grid-leases lets an instance lease. The zero
+// value is the default, leasesExact.
+type leaseMode uint8
+
+const (
+	// leasesExact leases only buckets a lease keeps exact: fixed windows
+	// (olric.LeaseConfig.Exact).
+	leasesExact leaseMode = iota
+	// leasesAll leases every bucket, token buckets too
+	// (olric.LeaseConfig.Enabled).
+	leasesAll
+	// leasesOff leases none.
+	leasesOff
+)
+
+// parseLeaseMode reads -grid-leases: exact, all (true, as the bare flag
+// gives) or off (false).
+func parseLeaseMode(s string) (leaseMode, bool) {
+	switch s {
+	case "exact":
+		return leasesExact, true
+	case "all", "true":
+		return leasesAll, true
+	case "off", "false":
+		return leasesOff, true
+	}
+	return leasesExact, false
+}
+
+// leaseFlag is -grid-leases: its text, resolved by validate; the bare flag
+// sets "true" (all), as when it was a boolean.
+type leaseFlag struct{ text *string }
+
+func (f leaseFlag) String() string {
+	if f.text == nil {
+		return ""
+	}
+	return *f.text
+}
+
+func (f leaseFlag) Set(s string) error { *f.text = s; return nil }
+
+func (f leaseFlag) IsBoolFlag() bool { return true }
 
 // tlsFlags configure TLS on the gRPC listener.
 type tlsFlags struct {
@@ -252,6 +297,11 @@ func (s *settings) validateGrid() error {
 	if g.Replicas < 1 {
 		errs = append(errs, errors.New("-grid-replicas must be at least 1"))
 	}
+	mode, ok := parseLeaseMode(s.text.leases)
+	if !ok {
+		errs = append(errs, fmt.Errorf("-grid-leases %q: want exact, all or off", s.text.leases))
+	}
+	s.Grid.Leases, g.Leases = mode, mode
 	errs = append(errs, g.validateSecurity())
 	return errors.Join(errs...)
 }
@@ -262,8 +312,8 @@ func (g gridFlags) validateSecurity() error {
 	if n := countSet(g.TLSCert, g.TLSKey, g.TLSCA); n != 0 && n != 3 {
 		errs = append(errs, errors.New("-grid-tls-cert, -grid-tls-key and -grid-tls-ca go together"))
 	}
-	if g.LeaseLifetime < 0 || (g.LeaseLifetime > 0 && !g.Leases) {
-		errs = append(errs, errors.New("-grid-lease-lifetime must not be negative, and needs -grid-leases"))
+	if g.LeaseLifetime < 0 || (g.LeaseLifetime > 0 && g.Leases == leasesOff) {
+		errs = append(errs, errors.New("-grid-lease-lifetime must not be negative, and needs -grid-leases other than off"))
 	}
 	if g.TLSCert != "" && g.SecretFile != "" {
 		errs = append(errs, errors.New("-grid-tls-* and -grid-secret-file are alternatives: give one"))

@@ -253,7 +253,8 @@ type Config struct {
 	ProbeInterval, ProbeTimeout time.Duration
 	SuspicionMult               int
 
-	// Leases configures token leases: off unless Leases.Enabled; see
+	// Leases configures token leases: off unless Leases.Enabled (every
+	// bucket) or Leases.Exact (the buckets a lease keeps exact); see
 	// LeaseConfig and "Token leases" in the package documentation.
 	Leases LeaseConfig
 

@@ -488,8 +488,10 @@
 //
 // # Token leases
 //
-// With Config.Leases.Enabled, a member that consumes from a key it does
-// not own often (MinDemand tokens within the last one to two Lifetimes)
+// With Config.Leases.Enabled (every bucket) or Leases.Exact (only buckets
+// whose every bandwidth is refilled intervally, which a lease keeps exact:
+// see the bound below), a member that consumes from a key it does not own
+// often (MinDemand tokens within the last one to two Lifetimes)
 // takes a lease with its next check: one request to the owner runs the
 // check, then takes as many tokens as it can up to twice that demand,
 // under the key's lock and written like any consumption, so the owner's
@@ -582,10 +584,11 @@
 // lease request that finds no room is answered without a grant.
 //
 // Leases are off by default: they relax the exact contract above for
-// greedy buckets by r×Lifetime, report remaining tokens as of the grant
-// and delay resets, additions, replacements and removals of leased keys
-// by up to a Lifetime, and a cluster must run a build that knows them on
-// every member.
+// greedy buckets by r×Lifetime (Leases.Exact leases none:
+// TestLeaseExactOnly, TestLeaseExactOwnerGrantsNone), report remaining
+// tokens as of the grant and delay resets, additions, replacements and
+// removals of leased keys by up to a Lifetime, and a cluster must run a
+// build that knows them on every member.
 // See README.md for what they save.
 //
 // # Retries

@@ -21,15 +21,28 @@ import (
 // documentation). The zero value is leases off.
 type LeaseConfig struct {
 	// Enabled lets a member that consumes from a key often take a lease of
-	// the key's tokens from its owner and decide consumptions locally. Off
-	// by default: with leases, a greedy bucket may admit up to its refill
-	// rate × Lifetime more in an interval than the exact bucket would, and
-	// the remaining tokens and waits a leased decision reports are those of
-	// the bucket as it was at the grant, less the lease's own consumption.
-	// Every member of a cluster must run a build that knows leases before
-	// any enables them (an older owner closes the connection on a lease
-	// request; the caller then sends the request again as a plain one).
+	// the key's tokens from its owner and decide consumptions locally, for
+	// every bucket. Off by default: with leases, a greedy bucket may admit
+	// up to its refill rate × Lifetime more in an interval than the exact
+	// bucket would, and the remaining tokens and waits a leased decision
+	// reports are those of the bucket as it was at the grant, less the
+	// lease's own consumption. Every member of a cluster must run a build
+	// that knows leases before any enables them (an older owner closes the
+	// connection on a lease request; the caller then sends the request
+	// again as a plain one).
 	Enabled bool
+	// Exact is Enabled for the buckets a lease keeps exact only: those
+	// whose every bandwidth is refilled intervally (a fixed window), on
+	// which a lease ends before the next refill, so that every interval
+	// admits what it would without leases. A member asks for a lease only
+	// when every configuration its request names is such a bucket's, and
+	// an owner grants one only when the stored bucket and the request's
+	// configurations all are; every other check goes to its owner, as
+	// without leases. Remaining tokens and waits are reported as with
+	// Enabled. Enabled includes these buckets; Exact without it leases
+	// them alone, and grants no other lease whatever the asking member's
+	// setting.
+	Exact bool
 	// Lifetime is the longest a lease is used, counted from when the
 	// member sent the request that obtained it; a lease of a bucket with an
 	// intervally refilled bandwidth also ends before that bandwidth's next
@@ -48,6 +61,9 @@ type LeaseConfig struct {
 	// given back) to make room. Default 65536.
 	MaxKeys int
 }
+
+// on reports whether c leases any bucket.
+func (c LeaseConfig) on() bool { return c.Enabled || c.Exact }
 
 func (c LeaseConfig) withDefaults() LeaseConfig {
 	if c.Lifetime <= 0 {
@@ -111,6 +127,40 @@ func leaseable(req *wire.Request, view *core.State) bool {
 		}
 	}
 	return consumes
+}
+
+// exactUnderLease reports whether a lease keeps a bucket of cfg exact:
+// every bandwidth of it is refilled intervally, so a lease, which ends
+// before the next refill of any of them (windowEnd), takes only tokens
+// the bucket holds until then.
+func exactUnderLease(cfg *core.Config) bool {
+	for i := range cfg.Bandwidths {
+		if cfg.Bandwidths[i].Style == core.RefillGreedy {
+			return false
+		}
+	}
+	return len(cfg.Bandwidths) > 0
+}
+
+// namesExact reports whether req names a configuration and every one it
+// names (its own, those it replaces the bucket's with) is exactUnderLease.
+func namesExact(req *wire.Request) bool {
+	named := false
+	if req.Config != nil {
+		if !exactUnderLease(req.Config) {
+			return false
+		}
+		named = true
+	}
+	for i := range req.Ops {
+		if c := req.Ops[i].Config; req.Ops[i].Kind == wire.OpReplaceConfiguration && c != nil {
+			if !exactUnderLease(c) {
+				return false
+			}
+			named = true
+		}
+	}
+	return named
 }
 
 // decide runs req on l at holder time now (m.mono). It answers only when
@@ -247,6 +297,9 @@ type leaseExec struct {
 	rec     *fence.Record
 	noGrant bool  // the grant operation was turned into a read
 	life    int64 // the Lifetime the owner allows the grant
+	// exact grants only on a bucket exactUnderLease, from a request that
+	// namesExact (LeaseConfig.Exact without Enabled).
+	exact bool
 }
 
 // leaseRequest builds the request an owner runs for a lease: the give-back
@@ -267,21 +320,28 @@ func leaseRequest(req *wire.Request, want int64) wire.Request {
 // give-back: only for a lease this owner granted in the partition's
 // current epoch and the key's current lease generation (rec's), from a
 // bucket of the same configuration, and never more than giveBackCap. It
-// turns the grant into a read when the owner has no record for the key
-// or a fence blocks grants at mono (m.mono). Called with the key's lock
-// held.
+// turns the grant into a read when the owner has no record for the key,
+// a fence blocks grants at mono (m.mono), or x.exact and the bucket or a
+// configuration req names is not exactUnderLease. Called with the key's
+// lock held.
 func (x *leaseExec) prepare(stored []byte, req *wire.Request, now int64, epoch uint64, rec *fence.Record, mono int64) {
 	x.now, x.epoch, x.rec = now, epoch, rec
 	req.Ops[0] = wire.Op{Kind: wire.OpAvailableTokens}
-	if rec == nil || mono < rec.Blocked {
+	var b core.State
+	decoded := false
+	decode := func() bool {
+		if !decoded && len(stored) > 0 {
+			var err error
+			b, err = wire.DecodeState(stored)
+			decoded = err == nil
+		}
+		return decoded
+	}
+	if rec == nil || mono < rec.Blocked || (x.exact && (!namesExact(req) || (len(stored) > 0 && (!decode() || !exactUnderLease(&b.Config))))) {
 		x.noGrant = true
 		req.Ops[len(req.Ops)-1] = wire.Op{Kind: wire.OpAvailableTokens}
 	}
-	if x.give.unused <= 0 || x.give.epoch != epoch || rec == nil || x.give.gen != rec.Gen || len(stored) == 0 {
-		return
-	}
-	b, err := wire.DecodeState(stored)
-	if err != nil || fingerprint(&b) != x.give.fp {
+	if x.give.unused <= 0 || x.give.epoch != epoch || rec == nil || x.give.gen != rec.Gen || !decode() || fingerprint(&b) != x.give.fp {
 		return
 	}
 	b.Refill(now)
@@ -324,7 +384,7 @@ func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.
 		return m.execOwner(ctx, key, h, req, false, b)
 	}
 	g := leaseRequest(req, want)
-	x := leaseExec{give: give}
+	x := leaseExec{give: give, exact: !m.leases.cfg.Enabled}
 	o := m.execOwnerLease(ctx, key, h, &g, false, &x, b)
 	return splitLease(o, len(req.Ops), &x)
 }
@@ -502,13 +562,15 @@ func consumedBy(req *wire.Request, resp *wire.Response) int64 {
 // executeLeased runs req for key when leases apply to it: on the key's
 // lease when one holds the tokens, else on the owner, asking for a lease
 // with the request when this member's demand for the key is high enough.
-// handled is false when leases do not apply (this member owns the key, or
-// req is not a consumption): the caller runs req as usual.
+// handled is false when leases do not apply (this member owns the key, req
+// is not a consumption, or with LeaseConfig.Exact alone it names a
+// configuration a lease does not keep exact, or none): the caller runs req
+// as usual.
 func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Request) (resp wire.Response, handled bool, err error) {
 	t := m.leases
 	h := m.hash(key)
 	owner := m.routes.Load().owners[h%m.cfg.PartitionCount]
-	if owner == m.name || owner == "" || !leaseable(req, nil) {
+	if owner == m.name || owner == "" || !leaseable(req, nil) || (!t.cfg.Enabled && !namesExact(req)) {
 		return wire.Response{}, false, nil
 	}
 	life := int64(t.cfg.Lifetime)

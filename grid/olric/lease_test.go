@@ -329,7 +329,7 @@ func TestLeaseCluster(t *testing.T) {
 // on a lease; a different configuration, an estimate alone and an
 // addition are not.
 func TestLeaseDecidesServiceShapes(t *testing.T) {
-	w := int64(1 << 32)
+	w := int64(1 << 20) // within core's refill ceiling of a token per nanosecond
 	window, _ := core.NewConfig(core.IntervallyAligned(w, w, time.Second, time.Unix(0, 0)).WithID("window"))
 	bucket, _ := core.NewConfig(core.Greedy(100, 100, time.Second).WithID("bucket"))
 	other, _ := core.NewConfig(core.Greedy(50, 100, time.Second).WithID("bucket"))
@@ -362,6 +362,109 @@ func TestLeaseDecidesServiceShapes(t *testing.T) {
 		}
 		if tc.name == "fixed window" && ok && resp.Results[2].Wait != int64(time.Second)-3e8-int64(time.Millisecond) {
 			t.Fatalf("fixed window: estimate waits %d ns for the window's end", resp.Results[2].Wait)
+		}
+	}
+}
+
+// TestLeaseExactOnly: with Leases.Exact alone, members lease a bucket
+// whose every bandwidth is refilled intervally (a lease keeps it exact)
+// and never a greedy one, whose every check goes to its owner.
+func TestLeaseExactOnly(t *testing.T) {
+	ms := startCluster(t, 3, func(c *Config) { c.Leases.Exact = true })
+	window := testBucket(1 << 20)
+	greedy, err := core.NewConfig(core.Greedy(1<<20, 1, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leased := func() (n int64) {
+		for _, m := range ms {
+			n += m.leases.local.Load()
+		}
+		return n
+	}
+	hammer := func(key string, cfg *core.Config) int64 {
+		before := leased()
+		var wg sync.WaitGroup
+		for g := range 9 {
+			m := ms[g%len(ms)]
+			wg.Go(func() {
+				for range 300 {
+					if _, err := m.Execute(context.Background(), key, consumeReq(cfg, 1)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return leased() - before
+	}
+	if n := hammer("greedy", &greedy); n != 0 {
+		t.Fatalf("%d checks of a greedy bucket decided on leases with Leases.Exact", n)
+	}
+	if n := hammer("window", &window); n == 0 {
+		t.Fatal("no check of a window bucket decided on a lease with Leases.Exact")
+	}
+	// what the members know of the greedy bucket is its owner's: exactly
+	// what was consumed
+	resp, err := ms[0].Execute(context.Background(), "greedy", availableReq(&greedy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.Results[0].Tokens, int64(1<<20-2700); got < want || got > want+1 {
+		t.Fatalf("greedy bucket holds %d after 2700 checks, want %d (+1 of refill)", got, want)
+	}
+}
+
+// TestLeaseExactOwnerGrantsNone: an owner with Leases.Exact alone grants
+// no lease on a bucket with a greedy bandwidth, whatever a member with
+// Leases.Enabled asks, nor when the request names one; it grants on a
+// window bucket.
+func TestLeaseExactOwnerGrantsNone(t *testing.T) {
+	w := int64(1 << 20)
+	config := func(bws ...core.Bandwidth) core.Config {
+		c, err := core.NewConfig(bws...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	window := config(core.IntervallyAligned(w, w, time.Second, time.Unix(0, 0)).WithID("window"))
+	bucket := config(core.Greedy(100, 100, time.Second).WithID("bucket"))
+	mixed := config(core.IntervallyAligned(w, w, time.Second, time.Unix(0, 0)).WithID("window"),
+		core.Greedy(100, 100, time.Second).WithID("bucket"))
+	at := int64(time.Hour)
+	for _, tc := range []struct {
+		name          string
+		stored, named *core.Config
+		grant         bool
+	}{
+		{"window", &window, &window, true},
+		{"window created", nil, &window, true},
+		{"greedy", &bucket, &bucket, false},
+		{"greedy created", nil, &bucket, false},
+		{"greedy and window", &mixed, &mixed, false},
+		{"greedy stored, window named", &bucket, &window, false},
+		{"window stored, greedy named", &window, &bucket, false},
+	} {
+		var stored []byte
+		if tc.stored != nil {
+			st := core.NewState(*tc.stored, at)
+			stored = wire.AppendState(nil, &st)
+		}
+		req := wire.Request{Mode: wire.ModeCreateIfAbsent, Config: tc.named, Ops: []wire.Op{{Kind: wire.OpTryConsume, Tokens: 1}}}
+		g := leaseRequest(&req, 10)
+		x := leaseExec{exact: true}
+		rec := fence.Record{Gen: 1}
+		x.prepare(stored, &g, at, 1, &rec, at)
+		if x.noGrant == tc.grant {
+			t.Fatalf("%s: grant %v, want %v", tc.name, !x.noGrant, tc.grant)
+		}
+		_, _, resp := wire.Process(stored, g, at)
+		x.granted(&resp, at, int64(time.Second))
+		o := splitLease(outcome{kind: frame.KindOK, resp: resp}, 1, &x)
+		if (o.grant != nil) != tc.grant {
+			t.Fatalf("%s: granted %+v, want a grant %v", tc.name, o.grant, tc.grant)
 		}
 	}
 }

@@ -83,7 +83,7 @@ type Member struct {
 	// failed or not (see refresh, selfStale).
 	readEnd atomic.Int64
 	journal journal.Journal // buckets written while the cluster was split
-	leases  *leaseTable     // nil unless Config.Leases.Enabled
+	leases  *leaseTable     // nil with Config.Leases off
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -124,7 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	m.peers.m = m
 	m.exec.m, m.exec.stripes = m, make([]stripe, cfg.Stripes)
-	if cfg.Leases.Enabled {
+	if cfg.Leases.on() {
 		m.leases = newLeaseTable(cfg.Leases)
 		m.leases.fence = fence.New(int64(cfg.Leases.Lifetime), cfg.Leases.MaxKeys, cfg.PartitionCount, cfg.Stripes)
 	}
