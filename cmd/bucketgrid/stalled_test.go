@@ -20,7 +20,7 @@ import (
 
 // stallPrefix is what a stalled call sends of its message: the 5-byte
 // gRPC prefix announcing a 1,000-byte message and 71 bytes of it, 76 in
-// all, as the attack of issue 39 did.
+// all, as the stalled-call attack on the check port does.
 var stallPrefix = func() []byte {
 	b := make([]byte, 76)
 	endian.BigEndian.PutUint32(b[1:], 1000)
@@ -134,7 +134,7 @@ func (c *stallConn) probe(ctx context.Context, addr string) (rlspb.RateLimitResp
 	}
 }
 
-// TestStalledChecksCostTheirBytes is the attack of issue 39 item 2 on the
+// TestStalledChecksCostTheirBytes is the stalled-call attack on the
 // check port: calls that send their headers and 76 bytes of a message and
 // never finish, from five addresses, each opening connections of 99 such
 // calls and a probe until a connection gets none in. Before, a call took
