@@ -284,8 +284,8 @@ func TestGridConfig(t *testing.T) {
 		cfg.RevokedFile != f("revoked") {
 		t.Fatalf("%+v", cfg)
 	}
-	if cfg.Leases.Enabled || !cfg.Leases.Exact {
-		t.Errorf("leases not exact-only without -grid-leases: %+v", cfg.Leases)
+	if cfg.Leases.Enabled || cfg.Leases.Exact {
+		t.Errorf("leases on without -grid-leases: %+v", cfg.Leases)
 	}
 	if c, err := parseFlags(flag.NewFlagSet("bucketgrid", flag.ContinueOnError), []string{"-config", "x", "-grid-tls-revoked", "r"}); err != nil || c.Grid.TLSRevoked != "r" {
 		t.Errorf("-grid-tls-revoked r: %q, %v", c.Grid.TLSRevoked, err)

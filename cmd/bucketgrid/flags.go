@@ -94,8 +94,8 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Grid.GossipKeyFile, "grid-gossip-key-file", "", "`file` of gossip encryption keys (16, 24 or 32 bytes, base64, one a line; the first encrypts)")
 	fs.StringVar(&s.Grid.PasswordFile, "grid-password-file", "", "`file` holding the password of Olric's own port")
 	fs.BoolVar(&s.Grid.Insecure, "grid-insecure", false, "let a member on a non-loopback address run without the settings above (a network only the instances reach)")
-	s.text.leases = "exact"
-	fs.Var(leaseFlag{&s.text.leases}, "grid-leases", "which descriptors' checks this instance decides from a lease of tokens taken from their bucket's owner when busy, instead of one hop each: -grid-leases=exact (fixed windows, which stay exact), =all (token buckets too: one may admit up to rate × -grid-lease-lifetime more in any interval; the bare flag) or =off")
+	s.text.leases = "off"
+	fs.Var(leaseFlag{&s.text.leases}, "grid-leases", "which descriptors' checks this instance decides from a lease of tokens taken from their bucket's owner when busy, instead of one hop each: -grid-leases=off (the default), =exact (fixed windows, which admit no more than their limit, but may refuse early while leases hold tokens), or =all (token buckets too: one may admit up to rate × -grid-lease-lifetime more in any interval; the bare flag)")
 	fs.DurationVar(&s.Grid.LeaseLifetime, "grid-lease-lifetime", 0, "how long a lease of -grid-leases lives; 0 keeps the grid's default")
 	fs.StringVar(&s.TLS.Cert, "tls-cert", "", "gRPC server certificate `file` (PEM); with -tls-key enables TLS")
 	fs.StringVar(&s.TLS.Key, "tls-key", "", "gRPC server key `file` (PEM)")

@@ -24,8 +24,8 @@ descriptors:
     rate_limit: {unit: year, requests_per_unit: 100000, algorithm: token_bucket}
 `
 
-// TestClusterLeasesWhereExact: three instances with the default
-// -grid-leases (exact) and a lease lifetime of a second, longer than the
+// TestClusterLeasesWhereExact: three instances with -grid-leases=exact
+// and a lease lifetime of a second, longer than the
 // window. From the client's side:
 //   - a fixed window of a second never admits more than its limit in any
 //     window, across window boundaries, with checks spread over the three
@@ -38,7 +38,7 @@ descriptors:
 //     remaining tokens never go up (one token refills every five minutes).
 func TestClusterLeasesWhereExact(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"leases.yaml": leasesConfig})
-	procs := startCluster(t, 3, "-config", dir, "-grid-lease-lifetime", "1s")
+	procs := startCluster(t, 3, "-config", dir, "-grid-leases=exact", "-grid-lease-lifetime", "1s")
 	var clients []rlspb.RateLimitServiceClient
 	for _, p := range procs {
 		clients = append(clients, client(t, p.grpcAddr))
@@ -132,15 +132,15 @@ func TestClusterLeasesWhereExact(t *testing.T) {
 	})
 }
 
-// TestGridLeasesFlag: -grid-leases leases fixed windows alone by default
-// (exact), every bucket when given bare, as when it was a boolean, or
-// =all, and none with =off or =false.
+// TestGridLeasesFlag: -grid-leases leases nothing by default (off) or with
+// =off or =false, fixed windows alone with =exact, and every bucket when
+// given bare, as when it was a boolean, or =all.
 func TestGridLeasesFlag(t *testing.T) {
 	for _, tc := range []struct {
 		args           []string
 		enabled, exact bool
 	}{
-		{nil, false, true},
+		{nil, false, false},
 		{[]string{"-grid-leases=exact"}, false, true},
 		{[]string{"-grid-leases"}, true, false},
 		{[]string{"-grid-leases=true"}, true, false},

@@ -122,18 +122,18 @@ type gridFlags struct {
 }
 
 // leaseMode is which buckets -grid-leases lets an instance lease. The zero
-// value is the default, leasesExact.
+// value is the default, leasesOff.
 type leaseMode uint8
 
 const (
+	// leasesOff leases none.
+	leasesOff leaseMode = iota
 	// leasesExact leases only buckets a lease keeps exact: fixed windows
 	// (olric.LeaseConfig.Exact).
-	leasesExact leaseMode = iota
+	leasesExact
 	// leasesAll leases every bucket, token buckets too
 	// (olric.LeaseConfig.Enabled).
 	leasesAll
-	// leasesOff leases none.
-	leasesOff
 )
 
 // parseLeaseMode reads -grid-leases: exact, all (true, as the bare flag
@@ -147,7 +147,7 @@ func parseLeaseMode(s string) (leaseMode, bool) {
 	case "off", "false":
 		return leasesOff, true
 	}
-	return leasesExact, false
+	return leasesOff, false
 }
 
 // leaseFlag is -grid-leases: its text, resolved by validate; the bare flag
