@@ -140,7 +140,7 @@ func (oe *ownerExec) execBounded(ctx context.Context, c *ownerCall) outcome {
 // data of it, so that executing needs no I/O to another member.
 func (oe *ownerExec) localOnly(h uint64) bool {
 	m := oe.m
-	r := m.routes.Load()
+	r := m.routing.current()
 	if r == nil {
 		return true // still starting: hold answers frame.KindHold in place
 	}

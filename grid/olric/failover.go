@@ -92,7 +92,7 @@ func (m *Member) probeDeath(name string) {
 		}
 		d.mu.Unlock()
 		if refused {
-			m.kick()
+			m.routing.kick()
 		}
 	}()
 }

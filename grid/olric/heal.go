@@ -168,7 +168,7 @@ func (m *Member) healer() {
 			return
 		case <-t.C:
 		}
-		r := m.routes.Load()
+		r := m.routing.current()
 		targets := m.members.missing(m.name, r)
 		if alive, known := m.members.count(m.name); alive < known {
 			// Someone is missing: the configured and discovered peers
@@ -192,7 +192,7 @@ func (m *Member) healer() {
 			go func() {
 				defer m.wg.Done()
 				if _, err := m.members.ml.Join([]string{addr}); err == nil {
-					m.kick()
+					m.routing.kick()
 				}
 				m.members.mu.Lock()
 				delete(m.members.joining, addr)

@@ -71,7 +71,7 @@ func TestJoinFailures(t *testing.T) {
 // starts a cluster, so every member may be handed the same list.
 func TestJoinSelf(t *testing.T) {
 	ms := startCluster(t, 1, func(c *Config) { c.Peers = []string{memberlistAddr(*c)} })
-	if r := ms[0].routes.Load(); r.members != 1 {
+	if r := ms[0].routing.current(); r.members != 1 {
 		t.Fatalf("%d members", r.members)
 	}
 }

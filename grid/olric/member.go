@@ -53,17 +53,8 @@ type Member struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	routes atomic.Pointer[routes]
-	kickCh chan struct{}
-	genMu  sync.Mutex
-	genCh  chan struct{} // closed after each routing read
-
-	exec   ownerExec // the owner side's stripes, drain gate and detached executions (owner.go)
-	epochs atomic.Uint64
-
-	// lastEvent is when the member started or last heard of a cluster
-	// event, in m.mono nanoseconds (see settleRouting).
-	lastEvent atomic.Int64
+	routing router    // Olric's routing table as this member reads it, and the refresher (routing.go)
+	exec    ownerExec // the owner side's stripes, drain gate and detached executions (owner.go)
 
 	channel channel // the owner channel's listener and connections (channel.go)
 	trust   guard   // credentials, proofs, revocation, the throttle (trust.go)
@@ -74,16 +65,9 @@ type Member struct {
 	// incarnation reads this member's gossip incarnation (see
 	// gossipIncarnation); nil until start found it, or if it cannot.
 	incarnation func() uint32
-	deaths      deaths       // members proven dead by a refused connection
-	shrinks     atomic.Int64 // routing reads with fewer members than the one before
-	// handovers counts the partitions this member guarded after a routing
-	// read (acquired, or possibly changed across a gap or a split).
-	handovers atomic.Int64
-	// readEnd is when (m.mono) the latest routing read attempt returned,
-	// failed or not (see refresh, selfStale).
-	readEnd atomic.Int64
-	journal journal.Journal // buckets written while the cluster was split
-	leases  *leaseTable     // nil unless Config.Leases.Enabled
+	deaths      deaths          // members proven dead by a refused connection
+	journal     journal.Journal // buckets written while the cluster was split
+	leases      *leaseTable     // nil unless Config.Leases.Enabled
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -117,12 +101,11 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		name:     net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)),
 		base:     time.Now(),
 		startErr: make(chan error, 1),
-		kickCh:   make(chan struct{}, 1),
-		genCh:    make(chan struct{}),
 		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
 		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
 	}
 	m.peers.m = m
+	m.routing.init(m)
 	m.exec.m, m.exec.stripes = m, make([]stripe, cfg.Stripes)
 	if cfg.Leases.Enabled {
 		m.leases = newLeaseTable(cfg.Leases)
@@ -367,7 +350,7 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 			// Told to join, a member that no peer let in (Olric forms a
 			// cluster of one when gossip took it in but nobody proved
 			// himself to it) waits to be let in, else fails.
-			if err = m.refresh(ctx); err == nil && (len(peers) == 0 || m.joined.Load()) {
+			if err = m.routing.refresh(ctx); err == nil && (len(peers) == 0 || m.joined.Load()) {
 				break
 			}
 		}
@@ -410,7 +393,7 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 		return err
 	}
 	m.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel, leaveChannel)
-	m.lastEvent.Store(m.mono())
+	m.routing.lastEvent.Store(m.mono())
 	// Olric's memberlist exists once its routing table was read; with it
 	// the member heals splits and counts a quorum. Read the table again so
 	// that the one published knows the quorum.
@@ -418,12 +401,12 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 		return err
 	}
 	m.incarnation, _ = gossipIncarnation(m.members.ml) // nil: every split's end hands everything over
-	if err := m.refresh(ctx); err != nil {
+	if err := m.routing.refresh(ctx); err != nil {
 		return fmt.Errorf("bucketgrid/olric: start: %w", err)
 	}
 	m.wg.Add(2)
-	go m.refresher()
-	go m.events(m.sub.Channel())
+	go m.routing.refresher()
+	go m.routing.events(m.sub.Channel())
 	if m.cfg.HealInterval > 0 {
 		m.wg.Add(1)
 		go m.healer()
@@ -463,7 +446,7 @@ func (m *Member) Partition(key string) uint64 { return m.hash(key) % m.cfg.Parti
 // Owner returns the name of the member that owns key's bucket in this
 // member's newest routing read, or "" when unknown.
 func (m *Member) Owner(key string) string {
-	return m.routes.Load().owners[m.Partition(key)]
+	return m.routing.current().owners[m.Partition(key)]
 }
 
 // Route is the optional method of a bucketgrid.Executor that a Manager's
@@ -479,7 +462,7 @@ func (m *Member) Route(key string) string { return m.Owner(key) }
 // until the cluster has declared it dead and handed its partitions over (see
 // "Crash fail-over window" in the package documentation): meanwhile each
 // member's share is a little smaller than it could be, never larger.
-func (m *Member) LiveInstances() int { return max(m.routes.Load().members, 1) }
+func (m *Member) LiveInstances() int { return max(m.routing.current().members, 1) }
 
 // outcome is the result of one attempt at a request.
 type outcome struct {
@@ -645,7 +628,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 			}
 			return outcome{}, err
 		}
-		r := m.routes.Load()
+		r := m.routing.current()
 		if !r.quorum {
 			// On the small side of a split: every owner this member can
 			// reach is too.
@@ -673,7 +656,7 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 			return outcome{}, ErrNoQuorum
 		case frame.KindNotOwner:
 			last = errors.New("owner unknown or moved")
-			if err := m.waitRefresh(ctx); err != nil {
+			if err := m.routing.waitRefresh(ctx); err != nil {
 				return outcome{}, fmt.Errorf("bucketgrid/olric: %w (%v)", err, last)
 			}
 			if !budget.IsZero() && time.Now().After(budget) {
@@ -689,13 +672,13 @@ func (m *Member) do(ctx context.Context, key string, req *wire.Request, kind byt
 			// wait ends at this member's next routing read too, or at once
 			// if one came since the outcome's: the local guard is then
 			// judged again, a remote one at most RoutingRefresh late.
-			read = m.nextRead(r)
+			read = m.routing.nextRead(r)
 		default:
 			if !o.retry || ctx.Err() != nil {
 				return outcome{}, o.err
 			}
 			last = o.err
-			m.kick()
+			m.routing.kick()
 			wait = backoff
 			backoff = min(2*backoff, 50*time.Millisecond)
 		}
@@ -730,37 +713,13 @@ func remaining(ctx context.Context, budget time.Time) time.Duration {
 // its buckets are held until the other members take the partitions over),
 // waits for executions in flight, shuts Olric down (bounded by
 // Config.LeaveTimeout; at most 100 ms later than asked when a cluster
-// event came in just before, see settleRouting) and closes its connections. It returns when every
+// event came in just before, see router.settle) and closes its connections. It returns when every
 // goroutine it started has ended or ctx ends. With ReplicaCount 1 the
 // buckets this member owned are lost (they start empty on their new owner,
 // see Config.LostState); with 2 their backups take over.
 func (m *Member) Shutdown(ctx context.Context) error {
 	m.shutdownOnce.Do(func() { m.shutdownErr = m.shutdown(ctx) })
 	return m.shutdownErr
-}
-
-// routingSettle is how long after a cluster event (or its start) a member
-// waits before shutting Olric down; see settleRouting.
-const routingSettle = 100 * time.Millisecond
-
-// settleRouting waits until routingSettle has passed since the member
-// started or last heard of a cluster event, or ctx ends. Olric v0.7.4
-// serves a routing-table push that is still in flight when it shuts down
-// after its routing table stopped waiting for its goroutines, and the push
-// then starts one more (a data race in Olric, and a goroutine that outlives
-// Shutdown); each cluster event, the member's own join included, sends such
-// a push, which lands within milliseconds.
-func (m *Member) settleRouting(ctx context.Context) {
-	wait := time.Duration(m.lastEvent.Load() + int64(routingSettle) - m.mono())
-	if wait <= 0 {
-		return
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
 
 func (m *Member) shutdown(ctx context.Context) error {
@@ -775,7 +734,7 @@ func (m *Member) shutdown(ctx context.Context) error {
 	}
 	if m.db != nil {
 		m.announceLeave(ctx)
-		m.settleRouting(ctx)
+		m.routing.settle(ctx)
 		err = m.db.Shutdown(ctx)
 		select {
 		case <-m.startErr:

@@ -99,7 +99,7 @@ func (oe *ownerExec) hold(ctx context.Context, h uint64, b bound) (ownerHold, ou
 		oe.gate.RUnlock()
 		return ownerHold{}, outcome{kind: kindBusy}, false
 	}
-	r, now := m.routes.Load(), m.mono()
+	r, now := m.routing.current(), m.mono()
 	if err := ctx.Err(); err != nil || (b.notAfter != 0 && now >= b.notAfter) {
 		st.mu.Unlock()
 		oe.gate.RUnlock()
@@ -130,11 +130,11 @@ func (oe *ownerExec) mayExecute(r *routes, p uint64, now int64, merge bool) (out
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh)}, false
 	}
 	if r.owners[p] != m.name {
-		m.kick()
+		m.routing.kick()
 		return outcome{kind: frame.KindNotOwner}, false
 	}
 	if now-r.start >= int64(m.cfg.RoutingLease) {
-		m.kick()
+		m.routing.kick()
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh / 4)}, false
 	}
 	if g := r.guardUntil[p]; now < g && !(merge && g <= r.staleUntil) {

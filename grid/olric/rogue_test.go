@@ -465,7 +465,7 @@ func TestRogueMember(t *testing.T) {
 				if err != nil || len(members) != 3 {
 					t.Errorf("%s sees %d members (%v), want 3", m.Name(), len(members), err)
 				}
-				for _, o := range m.routes.Load().owners {
+				for _, o := range m.routing.current().owners {
 					if o == r.name {
 						t.Errorf("%s routes a partition to the rogue", m.Name())
 						break

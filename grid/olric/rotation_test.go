@@ -53,7 +53,7 @@ func TestGossipKeyRotation(t *testing.T) {
 				if r.Results[0].OK {
 					admitted[k].Add(1)
 				}
-				if n := int64(m.routes.Load().members); n < minMembers.Load() {
+				if n := int64(m.routing.current().members); n < minMembers.Load() {
 					minMembers.Store(n)
 				}
 			}
