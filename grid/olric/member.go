@@ -61,13 +61,9 @@ type Member struct {
 
 	peers peerPool // connections to the other members' owner channels (peers.go)
 
-	members membership // gossip's view beyond routing: healing, quorum
-	// incarnation reads this member's gossip incarnation (see
-	// gossipIncarnation); nil until start found it, or if it cannot.
-	incarnation func() uint32
-	deaths      deaths          // members proven dead by a refused connection
-	journal     journal.Journal // buckets written while the cluster was split
-	leases      *leaseTable     // nil unless Config.Leases.Enabled
+	members membership      // gossip's view beyond routing: healing, quorum, deaths (heal.go, failover.go)
+	journal journal.Journal // buckets written while the cluster was split
+	leases  *leaseTable     // nil unless Config.Leases.Enabled
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -101,10 +97,12 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		name:     net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)),
 		base:     time.Now(),
 		startErr: make(chan error, 1),
-		members:  membership{seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{}},
-		deaths:   deaths{proven: map[string]int64{}, probing: map[string]bool{}},
+		members: membership{
+			seen: map[string]string{}, joining: map[string]bool{}, left: map[string]time.Time{},
+			deaths: deaths{proven: map[string]int64{}, probing: map[string]bool{}},
+		},
 	}
-	m.peers.m = m
+	m.peers.m, m.members.m = m, m
 	m.routing.init(m)
 	m.exec.m, m.exec.stripes = m, make([]stripe, cfg.Stripes)
 	if cfg.Leases.Enabled {
@@ -241,9 +239,9 @@ func (m *Member) olricConfig(peers []string) (*olricconfig.Config, error) {
 		// channel's mutual TLS (tunnel.go).
 		oc.Client.Dialer = m.peers.dialOlric
 	}
-	m.failureDetection(oc.MemberlistConfig)
+	m.members.failureDetection(oc.MemberlistConfig)
 	if m.trust.creds.store != nil && m.trust.creds.store.RevokedFile() != "" {
-		g, err := m.newGossipNet()
+		g, err := m.trust.newGossipNet()
 		if err != nil {
 			return nil, err
 		}
@@ -400,7 +398,7 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 	if m.members.ml, err = olricMemberlist(m.db); err != nil {
 		return err
 	}
-	m.incarnation, _ = gossipIncarnation(m.members.ml) // nil: every split's end hands everything over
+	m.members.incarnation, _ = gossipIncarnation(m.members.ml) // nil: every split's end hands everything over
 	if err := m.routing.refresh(ctx); err != nil {
 		return fmt.Errorf("bucketgrid/olric: start: %w", err)
 	}
@@ -409,7 +407,7 @@ func (m *Member) start(ctx context.Context, peers []string) error {
 	go m.routing.events(m.sub.Channel())
 	if m.cfg.HealInterval > 0 {
 		m.wg.Add(1)
-		go m.healer()
+		go m.members.healer()
 	}
 	return nil
 }
@@ -733,7 +731,7 @@ func (m *Member) shutdown(ctx context.Context) error {
 		m.dm.Close(ctx)
 	}
 	if m.db != nil {
-		m.announceLeave(ctx)
+		m.members.announceLeave(ctx)
 		m.routing.settle(ctx)
 		err = m.db.Shutdown(ctx)
 		select {

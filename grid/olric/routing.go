@@ -73,7 +73,7 @@ type routes struct {
 	splitSince int64
 	absent     []string
 	// inc is this member's gossip incarnation when the read was made
-	// (incKnown: Member.incarnation could read it), and splitInc what it
+	// (incKnown: membership.incarnation could read it), and splitInc what it
 	// was when the latest split in this member's view began (hadSplit:
 	// one began since the member started); see refresh.
 	inc, splitInc      uint32
@@ -187,8 +187,8 @@ func (rtr *router) refresh(ctx context.Context) error {
 		nr.quorum = !m.cfg.Quorum || 2*alive > known
 	}
 	prev := rtr.table.Load()
-	if m.incarnation != nil {
-		nr.inc, nr.incKnown = m.incarnation(), true
+	if m.members.incarnation != nil {
+		nr.inc, nr.incKnown = m.members.incarnation(), true
 	}
 	if prev != nil {
 		nr.splitInc, nr.hadSplit = prev.splitInc, prev.hadSplit
@@ -254,7 +254,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	// starts new epochs.
 	transition := prev != nil && (prev.quorum != nr.quorum ||
 		prev.split && !nr.split && (!nr.incKnown || nr.inc != prev.splitInc) &&
-			!m.deaths.allProvenSince(prev.absent, prev.splitSince) ||
+			!m.members.deaths.allProvenSince(prev.absent, prev.splitSince) ||
 		!prev.split && prev.hadSplit && nr.incKnown && prev.incKnown && nr.inc != prev.inc ||
 		selfStale)
 	sideChange := prev != nil && prev.split != nr.split
@@ -314,7 +314,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 			}
 		}
 	}
-	m.skipGuards(nr, distinct, returned)
+	m.members.skipGuards(nr, distinct, returned)
 	if prev != nil && nr.members < prev.members {
 		rtr.shrinks.Add(1)
 	}
@@ -392,8 +392,8 @@ func (rt *router) noteAbsent(nr, prev *routes, returned int64) {
 		}
 	}
 	for _, name := range nr.absent {
-		if !m.deaths.provenSince(name, nr.splitSince) {
-			m.probeDeath(name)
+		if !m.members.deaths.provenSince(name, nr.splitSince) {
+			m.members.probeDeath(name)
 		}
 	}
 }
