@@ -214,12 +214,12 @@ func (ms *membership) healer() {
 // member leaves gracefully, so that they stop counting it for a quorum.
 func (ms *membership) announceLeave(ctx context.Context) {
 	m := ms.m
-	if m.client == nil {
+	if m.node.client == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	ps, err := m.client.NewPubSub()
+	ps, err := m.node.client.NewPubSub()
 	if err != nil {
 		return
 	}

@@ -61,7 +61,7 @@ func TestJoinFailures(t *testing.T) {
 		})
 	}
 	for _, m := range secured {
-		if members, err := m.client.Members(context.Background()); err != nil || len(members) != 2 {
+		if members, err := m.node.client.Members(context.Background()); err != nil || len(members) != 2 {
 			t.Errorf("%s sees %d members (%v), want 2", m.Name(), len(members), err)
 		}
 	}

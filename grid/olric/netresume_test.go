@@ -102,7 +102,7 @@ func netWatch(m *Member, cfg *core.Config, p string, n, s int, pace time.Duratio
 // coordinator returns the name of Olric's coordinator in m's view, "-"
 // if none.
 func coordinator(m *Member) string {
-	ms, _ := m.client.Members(context.Background())
+	ms, _ := m.node.client.Members(context.Background())
 	for _, x := range ms {
 		if x.Coordinator {
 			return x.Name

@@ -186,9 +186,9 @@ func (oe *ownerExec) read(o *ownerHold, key string) (s ownedState, failed outcom
 		s.lineage, s.state = journal.Unwrap(stored)
 		return s, outcome{}, true
 	}
-	gr, err := m.dm.Get(o.ctx, key)
+	gr, err := m.node.dm.Get(o.ctx, key)
 	if errors.Is(err, olricdb.ErrKeyNotFound) && oe.othersHold(o.r, o.p) {
-		gr, err = m.dm.Get(o.ctx, key)
+		gr, err = m.node.dm.Get(o.ctx, key)
 	}
 	switch {
 	case errors.Is(err, olricdb.ErrKeyNotFound):
@@ -223,9 +223,9 @@ func (oe *ownerExec) write(o *ownerHold, key string, state []byte, ttl int64) er
 	m := oe.m
 	var err error
 	if ttl > 0 {
-		err = m.dm.Put(o.ctx, key, state, olricdb.PX(time.Duration(ttl)))
+		err = m.node.dm.Put(o.ctx, key, state, olricdb.PX(time.Duration(ttl)))
 	} else {
-		err = m.dm.Put(o.ctx, key, state)
+		err = m.node.dm.Put(o.ctx, key, state)
 	}
 	if err != nil {
 		delete(o.st.cache, key)

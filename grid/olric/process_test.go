@@ -187,8 +187,8 @@ func childMain() int {
 func diag(m *Member, keys []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rt, _ := m.client.RoutingTable(ctx)
-	st, _ := m.client.Stats(ctx, m.name)
+	rt, _ := m.node.client.RoutingTable(ctx)
+	st, _ := m.node.client.Stats(ctx, m.name)
 	r := m.routing.current()
 	out := make([]string, len(keys))
 	for i, key := range keys {

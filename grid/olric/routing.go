@@ -141,7 +141,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	m := rtr.m
 	start := m.mono()
 	idle := start - rtr.readEnd.Load()
-	rt, err := m.client.RoutingTable(ctx)
+	rt, err := m.node.client.RoutingTable(ctx)
 	defer func() { rtr.readEnd.Store(m.mono()) }()
 	if err != nil {
 		return err
@@ -228,7 +228,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	// they read a whole cluster again (see "Network splits").
 	own := int64(m.cfg.HandoverGrace - m.cfg.RoutingLease)
 	selfStale := prev != nil && gapped && (idle > own || prev.took > own) &&
-		!onlySelf && coordinates(ctx, m.client, m.name)
+		!onlySelf && coordinates(ctx, m.node.client, m.name)
 	if selfStale {
 		nr.splitInc, nr.hadSplit = nr.inc, true
 	}
