@@ -59,7 +59,7 @@ func (oe *ownerExec) run(ctx context.Context, c *ownerCall, try bool) outcome {
 	b := bound{notAfter: c.notAfter, try: try}
 	switch c.kind {
 	case frame.KindMerge:
-		return m.execMerge(ctx, c.key, c.h, c.merge, b)
+		return oe.execMerge(ctx, c.key, c.h, c.merge, b)
 	case frame.KindLease:
 		return m.execLease(ctx, c.key, c.h, c.req, c.want, c.give, b)
 	default:
