@@ -177,7 +177,7 @@ func TestAttacks(t *testing.T) {
 	stored := func() map[string]string {
 		out := map[string]string{}
 		for _, k := range victims {
-			gr, err := ms[0].dm.Get(ctx, k)
+			gr, err := ms[0].node.dm.Get(ctx, k)
 			if err != nil {
 				t.Fatalf("%s: %v", k, err)
 			}
@@ -213,7 +213,7 @@ func TestAttacks(t *testing.T) {
 			}
 		}
 		for _, m := range ms {
-			members, err := m.client.Members(ctx)
+			members, err := m.node.client.Members(ctx)
 			if err != nil || len(members) != 3 {
 				t.Errorf("%s sees %d members (%v), want 3", m.Name(), len(members), err)
 			}
@@ -349,7 +349,7 @@ func TestAttacks(t *testing.T) {
 				c.Close()
 			}
 		}()
-		reg, err := ms[0].client.NewDMap(ms[0].cfg.DMap + ".members")
+		reg, err := ms[0].node.client.NewDMap(ms[0].cfg.DMap + ".members")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func (oe *ownerExec) run(ctx context.Context, c *ownerCall, try bool) outcome {
 	b := bound{notAfter: c.notAfter, try: try}
 	switch c.kind {
 	case frame.KindMerge:
-		return m.execMerge(ctx, c.key, c.h, c.merge, b)
+		return oe.execMerge(ctx, c.key, c.h, c.merge, b)
 	case frame.KindLease:
 		return m.execLease(ctx, c.key, c.h, c.req, c.want, c.give, b)
 	default:
@@ -140,7 +140,7 @@ func (oe *ownerExec) execBounded(ctx context.Context, c *ownerCall) outcome {
 // data of it, so that executing needs no I/O to another member.
 func (oe *ownerExec) localOnly(h uint64) bool {
 	m := oe.m
-	r := m.routes.Load()
+	r := m.routing.current()
 	if r == nil {
 		return true // still starting: hold answers frame.KindHold in place
 	}

@@ -75,6 +75,6 @@ func (t *guard) reloadCerts() {
 		m.logf("revocation list not reloaded, the previous one stays in use: %v", err)
 	}
 	if changed {
-		m.expelRevoked()
+		m.trust.expelRevoked()
 	}
 }

@@ -357,7 +357,7 @@ func TestRevokedExpelled(t *testing.T) {
 	}
 	owns := func() bool {
 		for _, m := range others {
-			for _, o := range m.routes.Load().owners {
+			for _, o := range m.routing.current().owners {
 				if o == revoked.Name() {
 					return true
 				}

@@ -180,9 +180,9 @@ func waitStable(t testing.TB, ms []*Member) {
 }
 
 func stable(ms []*Member) bool {
-	first := ms[0].routes.Load()
+	first := ms[0].routing.current()
 	for _, m := range ms {
-		r := m.routes.Load()
+		r := m.routing.current()
 		if r.members != len(ms) {
 			return false
 		}

@@ -38,7 +38,7 @@ func TestDiscover(t *testing.T) {
 	for _, m := range []*Member{first, second} {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			ms, err := m.client.Members(context.Background())
+			ms, err := m.node.client.Members(context.Background())
 			if err == nil && len(ms) == 2 {
 				break
 			}

@@ -38,10 +38,10 @@ type provenCert struct {
 }
 
 // expelRevoked acts on the revocation list just installed (see above).
-func (m *Member) expelRevoked() {
-	s := m.trust.creds.store
+func (t *guard) expelRevoked() {
+	s := t.creds.store
 	var closing []net.Conn
-	m.trust.callers.Range(func(k, v any) bool {
+	t.callers.Range(func(k, v any) bool {
 		if s.IsRevoked(v.(*x509.Certificate)) {
 			closing = append(closing, k.(net.Conn))
 		}
@@ -50,7 +50,6 @@ func (m *Member) expelRevoked() {
 	for _, c := range closing {
 		c.Close()
 	}
-	t := &m.trust
 	blocked := map[string]bool{}
 	var names []string
 	t.mu.Lock()
@@ -64,7 +63,7 @@ func (m *Member) expelRevoked() {
 	t.mu.Unlock()
 	t.blocked.Store(&blocked)
 	if len(names) > 0 || len(closing) > 0 {
-		m.logf("revocation list: expelling %v, %d connections closed", names, len(closing))
+		t.m.logf("revocation list: expelling %v, %d connections closed", names, len(closing))
 	}
 }
 
@@ -84,16 +83,17 @@ type gossipNet struct {
 }
 
 // newGossipNet binds the member's gossip address.
-func (m *Member) newGossipNet() (*gossipNet, error) {
+func (t *guard) newGossipNet() (*gossipNet, error) {
+	cfg := &t.m.cfg
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{m.cfg.MemberlistBindAddr},
-		BindPort:  m.cfg.MemberlistBindPort,
-		Logger:    log.New(m.cfg.LogOutput, "memberlist: ", log.LstdFlags),
+		BindAddrs: []string{cfg.MemberlistBindAddr},
+		BindPort:  cfg.MemberlistBindPort,
+		Logger:    log.New(cfg.LogOutput, "memberlist: ", log.LstdFlags),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bucketgrid/olric: gossip: %w", err)
 	}
-	return &gossipNet{NetTransport: nt, t: &m.trust}, nil
+	return &gossipNet{NetTransport: nt, t: t}, nil
 }
 
 // refuse returns the error of a send (op "write" over "udp") or dial (op

@@ -29,7 +29,8 @@ const probeTimeout = 250 * time.Millisecond
 // dead process executes nothing. For a previous owner not yet proven dead
 // it starts a probe, which kicks a new read when it proves the death.
 // Called by refresh before nr is published.
-func (m *Member) skipGuards(nr *routes, present map[string]struct{}, returned int64) {
+func (ms *membership) skipGuards(nr *routes, present map[string]struct{}, returned int64) {
+	m := ms.m
 	for p, until := range nr.guardUntil {
 		from := nr.from[p]
 		if until <= returned || from == "" || from == m.name {
@@ -40,10 +41,10 @@ func (m *Member) skipGuards(nr *routes, present map[string]struct{}, returned in
 		}
 		// Only a refusal after the read that handed p over counts: an
 		// older one may be of an earlier process of the same name.
-		if m.deaths.provenSince(from, until-int64(m.cfg.HandoverGrace)) {
+		if ms.deaths.provenSince(from, until-int64(m.cfg.HandoverGrace)) {
 			nr.guardUntil[p] = 0
 		} else {
-			m.probeDeath(from)
+			ms.probeDeath(from)
 		}
 	}
 }
@@ -69,8 +70,8 @@ func (d *deaths) allProvenSince(names []string, since int64) bool {
 
 // probeDeath dials name's owner channel once, unless a probe of it is in
 // flight, and records a refusal as proof of its death.
-func (m *Member) probeDeath(name string) {
-	d := &m.deaths
+func (ms *membership) probeDeath(name string) {
+	m, d := ms.m, &ms.deaths
 	d.mu.Lock()
 	if d.probing[name] || m.ctx.Err() != nil {
 		d.mu.Unlock()
@@ -81,7 +82,7 @@ func (m *Member) probeDeath(name string) {
 	d.mu.Unlock()
 	go func() {
 		defer m.wg.Done()
-		refused := m.refuses(name)
+		refused := ms.refuses(name)
 		d.mu.Lock()
 		delete(d.probing, name)
 		if refused {
@@ -92,19 +93,19 @@ func (m *Member) probeDeath(name string) {
 		}
 		d.mu.Unlock()
 		if refused {
-			m.kick()
+			m.routing.kick()
 		}
 	}()
 }
 
 // refuses reports whether the owner channel of the member called name
 // refused a connection just now.
-func (m *Member) refuses(name string) bool {
+func (ms *membership) refuses(name string) bool {
 	addr, err := channelAddr(name)
 	if err != nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(m.ctx, probeTimeout)
+	ctx, cancel := context.WithTimeout(ms.m.ctx, probeTimeout)
 	defer cancel()
 	var dl net.Dialer
 	c, err := dl.DialContext(ctx, "tcp", addr)

@@ -30,9 +30,16 @@ const maxSeen = 1024
 
 // membership is what a member knows of the cluster beyond Olric's routing
 // table: the gossip addresses of the members it saw alive (to ask them
-// again after a split) and which of them are gone.
+// again after a split), which of them are gone (left, or proven dead) and
+// its own gossip incarnation; and the healer, which asks the missing ones
+// back.
 type membership struct {
-	ml *memberlist.Memberlist
+	m  *Member
+	ml *memberlist.Memberlist // Olric's, found once its routing table was read (see olricMemberlist)
+	// incarnation reads this member's gossip incarnation (see
+	// gossipIncarnation); nil until start found it, or if it cannot.
+	incarnation func() uint32
+	deaths      deaths // members proven dead by a refused connection (failover.go)
 
 	mu      sync.Mutex
 	seen    map[string]string    // member name → gossip address, for every member seen alive and not known to have left
@@ -158,7 +165,8 @@ func (ms *membership) absent(self string, owners []string) []string {
 // either side makes both refute their deaths, so the sides merge within a
 // few intervals once the network is back. Each address has at most one
 // join in flight.
-func (m *Member) healer() {
+func (ms *membership) healer() {
+	m := ms.m
 	defer m.wg.Done()
 	t := time.NewTicker(m.cfg.HealInterval)
 	defer t.Stop()
@@ -168,9 +176,9 @@ func (m *Member) healer() {
 			return
 		case <-t.C:
 		}
-		r := m.routes.Load()
-		targets := m.members.missing(m.name, r)
-		if alive, known := m.members.count(m.name); alive < known {
+		r := m.routing.current()
+		targets := ms.missing(m.name, r)
+		if alive, known := ms.count(m.name); alive < known {
 			// Someone is missing: the configured and discovered peers
 			// too (a peer of the other side may be one this member never
 			// saw, or a new address).
@@ -181,22 +189,22 @@ func (m *Member) healer() {
 			cancel()
 		}
 		for _, addr := range targets {
-			m.members.mu.Lock()
-			busy := m.members.joining[addr]
-			m.members.joining[addr] = true
-			m.members.mu.Unlock()
+			ms.mu.Lock()
+			busy := ms.joining[addr]
+			ms.joining[addr] = true
+			ms.mu.Unlock()
 			if busy {
 				continue
 			}
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				if _, err := m.members.ml.Join([]string{addr}); err == nil {
-					m.kick()
+				if _, err := ms.ml.Join([]string{addr}); err == nil {
+					m.routing.kick()
 				}
-				m.members.mu.Lock()
-				delete(m.members.joining, addr)
-				m.members.mu.Unlock()
+				ms.mu.Lock()
+				delete(ms.joining, addr)
+				ms.mu.Unlock()
 			}()
 		}
 	}
@@ -204,13 +212,14 @@ func (m *Member) healer() {
 
 // announceLeave tells the other members, on Olric's pub/sub, that this
 // member leaves gracefully, so that they stop counting it for a quorum.
-func (m *Member) announceLeave(ctx context.Context) {
-	if m.client == nil {
+func (ms *membership) announceLeave(ctx context.Context) {
+	m := ms.m
+	if m.node.client == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	ps, err := m.client.NewPubSub()
+	ps, err := m.node.client.NewPubSub()
 	if err != nil {
 		return
 	}
@@ -222,7 +231,8 @@ func (m *Member) announceLeave(ctx context.Context) {
 // second, with gossip four times as frequent as probes so that a member
 // suspected wrongly (paused by the scheduler) hears it and refutes in
 // time. An unconfirmed suspicion lasts at most twice the confirmed one.
-func (m *Member) failureDetection(mc *memberlist.Config) {
+func (ms *membership) failureDetection(mc *memberlist.Config) {
+	m := ms.m
 	mc.ProbeInterval = m.cfg.ProbeInterval
 	mc.ProbeTimeout = m.cfg.ProbeTimeout
 	mc.SuspicionMult = m.cfg.SuspicionMult

@@ -61,7 +61,7 @@ func TestJoinFailures(t *testing.T) {
 		})
 	}
 	for _, m := range secured {
-		if members, err := m.client.Members(context.Background()); err != nil || len(members) != 2 {
+		if members, err := m.node.client.Members(context.Background()); err != nil || len(members) != 2 {
 			t.Errorf("%s sees %d members (%v), want 2", m.Name(), len(members), err)
 		}
 	}
@@ -71,7 +71,7 @@ func TestJoinFailures(t *testing.T) {
 // starts a cluster, so every member may be handed the same list.
 func TestJoinSelf(t *testing.T) {
 	ms := startCluster(t, 1, func(c *Config) { c.Peers = []string{memberlistAddr(*c)} })
-	if r := ms[0].routes.Load(); r.members != 1 {
+	if r := ms[0].routing.current(); r.members != 1 {
 		t.Fatalf("%d members", r.members)
 	}
 }

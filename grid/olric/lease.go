@@ -569,7 +569,7 @@ func consumedBy(req *wire.Request, resp *wire.Response) int64 {
 func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Request) (resp wire.Response, handled bool, err error) {
 	t := m.leases
 	h := m.hash(key)
-	owner := m.routes.Load().owners[h%m.cfg.PartitionCount]
+	owner := m.routing.current().owners[h%m.cfg.PartitionCount]
 	if owner == m.name || owner == "" || !leaseable(req, nil) || (!t.cfg.Enabled && !namesExact(req)) {
 		return wire.Response{}, false, nil
 	}

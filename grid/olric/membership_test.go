@@ -255,7 +255,7 @@ func TestGracefulLeave(t *testing.T) {
 				case got == capacity:
 					fullAgain++
 					for _, m := range ms[:2] {
-						r, p := m.routes.Load(), m.Partition(k)
+						r, p := m.routing.current(), m.Partition(k)
 						t.Logf("%s full: %s sees p%d owner %s history [%s] holders [%s] lostAt %d", k, m.Name(), p, r.owners[p], r.history[p], r.holders[p], r.lostAt[p])
 					}
 				case got == 0:

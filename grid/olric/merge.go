@@ -36,22 +36,22 @@ func (m *Member) shipJournal() {
 // state less the consumption the incoming one holds and it does not. The
 // merged bucket lives as long as the longer of the two, and at least
 // until it is full again, so that no consumption expires with it.
-func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []byte, b bound) outcome {
+func (oe *ownerExec) execMerge(ctx context.Context, key string, h uint64, payload []byte, b bound) outcome {
 	ttl, incoming, err := frame.Uvarint(payload)
 	if err != nil || len(incoming) == 0 {
 		return outcome{kind: frame.KindError, err: frame.ErrMalformed}
 	}
 	b.merge = true
-	o, refused, ok := m.exec.hold(ctx, h, b)
+	o, refused, ok := oe.hold(ctx, h, b)
 	if !ok {
 		return refused
 	}
-	defer m.exec.release(&o)
-	s, failed, ok := m.exec.read(&o, key)
+	defer oe.release(&o)
+	s, failed, ok := oe.read(&o, key)
 	if !ok {
 		return failed
 	}
-	now := m.cfg.Clock.Now()
+	now := oe.m.cfg.Clock.Now()
 	merged, changed := journal.Merge(s.stored, incoming, now)
 	if !changed {
 		if s.stored == nil {
@@ -61,14 +61,14 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 		// together after a heal, the one written last, and a copy of the
 		// other side not yet moved here must not replace this one once
 		// this merge's journal is gone (that side's journal still comes).
-		if err := m.exec.write(&o, key, s.stored, m.ttlLeft(&o, key, s)); err != nil {
+		if err := oe.write(&o, key, s.stored, oe.ttlLeft(&o, key, s)); err != nil {
 			return outcome{kind: frame.KindError, err: err, retry: true}
 		}
 		return outcome{kind: frame.KindOK, removed: true}
 	}
 	life := int64(ttl)
 	if life != 0 && s.stored != nil {
-		if left := m.ttlLeft(&o, key, s); left == 0 {
+		if left := oe.ttlLeft(&o, key, s); left == 0 {
 			life = 0
 		} else {
 			life = max(life, left)
@@ -78,7 +78,7 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 		life = max(life, journal.TimeToFull(merged, now))
 	}
 	merged = slices.Clone(merged) // may be the connection's read buffer; the cache keeps it
-	if err := m.exec.write(&o, key, merged, life); err != nil {
+	if err := oe.write(&o, key, merged, life); err != nil {
 		return outcome{kind: frame.KindError, err: err, retry: true}
 	}
 	return outcome{kind: frame.KindOK, removed: true}
@@ -86,13 +86,13 @@ func (m *Member) execMerge(ctx context.Context, key string, h uint64, payload []
 
 // ttlLeft returns the nanoseconds key's entry s has left to live under o
 // (0 for forever, at least 1 otherwise).
-func (m *Member) ttlLeft(o *ownerHold, key string, s ownedState) int64 {
+func (oe *ownerExec) ttlLeft(o *ownerHold, key string, s ownedState) int64 {
 	if s.cached {
 		c := o.st.cache[key]
 		if c.expires == 0 {
 			return 0
 		}
-		return max(c.expires-m.mono(), 1)
+		return max(c.expires-oe.m.mono(), 1)
 	}
 	if s.expiresAt == 0 {
 		return 0

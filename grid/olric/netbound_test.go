@@ -45,7 +45,7 @@ func netDraw(m *Member, p string, n, s int, bound time.Duration, own bool) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for time.Now().Before(end) {
-			if r := m.routes.Load(); r.split || m.journal.Len() > 0 {
+			if r := m.routing.current(); r.split || m.journal.Len() > 0 {
 				split.Store(time.Now().UnixNano())
 			}
 			time.Sleep(10 * time.Millisecond) // polling the routing

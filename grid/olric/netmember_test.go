@@ -223,7 +223,7 @@ func netMemberMain() int {
 				limit = time.Duration(arg(3)) * time.Second
 			}
 			for {
-				r := m.routes.Load()
+				r := m.routing.current()
 				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.Len() == 0) && !guarded(m, r) {
 					h := fnv.New64a()
 					for _, o := range r.owners {
@@ -313,7 +313,7 @@ func netMemberMain() int {
 			wg.Wait()
 			fmt.Println("HAMMER", admitted.Load(), failed.Load(), first.UnixNano(), last.UnixNano(), gap.Milliseconds())
 		case "SHRINKS":
-			fmt.Println("SHRINKS", m.shrinks.Load())
+			fmt.Println("SHRINKS", m.routing.shrinks.Load())
 		case "CONSUME":
 			admitted, failed, noQuorum := 0, 0, 0
 			which := []string{}
@@ -462,7 +462,7 @@ func netMemberMain() int {
 		case "COORD":
 			fmt.Println("COORD", coordinator(m))
 		case "HANDOVERS":
-			fmt.Println("HANDOVERS", m.handovers.Load())
+			fmt.Println("HANDOVERS", m.routing.handovers.Load())
 		case "GOSSIP":
 			fmt.Println("GOSSIP", gossip.suspect.Load(), gossip.dead.Load())
 		case "DEADAT":

@@ -57,7 +57,7 @@ func netWatch(m *Member, cfg *core.Config, p string, n, s int, pace time.Duratio
 					if since.IsZero() {
 						since, first, tr = t0, err, nil
 					}
-					r := m.routes.Load()
+					r := m.routing.current()
 					p := m.Partition(k)
 					if tracing && len(tr) < 60 {
 						tr = append(tr, fmt.Sprintf("%d +%dms age=%dms guard=%dms split=%v members=%d hist=%s backups=%s err=%v", t0.UnixMilli(), time.Since(t0).Milliseconds(), (m.mono()-r.start)/1e6, (r.guardUntil[p]-m.mono())/1e6, r.split, r.members, r.history[p], r.backups[p], err)+" coord="+coordinator(m))
@@ -102,7 +102,7 @@ func netWatch(m *Member, cfg *core.Config, p string, n, s int, pace time.Duratio
 // coordinator returns the name of Olric's coordinator in m's view, "-"
 // if none.
 func coordinator(m *Member) string {
-	ms, _ := m.client.Members(context.Background())
+	ms, _ := m.node.client.Members(context.Background())
 	for _, x := range ms {
 		if x.Coordinator {
 			return x.Name

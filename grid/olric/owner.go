@@ -99,7 +99,7 @@ func (oe *ownerExec) hold(ctx context.Context, h uint64, b bound) (ownerHold, ou
 		oe.gate.RUnlock()
 		return ownerHold{}, outcome{kind: kindBusy}, false
 	}
-	r, now := m.routes.Load(), m.mono()
+	r, now := m.routing.current(), m.mono()
 	if err := ctx.Err(); err != nil || (b.notAfter != 0 && now >= b.notAfter) {
 		st.mu.Unlock()
 		oe.gate.RUnlock()
@@ -130,11 +130,11 @@ func (oe *ownerExec) mayExecute(r *routes, p uint64, now int64, merge bool) (out
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh)}, false
 	}
 	if r.owners[p] != m.name {
-		m.kick()
+		m.routing.kick()
 		return outcome{kind: frame.KindNotOwner}, false
 	}
 	if now-r.start >= int64(m.cfg.RoutingLease) {
-		m.kick()
+		m.routing.kick()
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh / 4)}, false
 	}
 	if g := r.guardUntil[p]; now < g && !(merge && g <= r.staleUntil) {
@@ -186,9 +186,9 @@ func (oe *ownerExec) read(o *ownerHold, key string) (s ownedState, failed outcom
 		s.lineage, s.state = journal.Unwrap(stored)
 		return s, outcome{}, true
 	}
-	gr, err := m.dm.Get(o.ctx, key)
+	gr, err := m.node.dm.Get(o.ctx, key)
 	if errors.Is(err, olricdb.ErrKeyNotFound) && oe.othersHold(o.r, o.p) {
-		gr, err = m.dm.Get(o.ctx, key)
+		gr, err = m.node.dm.Get(o.ctx, key)
 	}
 	switch {
 	case errors.Is(err, olricdb.ErrKeyNotFound):
@@ -223,9 +223,9 @@ func (oe *ownerExec) write(o *ownerHold, key string, state []byte, ttl int64) er
 	m := oe.m
 	var err error
 	if ttl > 0 {
-		err = m.dm.Put(o.ctx, key, state, olricdb.PX(time.Duration(ttl)))
+		err = m.node.dm.Put(o.ctx, key, state, olricdb.PX(time.Duration(ttl)))
 	} else {
-		err = m.dm.Put(o.ctx, key, state)
+		err = m.node.dm.Put(o.ctx, key, state)
 	}
 	if err != nil {
 		delete(o.st.cache, key)

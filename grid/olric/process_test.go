@@ -77,7 +77,7 @@ func childMain() int {
 	fmt.Println("UP")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		r := m.routes.Load()
+		r := m.routing.current()
 		if r.members == want && !guarded(m, r) {
 			break
 		}
@@ -166,7 +166,7 @@ func childMain() int {
 		case "WAIT":
 			n, _ := strconv.Atoi(f[1])
 			for {
-				r := m.routes.Load()
+				r := m.routing.current()
 				if r.members == n && !guarded(m, r) {
 					break
 				}
@@ -187,9 +187,9 @@ func childMain() int {
 func diag(m *Member, keys []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rt, _ := m.client.RoutingTable(ctx)
-	st, _ := m.client.Stats(ctx, m.name)
-	r := m.routes.Load()
+	rt, _ := m.node.client.RoutingTable(ctx)
+	st, _ := m.node.client.Stats(ctx, m.name)
+	r := m.routing.current()
 	out := make([]string, len(keys))
 	for i, key := range keys {
 		p := m.Partition(key)

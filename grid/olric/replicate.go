@@ -22,9 +22,9 @@ func (oe *ownerExec) replicate(ctx context.Context, st *stripe, key string, stat
 	var expires int64
 	switch {
 	case expiresAt == 0:
-		err = m.dm.Put(ctx, key, state)
+		err = m.node.dm.Put(ctx, key, state)
 	case time.Until(time.UnixMilli(expiresAt)) > 0:
-		err = m.dm.Put(ctx, key, state, olricdb.PXAT(time.Duration(expiresAt)*time.Millisecond))
+		err = m.node.dm.Put(ctx, key, state, olricdb.PXAT(time.Duration(expiresAt)*time.Millisecond))
 		expires = m.mono() + int64(time.Until(time.UnixMilli(expiresAt)))
 	default:
 		return outcome{}, false // expiring now: leave it to Olric

@@ -388,7 +388,7 @@ func TestRogueMember(t *testing.T) {
 	wrong := newSecrets(t)
 	unnamed := s.ca.leafFor(t, net.IPv4(127, 0, 0, 2)) // the cluster CA's, for another host
 	coordinator := func(m *Member) string {
-		members, err := m.client.Members(context.Background())
+		members, err := m.node.client.Members(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -461,11 +461,11 @@ func TestRogueMember(t *testing.T) {
 				t.Errorf("members connected %d times to the rogue's Olric port (passwords received: %d)", n, len(r.passwords()))
 			}
 			for _, m := range ms {
-				members, err := m.client.Members(context.Background())
+				members, err := m.node.client.Members(context.Background())
 				if err != nil || len(members) != 3 {
 					t.Errorf("%s sees %d members (%v), want 3", m.Name(), len(members), err)
 				}
-				for _, o := range m.routes.Load().owners {
+				for _, o := range m.routing.current().owners {
 					if o == r.name {
 						t.Errorf("%s routes a partition to the rogue", m.Name())
 						break
@@ -493,7 +493,7 @@ func TestRogueControl(t *testing.T) {
 	if !waitFor(t, "dial", 30*time.Second, func() bool { return r.olric.Load() > 0 }) {
 		t.Fatal("the open member never dialled the rogue's Olric port")
 	}
-	members, err := ms[0].client.Members(context.Background())
+	members, err := ms[0].node.client.Members(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +549,7 @@ func TestHalfSecured(t *testing.T) {
 		})
 	}
 	for _, m := range secured {
-		if members, err := m.client.Members(context.Background()); err != nil || len(members) != 2 {
+		if members, err := m.node.client.Members(context.Background()); err != nil || len(members) != 2 {
 			t.Errorf("%s sees %d members (%v), want 2", m.Name(), len(members), err)
 		}
 	}
@@ -611,7 +611,7 @@ func TestOlricTunnelled(t *testing.T) {
 	ms := startCluster(t, 3, s.secure(t))
 	ctx := context.Background()
 	k := ownedKeys(ms[1], "tunnel-", 1)[0]
-	dm, err := ms[0].client.NewDMap("tunnel")
+	dm, err := ms[0].node.client.NewDMap("tunnel")
 	if err != nil {
 		t.Fatal(err)
 	}

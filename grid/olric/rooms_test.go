@@ -15,8 +15,8 @@ import (
 // grows Member instead breaks this budget. Lower it as rooms move out
 // (the aim: 15 fields and 20 methods).
 const (
-	memberFieldBudget  = 33
-	memberMethodBudget = 46
+	memberFieldBudget  = 17
+	memberMethodBudget = 25
 )
 
 // memberShape counts, over the package's non-test files, the fields of the

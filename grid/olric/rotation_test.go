@@ -53,7 +53,7 @@ func TestGossipKeyRotation(t *testing.T) {
 				if r.Results[0].OK {
 					admitted[k].Add(1)
 				}
-				if n := int64(m.routes.Load().members); n < minMembers.Load() {
+				if n := int64(m.routing.current().members); n < minMembers.Load() {
 					minMembers.Store(n)
 				}
 			}
@@ -134,7 +134,7 @@ func TestChannelSecretMistake(t *testing.T) {
 		t.Errorf("got %v, want ErrJoin naming the unknown authority", err)
 	}
 	for _, m := range ms {
-		if members, err := m.client.Members(context.Background()); err != nil || len(members) != 2 {
+		if members, err := m.node.client.Members(context.Background()); err != nil || len(members) != 2 {
 			t.Errorf("%s sees %d members (%v), want 2", m.Name(), len(members), err)
 		}
 		m.trust.mu.Lock()

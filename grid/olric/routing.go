@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	olricdb "github.com/olric-data/olric"
@@ -71,7 +73,7 @@ type routes struct {
 	splitSince int64
 	absent     []string
 	// inc is this member's gossip incarnation when the read was made
-	// (incKnown: Member.incarnation could read it), and splitInc what it
+	// (incKnown: membership.incarnation could read it), and splitInc what it
 	// was when the latest split in this member's view began (hadSplit:
 	// one began since the member started); see refresh.
 	inc, splitInc      uint32
@@ -86,6 +88,39 @@ type routes struct {
 	leaseEnd    time.Time
 	leaseCancel context.CancelFunc
 }
+
+// router is this member's view of Olric's routing table: the newest read,
+// published for every execution to load, the refresher goroutine that
+// re-reads it (every RoutingRefresh, on a cluster event, when kicked) and
+// what the reads counted. Reads are the hand-over guard's clock: see
+// refresh.
+type router struct {
+	m      *Member
+	table  atomic.Pointer[routes] // the newest read; nil until start's first
+	kickCh chan struct{}
+	genMu  sync.Mutex
+	genCh  chan struct{} // closed after each routing read
+	epochs atomic.Uint64 // the last epoch given out (see routes.epoch)
+
+	// lastEvent is when the member started or last heard of a cluster
+	// event, in m.mono nanoseconds (see settle).
+	lastEvent atomic.Int64
+	shrinks   atomic.Int64 // routing reads with fewer members than the one before
+	// handovers counts the partitions this member guarded after a routing
+	// read (acquired, or possibly changed across a gap or a split).
+	handovers atomic.Int64
+	// readEnd is when (m.mono) the latest routing read attempt returned,
+	// failed or not (see refresh, selfStale).
+	readEnd atomic.Int64
+}
+
+// init readies rt for member m, before m's first read.
+func (rt *router) init(m *Member) {
+	rt.m, rt.kickCh, rt.genCh = m, make(chan struct{}, 1), make(chan struct{})
+}
+
+// current returns the newest routing read.
+func (rt *router) current() *routes { return rt.table.Load() }
 
 // mono returns nanoseconds on the monotonic clock since the member started.
 func (m *Member) mono() int64 { return int64(time.Since(m.base)) }
@@ -102,11 +137,12 @@ func (m *Member) mono() int64 { return int64(time.Since(m.base)) }
 // is younger than RoutingLease; so it stops before the change plus
 // RoutingLease, and the new owner starts after the change plus
 // HandoverGrace. Gaps between reads and splits: see the comments inside.
-func (m *Member) refresh(ctx context.Context) error {
+func (rtr *router) refresh(ctx context.Context) error {
+	m := rtr.m
 	start := m.mono()
-	idle := start - m.readEnd.Load()
-	rt, err := m.client.RoutingTable(ctx)
-	defer func() { m.readEnd.Store(m.mono()) }()
+	idle := start - rtr.readEnd.Load()
+	rt, err := m.node.client.RoutingTable(ctx)
+	defer func() { rtr.readEnd.Store(m.mono()) }()
 	if err != nil {
 		return err
 	}
@@ -150,9 +186,9 @@ func (m *Member) refresh(ctx context.Context) error {
 		nr.split = alive < known
 		nr.quorum = !m.cfg.Quorum || 2*alive > known
 	}
-	prev := m.routes.Load()
-	if m.incarnation != nil {
-		nr.inc, nr.incKnown = m.incarnation(), true
+	prev := rtr.table.Load()
+	if m.members.incarnation != nil {
+		nr.inc, nr.incKnown = m.members.incarnation(), true
 	}
 	if prev != nil {
 		nr.splitInc, nr.hadSplit = prev.splitInc, prev.hadSplit
@@ -161,7 +197,7 @@ func (m *Member) refresh(ctx context.Context) error {
 		nr.splitInc, nr.hadSplit = nr.inc, true
 	}
 	if nr.split {
-		m.noteAbsent(nr, prev, returned)
+		rtr.noteAbsent(nr, prev, returned)
 	}
 	_, onlySelf := distinct[m.name]
 	onlySelf = onlySelf && len(distinct) == 1
@@ -192,7 +228,7 @@ func (m *Member) refresh(ctx context.Context) error {
 	// they read a whole cluster again (see "Network splits").
 	own := int64(m.cfg.HandoverGrace - m.cfg.RoutingLease)
 	selfStale := prev != nil && gapped && (idle > own || prev.took > own) &&
-		!onlySelf && coordinates(ctx, m.client, m.name)
+		!onlySelf && coordinates(ctx, m.node.client, m.name)
 	if selfStale {
 		nr.splitInc, nr.hadSplit = nr.inc, true
 	}
@@ -218,7 +254,7 @@ func (m *Member) refresh(ctx context.Context) error {
 	// starts new epochs.
 	transition := prev != nil && (prev.quorum != nr.quorum ||
 		prev.split && !nr.split && (!nr.incKnown || nr.inc != prev.splitInc) &&
-			!m.deaths.allProvenSince(prev.absent, prev.splitSince) ||
+			!m.members.deaths.allProvenSince(prev.absent, prev.splitSince) ||
 		!prev.split && prev.hadSplit && nr.incKnown && prev.incKnown && nr.inc != prev.inc ||
 		selfStale)
 	sideChange := prev != nil && prev.split != nr.split
@@ -254,12 +290,12 @@ func (m *Member) refresh(ctx context.Context) error {
 		switch {
 		case prev == nil && onlySelf:
 			// A new cluster: nobody else can hold a lease.
-			nr.epoch[p] = m.epochs.Add(1)
+			nr.epoch[p] = rtr.epochs.Add(1)
 		case prev == nil || changed:
 			nr.guardUntil[p] = guard
-			nr.epoch[p] = m.epochs.Add(1)
+			nr.epoch[p] = rtr.epochs.Add(1)
 			if prev != nil {
-				m.handovers.Add(1)
+				rtr.handovers.Add(1)
 				// Across a gap, the owner of the previous read handed p
 				// over only if no other owner holds data of p: one that
 				// only read in between changed nothing.
@@ -274,15 +310,15 @@ func (m *Member) refresh(ctx context.Context) error {
 			if nr.backups[p] != prev.backups[p] || gapped || sideChange {
 				// The cached state is re-read from Olric: what another
 				// member wrote back or merged in is there.
-				nr.epoch[p] = m.epochs.Add(1)
+				nr.epoch[p] = rtr.epochs.Add(1)
 			}
 		}
 	}
-	m.skipGuards(nr, distinct, returned)
+	m.members.skipGuards(nr, distinct, returned)
 	if prev != nil && nr.members < prev.members {
-		m.shrinks.Add(1)
+		rtr.shrinks.Add(1)
 	}
-	m.routes.Store(nr)
+	rtr.table.Store(nr)
 	if !nr.split {
 		m.shipJournal()
 	}
@@ -344,7 +380,8 @@ func (ms *membership) staying(distinct map[string]struct{}) map[string]struct{} 
 // probes those not yet proven dead since it began (see deaths): a split
 // all of whose missing members died is a crash, and its end hands
 // nothing over.
-func (m *Member) noteAbsent(nr, prev *routes, returned int64) {
+func (rt *router) noteAbsent(nr, prev *routes, returned int64) {
+	m := rt.m
 	nr.splitSince = returned
 	if prev != nil && prev.split {
 		nr.splitSince, nr.absent = prev.splitSince, slices.Clip(prev.absent)
@@ -355,15 +392,16 @@ func (m *Member) noteAbsent(nr, prev *routes, returned int64) {
 		}
 	}
 	for _, name := range nr.absent {
-		if !m.deaths.provenSince(name, nr.splitSince) {
-			m.probeDeath(name)
+		if !m.members.deaths.provenSince(name, nr.splitSince) {
+			m.members.probeDeath(name)
 		}
 	}
 }
 
 // refresher re-reads the routing table every RoutingRefresh and whenever
 // kicked.
-func (m *Member) refresher() {
+func (rt *router) refresher() {
+	m := rt.m
 	defer m.wg.Done()
 	t := time.NewTicker(m.cfg.RoutingRefresh)
 	defer t.Stop()
@@ -372,49 +410,49 @@ func (m *Member) refresher() {
 		case <-m.ctx.Done():
 			return
 		case <-t.C:
-		case <-m.kickCh:
+		case <-rt.kickCh:
 		}
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RoutingLease)
-		m.refresh(ctx)
+		rt.refresh(ctx)
 		cancel()
-		m.genMu.Lock()
-		close(m.genCh)
-		m.genCh = make(chan struct{})
-		m.genMu.Unlock()
+		rt.genMu.Lock()
+		close(rt.genCh)
+		rt.genCh = make(chan struct{})
+		rt.genMu.Unlock()
 	}
 }
 
 // kick asks the refresher for a read now.
-func (m *Member) kick() {
+func (rt *router) kick() {
 	select {
-	case m.kickCh <- struct{}{}:
+	case rt.kickCh <- struct{}{}:
 	default:
 	}
 }
 
 // waitRefresh kicks the refresher and waits until a read ends (or ctx).
-func (m *Member) waitRefresh(ctx context.Context) error {
-	m.genMu.Lock()
-	ch := m.genCh
-	m.genMu.Unlock()
-	m.kick()
+func (rt *router) waitRefresh(ctx context.Context) error {
+	rt.genMu.Lock()
+	ch := rt.genCh
+	rt.genMu.Unlock()
+	rt.kick()
 	select {
 	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-m.ctx.Done():
+	case <-rt.m.ctx.Done():
 		return ErrClosed
 	}
 }
 
 // nextRead returns a channel closed when the refresher's next read ends,
 // or one already closed when a read newer than r was published.
-func (m *Member) nextRead(r *routes) <-chan struct{} {
-	m.genMu.Lock()
-	ch := m.genCh
-	m.genMu.Unlock()
-	if m.routes.Load() != r {
+func (rt *router) nextRead(r *routes) <-chan struct{} {
+	rt.genMu.Lock()
+	ch := rt.genCh
+	rt.genMu.Unlock()
+	if rt.table.Load() != r {
 		return closedChan
 	}
 	return ch
@@ -424,7 +462,8 @@ func (m *Member) nextRead(r *routes) <-chan struct{} {
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // events kicks a refresh on every Olric cluster event.
-func (m *Member) events(ch <-chan *redis.Message) {
+func (rt *router) events(ch <-chan *redis.Message) {
+	m := rt.m
 	defer m.wg.Done()
 	for {
 		select {
@@ -437,8 +476,32 @@ func (m *Member) events(ch <-chan *redis.Message) {
 			if msg.Channel == leaveChannel {
 				m.members.forget(msg.Payload)
 			}
-			m.lastEvent.Store(m.mono())
-			m.kick()
+			rt.lastEvent.Store(m.mono())
+			rt.kick()
 		}
+	}
+}
+
+// routingSettle is how long after a cluster event (or its start) a member
+// waits before shutting Olric down; see settle.
+const routingSettle = 100 * time.Millisecond
+
+// settle waits until routingSettle has passed since the member
+// started or last heard of a cluster event, or ctx ends. Olric v0.7.4
+// serves a routing-table push that is still in flight when it shuts down
+// after its routing table stopped waiting for its goroutines, and the push
+// then starts one more (a data race in Olric, and a goroutine that outlives
+// Shutdown); each cluster event, the member's own join included, sends such
+// a push, which lands within milliseconds.
+func (rt *router) settle(ctx context.Context) {
+	wait := time.Duration(rt.lastEvent.Load() + int64(routingSettle) - rt.m.mono())
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }

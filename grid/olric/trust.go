@@ -204,7 +204,7 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 // admit notes a proven node: the join succeeded, and the membership
 // record (heal.go) knows it.
 func (g gossipGate) admit(n *memberlist.Node) {
-	g.m.joined.Store(true)
+	g.m.node.joined.Store(true)
 	g.m.members.note(n)
 }
 
@@ -340,7 +340,7 @@ func (t *guard) prove(ctx context.Context, name string, want trust.Record) (*x50
 	rand.Read(nonce[:])
 	a, err := t.askIdentity(ctx, name, nonce)
 	if err != nil {
-		if !m.started.Load() {
+		if !m.node.started.Load() {
 			if why := t.securityProbe(ctx, name); why != "" {
 				t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
 			}
@@ -358,7 +358,7 @@ func (t *guard) prove(ctx context.Context, name string, want trust.Record) (*x50
 		why = "Password differs from the cluster's"
 	}
 	if why != "" {
-		if !m.started.Load() {
+		if !m.node.started.Load() {
 			t.refuse(fmt.Errorf("%w: %s: %s", ErrSecurityMismatch, name, why))
 		}
 		return nil, fmt.Errorf("%w: %s: %s", errUnproven, name, why)
