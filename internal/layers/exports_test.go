@@ -10,18 +10,14 @@ import (
 	"testing"
 )
 
-// exported counts what package dir exports, as a reader of its
-// documentation meets it: exported top-level names (types, functions,
-// constants, variables), exported methods of exported types, exported fields
-// of exported struct types and the methods of exported interfaces. Test
-// files are left out.
-func exported(t *testing.T, dir string) int {
+// parseDir parses the non-test Go files of package dir.
+func parseDir(t *testing.T, dir string) []*ast.File {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var out []*ast.File
 	fset := token.NewFileSet()
 	for _, fn := range files {
 		if strings.HasSuffix(fn, "_test.go") {
@@ -31,6 +27,20 @@ func exported(t *testing.T, dir string) int {
 		if err != nil {
 			t.Fatal(err)
 		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// exported counts what package dir exports, as a reader of its
+// documentation meets it: exported top-level names (types, functions,
+// constants, variables), exported methods of exported types, exported fields
+// of exported struct types and the methods of exported interfaces. Test
+// files are left out.
+func exported(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	for _, f := range parseDir(t, dir) {
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
@@ -135,6 +145,75 @@ func TestExportedNames(t *testing.T) {
 		}
 		if counts[pkg] > max {
 			t.Errorf("%s exports %d names, over its budget of %d", pkg, counts[pkg], max)
+		}
+	}
+}
+
+// shape counts, over package dir's non-test files, the fields of struct
+// type name (each name; an embedded field counts once) and the methods
+// whose receiver is name or *name, exported or not.
+func shape(t *testing.T, dir, name string) (fields, methods int) {
+	t.Helper()
+	for _, f := range parseDir(t, dir) {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					continue
+				}
+				rt := d.Recv.List[0].Type
+				if s, ok := rt.(*ast.StarExpr); ok {
+					rt = s.X
+				}
+				if id, ok := rt.(*ast.Ident); ok && id.Name == name {
+					methods++
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					ts, ok := s.(*ast.TypeSpec)
+					if !ok || ts.Name.Name != name {
+						continue
+					}
+					st, ok := ts.Type.(*ast.StructType)
+					if !ok {
+						t.Fatalf("%s in %s is not a struct", name, dir)
+					}
+					for _, fl := range st.Fields.List {
+						fields += max(len(fl.Names), 1)
+					}
+				}
+			}
+		}
+	}
+	return fields, methods
+}
+
+// typeBudgets bounds the types that compose a package's rooms: the most
+// fields and methods each may have. A concept that grows such a type
+// instead of owning a type of its own breaks its budget; lower a budget as
+// rooms move out. grid/olric's Member composes the owner channel, the
+// peers, the owner side, routing, membership, the Olric node and trust
+// (the aim: 15 fields and 20 methods).
+var typeBudgets = []struct {
+	pkg, name       string
+	fields, methods int
+}{
+	{"grid/olric", "Member", 17, 25},
+}
+
+// TestTypeBudgets holds each type of typeBudgets to its budget.
+func TestTypeBudgets(t *testing.T) {
+	for _, b := range typeBudgets {
+		fields, methods := shape(t, filepath.Join("..", "..", b.pkg), b.name)
+		t.Logf("%s.%s: %d fields (budget %d), %d methods (budget %d)", b.pkg, b.name, fields, b.fields, methods, b.methods)
+		if fields == 0 || methods == 0 {
+			t.Fatalf("counted %d fields and %d methods: the counter lost %s.%s", fields, methods, b.pkg, b.name)
+		}
+		if fields > b.fields {
+			t.Errorf("%s.%s has %d fields, budget %d: give the new concept a type of its own", b.pkg, b.name, fields, b.fields)
+		}
+		if methods > b.methods {
+			t.Errorf("%s.%s has %d methods, budget %d: give the new concept a type of its own", b.pkg, b.name, methods, b.methods)
 		}
 	}
 }
