@@ -169,9 +169,16 @@ func (j *Journal) Advance(key string, read Lineage, spent int64) (Lineage, Branc
 // a state that already holds a branch (its own side's, or an earlier
 // merge of it, or a newer state along the same chain) subtracts nothing
 // for it, and a state with no branch in common subtracts all of
-// incoming's. An absent or unreadable current yields incoming; an
-// unreadable incoming leaves current. It never mints: the result holds
-// no more tokens than current.
+// incoming's. A side that held no copy of the bucket created it full in
+// the split, without what was consumed before it, so subtracting the
+// other side's branches from its copy would mint that consumption back:
+// Merge also takes incoming less every token current's lineage holds
+// beyond incoming's, and keeps whichever of the two holds fewer tokens
+// (the same bucket where both sides descend from one state; the exact one
+// where either side was created fresh), when both have one configuration.
+// An absent or unreadable current yields incoming; an unreadable incoming
+// leaves current. It never mints: the result holds no more tokens than
+// current.
 func Merge(current, incoming []byte, now int64) (merged []byte, changed bool) {
 	li, si := Unwrap(incoming)
 	if _, ok := available(si, now); !ok {
@@ -182,7 +189,7 @@ func Merge(current, incoming []byte, now int64) (merged []byte, changed bool) {
 	if len(current) == 0 || err != nil {
 		return incoming, true
 	}
-	var missing int64
+	var missing, beyond int64 // incoming's consumption current lacks, and current's incoming lacks
 	l := lc
 	for _, x := range li {
 		if c := lc.count(x.ID); x.Consumed > c {
@@ -193,11 +200,27 @@ func Merge(current, incoming []byte, now int64) (merged []byte, changed bool) {
 	if missing == 0 {
 		return current, false
 	}
-	if b.ConsumeIgnoringRateLimits(missing, now) == math.MaxInt64 {
+	for _, x := range lc {
+		if c := li.count(x.ID); x.Consumed > c {
+			beyond += x.Consumed - c
+		}
+	}
+	debit(&b, missing, now)
+	if bi, err := wire.DecodeState(si); err == nil && bi.ConfigVersion == b.ConfigVersion && bi.Config.Equal(&b.Config) {
+		debit(&bi, beyond, now)
+		if bi.AvailableTokens(now) < b.AvailableTokens(now) {
+			b = bi
+		}
+	}
+	return Wrap(l, wire.AppendState(nil, &b)), true
+}
+
+// debit takes n tokens from b at now, into debt if need be.
+func debit(b *core.State, n, now int64) {
+	if b.ConsumeIgnoringRateLimits(n, now) == math.MaxInt64 {
 		// A debt beyond int64: take what there is.
 		b.TryConsumeAsMuchAsPossible(max(b.AvailableTokens(now), 0), now)
 	}
-	return Wrap(l, wire.AppendState(nil, &b)), true
 }
 
 // TimeToFull returns how long the bucket stored (lineage included) takes

@@ -246,3 +246,41 @@ func TestWrap(t *testing.T) {
 		t.Errorf("bounded lineage %v, want the newest %d", many, MaxBranches)
 	}
 }
+
+// TestMergeFreshSide: the cut host held no copy of the bucket, so its
+// first write of the split created it full, without the consumption made
+// before the split (10 here); the majority kept the bucket's history.
+// Whichever side's copy the owner holds after the heal, the merge keeps
+// every side's consumption: the exact bucket, or less. Subtracting the
+// majority's consumption from the cut host's fresh copy gave 500 where
+// the exact bucket holds 490 (TestNetHealForgetsNoConsumption's host 1
+// case: 1,000 tokens where at most 994 may remain).
+func TestMergeFreshSide(t *testing.T) {
+	var ja, jb Journal
+	s0 := base(t)
+	a := split(t, &ja, s0, 200)
+	cfg, err := core.NewConfig(core.Intervally(1000, 1000, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, _, resp := wire.Process(nil, wire.Request{Mode: wire.ModeCreateIfAbsent, Config: &cfg, Ops: []wire.Op{{Kind: wire.OpAvailableTokens}}}, now)
+	if resp.Status != wire.StatusOK {
+		t.Fatalf("create: %+v", resp)
+	}
+	l, b := jb.Advance("k", nil, Spent(nil, consume(t, created, 300), now))
+	fresh := Wrap(l, consume(t, created, 300))
+	jb.Put("k", fresh, b, 0, now)
+	const exact = 1000 - 10 - 200 - 300
+	for _, tc := range []struct {
+		name           string
+		current, other []byte
+	}{
+		{"the majority's copy kept", a, fresh},
+		{"the cut host's fresh copy kept", fresh, a},
+	} {
+		got := merge(t, merge(t, tc.current, tc.other), tc.current)
+		if n := tokens(t, got); n > exact {
+			t.Errorf("%s: %d tokens after the merges, more than the exact bucket's %d", tc.name, n, exact)
+		}
+	}
+}
