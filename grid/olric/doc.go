@@ -354,7 +354,12 @@
 // holds a branch (its own side's, a merge of it that arrived before, a
 // later state of the same chain, a second split's before the first
 // merged) subtracts nothing for it, so copies that share no split never
-// count each other, and a copy merged twice counts once. The owner
+// count each other, and a copy merged twice counts once. A side that
+// held no copy of a bucket (the default's minority, which creates it full)
+// lacks the consumption made before the split, so the owner also
+// subtracts its own lineage's branches beyond the incoming one from the
+// incoming state, and keeps whichever result holds fewer tokens: where
+// the owner kept that fresh copy, the other side's history wins. The owner
 // writes the bucket at every merge, changed or not, so that Olric, which
 // keeps the copy written last when it moves the other side's data in,
 // keeps the merged one. The merged bucket lives until it is full again at
@@ -375,8 +380,8 @@
 // capacity less what both sides admitted plus the refill of the whole
 // run: 0 tokens forgotten (README.md's fault table has the figures);
 // internal/journal's tests cover the rule with both sides consumed, one
-// side only, a second split before the first merged, and copies that
-// share no split. Every member must run a build that knows the lineage:
+// side only, a side that created the bucket fresh, a second split before
+// the first merged, and copies that share no split. Every member must run a build that knows the lineage:
 // an older one reads a stamped state as corrupt.
 //
 // A paused coordinator. Olric's coordinator (the oldest member) reads
