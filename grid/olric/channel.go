@@ -29,6 +29,15 @@ var preamble = frame.Preamble
 // It is a context.DeadlineExceeded.
 var errExpired = fmt.Errorf("bucketgrid/olric: request expired before execution: %w", context.DeadlineExceeded)
 
+// errStoreFailed opens the answer to a request whose execution the owner
+// would retry had it come from itself (an outcome with retry: its Olric
+// call failed, for one because Olric closed the connection to a holder
+// that left, "redis: client is closed", or dialled a dead one): the
+// caller retries it as it would its own, within its budget. Before, a
+// caller failed at once where the owner itself retried (TestCrash beside
+// busy loops: "owner …: client is closed").
+var errStoreFailed = errors.New("bucketgrid/olric: the owner's store call failed (retryable)")
+
 // connBuf is the size of a connection's read and write buffers, on both
 // sides of the owner channel.
 const connBuf = 4 << 10
@@ -425,6 +434,9 @@ func (o *outcome) appendFrame(dst []byte, id uint64) []byte {
 	case frame.KindNoQuorum:
 		dst = frame.AppendHeader(dst, id, frame.KindNoQuorum)
 	default:
+		if o.retry {
+			return appendErrorFrame(dst, id, fmt.Errorf("%w: %w", errStoreFailed, o.err))
+		}
 		return appendErrorFrame(dst, id, o.err)
 	}
 	if len(dst)-start-4 > frame.Max {

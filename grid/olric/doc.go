@@ -235,8 +235,9 @@
 //     buckets (about a third) and no other, and 0 over-admitted
 //     (TestGracefulLeave).
 //   - A member crashes (SIGKILL of its process): with ReplicaCount 1 exactly
-//     its buckets start over empty, with 2 none is lost, and none starts
-//     full (TestCrash; but see "Lost state"); requests for its partitions
+//     the buckets whose data it alone held at the kill start over empty
+//     and none a survivor held, with 2 none is lost, and none starts full
+//     (TestCrash; but see "Lost state"); requests for its partitions
 //     wait until memberlist declares it dead and the partitions are
 //     handed over (see "Crash fail-over window").
 //

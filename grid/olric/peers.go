@@ -57,6 +57,9 @@ type reply struct {
 	err  error         // the connection failed, or the answer did not decode
 	// grant is a frame.KindLeased answer's lease (kind is then frame.KindOK)
 	grant *grant
+	// retry: a frame.KindError the owner would retry itself (see
+	// errStoreFailed)
+	retry bool
 }
 
 // decodeReply decodes an answer's payload; it keeps no reference to it.
@@ -92,7 +95,8 @@ func decodeReply(kind byte, payload []byte) reply {
 		}
 		return reply{kind: frame.KindHold, hold: int64(min(d, uint64(time.Hour)))}
 	case frame.KindError:
-		return reply{kind: frame.KindError, msg: string(payload)}
+		msg := string(payload)
+		return reply{kind: frame.KindError, msg: msg, retry: strings.HasPrefix(msg, errStoreFailed.Error())}
 	}
 	return reply{err: frame.ErrMalformed}
 }
@@ -450,7 +454,7 @@ func (pp *peerPool) remote(ctx context.Context, name string, kind byte, key stri
 			// execution reports it.
 			return outcome{kind: frame.KindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s: %w", name, r.msg, context.DeadlineExceeded)}
 		}
-		return outcome{kind: frame.KindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s", name, r.msg)}
+		return outcome{kind: frame.KindError, err: fmt.Errorf("bucketgrid/olric: owner %s: %s", name, r.msg), retry: r.retry}
 	}
 	return outcome{kind: frame.KindError, err: frame.ErrMalformed}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +154,31 @@ func TestQueuedRequestsKeepTheirDeadline(t *testing.T) {
 		}
 		if got := r.resp.Results[0].Tokens; got != 5 {
 			t.Errorf("%s: %d tokens left, want 5: executed after its caller stopped waiting", key, got)
+		}
+	}
+}
+
+// TestOwnerStoreFailureRetried: an owner whose store call failed answers
+// so that a remote caller retries it, as the owner retries its own
+// (outcome.retry: Olric closed its connection to a holder that left, or
+// dialled a dead one); any other error is not retried. Before, the caller
+// failed at once with "owner …: client is closed" (TestCrash beside busy
+// loops).
+func TestOwnerStoreFailureRetried(t *testing.T) {
+	for _, tc := range []struct {
+		o     outcome
+		retry bool
+	}{
+		{outcome{kind: frame.KindError, err: errors.New("redis: client is closed"), retry: true}, true},
+		{outcome{kind: frame.KindError, err: errors.New("bucketgrid/olric: bad request")}, false},
+	} {
+		_, kind, payload, err := frame.Parse(tc.o.appendFrame(nil, 7)[4:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := decodeReply(kind, payload)
+		if r.kind != frame.KindError || r.retry != tc.retry || !strings.Contains(r.msg, tc.o.err.Error()) {
+			t.Errorf("%v (retry %v) reached the caller as kind %d, %q, retry %v", tc.o.err, tc.o.retry, r.kind, r.msg, r.retry)
 		}
 	}
 }

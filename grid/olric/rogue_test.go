@@ -632,3 +632,27 @@ func TestOlricTunnelled(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeKeysWithoutKeys: a joiner without GossipKeys that gossip is
+// slow to let in (a starved machine) is not refused for its keys when the
+// member it probes has none either: without keys there is nothing to
+// differ. Before, two probes a second apart refused it with "GossipKeys
+// differ from the cluster's" (TestCrash, beside busy loops on one core).
+// A mismatch where one side has keys is still refused (TestHalfSecured).
+func TestProbeKeysWithoutKeys(t *testing.T) {
+	seed := startCluster(t, 1, nil)[0]
+	var g guard
+	g.init(seed, seed.trust.creds)
+	g.self = &trust.Record{} // its gossip started and has not been let in
+	for range 3 {
+		g.probeKeys(context.Background(), []string{memberlistAddr(seed.cfg)})
+	}
+	select {
+	case <-g.refused:
+		t.Fatalf("refused without keys on either side: %v", g.refusal)
+	default:
+	}
+	if g.keyStrikes != 0 {
+		t.Errorf("%d strikes against keys neither side has", g.keyStrikes)
+	}
+}
