@@ -395,7 +395,9 @@
 // that table too. So a member that reads a table from itself after a gap
 // of its own in its reads (its process stopped or starved, not a
 // coordinator that did not answer) longer than HandoverGrace-RoutingLease
-// takes the read for a hand-over of everything: it holds every partition
+// and than gossip's quickest death (ProbeTimeout plus SuspicionMult
+// probe intervals: no shorter gap lets the others declare it dead) takes
+// the read for a hand-over of everything: it holds every partition
 // it owns for HandoverGrace (again when the rise of its incarnation
 // arrives), and only the others' journal merges run meanwhile, which
 // subtract what they admitted of its buckets; they ship them as soon as
@@ -403,7 +405,7 @@
 // one replica the others started its buckets empty (see "Lost state") and
 // spent only the refill. What it costs: a
 // coordinator's keys wait HandoverGrace after any gap of its own over
-// HandoverGrace-RoutingLease (0.5 s), a pause or a starved process. Not
+// that (0.5 s with the defaults), a pause or a starved process. Not
 // covered: a merge that arrives after the hold ended (the others did not
 // read one cluster within HandoverGrace of the wake).
 // TestNetFaultWorstInterval's coordinator points keep it (README.md's

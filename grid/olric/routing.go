@@ -225,8 +225,15 @@ func (rtr *router) refresh(ctx context.Context) error {
 	// that the rise of its incarnation (the refuted death) that gossip
 	// may bring a moment later is one too. The others' consumption
 	// reaches it meanwhile through their journals, which they ship once
-	// they read a whole cluster again (see "Network splits").
-	own := int64(m.cfg.HandoverGrace - m.cfg.RoutingLease)
+	// they read a whole cluster again (see "Network splits"). A gap
+	// shorter than gossip's quickest death, a probe's timeout and then
+	// the shortest suspicion (SuspicionMult probe intervals, memberlist's
+	// floor for clusters of up to 10), hid no such thing: nobody could
+	// declare this member dead meanwhile (TestNetStarvedMember's 700 ms
+	// pauses under its 1,125 ms, where every partition was guarded and
+	// checks failed with no membership change).
+	own := max(int64(m.cfg.HandoverGrace-m.cfg.RoutingLease),
+		int64(m.cfg.ProbeTimeout)+int64(m.cfg.SuspicionMult)*int64(m.cfg.ProbeInterval))
 	selfStale := prev != nil && gapped && (idle > own || prev.took > own) &&
 		!onlySelf && coordinates(ctx, m.node.client, m.name)
 	if selfStale {
