@@ -31,15 +31,7 @@ func TestPeerWriteBounds(t *testing.T) {
 	// has taken its frame out of wbuf. Flushing alone is not enough, as the
 	// flusher yields before it takes wbuf, and calls appended meanwhile
 	// would go with its write.
-	for {
-		p.mu.Lock()
-		writing := p.flushing && len(p.wbuf) == 0
-		p.mu.Unlock()
-		if writing {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitWriting(p)
 	var busy error
 	for i := 0; busy == nil; i++ {
 		if i > maxPendingWrite/size+1 {
@@ -101,15 +93,7 @@ func TestQueuedRequestsKeepTheirDeadline(t *testing.T) {
 	first := make(chan reply, 1)
 	go func() { first <- p.call(context.Background(), frame.KindExecute, "first", &consume, nil, time.Minute) }()
 	// Wait until the first call is writing, blocked until the relay starts.
-	for {
-		p.mu.Lock()
-		writing := p.flushing && len(p.wbuf) == 0
-		p.mu.Unlock()
-		if writing {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitWriting(p)
 	// The caller's context ends while its request is queued.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	left := p.call(ctx, frame.KindExecute, "left", &consume, nil, 50*time.Millisecond)
@@ -180,5 +164,20 @@ func TestOwnerStoreFailureRetried(t *testing.T) {
 		if r.kind != frame.KindError || r.retry != tc.retry || !strings.Contains(r.msg, tc.o.err.Error()) {
 			t.Errorf("%v (retry %v) reached the caller as kind %d, %q, retry %v", tc.o.err, tc.o.retry, r.kind, r.msg, r.retry)
 		}
+	}
+}
+
+// waitWriting waits until p's flusher is writing a frame it took out of
+// wbuf (and is blocked there when nobody reads): calls appended from then
+// on wait in wbuf for the next write.
+func waitWriting(p *peer) {
+	for {
+		p.mu.Lock()
+		writing := p.flushing && len(p.wbuf) == 0
+		p.mu.Unlock()
+		if writing {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
