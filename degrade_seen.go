@@ -115,12 +115,7 @@ func (g *degrader) saw(key string, ops []wire.Op, resp *wire.Response) {
 // boundary). The n instances together start
 // from no more than what each last saw.
 func seedShare(cut *core.Config, v int64, seen seenTokens, n int) []byte {
-	k := int64(max(n, 1))
-	q := seen.Tokens / k
-	if seen.Tokens < 0 && seen.Tokens%k != 0 {
-		q-- // rounded down below zero too
-	}
-	st := core.NewStateHolding(cut.Clone(), seen.At, q)
+	st := core.NewStateHolding(cut.Clone(), seen.At, core.SeenShareOf(seen.Tokens, n))
 	st.ConfigVersion = v
 	return wire.AppendState(nil, &st)
 }

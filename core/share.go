@@ -59,7 +59,6 @@ func shareRefill(b *Bandwidth, k int64) (int64, time.Duration) {
 	return r / g, p * time.Duration(stretch)
 }
 
-// ceilShare returns ⌈a/k⌉ for a ≥ 0, k ≥ 1, without overflow.
 // ShareOf returns one of n instances' share of a count of tokens, as Share
 // divides a capacity: ⌈a/n⌉, 0 for a = 0, a itself for n ≤ 1. Layers that
 // describe a shared bucket (a limit, a window's tokens) round with it.
@@ -70,6 +69,24 @@ func ShareOf(a int64, n int) int64 {
 	return ceilShare(a, int64(n))
 }
 
+// SeenShareOf returns one of n instances' share of a count of tokens seen
+// left in a shared bucket: ⌊a/n⌋, rounded down below zero too (a bucket in
+// debt), a itself for n ≤ 1. Where ShareOf rounds up so that shares never
+// fall below their whole, SeenShareOf rounds down so that the n shares
+// together never hold more than was seen.
+func SeenShareOf(a int64, n int) int64 {
+	if n <= 1 {
+		return a
+	}
+	k := int64(n)
+	q := a / k
+	if a < 0 && a%k != 0 {
+		q--
+	}
+	return q
+}
+
+// ceilShare returns ⌈a/k⌉ for a ≥ 0, k ≥ 1, without overflow.
 func ceilShare(a, k int64) int64 {
 	if a == 0 {
 		return 0

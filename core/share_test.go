@@ -149,3 +149,29 @@ func TestShareFleet(t *testing.T) {
 		}
 	}
 }
+
+// TestShareOfRounding: ShareOf never lets n shares fall below their whole,
+// SeenShareOf never lets them hold more than was seen, in debt too.
+func TestShareOfRounding(t *testing.T) {
+	for _, tc := range []struct {
+		a        int64
+		n        int
+		up, down int64
+	}{
+		{0, 3, 0, 0}, {1, 3, 1, 0}, {3, 3, 1, 1}, {10, 3, 4, 3}, {7, 1, 7, 7}, {7, 0, 7, 7},
+		{-1, 3, 0, -1}, {-3, 3, -1, -1}, {-4, 3, -1, -2},
+	} {
+		if tc.a >= 0 {
+			if got := ShareOf(tc.a, tc.n); got != tc.up {
+				t.Errorf("ShareOf(%d, %d) = %d, want %d", tc.a, tc.n, got, tc.up)
+			}
+		}
+		got := SeenShareOf(tc.a, tc.n)
+		if got != tc.down {
+			t.Errorf("SeenShareOf(%d, %d) = %d, want %d", tc.a, tc.n, got, tc.down)
+		}
+		if k := int64(max(tc.n, 1)); got*k > tc.a {
+			t.Errorf("SeenShareOf(%d, %d) = %d: %d shares hold %d, more than was seen", tc.a, tc.n, got, k, got*k)
+		}
+	}
+}
