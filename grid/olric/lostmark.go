@@ -1,0 +1,208 @@
+package olric
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	olricdb "github.com/olric-data/olric"
+)
+
+// lostMarkSuffix names the DMap of the lost marks: Config.DMap with it
+// appended (see lostMarks).
+const lostMarkSuffix = ".lost"
+
+// lostMarks keeps each partition's loss record (routes.lostAt) inside the
+// partition itself, so that it reaches a member that never read the
+// takeover: one lost mark per lost partition, an entry of the DMap
+// Config.DMap+".lost" whose key hashes to that partition, holding the
+// instant of the loss. Olric moves and replicates it with the partition's
+// buckets, so whoever owns the partition later reads it there; see "Lost
+// state" in the package documentation.
+//
+// The owner of a partition writes its mark after a routing read in which
+// it owns the partition with a loss it had not marked (write, in the
+// background: the refresher does not wait for Olric); an owner that finds
+// a bucket absent and creates it reads the mark (lostAt). Nothing else
+// reads it: a bucket that exists pays nothing.
+type lostMarks struct {
+	m *Member
+	// keys[p] is the key of partition p's mark: a decimal number, the
+	// first that hashes to p in the marks' DMap.
+	keys []string
+
+	mu      sync.Mutex
+	dm      olricdb.DMap     // the marks' DMap; nil until first used
+	pending map[uint64]int64 // partitions to mark, with their loss
+	writing bool             // write holds a snapshot of pending
+	kickCh  chan struct{}
+}
+
+// init readies lm for member m: it finds each partition's mark key.
+func (lm *lostMarks) init(m *Member) {
+	lm.m, lm.kickCh, lm.pending = m, make(chan struct{}, 1), map[uint64]int64{}
+	n := m.cfg.PartitionCount
+	lm.keys = make([]string, n)
+	name := m.cfg.DMap + lostMarkSuffix
+	for i, found := uint64(0), uint64(0); found < n; i++ {
+		k := strconv.FormatUint(i, 10)
+		var d xxhash.Digest
+		d.Reset()
+		d.WriteString(name)
+		d.WriteString(k)
+		if p := d.Sum64() % n; lm.keys[p] == "" {
+			lm.keys[p], found = k, found+1
+		}
+	}
+}
+
+// dmap returns the marks' DMap, creating the handle on first use.
+func (lm *lostMarks) dmap() (olricdb.DMap, error) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if lm.dm == nil {
+		dm, err := lm.m.node.client.NewDMap(lm.m.cfg.DMap + lostMarkSuffix)
+		if err != nil {
+			return nil, fmt.Errorf("bucketgrid/olric: lost marks: %w", err)
+		}
+		lm.dm = dm
+	}
+	return lm.dm, nil
+}
+
+// note queues a mark for every partition this member owns in nr with a
+// loss it did not own in prev (nil for none) or that changed since.
+// Under LostFull nothing is marked.
+func (lm *lostMarks) note(prev, nr *routes) {
+	m := lm.m
+	if m.cfg.LostState != LostEmpty {
+		return
+	}
+	queued := false
+	for p, at := range nr.lostAt {
+		if at == 0 || nr.owners[p] != m.name ||
+			prev != nil && prev.owners[p] == m.name && prev.lostAt[p] == at {
+			continue
+		}
+		lm.mu.Lock()
+		lm.pending[uint64(p)] = max(lm.pending[uint64(p)], at)
+		lm.mu.Unlock()
+		queued = true
+	}
+	if queued {
+		select {
+		case lm.kickCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// writer writes the queued marks until the member shuts down; a mark that
+// fails is tried again after RoutingRefresh.
+func (lm *lostMarks) writer() {
+	m := lm.m
+	defer m.wg.Done()
+	retry := time.NewTimer(0)
+	<-retry.C
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-lm.kickCh:
+		case <-retry.C:
+		}
+		lm.mu.Lock()
+		todo := lm.pending
+		lm.pending, lm.writing = map[uint64]int64{}, true
+		lm.mu.Unlock()
+		failed := false
+		for p, at := range todo {
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RoutingLease)
+			err := lm.write(ctx, p, at)
+			cancel()
+			if err != nil {
+				failed = true
+				lm.mu.Lock()
+				lm.pending[p] = max(lm.pending[p], at)
+				lm.mu.Unlock()
+			}
+		}
+		lm.mu.Lock()
+		lm.writing = false
+		lm.mu.Unlock()
+		if failed {
+			retry.Reset(m.cfg.RoutingRefresh)
+		}
+	}
+}
+
+// idle reports whether no mark is queued or being written.
+func (lm *lostMarks) idle() bool {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	return len(lm.pending) == 0 && !lm.writing
+}
+
+// write stores partition p's mark as at, unless it already holds a later
+// loss (a mark only moves forward).
+func (lm *lostMarks) write(ctx context.Context, p uint64, at int64) error {
+	dm, err := lm.dmap()
+	if err != nil {
+		return err
+	}
+	if old, err := lm.read(ctx, dm, p); err != nil {
+		return err
+	} else if old >= at {
+		return nil
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(at))
+	if err := dm.Put(ctx, lm.keys[p], b[:]); err != nil {
+		return fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w", p, err)
+	}
+	return nil
+}
+
+// read returns partition p's mark, 0 when there is none. A mark that is
+// not 8 bytes (not written by a Member) counts as none, and the next loss
+// overwrites it.
+func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64, error) {
+	gr, err := dm.Get(ctx, lm.keys[p])
+	if errors.Is(err, olricdb.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w", p, err)
+	}
+	b, err := gr.Byte()
+	if err != nil || len(b) != 8 {
+		return 0, nil
+	}
+	return int64(binary.BigEndian.Uint64(b)), nil
+}
+
+// lostAt returns since when the partition of an owner's hold o has been
+// lost, 0 for never: the later of this member's record and the
+// partition's mark. Like ownerExec.read it reads once more when another
+// member holds data of the partition: a mark still moving may be missed
+// by the first Get.
+func (lm *lostMarks) lostAt(o *ownerHold) (int64, error) {
+	at := o.r.lostAt[o.p]
+	dm, err := lm.dmap()
+	if err != nil {
+		return 0, err
+	}
+	mark, err := lm.read(o.ctx, dm, o.p)
+	if err == nil && mark == 0 && lm.m.exec.othersHold(o.r, o.p) {
+		mark, err = lm.read(o.ctx, dm, o.p)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return max(at, mark), nil
+}

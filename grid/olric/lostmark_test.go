@@ -1,0 +1,125 @@
+package olric
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestLostReachesJoiner kills one of three member processes (SIGKILL,
+// ReplicaCount 1) after 300 buckets were drawn down, so that the two
+// survivors take its partitions over without a copy and record the loss;
+// then a fresh member joins, which read none of that and takes some of
+// those partitions over from the survivors. A bucket whose state died with
+// the victim and that nobody touched since is absent wherever it lands;
+// on the joiner it must not start full (a second capacity each): the
+// loss record travels with the partition. Before, the joiner had no
+// record, and every such bucket it took over started full.
+func TestLostReachesJoiner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const n = 300
+	kids := startChildren(t, 3, 1, "test")
+	for _, k := range kids {
+		k.send(t, "WAIT 3")
+		k.expect(t, "STABLE")
+	}
+	kids[0].send(t, fmt.Sprint("SEED ", n))
+	kids[0].expect(t, "SEEDED")
+	all := make([]string, n)
+	for i := range all {
+		all[i] = fmt.Sprint("crash-", i)
+	}
+	partOf, perPart := map[string]string{}, map[string]int{}
+	kids[0].send(t, "DIAG "+strings.Join(all, ","))
+	for _, d := range strings.Split(kids[0].expect(t, "DIAG"), ";") {
+		key, rest, _ := strings.Cut(d, "=")
+		p, _, _ := strings.Cut(rest, " ")
+		partOf[key] = p
+		perPart[p]++
+	}
+	if err := kids[2].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kids[:2] {
+		k.send(t, "WAIT 2")
+		k.expect(t, "STABLE")
+	}
+	// What died with the victim: the buckets of the partitions no
+	// survivor holds an entry of (read 0, 1, 0 as TestCrash does).
+	var held []map[string]int
+	for _, i := range []int{0, 1, 0} {
+		kids[i].send(t, "DIAG "+strings.Join(all, ","))
+		held = append(held, diagHeld(kids[i].expect(t, "DIAG")))
+	}
+	var lostKeys []string
+	for _, key := range all {
+		h := 0
+		for _, m := range held {
+			h = max(h, m[partOf[key]])
+		}
+		if h == 0 {
+			lostKeys = append(lostKeys, key)
+		}
+	}
+	if len(lostKeys) == 0 {
+		t.Fatal("no bucket died with the victim: nothing to judge")
+	}
+	// The survivors wrote their lost marks (in the background).
+	for _, k := range kids[:2] {
+		k.send(t, "MARKED")
+		k.expect(t, "MARKED")
+	}
+	// A fresh member joins the two survivors.
+	p := freeBase(t)
+	joiner := startChild(t, childEnv, fmt.Sprintf("%d %d 3 1 test %s", p, p+2, gossipAddr(kids[0])))
+	joiner.expect(t, "READY")
+	for _, k := range []*child{kids[0], kids[1], joiner} {
+		k.send(t, "WAIT 3")
+		k.expect(t, "STABLE")
+	}
+	joiner.send(t, "MINE "+strings.Join(lostKeys, ","))
+	mine := joiner.expect(t, "MINE")
+	if mine == "-" {
+		t.Fatalf("the joiner took over none of the %d lost buckets: nothing to judge", len(lostKeys))
+	}
+	onJoiner := strings.Split(mine, ",")
+	kids[0].send(t, fmt.Sprint("LOST ", n))
+	f := strings.Fields(kids[0].expect(t, "LOST"))
+	full, _ := strconv.Atoi(f[0])
+	empty, _ := strconv.Atoi(f[1])
+	fullKeys := strings.Split(f[2], ",")
+	emptyKeys := strings.Split(f[3], ",")
+	fullOnJoiner := 0
+	for _, key := range onJoiner {
+		if slices.Contains(fullKeys, key) {
+			fullOnJoiner++
+		}
+	}
+	emptyOnJoiner := 0
+	for _, key := range onJoiner {
+		if slices.Contains(emptyKeys, key) {
+			emptyOnJoiner++
+		}
+	}
+	t.Logf("%d of %d buckets died with the victim; the joiner took over %d of them: %d started full there, %d empty; in all %d full, %d empty",
+		len(lostKeys), n, len(onJoiner), fullOnJoiner, emptyOnJoiner, full, empty)
+	if full > 0 {
+		joiner.send(t, "DIAG "+strings.Join(fullKeys[:min(len(fullKeys), 8)], ","))
+		t.Logf("joiner: %s", joiner.expect(t, "DIAG"))
+		t.Errorf("%d buckets started again full (a second capacity each; %d of them on the joiner), want 0", full, fullOnJoiner)
+	}
+	for _, k := range []*child{kids[0], kids[1], joiner} {
+		k.send(t, "STOP")
+	}
+}
+
+// gossipAddr is the gossip address of child c, started by startChild
+// with its spec (see childMain) last in its environment.
+func gossipAddr(c *child) string {
+	spec := strings.Fields(strings.TrimPrefix(c.cmd.Env[len(c.cmd.Env)-1], childEnv+"="))
+	return "127.0.0.1:" + spec[1]
+}
