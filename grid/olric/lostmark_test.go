@@ -11,16 +11,25 @@ import (
 // TestLostReachesJoiner kills one of three member processes (SIGKILL,
 // ReplicaCount 1) after 300 buckets were drawn down, so that the two
 // survivors take its partitions over without a copy and record the loss;
-// then a fresh member joins, which read none of that and takes some of
-// those partitions over from the survivors. A bucket whose state died with
-// the victim and that nobody touched since is absent wherever it lands;
-// on the joiner it must not start full (a second capacity each): the
-// loss record travels with the partition. Before, the joiner had no
-// record, and every such bucket it took over started full.
+// then a member joins that read none of that and takes some of those
+// partitions over from the survivors: a fresh one ("joined"), or the
+// victim restarted at its address ("restarted"), which takes its old
+// partitions back. A bucket whose state died with the victim and that
+// nobody touched since is absent wherever it lands; on the joiner it must
+// not start full (a second capacity each): the loss record travels with
+// the partition. Before, the joiner had no record, and every such bucket
+// it took over started full.
 func TestLostReachesJoiner(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	t.Run("joined", func(t *testing.T) { lostReachesJoiner(t, false) })
+	t.Run("restarted", func(t *testing.T) { lostReachesJoiner(t, true) })
+}
+
+// lostReachesJoiner is TestLostReachesJoiner, the joiner being the victim
+// restarted at its address when restart is set.
+func lostReachesJoiner(t *testing.T, restart bool) {
 	const n = 300
 	kids := startChildren(t, 3, 1, "test")
 	for _, k := range kids {
@@ -73,9 +82,13 @@ func TestLostReachesJoiner(t *testing.T) {
 		k.send(t, "MARKED")
 		k.expect(t, "MARKED")
 	}
-	// A fresh member joins the two survivors.
+	// A member joins the two survivors.
 	p := freeBase(t)
-	joiner := startChild(t, childEnv, fmt.Sprintf("%d %d 3 1 test %s", p, p+2, gossipAddr(kids[0])))
+	spec := fmt.Sprintf("%d %d 3 1 test %s", p, p+2, gossipAddr(kids[0]))
+	if restart {
+		spec = strings.TrimPrefix(kids[2].cmd.Env[len(kids[2].cmd.Env)-1], childEnv+"=")
+	}
+	joiner := startChild(t, childEnv, spec)
 	joiner.expect(t, "READY")
 	for _, k := range []*child{kids[0], kids[1], joiner} {
 		k.send(t, "WAIT 3")
