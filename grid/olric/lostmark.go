@@ -107,8 +107,8 @@ func (lm *lostMarks) note(prev, nr *routes) {
 func (lm *lostMarks) writer() {
 	m := lm.m
 	defer m.wg.Done()
-	retry := time.NewTimer(0)
-	<-retry.C
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
 	for {
 		select {
 		case <-m.ctx.Done():

@@ -2,10 +2,13 @@ package olric
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // TestLostReachesJoiner kills one of three member processes (SIGKILL,
@@ -135,4 +138,39 @@ func lostReachesJoiner(t *testing.T, restart bool) {
 func gossipAddr(c *child) string {
 	spec := strings.Fields(strings.TrimPrefix(c.cmd.Env[len(c.cmd.Env)-1], childEnv+"="))
 	return "127.0.0.1:" + spec[1]
+}
+
+// TestLostMarkQueue: after a routing read, a member queues a lost mark
+// for each partition it owns with a loss it did not own before or that
+// changed, at that loss, and none under LostFull; each partition's mark
+// key hashes to that partition in the marks' DMap.
+func TestLostMarkQueue(t *testing.T) {
+	read := func(owners []string, lostAt []int64) *routes { return &routes{owners: owners, lostAt: lostAt} }
+	for _, tc := range []struct {
+		name     string
+		state    LostState
+		prev, nr *routes
+		want     map[uint64]int64
+	}{
+		{"first read", LostEmpty, nil, read([]string{"s", "s", "x"}, []int64{0, 5, 5}), map[uint64]int64{1: 5}},
+		{"acquired", LostEmpty, read([]string{"x", "s", "x"}, []int64{5, 5, 5}),
+			read([]string{"s", "s", "x"}, []int64{5, 5, 5}), map[uint64]int64{0: 5}},
+		{"lost again", LostEmpty, read([]string{"s", "s", "x"}, []int64{5, 5, 5}),
+			read([]string{"s", "s", "x"}, []int64{5, 9, 9}), map[uint64]int64{1: 9}},
+		{"LostFull", LostFull, nil, read([]string{"s", "s", "x"}, []int64{5, 5, 5}), map[uint64]int64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Member{name: "s", cfg: Config{PartitionCount: 3, DMap: "bucketgrid", LostState: tc.state}}
+			m.marks.init(m)
+			m.marks.note(tc.prev, tc.nr)
+			if !maps.Equal(m.marks.pending, tc.want) {
+				t.Errorf("queued %v, want %v", m.marks.pending, tc.want)
+			}
+			for p, k := range m.marks.keys {
+				if got := xxhash.Sum64String("bucketgrid"+lostMarkSuffix+k) % 3; got != uint64(p) {
+					t.Errorf("mark key %q of partition %d hashes to %d", k, p, got)
+				}
+			}
+		})
+	}
 }
