@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -29,9 +30,17 @@ const lostMarkSuffix = ".lost"
 // it owns the partition with a loss it had not marked (write, in the
 // background: the refresher does not wait for Olric); an owner that finds
 // a bucket absent and creates it reads the mark (lostAt). Nothing else
-// reads it: a bucket that exists pays nothing.
+// reads it: a bucket that exists pays nothing. A member heeds only a mark
+// of a loss before its first routing read returned, which its own reads
+// could not judge (the first has none before it to compare with); a later
+// one they judged (routes.lostAt): so a mark written by a split's other
+// side, which Olric merges in at the heal, changes nothing on a member
+// that ran through the split.
 type lostMarks struct {
 	m *Member
+	// since is when (Config.Clock) the member's first routing read
+	// returned, 0 before.
+	since atomic.Int64
 	// keys[p] is the key of partition p's mark: a decimal number, the
 	// first that hashes to p in the marks' DMap.
 	keys []string
@@ -77,9 +86,12 @@ func (lm *lostMarks) dmap() (olricdb.DMap, error) {
 
 // note queues a mark for every partition this member owns in nr with a
 // loss it did not own in prev (nil for none) or that changed since.
-// Under LostFull nothing is marked.
+// Under LostFull nothing is marked. The first read (prev nil) sets since.
 func (lm *lostMarks) note(prev, nr *routes) {
 	m := lm.m
+	if prev == nil {
+		lm.since.CompareAndSwap(0, m.cfg.Clock.Now())
+	}
 	if m.cfg.LostState != LostEmpty {
 		return
 	}
@@ -188,9 +200,10 @@ func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64
 
 // lostAt returns since when the partition of an owner's hold o has been
 // lost, 0 for never: the later of this member's record and the
-// partition's mark. Like ownerExec.read it reads once more when another
-// member holds data of the partition: a mark still moving may be missed
-// by the first Get.
+// partition's mark, when the mark is of a loss before this member's first
+// routing read returned (see lostMarks); else the record. Like
+// ownerExec.read it reads once more when another member holds data of
+// the partition: a mark still moving may be missed by the first Get.
 func (lm *lostMarks) lostAt(o *ownerHold) (int64, error) {
 	at := o.r.lostAt[o.p]
 	dm, err := lm.dmap()
@@ -204,5 +217,16 @@ func (lm *lostMarks) lostAt(o *ownerHold) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return max(at, mark), nil
+	return heedMark(at, mark, lm.since.Load()), nil
+}
+
+// heedMark returns since when a partition has been lost for a member
+// whose record says at and whose first routing read returned at since (0
+// before), the partition's mark saying mark (0 for none): the later of
+// at and a mark of a loss before since, else at.
+func heedMark(at, mark, since int64) int64 {
+	if since == 0 || mark > since {
+		return at
+	}
+	return max(at, mark)
 }

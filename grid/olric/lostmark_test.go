@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/bucketgrid/bucketgrid/clock"
 )
 
 // TestLostReachesJoiner kills one of three member processes (SIGKILL,
@@ -193,7 +195,7 @@ func TestLostMarkQueue(t *testing.T) {
 		{"LostFull", LostFull, nil, read([]string{"s", "s", "x"}, []int64{5, 5, 5}), map[uint64]int64{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &Member{name: "s", cfg: Config{PartitionCount: 3, DMap: "bucketgrid", LostState: tc.state}}
+			m := &Member{name: "s", cfg: Config{PartitionCount: 3, DMap: "bucketgrid", LostState: tc.state, Clock: clock.Wall()}}
 			m.marks.init(m)
 			m.marks.note(tc.prev, tc.nr)
 			if !maps.Equal(m.marks.pending, tc.want) {
@@ -205,5 +207,27 @@ func TestLostMarkQueue(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLostMarkHeeded: a member heeds a partition's mark only of a loss
+// before its first routing read returned (it could not judge that one);
+// of a later one its own record decides, so that a mark a split's other
+// side wrote changes nothing on a member that ran through the split.
+func TestLostMarkHeeded(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		at, mark, since, want int64
+	}{
+		{"no mark", 0, 0, 100, 0},
+		{"a loss before the member started", 0, 50, 100, 50},
+		{"a loss it recorded later too", 150, 50, 100, 150},
+		{"a loss after it started, not recorded", 0, 150, 100, 0},
+		{"a loss after it started, recorded", 160, 150, 100, 160},
+		{"no routing read yet", 0, 50, 0, 0},
+	} {
+		if got := heedMark(tc.at, tc.mark, tc.since); got != tc.want {
+			t.Errorf("%s: heedMark(%d, %d, %d) = %d, want %d", tc.name, tc.at, tc.mark, tc.since, got, tc.want)
+		}
 	}
 }
