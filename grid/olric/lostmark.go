@@ -26,9 +26,14 @@ const lostMarkSuffix = ".lost"
 // buckets, so whoever owns the partition later reads it there; see "Lost
 // state" in the package documentation.
 //
-// The owner of a partition writes its mark after a routing read in which
-// it owns the partition with a loss it had not marked (write, in the
-// background: the refresher does not wait for Olric); an owner that finds
+// A member writes a partition's mark after a routing read that recorded a
+// new loss of it, whoever owns it (Olric routes the write to the owner),
+// and after one in which it acquired a partition lost before, in case the
+// mark was not written (write, in the background: the refresher does not
+// wait for Olric). Every member that records the loss writes: one whose
+// reads missed it (TestCrash's open case in "Lost state": a new owner
+// that recorded no loss where another survivor did) hands no record on,
+// and the others' marks then reach a later joiner. An owner that finds
 // a bucket absent and creates it reads the mark (lostAt). Nothing else
 // reads it: a bucket that exists pays nothing. A member heeds only a mark
 // of a loss before its first routing read returned, which its own reads
@@ -84,9 +89,10 @@ func (lm *lostMarks) dmap() (olricdb.DMap, error) {
 	return lm.dm, nil
 }
 
-// note queues a mark for every partition this member owns in nr with a
-// loss it did not own in prev (nil for none) or that changed since.
-// Under LostFull nothing is marked. The first read (prev nil) sets since.
+// note queues a mark for every partition with a loss in nr that prev (nil
+// for none) did not record, or that this member owns in nr and did not
+// own in prev. Under LostFull nothing is marked. The first read (prev nil)
+// sets since.
 func (lm *lostMarks) note(prev, nr *routes) {
 	m := lm.m
 	if prev == nil {
@@ -97,8 +103,7 @@ func (lm *lostMarks) note(prev, nr *routes) {
 	}
 	queued := false
 	for p, at := range nr.lostAt {
-		if at == 0 || nr.owners[p] != m.name ||
-			prev != nil && prev.owners[p] == m.name && prev.lostAt[p] == at {
+		if at == 0 || prev != nil && prev.lostAt[p] == at && (nr.owners[p] != m.name || prev.owners[p] == m.name) {
 			continue
 		}
 		lm.mu.Lock()

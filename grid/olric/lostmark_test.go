@@ -126,9 +126,20 @@ func lostReachesJoiner(t *testing.T, restart bool) {
 	t.Logf("%d of %d buckets died with the victim; the joiner took over %d of them: %d started full there, %d empty; in all %d full, %d empty",
 		len(lostKeys), n, len(onJoiner), fullOnJoiner, emptyOnJoiner, full, empty)
 	if full > 0 {
-		joiner.send(t, "DIAG "+strings.Join(fullKeys[:min(len(fullKeys), 8)], ","))
-		t.Logf("joiner: %s", joiner.expect(t, "DIAG"))
-		t.Errorf("%d buckets started again full (a second capacity each; %d of them on the joiner), want 0", full, fullOnJoiner)
+		some := strings.Join(fullKeys[:min(len(fullKeys), 8)], ",")
+		for i, k := range []*child{kids[0], kids[1], joiner} {
+			k.send(t, "DIAG "+some)
+			t.Logf("member %d (2: the joiner): %s", i, k.expect(t, "DIAG"))
+		}
+		if fullOnJoiner > 0 {
+			t.Errorf("%d of the lost buckets the joiner took over started again full (a second capacity each), want 0", fullOnJoiner)
+		}
+		// A survivor that recorded no loss of a partition it took over
+		// starts its buckets full: TestCrash's open case ("Lost state"),
+		// which TestCrash judges; here only the joiner is.
+		if full > fullOnJoiner {
+			t.Logf("%d buckets started full on the survivors: TestCrash's open case", full-fullOnJoiner)
+		}
 	}
 	for _, k := range []*child{kids[0], kids[1], joiner} {
 		k.send(t, "STOP")
@@ -176,9 +187,10 @@ func gossipAddr(c *child) string {
 }
 
 // TestLostMarkQueue: after a routing read, a member queues a lost mark
-// for each partition it owns with a loss it did not own before or that
-// changed, at that loss, and none under LostFull; each partition's mark
-// key hashes to that partition in the marks' DMap.
+// for each partition with a loss the read before did not record, whoever
+// owns it, and for each lost partition it acquired, at that loss, and
+// none under LostFull; each partition's mark key hashes to that partition
+// in the marks' DMap.
 func TestLostMarkQueue(t *testing.T) {
 	read := func(owners []string, lostAt []int64) *routes { return &routes{owners: owners, lostAt: lostAt} }
 	for _, tc := range []struct {
@@ -187,11 +199,15 @@ func TestLostMarkQueue(t *testing.T) {
 		prev, nr *routes
 		want     map[uint64]int64
 	}{
-		{"first read", LostEmpty, nil, read([]string{"s", "s", "x"}, []int64{0, 5, 5}), map[uint64]int64{1: 5}},
+		{"first read", LostEmpty, nil, read([]string{"s", "s", "x"}, []int64{0, 5, 5}), map[uint64]int64{1: 5, 2: 5}},
 		{"acquired", LostEmpty, read([]string{"x", "s", "x"}, []int64{5, 5, 5}),
 			read([]string{"s", "s", "x"}, []int64{5, 5, 5}), map[uint64]int64{0: 5}},
 		{"lost again", LostEmpty, read([]string{"s", "s", "x"}, []int64{5, 5, 5}),
-			read([]string{"s", "s", "x"}, []int64{5, 9, 9}), map[uint64]int64{1: 9}},
+			read([]string{"s", "s", "x"}, []int64{5, 9, 9}), map[uint64]int64{1: 9, 2: 9}},
+		{"unchanged", LostEmpty, read([]string{"s", "x", "x"}, []int64{5, 5, 0}),
+			read([]string{"s", "x", "x"}, []int64{5, 5, 0}), map[uint64]int64{}},
+		{"handed away", LostEmpty, read([]string{"s", "x", "x"}, []int64{5, 5, 0}),
+			read([]string{"x", "x", "x"}, []int64{5, 5, 0}), map[uint64]int64{}},
 		{"LostFull", LostFull, nil, read([]string{"s", "s", "x"}, []int64{5, 5, 5}), map[uint64]int64{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
