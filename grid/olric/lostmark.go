@@ -53,7 +53,7 @@ type lostMarks struct {
 	mu      sync.Mutex
 	dm      olricdb.DMap     // the marks' DMap; nil until first used
 	pending map[uint64]int64 // partitions to mark, with their loss
-	writing bool             // write holds a snapshot of pending
+	writing bool             // writer holds a snapshot of pending
 	kickCh  chan struct{}
 }
 
