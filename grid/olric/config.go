@@ -69,7 +69,9 @@ type Config struct {
 	PartitionCount uint64
 
 	// DMap is the name of the Olric DMap holding the buckets. Default
-	// "bucketgrid".
+	// "bucketgrid". The DMap named DMap+".lost" holds the lost partitions'
+	// marks (see "Lost state" in the package documentation): the
+	// application must not use either name for its own data.
 	DMap string
 
 	// Clock is the time of every bucket this member owns. It must read Unix

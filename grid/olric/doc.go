@@ -289,9 +289,35 @@
 // handed to one survivor, then on to another by a second rebalance, as
 // when gossip on a machine starved of CPU declares a survivor dead and
 // takes it back: TestLostTakeoverSequences; before, they started full
-// there). A member that never read the takeover has no record of it: a
-// member restarted since that takes its partitions back starts their
-// absent buckets full. A member that announced a graceful
+// there). The record reaches a member that never read the takeover too (one
+// that joined or restarted since): every member that records a loss writes
+// its instant into the partition itself (Olric routes the write to the
+// owner; TestLostMarkQueue), a lost mark, an entry of the DMap named
+// Config.DMap+".lost" whose key hashes to the partition, and an owner that
+// creates an absent bucket starts it from the later of its own record and
+// the partition's mark, when the mark is of a loss before the member's
+// first routing read returned: a later loss its own reads judged, so a mark
+// that a split's other side wrote and Olric merged in at the heal changes
+// nothing on a member that ran through the split (TestLostMarkHeeded; on
+// one that joined during it, the new buckets of that side's partitions
+// start as lost, an under-admission). Olric moves and replicates the mark
+// with the partition's buckets, so it is wherever they are, whether or not
+// a member that read the takeover is still alive, with no protocol of its
+// own (a record shipped from member to member, as the journal is, needs a
+// living sender that knows who the new owner is). A fresh member that joins
+// after a kill, and the killed member restarted at its address, which takes
+// its lost partitions back, start none of the lost buckets they take over
+// full (TestLostReachesJoiner, ReplicaCount 1: all of them empty in its
+// runs; before, every one of them full). What it costs: one Olric Get more
+// for each bucket created (two while another member holds data of its
+// partition), none for a bucket that exists; and one entry per lost
+// partition, kept for good (a mark older than a bucket's refill from empty
+// changes nothing), whose fragment takes one 64 KiB table on the
+// partition's owner and each backup. Not covered: a bucket created on a
+// member that took the partition over before its mark was written (a member
+// writes it in the background right after the routing read that recorded
+// the loss, and retries every RoutingRefresh until it is stored), and a
+// loss no member recorded. A member that announced a graceful
 // Shutdown counts as gone from then on, though Olric may still list it for
 // a while: it takes the data it did not hand over with it. And a member
 // that already owned a partition it read through previous owners records

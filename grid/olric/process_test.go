@@ -38,6 +38,10 @@ import (
 //	DIAG keys  answers "DIAG k=…;k=…", per key (comma-separated) what
 //	         this member sees of its partition: see diag
 //	OWNKEY n answers "OWNKEY key", one of those buckets this member owns
+//	MARKED   waits until this member wrote every lost mark it queued
+//	         (lostmark.go); answers "MARKED"
+//	MINE keys  answers "MINE k,…", those of keys (comma-separated) this
+//	         member owns ("-" for none)
 //	OUTAGE key  checks key (each attempt bounded by 100 ms) until a check
 //	         succeeds; answers "OUTAGE ms", the time since the command
 //	STOP     shuts the member down and exits
@@ -162,6 +166,27 @@ func childMain() int {
 					break
 				}
 			}
+		case "MARKED":
+			deadline := time.Now().Add(time.Minute)
+			for !m.marks.idle() && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !m.marks.idle() {
+				fmt.Println("ERROR: lost marks still queued after a minute")
+				continue
+			}
+			fmt.Println("MARKED")
+		case "MINE":
+			var mine []string
+			for _, key := range strings.Split(f[1], ",") {
+				if m.Owner(key) == m.Name() {
+					mine = append(mine, key)
+				}
+			}
+			if mine == nil {
+				mine = []string{"-"}
+			}
+			fmt.Println("MINE", strings.Join(mine, ","))
 		case "OUTAGE":
 			start := time.Now()
 			for {
@@ -213,8 +238,9 @@ func executeSettled(m *Member, key string, req wire.Request) (wire.Response, err
 
 // diag says, per key, what m sees of its partition: its owner, data
 // holders, recorded takeover and epoch in m's routing read, Olric's
-// routing table (primary owners/backups), and how many entries the
-// partition holds in m's primary and backup fragments.
+// routing table (primary owners/backups), and how many buckets the
+// partition holds in m's primary and backup fragments (entries of the
+// buckets' DMap: a lost mark is not counted).
 func diag(m *Member, keys []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -228,7 +254,7 @@ func diag(m *Member, keys []string) string {
 		if e, ok := rt[p]; ok {
 			out[i] += fmt.Sprintf(" olric=%v/%v", e.PrimaryOwners, e.ReplicaOwners)
 		}
-		out[i] += fmt.Sprintf(" primaryLen=%d backupLen=%d", st.Partitions[stats.PartitionID(p)].Length, st.Backups[stats.PartitionID(p)].Length)
+		out[i] += fmt.Sprintf(" primaryLen=%d backupLen=%d", st.Partitions[stats.PartitionID(p)].DMaps[m.cfg.DMap].Length, st.Backups[stats.PartitionID(p)].DMaps[m.cfg.DMap].Length)
 	}
 	return strings.Join(out, ";")
 }
