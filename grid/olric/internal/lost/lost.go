@@ -150,14 +150,13 @@ type Watch struct {
 // applies a new table one partition at a time while it answers routing
 // reads, so a read can show some of a killed member's partitions moved
 // while it still owns others (present, Takeover false), and the read
-// after, without it, shows nothing changing hands (TestCrash, ReplicaCount
-// 1, under the race detector: 16 of a killed member's 114 buckets started
-// full). A living holder that hands a partition on unlisted (Olric lists
-// a previous owner until its data moved, so only one that held none) and
-// leaves within window loses it too: its absent buckets start empty, an
-// under-admission. A watch passes along when the owner changes again with
-// nothing unlisted: what the watched holders wrote never reached the
-// owner it was handed to either.
+// after, without it, shows nothing changing hands (see "Lost state" in
+// grid/olric's package documentation). A living holder that hands a
+// partition on unlisted (Olric lists a previous owner until its data
+// moved, so only one that held none) and leaves within window loses it
+// too: its absent buckets start empty, an under-admission. A watch passes
+// along when the owner changes again with nothing unlisted: what the
+// watched holders wrote never reached the owner it was handed to either.
 func Watched(prev, next Part, w Watch, present map[string]struct{}, now, window int64) (Watch, bool) {
 	owner := next.owner()
 	if owner == "" {
