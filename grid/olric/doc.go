@@ -342,12 +342,22 @@
 // tests (152 tokens over a bound of 93), before the first of these rules
 // and the record handed on; that run's routing reads were not kept, and
 // both holes fit it. It runs beside them again, and beside 8 busy loops
-// it admitted 0 tokens over its bound in each of 5 runs. Open: the test
-// command's race pass on a quiet machine (2026-12-07, c89e18e) saw
-// TestCrash (ReplicaCount 1) start 14 of the crashed member's 105 buckets
-// full: their new owner recorded no loss (lostAt 0) where another
-// survivor, reading the same takeover later, did; how the new owner's
-// reads let it through is not traced.
+// it admitted 0 tokens over its bound in each of 5 runs. Olric's
+// coordinator applies a new table one partition at a time while it
+// answers routing reads, so a read can show some of a killed member's
+// partitions moved while the member still owns others and so counts as
+// present: an owner change whose previous holders that read lists
+// nowhere (neither as previous owner nor as backup) stays watched for
+// 2*HandoverGrace, and the partition is lost at the read that shows them
+// all gone (TestLostTakeoverSequences; TestCrash, ReplicaCount 1, under
+// the race detector: before, 1 run of 30 started 16 of the killed
+// member's 114 buckets full, their new owner having recorded no loss, as
+// the test command's race pass did once, 14 of 105; after, none in 71
+// runs, 21 of them beside 2 busy loops). A living member that hands a
+// partition on unlisted (Olric lists a previous owner until its data has
+// moved, so one that held none of it) and leaves within that window
+// loses the partition too: its absent buckets start empty, an
+// under-admission.
 //
 // # Network splits
 //

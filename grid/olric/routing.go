@@ -51,6 +51,9 @@ type routes struct {
 	// this member, owning p, finds absent was empty then
 	// (Config.LostState; see markLost).
 	lostAt []int64
+	// watch[p] is what p's owner change left watched (see lost.Watched,
+	// markLost).
+	watch []lost.Watch
 	// present names the members holding data in this read (see
 	// lost.Takeover), as markLost judged them.
 	present map[string]struct{}
@@ -159,6 +162,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 		holders:    make([]string, n),
 		replicas:   make([]string, n),
 		lostAt:     make([]int64, n),
+		watch:      make([]lost.Watch, n),
 		epoch:      make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
@@ -287,7 +291,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	}
 	wallNow := m.cfg.Clock.Now()
 	holding := m.members.staying(distinct)
-	markLost(prev, nr, holding, wallNow)
+	markLost(prev, nr, holding, wallNow, int64(2*m.cfg.HandoverGrace))
 	for p := range nr.owners {
 		if nr.owners[p] != m.name {
 			continue
@@ -349,19 +353,27 @@ func coordinates(ctx context.Context, client *olricdb.EmbeddedClient, name strin
 	return true
 }
 
-// markLost sets nr.lostAt for every partition (see lost.Since) from the
-// previous read prev (nil for none), present (the members holding data in
-// nr, see lost.Takeover) and now (Config.Clock). Every partition, not only
-// those self owns: one that another member took over lost and hands on to
-// self carries its loss along.
-func markLost(prev, nr *routes, present map[string]struct{}, now int64) {
+// markLost sets nr.lostAt for every partition (see lost.Since and
+// lost.Watched) from the previous read prev (nil for none), present (the
+// members holding data in nr, see lost.Takeover), now (Config.Clock) and
+// window, how long an owner change stays watched: 2*HandoverGrace, so
+// that the next read, HandoverGrace-RoutingLease later unless starved,
+// falls within it with room. Every partition, not only those self owns:
+// one that another member took over lost and hands on to self carries
+// its loss along.
+func markLost(prev, nr *routes, present map[string]struct{}, now, window int64) {
 	nr.present = present
 	if prev == nil {
 		return
 	}
 	for p := range nr.owners {
-		nr.lostAt[p] = lost.Since(lost.Part{Owners: prev.history[p], Replicas: prev.replicas[p]},
-			lost.Part{Owners: nr.history[p], Replicas: nr.replicas[p]}, prev.lostAt[p], prev.present, present, now)
+		was := lost.Part{Owners: prev.history[p], Replicas: prev.replicas[p]}
+		is := lost.Part{Owners: nr.history[p], Replicas: nr.replicas[p]}
+		nr.lostAt[p] = lost.Since(was, is, prev.lostAt[p], prev.present, present, now)
+		var gone bool
+		if nr.watch[p], gone = lost.Watched(was, is, prev.watch[p], present, now, window); gone {
+			nr.lostAt[p] = now
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package lost owns the rules of grid/olric's lost state: when a member
 // that takes a partition over can read none of its latest state (Takeover,
-// and Orphaned for one it already held), since when a partition's state
+// Orphaned for one it already held, and Watched for one it took over
+// while its holders were still present), since when a partition's state
 // is lost across routing reads, whoever owns it (Since),
 // which requests create a bucket such a partition lost (Creates), and the
 // state such a bucket starts from under LostEmpty (EmptySince). When a
@@ -130,6 +131,61 @@ func Since(prev, next Part, at int64, prevPresent, present map[string]struct{}, 
 		return now
 	}
 	return at
+}
+
+// Watch is what one routing read leaves watched of a partition whose
+// owner changed while members that held its data were still present but
+// listed nowhere in the read (neither owner, previous owner nor backup),
+// so the new owner cannot read through them: Holders, those members
+// (comma-separated, "" for none), since At (the read's instant).
+type Watch struct {
+	Holders string
+	At      int64
+}
+
+// Watched returns what to watch of partition next (read now, prev the
+// read before, w the watch then) and whether the partition is lost now:
+// every watched holder left (present, as Takeover judges it) within
+// window of the owner change that started the watch. Olric's coordinator
+// applies a new table one partition at a time while it answers routing
+// reads, so a read can show some of a killed member's partitions moved
+// while it still owns others (present, Takeover false), and the read
+// after, without it, shows nothing changing hands (see "Lost state" in
+// grid/olric's package documentation). A living holder that hands a
+// partition on unlisted (Olric lists a previous owner until its data
+// moved, so only one that held none) and leaves within window loses it
+// too: its absent buckets start empty, an under-admission. A watch passes
+// along when the owner changes again with nothing unlisted: what the
+// watched holders wrote never reached the owner it was handed to either.
+func Watched(prev, next Part, w Watch, present map[string]struct{}, now, window int64) (Watch, bool) {
+	owner := next.owner()
+	if owner == "" {
+		return w, false
+	}
+	if prev.owner() != "" && prev.owner() != owner {
+		if u := unlisted(owner, prev, next); u != "" {
+			w = Watch{Holders: u, At: now}
+		}
+	}
+	if w.Holders == "" || now < w.At || now-w.At > window {
+		return Watch{}, false
+	}
+	if Takeover(owner, w.Holders, present) {
+		return Watch{}, true
+	}
+	return w, false
+}
+
+// unlisted returns prev's data holders when self, next's owner, was none
+// of them and next lists none of them, "" otherwise.
+func unlisted(self string, prev, next Part) string {
+	listed := strings.Split(next.holders(), ",")
+	for _, h := range strings.Split(prev.holders(), ",") {
+		if h == self || slices.Contains(listed, h) {
+			return ""
+		}
+	}
+	return prev.holders()
 }
 
 // EmptySince returns the stored bytes of a new bucket of req's

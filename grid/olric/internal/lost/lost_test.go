@@ -163,3 +163,41 @@ func TestSince(t *testing.T) {
 		}
 	}
 }
+
+// TestWatched: an owner change that leaves its previous holders listed
+// nowhere while they are present is watched, and the partition is lost
+// when they have all left within the window; a holder still listed, the
+// new owner among the previous holders, or a watch past its window is
+// not.
+func TestWatched(t *testing.T) {
+	all := map[string]struct{}{"a": {}, "b": {}, "c": {}}
+	present := map[string]struct{}{"b": {}, "c": {}}
+	const now, window = 9, 3
+	for _, tc := range []struct {
+		name       string
+		prev, next Part
+		w          Watch
+		present    map[string]struct{}
+		want       Watch
+		lost       bool
+	}{
+		{"moved while its holder is present", Part{"a", ""}, Part{"b", ""}, Watch{}, all, Watch{"a", now}, false},
+		{"moved from a holder and a backup", Part{"a", "c"}, Part{"b", ""}, Watch{}, all, Watch{"a,c", now}, false},
+		{"moved, its backup listed", Part{"a", "c"}, Part{"b", "c"}, Watch{}, all, Watch{}, false},
+		{"moved, its previous owner listed", Part{"a", ""}, Part{"a,b", ""}, Watch{}, all, Watch{}, false},
+		{"moved to its backup", Part{"a", "b"}, Part{"b", ""}, Watch{}, all, Watch{}, false},
+		{"the watched holder left", Part{"b", ""}, Part{"b", ""}, Watch{"a", 7}, present, Watch{}, true},
+		{"one watched holder of two left", Part{"b", ""}, Part{"b", ""}, Watch{"a,c", 7}, present, Watch{"a,c", 7}, false},
+		{"the watched holder left too late", Part{"b", ""}, Part{"b", ""}, Watch{"a", 5}, present, Watch{}, false},
+		{"a clock stepped back", Part{"b", ""}, Part{"b", ""}, Watch{"a", 12}, present, Watch{}, false},
+		{"handed on, listed, the watch passes along", Part{"b", ""}, Part{"b,c", ""}, Watch{"a", 7}, all, Watch{"a", 7}, false},
+		{"handed on, then the watched holder left", Part{"b", ""}, Part{"b,c", ""}, Watch{"a", 7}, present, Watch{}, true},
+		{"no owner read", Part{"b", ""}, Part{"", ""}, Watch{"a", 7}, present, Watch{"a", 7}, false},
+		{"a cluster forming", Part{"", ""}, Part{"b", ""}, Watch{}, all, Watch{}, false},
+	} {
+		w, lost := Watched(tc.prev, tc.next, tc.w, tc.present, now, window)
+		if w != tc.want || lost != tc.lost {
+			t.Errorf("%s: Watched(%+v, %+v, %+v) = %+v, %v, want %+v, %v", tc.name, tc.prev, tc.next, tc.w, w, lost, tc.want, tc.lost)
+		}
+	}
+}
