@@ -212,12 +212,12 @@ func TestLostMarkQueue(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &Member{name: "s", cfg: Config{PartitionCount: 3, DMap: "bucketgrid", LostState: tc.state, Clock: clock.Wall()}}
-			m.marks.init(m)
-			m.marks.note(tc.prev, tc.nr)
-			if !maps.Equal(m.marks.pending, tc.want) {
-				t.Errorf("queued %v, want %v", m.marks.pending, tc.want)
+			m.routing.marks.init(m)
+			m.routing.marks.note(tc.prev, tc.nr)
+			if !maps.Equal(m.routing.marks.pending, tc.want) {
+				t.Errorf("queued %v, want %v", m.routing.marks.pending, tc.want)
 			}
-			for p, k := range m.marks.keys {
+			for p, k := range m.routing.marks.keys {
 				if got := xxhash.Sum64String("bucketgrid"+lostMarkSuffix+k) % 3; got != uint64(p) {
 					t.Errorf("mark key %q of partition %d hashes to %d", k, p, got)
 				}

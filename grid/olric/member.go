@@ -52,7 +52,6 @@ type Member struct {
 	members membership      // gossip's view beyond routing: healing, quorum, deaths (heal.go, failover.go)
 	journal journal.Journal // buckets written while the cluster was split
 	leases  *leaseTable     // nil with Config.Leases off
-	marks   lostMarks       // each lost partition's loss, kept in the partition (lostmark.go)
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -94,7 +93,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	m.node.m, m.node.startErr = m, make(chan error, 1)
 	m.routing.init(m)
 	m.exec.m, m.exec.stripes = m, make([]stripe, cfg.Stripes)
-	m.marks.init(m)
+	m.routing.marks.init(m)
 	if cfg.Leases.on() {
 		m.leases = newLeaseTable(cfg.Leases)
 		m.leases.fence = fence.New(int64(cfg.Leases.Lifetime), cfg.Leases.MaxKeys, cfg.PartitionCount, cfg.Stripes)
@@ -158,7 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	m.node.started.Store(true)
 	m.wg.Add(1)
-	go m.marks.writer()
+	go m.routing.marks.writer()
 	return m, nil
 }
 
@@ -270,7 +269,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	now := m.cfg.Clock.Now()
 	synthetic := false
 	if s.state == nil && m.cfg.LostState == LostEmpty && lost.Creates(req) {
-		at, err := m.marks.lostAt(&o)
+		at, err := m.routing.marks.lostAt(&o)
 		if err != nil {
 			return outcome{kind: frame.KindError, err: err, retry: true}
 		}

@@ -168,10 +168,10 @@ func childMain() int {
 			}
 		case "MARKED":
 			deadline := time.Now().Add(time.Minute)
-			for !m.marks.idle() && time.Now().Before(deadline) {
+			for !m.routing.marks.idle() && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if !m.marks.idle() {
+			if !m.routing.marks.idle() {
 				fmt.Println("ERROR: lost marks still queued after a minute")
 				continue
 			}

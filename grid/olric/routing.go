@@ -115,6 +115,9 @@ type router struct {
 	// readEnd is when (m.mono) the latest routing read attempt returned,
 	// failed or not (see refresh, selfStale).
 	readEnd atomic.Int64
+	// marks keeps each lost partition's loss inside the partition, for a
+	// member that never read it (lostmark.go).
+	marks lostMarks
 }
 
 // init readies rt for member m, before m's first read.
@@ -330,7 +333,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 		rtr.shrinks.Add(1)
 	}
 	rtr.table.Store(nr)
-	m.marks.note(prev, nr)
+	rtr.marks.note(prev, nr)
 	if !nr.split {
 		m.shipJournal()
 	}
