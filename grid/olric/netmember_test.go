@@ -122,6 +122,8 @@ import (
 //	                  ctx.Deadline with slack ms (see netStrictDeadline)
 //	SPEND p n k r ms  r rounds of TryConsume(k) on p0 … p(n-1), buckets of
 //	                  spendCapacity, or their tokens with r = 0 (see netSpend)
+//	DIAG p i,j,…      what this member sees of buckets pi, pj, … (see
+//	                  diag): "DIAG name key=… ;key=… "
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -494,6 +496,12 @@ func netMemberMain() int {
 				}
 			}
 			fmt.Println("KEYOF", key)
+		case "DIAG":
+			var keys []string
+			for _, i := range strings.Split(f[2], ",") {
+				keys = append(keys, f[1]+i)
+			}
+			fmt.Println("DIAG", m.Name(), diag(m, keys))
 		case "STALL":
 			fmt.Println("STALL", stalls.worst.Swap(0)/int64(time.Microsecond))
 		case "STRICT":
