@@ -42,6 +42,7 @@ type Member struct {
 	wg     sync.WaitGroup
 
 	routing router    // Olric's routing table as this member reads it, and the refresher (routing.go)
+	resync  resyncer  // re-replication of partitions whose owner or backups changed (resync.go)
 	exec    ownerExec // the owner side's stripes, drain gate and detached executions (owner.go)
 
 	channel channel // the owner channel's listener and connections (channel.go)
@@ -92,6 +93,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	m.peers.m, m.members.m = m, m
 	m.node.m, m.node.startErr = m, make(chan error, 1)
 	m.routing.init(m)
+	m.resync.init(m)
 	m.exec.m, m.exec.stripes = m, make([]stripe, cfg.Stripes)
 	if cfg.Leases.on() {
 		m.leases = newLeaseTable(cfg.Leases)

@@ -60,8 +60,9 @@ import (
 //
 //	WAIT n mode [s]   waits up to s seconds (90) for a routing table with n
 //	                  members and no pending hand-over (mode "whole": nor a
-//	                  member missing, nor a bucket left to merge; "part":
-//	                  no more): "WAIT ms routing-fingerprint", or "WAIT
+//	                  member missing, nor a bucket left to merge, nor a
+//	                  partition it owns left to re-replicate (Replicated);
+//	                  "part": no more): "WAIT ms routing-fingerprint", or "WAIT
 //	                  timeout" and what it saw
 //	GO key n g        g goroutines × n TryConsume(1) on key: "GO admitted"
 //	CONSUME p n k [ms] TryConsume(k) on buckets p0 … p(n-1), each bounded by
@@ -226,7 +227,7 @@ func netMemberMain() int {
 			}
 			for {
 				r := m.routing.current()
-				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.Len() == 0) && !guarded(m, r) {
+				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.Len() == 0 && m.Replicated()) && !guarded(m, r) {
 					h := fnv.New64a()
 					for _, o := range r.owners {
 						h.Write([]byte(o + ","))
@@ -235,7 +236,7 @@ func netMemberMain() int {
 					break
 				}
 				if time.Since(start) > limit {
-					fmt.Println("WAIT timeout", r.members, "members in routing, gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.Len(), "guarded", guarded(m, r))
+					fmt.Println("WAIT timeout", r.members, "members in routing, gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.Len(), "guarded", guarded(m, r), "unreplicated", len(m.resync.pending(r)))
 					break
 				}
 				time.Sleep(10 * time.Millisecond)

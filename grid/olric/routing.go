@@ -326,6 +326,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 		rtr.shrinks.Add(1)
 	}
 	rtr.table.Store(nr)
+	m.resync.kick()
 	if !nr.split {
 		m.shipJournal()
 	}
