@@ -5,7 +5,7 @@
 // while aliveNode rewrites a record's Meta. scripts/racecheck.go names that
 // race, and only that one (with Olric's shutdown race), as upstream's.
 //
-//	go test -race -run 'TestJoinUnderLoad|TestGracefulLeave|TestCrash' ./grid/olric
+//	go test -race -run 'TestJoinUnderLoad|TestGracefulLeave|TestCrash|TestRollingRestartIdle' ./grid/olric
 
 package olric
 

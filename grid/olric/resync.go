@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -90,10 +89,10 @@ func (rs *resyncer) pending(r *routes) []uint64 {
 // Replicated reports whether, as of this member's newest routing read,
 // every bucket of every partition it owns has been written to the
 // partition's current backups since the partition's owner or backups last
-// changed (always true with ReplicaCount 1, which keeps no backups). A
-// member that leaves gracefully takes no bucket's last copy with it while
-// every member reports true: restart members one at a time, each once
-// every member reports true again (see "Membership changes" in the
+// changed (always true with ReplicaCount 1, which keeps no backups). It is
+// the readiness a rolling restart waits for: restart members one at a
+// time, each once every member reports true again; a member restarted
+// sooner can take a bucket's last copy with it (see "Contract" in the
 // package documentation).
 func (m *Member) Replicated() bool {
 	return len(m.resync.pending(m.routing.current())) == 0
@@ -127,42 +126,21 @@ func (rs *resyncer) run() {
 
 // sweep writes back the buckets of every partition pending in the newest
 // routing read (see resyncer) and marks each done; it returns the first
-// error that left a partition pending.
-//
-// Most fragments are empty (a partition holds a few keys, or none), so it
-// scans only the fragments the holders' Olric statistics, read before,
-// count entries in, and it reads them again after: a partition whose
-// fragment on some holder was empty before and holds entries after (data
-// moved in while the sweep ran) is swept again, so a key is found at the
-// source of its move or at its destination.
+// error that left a partition pending. It does not ask Olric's statistics
+// which fragments are empty: Olric v0.7.4 builds them iterating its
+// members map while its routing table may write it (the race detector
+// caught it in TestRollingRestartIdle), so every holder's fragments are
+// scanned.
 func (rs *resyncer) sweep(ctx context.Context) error {
 	m := rs.m
 	r := m.routing.current()
-	pend := rs.pending(r)
-	if len(pend) == 0 {
-		return nil
-	}
-	holders := map[uint64][]string{}
-	var names []string
-	for _, p := range pend {
-		for h := range strings.SplitSeq(r.holders[p]+","+m.name, ",") {
-			if h != "" && !slices.Contains(holders[p], h) {
-				holders[p] = append(holders[p], h)
-			}
-			if h != "" && !slices.Contains(names, h) {
-				names = append(names, h)
-			}
-		}
-	}
-	before := rs.lengths(ctx, names)
 	var first error
-	var done []uint64
-	for _, p := range pend {
+	for _, p := range rs.pending(r) {
 		if m.routing.current() != r && m.routing.current().epoch[p] != r.epoch[p] {
 			rs.kick() // a newer read changed p: sweep it under that one
 			continue
 		}
-		if err := rs.sweepPartition(ctx, r, p, holders[p], before); err != nil {
+		if err := rs.sweepPartition(ctx, r, p); err != nil {
 			if errors.Is(err, errMoved) {
 				continue // not this member's in this epoch any more: the read that said so kicked a sweep
 			}
@@ -171,83 +149,31 @@ func (rs *resyncer) sweep(ctx context.Context) error {
 			}
 			continue
 		}
-		done = append(done, p)
-	}
-	after := rs.lengths(ctx, names)
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for _, p := range done {
-		if filled(before, after, p, holders[p]) {
-			rs.kick()
-			continue
-		}
+		rs.mu.Lock()
 		rs.swept[p] = r.epoch[p]
+		rs.mu.Unlock()
 	}
 	return first
 }
 
-// fragLen is one holder's entry counts of one partition: its primary and
-// backup fragments.
-type fragLen struct{ primary, backup int }
-
-// lengths reads the entry counts of every partition on each member of
-// names from its Olric statistics; a member whose statistics could not be
-// read is missing from the result (all its fragments are then scanned).
-func (rs *resyncer) lengths(ctx context.Context, names []string) map[string]map[uint64]fragLen {
-	out := map[string]map[uint64]fragLen{}
-	for _, h := range names {
-		cctx, cancel := context.WithTimeout(ctx, rs.m.cfg.RequestTimeout)
-		st, err := rs.m.node.client.Stats(cctx, h)
-		cancel()
-		if err != nil {
-			continue
-		}
-		l := map[uint64]fragLen{}
-		for id, part := range st.Partitions {
-			f := l[uint64(id)]
-			f.primary = part.Length
-			l[uint64(id)] = f
-		}
-		for id, part := range st.Backups {
-			f := l[uint64(id)]
-			f.backup = part.Length
-			l[uint64(id)] = f
-		}
-		out[h] = l
-	}
-	return out
-}
-
-// filled reports whether a fragment of partition p on one of holders was
-// empty in before and holds entries in after (a member missing from either
-// counts as both).
-func filled(before, after map[string]map[uint64]fragLen, p uint64, holders []string) bool {
-	for _, h := range holders {
-		b, okb := before[h]
-		a, oka := after[h]
-		switch {
-		case !okb:
-			// every fragment of h was scanned
-		case !oka:
-			return true
-		case b[p].primary == 0 && a[p].primary > 0, b[p].backup == 0 && a[p].backup > 0:
-			return true
-		}
-	}
-	return false
-}
-
-// sweepPartition writes back every key of partition p that holders (p's
-// data holders in r and this member) hold in a fragment before does not
-// count empty, each under p's epoch in r.
-func (rs *resyncer) sweepPartition(ctx context.Context, r *routes, p uint64, holders []string, before map[string]map[uint64]fragLen) error {
+// sweepPartition writes back every key of partition p that its holders
+// in r list, each under p's epoch in r. It scans them in the order Olric
+// moves data between them, so that a key moving during the sweep is found
+// at its source or at its destination: Olric's table lists p's previous
+// owners, then its owner, then its older backups before the current ones,
+// and its balancer moves data towards the end of each list; this member,
+// p's owner, last.
+func (rs *resyncer) sweepPartition(ctx context.Context, r *routes, p uint64) error {
+	m := rs.m
 	keys := map[string]struct{}{}
-	for _, h := range holders {
-		l, known := before[h]
+	var order []string
+	for h := range strings.SplitSeq(r.holders[p], ",") {
+		if h != "" && h != m.name {
+			order = append(order, h)
+		}
+	}
+	for _, h := range append(order, m.name) {
 		for _, backup := range []bool{false, true} {
-			if known && (!backup && l[p].primary == 0 || backup && l[p].backup == 0) {
-				continue
-			}
 			if err := rs.scan(ctx, h, p, backup, keys); err != nil {
 				return fmt.Errorf("scan of %s: %w", h, err)
 			}
