@@ -63,7 +63,7 @@ func (oe *ownerExec) run(ctx context.Context, c *ownerCall, try bool) outcome {
 	case frame.KindLease:
 		return m.execLease(ctx, c.key, c.h, c.req, c.want, c.give, b)
 	default:
-		return m.execOwner(ctx, c.key, c.h, c.req, c.kind == frame.KindRemove, b)
+		return m.execOwnerLease(ctx, c.key, c.h, c.req, c.kind == frame.KindRemove, nil, b)
 	}
 }
 

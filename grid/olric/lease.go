@@ -286,7 +286,7 @@ type giveBack struct {
 	gen    uint64
 }
 
-// leaseExec is the owner's part of a lease request, which execOwner runs
+// leaseExec is the owner's part of a lease request, which execOwnerLease runs
 // under the key's lock just before Process (prepare) with the owner's time.
 type leaseExec struct {
 	give  giveBack
@@ -373,7 +373,7 @@ type grant struct {
 	view    core.State
 }
 
-// execLease runs a lease request on this owner: req as execOwner would,
+// execLease runs a lease request on this owner: req as execOwnerLease would,
 // with the give-back before it and the grant of up to want tokens after
 // it. The outcome's response answers req alone; o.grant is nil when the
 // request failed or nothing could be granted.
@@ -381,7 +381,7 @@ func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.
 	if !leaseable(req, nil) || m.leases == nil {
 		// An owner with leases off keeps no records to fence them by, so
 		// it grants none.
-		return m.execOwner(ctx, key, h, req, false, b)
+		return m.execOwnerLease(ctx, key, h, req, false, nil, b)
 	}
 	g := leaseRequest(req, want)
 	x := leaseExec{give: give, exact: !m.leases.cfg.Enabled}

@@ -92,6 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	m.peers.m, m.members.m = m, m
 	m.node.m, m.node.startErr = m, make(chan error, 1)
 	m.routing.init(m)
+	m.exec.resync.init(m)
 	m.exec.m, m.exec.stripes = m, make([]stripe, cfg.Stripes)
 	m.routing.marks.init(m)
 	if cfg.Leases.on() {
@@ -222,18 +223,14 @@ type outcome struct {
 	grant   *grant // for frame.KindOK of a lease request: the lease granted
 }
 
-// execOwner runs a request as the owner of key (hash h): under the key's
-// stripe lock, against the Olric data, with this member's clock. It refuses
-// (frame.KindNotOwner) when this member's routing read says another member owns
-// the key, holds (frame.KindHold) during a hand-over, on a stale routing read or
-// while shutting down, and runs nothing for a caller gone by b (see hold).
-// Callers go through execBounded, which bounds their wait.
-func (m *Member) execOwner(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, b bound) outcome {
-	return m.execOwnerLease(ctx, key, h, req, remove, nil, b)
-}
-
-// execOwnerLease is execOwner with, for a lease request, lx run just
-// before Process under the key's lock (lease.go).
+// execOwnerLease runs a request as the owner of key (hash h): under the
+// key's stripe lock, against the Olric data, with this member's clock, and,
+// for a lease request, lx (nil for none) just before Process under the
+// key's lock (lease.go). It refuses (frame.KindNotOwner) when this member's
+// routing read says another member owns the key, holds (frame.KindHold)
+// during a hand-over, on a stale routing read or while shutting down, and
+// runs nothing for a caller gone by b (see hold). Callers go through
+// execBounded, which bounds their wait.
 func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, lx *leaseExec, b bound) outcome {
 	o, refused, ok := m.exec.hold(ctx, h, b)
 	if !ok {

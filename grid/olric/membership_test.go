@@ -5,7 +5,7 @@
 // while aliveNode rewrites a record's Meta. scripts/racecheck.go names that
 // race, and only that one (with Olric's shutdown race), as upstream's.
 //
-//	go test -race -run 'TestJoinUnderLoad|TestGracefulLeave|TestCrash' ./grid/olric
+//	go test -race -run 'TestJoinUnderLoad|TestGracefulLeave|TestCrash|TestRollingRestartIdle' ./grid/olric
 
 package olric
 
@@ -196,6 +196,72 @@ func TestJoinUnderLoad(t *testing.T) {
 	}
 	if over != 0 {
 		t.Errorf("over-admission %d on a join; measured 0 so far", over)
+	}
+}
+
+// TestRollingRestartIdle restarts each of three members in turn (Shutdown,
+// then Start on the same address) with two replicas, after 50 buckets were
+// drawn to 400 of 1,000 tokens and while nobody checks them, each restart
+// once every member reads one routing table and reports Replicated: no
+// bucket may hold more than 400 tokens after. In one process, so that the
+// race pass runs the re-replication (TestNetRollingRestartIdle is the same
+// on the test bed).
+func TestRollingRestartIdle(t *testing.T) {
+	const n, capacity, spent = 50, 1000, 600
+	ms := startCluster(t, 3, func(c *Config) { c.ReplicaCount = 2 })
+	cfg, _ := core.NewConfig(core.Intervally(capacity, capacity, time.Hour))
+	keys := keySet("rollidle-", n)
+	for i, k := range keys {
+		resp, err := ms[i%3].Execute(context.Background(), k, consumeReq(&cfg, spent))
+		if err != nil || !resp.Results[0].OK {
+			t.Fatalf("%s: %v %+v", k, err, resp)
+		}
+	}
+	for i := range ms {
+		c := ms[i].cfg
+		c.Peers = []string{memberlistAddr(ms[(i+1)%len(ms)].cfg)}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if err := ms[i].Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m, err := Start(ctx, c)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = m
+		waitStable(t, ms)
+		waitReplicated(t, ms)
+	}
+	lost := 0
+	for i, k := range keys {
+		resp, err := ms[i%3].Execute(context.Background(), k, availableReq(&cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Results[0].Tokens; got > capacity-spent {
+			lost++
+			r, p := ms[0].routing.current(), ms[0].Partition(k)
+			t.Logf("%s: %d tokens; p%d owner %s holders [%s] lostAt %d", k, got, p, r.owners[p], r.holders[p], r.lostAt[p])
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d idle buckets lost consumption in a rolling restart", lost, n)
+	}
+}
+
+// waitReplicated polls until every member of ms reports Replicated.
+func waitReplicated(t *testing.T, ms []*Member) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if !slices.ContainsFunc(ms, func(m *Member) bool { return !m.Replicated() }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("members did not re-replicate within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

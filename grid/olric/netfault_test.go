@@ -556,14 +556,16 @@ func TestNetPausedOwner(t *testing.T) {
 
 // TestNetRollingRestart restarts every member in turn (Shutdown, then a new
 // process on the same host) with two replicas while the other two draw
-// 50 buckets dry: no bucket may lose what was consumed from it, and none
-// may admit more than its capacity.
+// 50 buckets dry, the next once every member reads one routing table and
+// reports Replicated (netCluster.wait): no bucket may lose what was
+// consumed from it, and none may admit more than its capacity.
 func TestNetRollingRestart(t *testing.T) {
 	t.Parallel()
 	c := startNetCluster(t, 3, netTimings{Replicas: 2})
 	const n = 50
 	admitted := make([]int64, n)
 	failed := 0
+	var steps [][]string // what each member saw of every bucket after each step
 	for i := range c.kids {
 		var others []*child
 		for j, k := range c.kids {
@@ -586,12 +588,16 @@ func TestNetRollingRestart(t *testing.T) {
 			}
 		}
 		c.wait(t, 3, c.kids...)
+		steps = append(steps, rollDiag(t, c.kids, "roll", rangeN(n)))
 	}
 	lost, over := 0, 0
 	var overTokens int64
-	for b, tk := range tokens(t, c.kids[0], "roll", n) {
+	var lostOnes []int
+	left := tokens(t, c.kids[0], "roll", n)
+	for b, tk := range left {
 		if tk > netCapacity-admitted[b] {
 			lost++
+			lostOnes = append(lostOnes, b)
 		}
 		if admitted[b] > netCapacity {
 			over++
@@ -601,6 +607,101 @@ func TestNetRollingRestart(t *testing.T) {
 	t.Logf("rolling restart of 3 members: %d checks failed; %d of %d buckets lost consumption, %d over-admitted (%d tokens)", failed, lost, n, over, overTokens)
 	if lost > 0 || over > 0 {
 		t.Errorf("%d buckets lost, %d over-admitted", lost, over)
+		logLost(t, c.kids, "roll", lostOnes, left, admitted, steps)
 	}
 	c.stop(t)
+}
+
+// TestNetRollingRestartIdle is TestNetRollingRestart with nobody checking
+// the buckets while the members restart (a window used up, its clients
+// gone quiet): 50 buckets are drawn down to 400 tokens first, then every
+// member is restarted in turn, each once the grid reads one stable routing
+// table of 3 members again and every member reports Replicated. No bucket
+// may hold more than 400 tokens after.
+func TestNetRollingRestartIdle(t *testing.T) {
+	t.Parallel()
+	c := startNetCluster(t, 3, netTimings{Replicas: 2})
+	const n, spent = 50, 600
+	// Each check bounded by 15 s: what this judges is the restarts, and a
+	// loaded machine once failed one of these within the default 2 s.
+	c.kids[0].send(t, fmt.Sprintf("CONSUME idle %d %d 15000", n, spent))
+	if got := strings.Fields(c.kids[0].expect(t, "CONSUME")); got[0] != strconv.Itoa(n) {
+		t.Fatalf("%s of %d buckets admitted %d tokens", got[0], n, spent)
+	}
+	admitted := make([]int64, n)
+	for b := range admitted {
+		admitted[b] = spent
+	}
+	var steps [][]string
+	for i := range c.kids {
+		c.kids[i].send(t, "STOP")
+		c.procs[i].Wait()
+		c.start(t, i)
+		c.kids[i].expect(t, "UP")
+		c.wait(t, 3, c.kids...)
+		steps = append(steps, rollDiag(t, c.kids, "idle", rangeN(n)))
+	}
+	left := tokens(t, c.kids[0], "idle", n)
+	var lostOnes []int
+	for b, tk := range left {
+		if tk > netCapacity-spent || tk < 0 {
+			lostOnes = append(lostOnes, b)
+		}
+	}
+	t.Logf("idle rolling restart of 3 members: %d of %d buckets lost consumption", len(lostOnes), n)
+	if len(lostOnes) > 0 {
+		t.Errorf("%d of %d buckets lost consumption (or failed)", len(lostOnes), n)
+		logLost(t, c.kids, "idle", lostOnes, left, admitted, steps)
+	}
+	c.stop(t)
+}
+
+// rangeN returns 0 … n-1.
+func rangeN(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// rollDiag asks each of kids what it sees of buckets prefix+i, i in idx
+// (see diag): one line per member.
+func rollDiag(t *testing.T, kids []*child, prefix string, idx []int) []string {
+	t.Helper()
+	var s []string
+	for _, i := range idx {
+		s = append(s, strconv.Itoa(i))
+	}
+	var out []string
+	for _, k := range kids {
+		k.send(t, fmt.Sprintf("DIAG %s %s", prefix, strings.Join(s, ",")))
+		out = append(out, k.expect(t, "DIAG"))
+	}
+	return out
+}
+
+// logLost logs why the buckets lost (prefix+i, i in lost) lost their
+// consumption: their tokens and admissions, what each member saw of each
+// after every restart step (steps, each member's rollDiag line of every
+// bucket), and what every member sees of each now.
+func logLost(t *testing.T, kids []*child, prefix string, lost []int, left, admitted []int64, steps [][]string) {
+	t.Helper()
+	for _, b := range lost {
+		key := prefix + strconv.Itoa(b)
+		t.Logf("%s: %d tokens left, %d admitted", key, left[b], admitted[b])
+		for s, lines := range steps {
+			for _, line := range lines {
+				member := strings.Fields(line)[0]
+				for e := range strings.SplitSeq(strings.TrimPrefix(line, member+" "), ";") {
+					if strings.HasPrefix(e, key+"=") {
+						t.Logf("  after restarting member %d, %s sees %s", s, member, e)
+					}
+				}
+			}
+		}
+	}
+	for _, line := range rollDiag(t, kids, prefix, lost) {
+		t.Logf("now: %s", line)
+	}
 }

@@ -60,8 +60,9 @@ import (
 //
 //	WAIT n mode [s]   waits up to s seconds (90) for a routing table with n
 //	                  members and no pending hand-over (mode "whole": nor a
-//	                  member missing, nor a bucket left to merge; "part":
-//	                  no more): "WAIT ms routing-fingerprint", or "WAIT
+//	                  member missing, nor a bucket left to merge, nor a
+//	                  partition it owns left to re-replicate (Replicated);
+//	                  "part": no more): "WAIT ms routing-fingerprint", or "WAIT
 //	                  timeout" and what it saw
 //	GO key n g        g goroutines × n TryConsume(1) on key: "GO admitted"
 //	CONSUME p n k [ms] TryConsume(k) on buckets p0 … p(n-1), each bounded by
@@ -122,6 +123,8 @@ import (
 //	                  ctx.Deadline with slack ms (see netStrictDeadline)
 //	SPEND p n k r ms  r rounds of TryConsume(k) on p0 … p(n-1), buckets of
 //	                  spendCapacity, or their tokens with r = 0 (see netSpend)
+//	DIAG p i,j,…      what this member sees of buckets pi, pj, … (see
+//	                  diag): "DIAG name key=… ;key=… "
 //	STOP              shuts the member down and exits
 const netMemberEnv = "BUCKETGRID_OLRIC_NETMEMBER"
 
@@ -224,7 +227,7 @@ func netMemberMain() int {
 			}
 			for {
 				r := m.routing.current()
-				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.Len() == 0) && !guarded(m, r) {
+				if r.members == arg(1) && (f[2] != "whole" || !r.split && m.journal.Len() == 0 && m.Replicated()) && !guarded(m, r) {
 					h := fnv.New64a()
 					for _, o := range r.owners {
 						h.Write([]byte(o + ","))
@@ -233,7 +236,7 @@ func netMemberMain() int {
 					break
 				}
 				if time.Since(start) > limit {
-					fmt.Println("WAIT timeout", r.members, "members in routing, gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.Len(), "guarded", guarded(m, r))
+					fmt.Println("WAIT timeout", r.members, "members in routing, gossip sees", m.members.ml.NumMembers(), "split", r.split, "journal", m.journal.Len(), "guarded", guarded(m, r), "unreplicated", len(m.exec.resync.pending(r)))
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -494,6 +497,12 @@ func netMemberMain() int {
 				}
 			}
 			fmt.Println("KEYOF", key)
+		case "DIAG":
+			var keys []string
+			for _, i := range strings.Split(f[2], ",") {
+				keys = append(keys, f[1]+i)
+			}
+			fmt.Println("DIAG", m.Name(), diag(m, keys))
 		case "STALL":
 			fmt.Println("STALL", stalls.worst.Swap(0)/int64(time.Microsecond))
 		case "STRICT":

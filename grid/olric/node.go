@@ -278,9 +278,11 @@ func (n *node) start(ctx context.Context, peers []string) error {
 		}
 		return fmt.Errorf("bucketgrid/olric: start: %w", err)
 	}
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.routing.refresher()
 	go m.routing.events(n.sub.Channel())
+	go m.exec.resync.run()
+	m.exec.resync.kick()
 	if m.cfg.HealInterval > 0 {
 		m.wg.Add(1)
 		go m.members.healer()

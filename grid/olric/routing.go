@@ -334,6 +334,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	}
 	rtr.table.Store(nr)
 	rtr.marks.note(prev, nr)
+	m.exec.resync.kick()
 	if !nr.split {
 		m.shipJournal()
 	}
