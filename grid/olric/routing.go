@@ -112,6 +112,11 @@ type router struct {
 	// readEnd is when (m.mono) the latest routing read attempt returned,
 	// failed or not (see refresh, selfStale).
 	readEnd atomic.Int64
+	// proof is what the latest round of release proofs established (nil
+	// before any), and proofCancel ends that round; only the refresher
+	// starts rounds (see release.go).
+	proof       atomic.Pointer[proof]
+	proofCancel context.CancelFunc
 }
 
 // init readies rt for member m, before m's first read.
@@ -326,6 +331,12 @@ func (rtr *router) refresh(ctx context.Context) error {
 		rtr.shrinks.Add(1)
 	}
 	rtr.table.Store(nr)
+	if !nr.split && nr.quorum && prev != nil {
+		// The guards wait for the other members' executions to end (the
+		// other side's, at a split's end): once this member's view is
+		// whole again, ask them for proof that they did (release.go).
+		rtr.prove(nr, returned)
+	}
 	if !nr.split {
 		m.shipJournal()
 	}
