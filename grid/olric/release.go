@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
@@ -52,6 +53,8 @@ type proof struct {
 	cover int64
 	// asking: the round is still asking (held callers try again soon).
 	asking bool
+	// in[p]: the round asks about partition p.
+	in []bool
 	// released[p] is when (m.mono) every other member's executions of
 	// partition p surely ended, cleared[p] when, besides, every journaled
 	// bucket of p had merged; 0 while unproven.
@@ -74,7 +77,7 @@ func (pf *proof) wait(p uint64, g, now int64, merge bool) int64 {
 	switch {
 	case at != 0:
 		return min(max(at-now, 0), g-now)
-	case pf.asking:
+	case pf.asking && pf.in[p]:
 		return min(g-now, int64(releasePoll))
 	}
 	return g - now
@@ -236,17 +239,17 @@ func (ms *membership) known(self string) []string {
 }
 
 // prove starts a round of release proofs for the partitions nr guards
-// (returned: when nr's read returned), replacing the round before, when
+// (returned: when nr's read returned; prev: the read before it), replacing the round before, when
 // one of the guards is newer than what that round covers. Called by
 // refresh after it published nr, a read made with this member's view of
 // the cluster whole (no member missing, a quorum).
-func (rt *router) prove(nr *routes, returned int64) {
+func (rt *router) prove(prev, nr *routes, returned int64) {
 	m := rt.m
 	var parts []uint64
 	until, uncovered := int64(0), false
 	pf := rt.proof.Load()
 	for p, g := range nr.guardUntil {
-		if g > returned && nr.owners[p] == m.name {
+		if g > returned && nr.owners[p] == m.name && nr.kept[p] {
 			parts = append(parts, uint64(p))
 			until = max(until, g)
 			uncovered = uncovered || pf == nil || g > pf.cover
@@ -264,14 +267,28 @@ func (rt *router) prove(nr *routes, returned int64) {
 	}
 	ctx, cancel := context.WithDeadline(m.ctx, m.base.Add(time.Duration(until)))
 	rt.proofCancel = cancel
+	// Every member that may have executed a guarded partition: the
+	// owners of this read and of the one before (a member that left the
+	// table since, gracefully or declared dead, may still be running),
+	// the members holding data of a guarded partition (one that owned it
+	// in a gap between reads wrote there), and every member gossip saw.
 	asked := map[string]bool{}
-	for _, o := range nr.owners {
-		if o != "" && o != m.name {
-			asked[o] = true
+	add := func(name string) {
+		if name != "" && name != m.name {
+			asked[name] = true
+		}
+	}
+	for p, o := range nr.owners {
+		add(o)
+		add(prev.owners[p])
+	}
+	for _, p := range parts {
+		for name := range strings.SplitSeq(nr.history[p], ",") {
+			add(name)
 		}
 	}
 	for _, name := range m.members.known(m.name) {
-		asked[name] = true
+		add(name)
 	}
 	m.wg.Go(func() {
 		defer cancel()
@@ -287,14 +304,18 @@ func (rt *router) prove(nr *routes, returned int64) {
 func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string]bool) {
 	m := rt.m
 	n := int(m.cfg.PartitionCount)
-	pf := &proof{cover: m.mono() + int64(m.cfg.HandoverGrace), asking: true,
+	pf := &proof{cover: m.mono() + int64(m.cfg.HandoverGrace), asking: true, in: make([]bool, n),
 		released: make([]int64, n), cleared: make([]int64, n)}
+	for _, p := range parts {
+		pf.in[p] = true
+	}
 	rt.proof.Store(pf)
 	// Per member: when each part's executions there surely end (0:
 	// unproven), and its unmerged buckets of each part.
 	type side struct {
 		rel     []int64
 		pending []uint64
+		next    int64 // m.mono before which it is not asked again
 	}
 	sides := map[string]*side{}
 	for name := range asked {
@@ -310,6 +331,9 @@ func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string
 		}
 		var ask []string
 		for name, s := range sides {
+			if s.next > m.mono() {
+				continue
+			}
 			if slices.Contains(s.rel, 0) || slices.ContainsFunc(s.pending, func(c uint64) bool { return c > 0 }) {
 				ask = append(ask, name)
 			}
@@ -333,10 +357,16 @@ func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string
 		}
 		for range ask {
 			an := <-answers
+			s := sides[an.name]
+			if an.err != nil {
+				// Perhaps a member of an older build, which closes the
+				// connection (and fails what else it carried) on a
+				// request it does not know: not again for a while.
+				s.next = an.at + int64(m.cfg.RoutingRefresh)
+			}
 			if an.err != nil || an.hold {
 				continue
 			}
-			s := sides[an.name]
 			for i, st := range an.a.state {
 				if st > 0 && s.rel[i] == 0 {
 					s.rel[i] = an.at + int64(st-1)
@@ -354,7 +384,7 @@ func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string
 			own = map[uint64]int{}
 			m.journal.Keys(func(key string) { own[m.Partition(key)]++ })
 		}
-		next := &proof{cover: pf.cover, asking: true, released: slices.Clone(pf.released), cleared: slices.Clone(pf.cleared)}
+		next := &proof{cover: pf.cover, asking: true, in: pf.in, released: slices.Clone(pf.released), cleared: slices.Clone(pf.cleared)}
 		changed, newlyReleased, all := false, false, true
 		for i, p := range parts {
 			rel, clear := int64(1), own[p] == 0

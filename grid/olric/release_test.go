@@ -134,11 +134,12 @@ func TestReleaseAnswerMalformed(t *testing.T) {
 // at all once proven (for a merge once released, for anything once
 // cleared), until the proven time when that is later, releasePoll while
 // a round still asks, the whole guard otherwise, and the whole guard for
-// a guard newer than the round (set by a read after it asked).
+// a guard newer than the round (set by a read after it asked) or of a
+// partition the round does not ask about (one that moved here).
 func TestProofWait(t *testing.T) {
 	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
 	g, now := ms(1000), ms(100)
-	pf := &proof{cover: ms(2000), asking: true, released: []int64{ms(50), ms(300), 0}, cleared: []int64{0, 0, 0}}
+	pf := &proof{cover: ms(2000), asking: true, in: []bool{true, true, true, false}, released: []int64{ms(50), ms(300), 0, 0}, cleared: []int64{0, 0, 0, 0}}
 	cases := []struct {
 		p     uint64
 		g     int64

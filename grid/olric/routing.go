@@ -54,6 +54,12 @@ type routes struct {
 	// present names the members holding data in this read (see
 	// lost.Takeover), as markLost judged them.
 	present map[string]struct{}
+	// kept[p], for a partition this member owns and guards: it owned p in
+	// the read before the one that set the guard too (the guard is a
+	// split's end or a gap's, not a move), so a release proof may end it
+	// (release.go); a moved partition waits its whole guard, in which
+	// Olric's balancer moves the previous owner's data in.
+	kept []bool
 	// epoch[p] changes whenever this member (re)acquires partition p or p's
 	// backups change (so a read-only bucket is written again, see
 	// replicate); a
@@ -164,6 +170,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 		holders:    make([]string, n),
 		replicas:   make([]string, n),
 		lostAt:     make([]int64, n),
+		kept:       make([]bool, n),
 		epoch:      make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
@@ -307,6 +314,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = guard
 			nr.epoch[p] = rtr.epochs.Add(1)
 			if prev != nil {
+				nr.kept[p] = prev.owners[p] == m.name
 				rtr.handovers.Add(1)
 				// Across a gap, the owner of the previous read handed p
 				// over only if no other owner holds data of p: one that
@@ -319,6 +327,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = prev.guardUntil[p]
 			nr.epoch[p] = prev.epoch[p]
 			nr.from[p] = prev.from[p]
+			nr.kept[p] = prev.kept[p]
 			if nr.backups[p] != prev.backups[p] || gapped || sideChange {
 				// The cached state is re-read from Olric: what another
 				// member wrote back or merged in is there.
@@ -332,10 +341,11 @@ func (rtr *router) refresh(ctx context.Context) error {
 	}
 	rtr.table.Store(nr)
 	if !nr.split && nr.quorum && prev != nil {
-		// The guards wait for the other members' executions to end (the
-		// other side's, at a split's end): once this member's view is
-		// whole again, ask them for proof that they did (release.go).
-		rtr.prove(nr, returned)
+		// The guards of partitions that did not move (a split's end, a
+		// gap) wait for the other members' executions to end (the other
+		// side's): once this member's view is whole again, ask them for
+		// proof that they did (release.go).
+		rtr.prove(prev, nr, returned)
 	}
 	if !nr.split {
 		m.shipJournal()
