@@ -270,7 +270,9 @@ func (rtr *router) refresh(ctx context.Context) error {
 	// test bed's resume case is), and a change seen later, however late
 	// the other side's view comes back, is the hand-over of everything
 	// then. Going into a split changes nothing this member owns; it only
-	// starts new epochs.
+	// starts new epochs. The guard of a partition this member owned
+	// before too ends sooner once every other member proved it no longer
+	// executes it (prove, release.go).
 	transition := prev != nil && (prev.quorum != nr.quorum ||
 		prev.split && !nr.split && (!nr.incKnown || nr.inc != prev.splitInc) &&
 			!m.members.deaths.allProvenSince(prev.absent, prev.splitSince) ||
