@@ -43,6 +43,22 @@ type ownerExec struct {
 type partTrack struct {
 	inflight atomic.Int32
 	dirty    atomic.Int64
+	// whole is when (m.mono) an execution of the partition under a
+	// routing read made with this member's view whole (not split, so
+	// not journaled) last ended: one after its latest split began means
+	// the partition was handed to it since, not only kept by a stale
+	// table.
+	whole atomic.Int64
+	// revoked: this member answered another's release request for the
+	// partition while its own (stale) read made it the owner, so it
+	// executes none of it before then (m.mono; see answerRelease).
+	revoked atomic.Int64
+}
+
+// maxStore raises a to v unless it is already higher.
+func maxStore(a *atomic.Int64, v int64) {
+	for d := a.Load(); d < v && !a.CompareAndSwap(d, v); d = a.Load() {
+	}
 }
 
 // drain stops owner-side execution (hold answers frame.KindHold from now
@@ -165,6 +181,11 @@ func (oe *ownerExec) mayExecute(r *routes, p uint64, now int64, merge bool) (out
 		m.routing.kick()
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh / 4)}, false
 	}
+	if len(oe.track) > 0 {
+		if rv := oe.track[p].revoked.Load(); now < rv {
+			return outcome{kind: frame.KindHold, hold: rv - now}, false
+		}
+	}
 	if g := r.guardUntil[p]; now < g && !(merge && g <= r.staleUntil) {
 		// Every other member may have proved that it no longer executes
 		// p (and, but for a merge, that its journal of p merged): see
@@ -184,9 +205,11 @@ func (oe *ownerExec) mayExecute(r *routes, p uint64, now int64, merge bool) (out
 func (oe *ownerExec) release(o *ownerHold, failed bool) {
 	if len(oe.track) > 0 {
 		t := &oe.track[o.p]
-		if end := o.r.start + int64(oe.m.cfg.RoutingLease); failed {
-			for d := t.dirty.Load(); d < end && !t.dirty.CompareAndSwap(d, end); d = t.dirty.Load() {
-			}
+		if failed {
+			maxStore(&t.dirty, o.r.start+int64(oe.m.cfg.RoutingLease))
+		}
+		if !o.r.split {
+			maxStore(&t.whole, oe.m.mono())
 		}
 		t.inflight.Add(-1)
 	}

@@ -16,11 +16,17 @@ import (
 // rather than on time. The guard waits until no other member can still
 // execute the partition under a routing read that gave it the partition;
 // the member asks every other member instead (frame.KindRelease), and
-// each answers, per partition, whether its newest read makes it the owner
-// or an execution of it is in flight (then it may still execute: ask
-// again), else until when an execution of it that ended with an error may
-// still have a store call landing (its read's lease end), and how many of
-// the partition's buckets its split journal still holds unmerged. A
+// each answers, per partition, whether an execution of it is in flight
+// (then it may still execute: ask again), else until when an execution of
+// it that ended with an error may still have a store call landing (its
+// read's lease end), how many of the partition's buckets its split
+// journal still holds unmerged, and whether it executed the partition
+// with a whole view since its latest split began (it was handed to it
+// and back: a move, guarded whole). A member whose newest read, perhaps
+// a stale one, makes it the owner revokes the partition for
+// HandoverGrace before it answers, as if it moved away and back. Only a
+// partition the asker owned before its latest split began is asked
+// about: the other side took it over at most. A
 // partition's guard ends for journal merges once every member proved it
 // released, and for everything once, besides, no member (this one
 // included) holds a bucket of it unmerged: the other side's consumption
@@ -31,11 +37,13 @@ import (
 // partition's partTrack before it loads the routing read it runs under
 // (hold), and uncounts itself when it ended (release) or was refused; the
 // answer loads the newest read first and reads the count after (atomics,
-// sequentially consistent). A count of 0 then means that every execution
-// that counted itself before has ended, and any that counts itself
-// after loads that read or a newer one: one that does not make the member
-// the owner refuses it, and a newer one that does again is a hand-over to
-// it, which it guards like any other. An execution that ended cleanly
+// sequentially consistent), after it revoked the partition if that read
+// makes it the owner. A count of 0 then means that every execution that
+// counted itself before has ended, and any that counts itself after
+// loads that read or a newer one and sees the revocation: one that does
+// not make the member the owner refuses it, one that does holds for the
+// revocation, and a newer one that gives it the partition again is a
+// hand-over to it, which it guards like any other. An execution that ended cleanly
 // has had its store calls answered; one that ended with an error may
 // have left one in flight, bounded by its read's lease (its context), so
 // the answer says when that ends.
@@ -108,18 +116,31 @@ func (m *Member) answerRelease(dst []byte, id uint64, payload []byte) []byte {
 			m.shipJournal()
 		}
 	}
-	kick := false
+	kick, splitAt := false, m.routing.splitAt.Load()
 	for _, p := range parts {
+		t := &m.exec.track[p]
+		if r.owners[p] == m.name {
+			// Its read, perhaps a stale one (the asker owned p before
+			// the split), makes it the owner: it revokes the partition
+			// for HandoverGrace, as if p moved away and back, so that it
+			// executes p again only once its reads have settled.
+			kick = true
+			maxStore(&t.revoked, m.mono()+int64(m.cfg.HandoverGrace))
+		}
 		st := uint64(0)
-		kick = kick || r.owners[p] == m.name
-		if r.owners[p] != m.name {
-			t := &m.exec.track[p]
-			if t.inflight.Load() == 0 {
-				st = 1 + uint64(max(t.dirty.Load()-m.mono(), 0))
-			}
+		if t.inflight.Load() == 0 {
+			st = 1 + uint64(max(t.dirty.Load()-m.mono(), 0))
+		}
+		// Executed with a whole view since this member's latest split
+		// began (or ever, without one): the partition was handed to it
+		// and back, a move the asker guards whole.
+		moved := uint64(0)
+		if w := m.exec.track[p].whole.Load(); w != 0 && w >= splitAt {
+			moved = 1
 		}
 		dst = binary.AppendUvarint(dst, st)
 		dst = binary.AppendUvarint(dst, uint64(counts[p]))
+		dst = binary.AppendUvarint(dst, moved)
 	}
 	if kick {
 		// The asker's read says it owns what this member's says it
@@ -168,13 +189,14 @@ func parseParts(payload []byte, n uint64) ([]uint64, error) {
 // it knows.
 type released struct {
 	state, pending []uint64
+	moved          []bool
 	names          []string
 }
 
 // parseReleased parses a frame.KindReleased payload answering a request
 // for n partitions.
 func parseReleased(payload []byte, n int) (released, error) {
-	a := released{state: make([]uint64, n), pending: make([]uint64, n)}
+	a := released{state: make([]uint64, n), pending: make([]uint64, n), moved: make([]bool, n)}
 	var err error
 	for i := range n {
 		if a.state[i], payload, err = frame.Uvarint(payload); err != nil {
@@ -183,6 +205,11 @@ func parseReleased(payload []byte, n int) (released, error) {
 		if a.pending[i], payload, err = frame.Uvarint(payload); err != nil {
 			return released{}, err
 		}
+		var moved uint64
+		if moved, payload, err = frame.Uvarint(payload); err != nil || moved > 1 {
+			return released{}, frame.ErrMalformed
+		}
+		a.moved[i] = moved == 1
 	}
 	c, payload, err := frame.Uvarint(payload)
 	if err != nil || c > maxSeen {
@@ -317,6 +344,9 @@ func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string
 		pending []uint64
 		next    int64 // m.mono before which it is not asked again
 	}
+	// moved[i]: a member executed parts[i] with a whole view since its
+	// latest split began (it was handed over and back): not provable.
+	moved := make([]bool, len(parts))
 	sides := map[string]*side{}
 	for name := range asked {
 		sides[name] = &side{rel: make([]int64, len(parts)), pending: make([]uint64, len(parts))}
@@ -334,7 +364,11 @@ func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string
 			if s.next > m.mono() {
 				continue
 			}
-			if slices.Contains(s.rel, 0) || slices.ContainsFunc(s.pending, func(c uint64) bool { return c > 0 }) {
+			open := false
+			for i := range parts {
+				open = open || !moved[i] && (s.rel[i] == 0 || s.pending[i] > 0)
+			}
+			if open {
 				ask = append(ask, name)
 			}
 		}
@@ -347,7 +381,7 @@ func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string
 				if err != nil && ctx.Err() == nil && m.members.refuses(name) {
 					// Nothing listens where it ran: a dead process
 					// executes nothing and holds no journal.
-					err, a = nil, released{state: make([]uint64, len(parts)), pending: make([]uint64, len(parts))}
+					err, a = nil, released{state: make([]uint64, len(parts)), pending: make([]uint64, len(parts)), moved: make([]bool, len(parts))}
 					for i := range a.state {
 						a.state[i] = 1
 					}
@@ -372,6 +406,7 @@ func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string
 					s.rel[i] = an.at + int64(st-1)
 				}
 				s.pending[i] = an.a.pending[i]
+				moved[i] = moved[i] || an.a.moved[i]
 			}
 			for _, name := range an.a.names {
 				if name != m.name && sides[name] == nil {
@@ -387,6 +422,9 @@ func (rt *router) runProof(ctx context.Context, parts []uint64, asked map[string
 		next := &proof{cover: pf.cover, asking: true, in: pf.in, released: slices.Clone(pf.released), cleared: slices.Clone(pf.cleared)}
 		changed, newlyReleased, all := false, false, true
 		for i, p := range parts {
+			if moved[i] {
+				continue // guarded whole (and not asked about again)
+			}
 			rel, clear := int64(1), own[p] == 0
 			for _, s := range sides {
 				if s.rel[i] == 0 {

@@ -3,11 +3,13 @@ package olric
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/core"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/frame"
 	"github.com/bucketgrid/bucketgrid/grid/olric/internal/journal"
 )
@@ -74,13 +76,15 @@ func keyOf(m *Member, p uint64) string {
 }
 
 // TestReleaseAnswer checks what a member answers another's release
-// request: a partition its newest read makes it own may still execute
-// (0), so may one with an execution in flight, even under an older read
+// request: a partition its newest read makes it own it revokes for
+// HandoverGrace (it holds it) and answers released (1); one with an
+// execution in flight may still execute (0), even under an older read
 // (the one the other side of a split gave it), and a member still
 // split answers as well; one whose execution
 // ended with an error is released only once that read's lease ended (a
-// store call may still land), one never executed at once (1); and every
-// partition's unmerged journal buckets are counted.
+// store call may still land), one never executed at once (1); every
+// partition's unmerged journal buckets are counted, and a partition
+// executed with a whole view is reported moved.
 func TestReleaseAnswer(t *testing.T) {
 	m := releaseMember(t)
 	publish(m, 0, 1)
@@ -95,9 +99,10 @@ func TestReleaseAnswer(t *testing.T) {
 	publish(m, 0).split = true
 	m.journal.Put(keyOf(m, 3), journal.Wrap(nil, []byte{1}), journal.Branch{}, 0, 0)
 	a := askAll(t, m)
-	if want := []uint64{0, 0, 1, 1}; !slices.Equal(a.state, want) {
+	if want := []uint64{1, 0, 1, 1}; !slices.Equal(a.state, want) {
 		t.Errorf("with partition 0 owned and an execution of 1 in flight: states %v, want %v", a.state, want)
 	}
+
 	if want := []uint64{0, 0, 0, 1}; !slices.Equal(a.pending, want) {
 		t.Errorf("journal of partition 3: pending %v, want %v", a.pending, want)
 	}
@@ -105,14 +110,26 @@ func TestReleaseAnswer(t *testing.T) {
 	if want := []string{"b:1", "c:1"}; !slices.Equal(a.names, want) {
 		t.Errorf("names %v, want %v", a.names, want)
 	}
+	if slices.Contains(a.moved, true) {
+		t.Errorf("moved %v before any execution ended", a.moved)
+	}
 	m.exec.release(&o, true) // ended with an error: its Put may still land
+	// Partition 0, owned, was revoked for HandoverGrace by the answer.
+	if _, refused, ok := m.exec.hold(context.Background(), m.hash(keyOf(m, 0)), bound{}); ok || refused.kind != frame.KindHold || refused.hold <= 0 || refused.hold > int64(m.cfg.HandoverGrace) {
+		t.Errorf("partition 0 after the answer: executes %v, %+v; want held for at most HandoverGrace", ok, refused)
+	}
 	a = askAll(t, m)
+	// It ran under a read made with m's view whole, and m never split:
+	// partition 1 was handed to m, not kept by a stale table.
+	if want := []bool{false, true, false, false}; !slices.Equal(a.moved, want) {
+		t.Errorf("after an execution of partition 1 with a whole view: moved %v, want %v", a.moved, want)
+	}
 	left := int64(o.r.start) + int64(m.cfg.RoutingLease) - m.mono()
 	if st := a.state[1]; st <= 1 || int64(st-1) > int64(m.cfg.RoutingLease) || left > 0 && int64(st-1) < left-int64(time.Second/10) {
 		t.Errorf("after a failed execution: state %d, want 1 plus about %v (its read's lease end)", st, time.Duration(left))
 	}
-	if a.state[0] != 0 || a.state[2] != 1 {
-		t.Errorf("states %v: partition 0 still owned (0), 2 never executed (1)", a.state)
+	if a.state[0] != 1 || a.state[2] != 1 {
+		t.Errorf("states %v: partition 0 revoked (1), 2 never executed (1)", a.state)
 	}
 }
 
@@ -171,9 +188,10 @@ func TestProofWait(t *testing.T) {
 }
 
 // TestReleaseOverChannel asks a member of a running cluster, over the
-// owner channel, for the release proof of every partition: the ones its
-// newest read makes it own answer 0 (it may still execute them), the
-// others 1 (nothing left unfinished), and the answer names the asker.
+// owner channel, for the release proof of every partition: every one
+// answers 1 (nothing in flight, nothing left unfinished), those its
+// newest read makes it own revoked for HandoverGrace (a key of them
+// waits), and the answer names the asker.
 func TestReleaseOverChannel(t *testing.T) {
 	ms := startCluster(t, 2, nil)
 	a, b := ms[0], ms[1]
@@ -195,11 +213,23 @@ func TestReleaseOverChannel(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	r := b.routing.current()
 	for p, st := range ans.state {
-		if owned := r.owners[p] == b.Name(); owned != (st == 0) || !owned && st != 1 {
-			t.Errorf("partition %d (owner %s): state %d", p, r.owners[p], st)
+		if st != 1 {
+			t.Errorf("partition %d (owner %s): state %d, want 1", p, b.routing.current().owners[p], st)
 		}
+	}
+	// b revoked its own partitions for HandoverGrace: a key of b's waits.
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := "k" + strconv.Itoa(i); b.Owner(k) == b.Name() {
+			key = k
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	cfg, _ := core.NewConfig(core.Intervally(10, 10, time.Hour))
+	if _, err := b.Execute(ctx, key, availableReq(&cfg)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a key of the answerer just after the answer: %v, want held past its deadline", err)
 	}
 	if !slices.Contains(ans.names, a.Name()) {
 		t.Errorf("names %v lack the asker %s", ans.names, a.Name())

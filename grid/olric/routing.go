@@ -54,9 +54,9 @@ type routes struct {
 	// present names the members holding data in this read (see
 	// lost.Takeover), as markLost judged them.
 	present map[string]struct{}
-	// kept[p], for a partition this member owns and guards: it owned p in
-	// the read before the one that set the guard too (the guard is a
-	// split's end or a gap's, not a move), so a release proof may end it
+	// kept[p], for a partition this member owns and guards: it owned p
+	// before its latest split began (router.preSplit), so the guard is a
+	// split's end, not a move, and a release proof may end it
 	// (release.go); a moved partition waits its whole guard, in which
 	// Olric's balancer moves the previous owner's data in.
 	kept []bool
@@ -123,6 +123,16 @@ type router struct {
 	// starts rounds (see release.go).
 	proof       atomic.Pointer[proof]
 	proofCancel context.CancelFunc
+	// splitAt is when (m.mono) this member's latest split began (or a
+	// stale self-read was made), 0 if none; lastAbsent names the members
+	// missing in it (refresher only). See release.go.
+	splitAt    atomic.Int64
+	lastAbsent []string
+	// preSplit is the owners of the read before the latest split began
+	// (or before the latest stale self-read), nil if none (refresher
+	// only): a guard of a partition this member owned then is one a
+	// release proof may end (release.go).
+	preSplit []string
 }
 
 // init readies rt for member m, before m's first read.
@@ -210,6 +220,13 @@ func (rtr *router) refresh(ctx context.Context) error {
 	}
 	if nr.split {
 		rtr.noteAbsent(nr, prev, returned)
+		rtr.lastAbsent = nr.absent
+		if prev == nil || !prev.split {
+			rtr.splitAt.Store(returned)
+			if prev != nil {
+				rtr.preSplit = prev.owners
+			}
+		}
 	}
 	_, onlySelf := distinct[m.name]
 	onlySelf = onlySelf && len(distinct) == 1
@@ -250,6 +267,8 @@ func (rtr *router) refresh(ctx context.Context) error {
 		!onlySelf && coordinates(ctx, m.node.client, m.name)
 	if selfStale {
 		nr.splitInc, nr.hadSplit = nr.inc, true
+		rtr.splitAt.Store(returned)
+		rtr.preSplit = prev.owners
 	}
 	// Coming out of a split (or losing or regaining a quorum) is a
 	// hand-over of everything: Olric on a small side may keep a table in
@@ -316,7 +335,11 @@ func (rtr *router) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = guard
 			nr.epoch[p] = rtr.epochs.Add(1)
 			if prev != nil {
-				nr.kept[p] = prev.owners[p] == m.name
+				// Owned before the latest split began: the other side
+				// took it over at most, which a release proof settles
+				// (release.go); a partition this member acquired since
+				// is a move, guarded whole.
+				nr.kept[p] = rtr.preSplit != nil && rtr.preSplit[p] == m.name
 				rtr.handovers.Add(1)
 				// Across a gap, the owner of the previous read handed p
 				// over only if no other owner holds data of p: one that
