@@ -423,34 +423,40 @@
 // (refresh, routing.go), because that side may still execute them under
 // routing reads it made during the split, for up to RoutingLease. Rather
 // than wait HandoverGrace, the member asks the others, on the owner
-// channel (release.go), about each guarded partition it owned in the read
-// before too: may you still execute it, and how many of its buckets does
-// your split journal hold unmerged? It asks the owners of its last two
-// routing reads, the members holding data of those partitions, every
-// member gossip saw, and any member an answer names. A member answers
-// that it may while its newest routing read makes it the owner or an
-// execution of the partition is in flight (an execution counts itself
-// before it loads the read it runs under, so none that loaded an older
-// read is missed, and a newer read that gives it the partition again is a
-// hand-over, which it guards), else until when an execution that ended
-// with an error may still have a store call landing (that read's lease
-// end; one that ended cleanly has had its calls answered). A member whose
-// owner channel refuses a connection is dead and executes nothing. Once
-// every member has released a partition, journal merges into it run (the
-// other side's consumption arrives, and this member's own journal merges
-// into itself); once, besides, no member holds a bucket of it unmerged,
-// its clients are served again. Without every answer (a member
-// unreachable, or of an older build, which closes the connection on the
-// question and fails what else it carried) the guard stands its
-// HandoverGrace: it is never shortened without proof. A partition that
-// moved to this member keeps its whole guard, in which Olric's balancer
-// moves the previous owner's data in. TestNetHealKeepsKeys (one host of
-// three cut off 3 s, then healed; checks bounded by 100 ms) asserts that
-// on the majority a key that did not move fails for at most 100 ms in a
-// row (README.md's fault table has the figures; 1.41-1.83 s before the
-// proof), and TestNetHealForgetsNoConsumption and TestNetFaultBound's cut
-// rows that the heal still forgets no consumption and admits within the
-// bound.
+// channel (release.go), about each guarded partition it owned before its
+// latest split began (the other side took it over at most): it asks the
+// owners of its last two routing reads, the members holding data of
+// those partitions, every member gossip saw, and any member an answer
+// names. An answer proves that the other no longer executes the
+// partition: no execution of it is in flight there (an execution counts
+// itself before it loads the routing read it runs under, so none that
+// loaded an older read is missed), and one that ended with an error may
+// have a store call landing only until that read's lease ends, which the
+// answer states. A member whose newest read, perhaps a stale one, still
+// makes it the owner revokes the partition for HandoverGrace before it
+// answers, as if it moved away and back. The answer also counts the
+// partition's buckets its split journal holds unmerged, and says whether
+// it executed the partition with its view whole since its latest split
+// began (it was handed to it and back: a move, whose guard stands whole).
+// A member whose owner channel refuses a connection is dead and executes
+// nothing. Once every member has released a partition, journal merges
+// into it run (the other side's consumption arrives, and this member's
+// own journal merges into itself); once, besides, no member holds a
+// bucket of it unmerged, its clients are served again. Without every
+// answer (a member unreachable, or of an older build, which closes the
+// connection on the question and fails what else it carried) the guard
+// stands its HandoverGrace: it is never shortened without proof. A
+// partition that moved to this member keeps its whole guard, in which
+// Olric's balancer moves the previous owner's data in. What it costs:
+// a question per member at the split's end and every 20 ms until
+// answered, and, on a member that owned a partition only by the other
+// side's table, HandoverGrace more before it serves it.
+// TestNetHealKeepsKeys (one host of three cut off 3 s, then healed;
+// checks bounded by 100 ms) asserts that on the majority a key that did
+// not move fails for at most 100 ms in a row (README.md's fault table
+// has the figures; 1.41-1.83 s before the proof), and
+// TestNetHealForgetsNoConsumption and TestNetFaultBound's cut rows that
+// the heal still forgets no consumption and admits within the bound.
 //
 // With Config.Quorum set, a member executes only while gossip counts a
 // majority of the members it knew (a member that left with Shutdown
