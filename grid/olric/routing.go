@@ -366,10 +366,10 @@ func (rtr *router) refresh(ctx context.Context) error {
 	}
 	rtr.table.Store(nr)
 	if !nr.split && nr.quorum && prev != nil {
-		// The guards of partitions that did not move (a split's end, a
-		// gap) wait for the other members' executions to end (the other
-		// side's): once this member's view is whole again, ask them for
-		// proof that they did (release.go).
+		// The guards of partitions this member owned before its latest
+		// split began wait for the other members' executions to end (the
+		// other side's): once this member's view is whole again, ask
+		// them for proof that they did (release.go).
 		rtr.prove(prev, nr, returned)
 	}
 	if !nr.split {
