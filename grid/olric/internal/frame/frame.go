@@ -50,6 +50,21 @@ import (
 // time, uvarint epoch, uvarint fingerprint, uvarint lease generation,
 // uvarint lifetime nanoseconds, uvarint state length, the bucket state
 // before the grant, then core response bytes).
+//
+// Also added within version 2: after a split, a member whose partitions
+// are guarded may send KindRelease (uvarint budget, an empty key, uvarint
+// count, that many uvarint partitions) to ask another member whether it
+// may still execute for them. The other answers KindHold (uvarint
+// nanoseconds; ask again: its view of the cluster is not whole yet) or
+// KindReleased: per partition asked, in order, uvarint 0 when it may
+// still execute for it (an execution for it is in flight; one its newest
+// routing read makes it own it first revokes for a while) or 1 plus the
+// nanoseconds until every execution for it it may have left unfinished
+// ends (1: none), then
+// uvarint buckets of that partition its split journal holds unmerged,
+// then uvarint 1 when it executed for it with its view of the cluster
+// whole since its latest split began (else 0); then uvarint count and
+// that many members it knows (uvarint length, name).
 const (
 	KindExecute byte = iota + 1
 	KindRemove
@@ -61,6 +76,8 @@ const (
 	KindNoQuorum
 	KindLease
 	KindLeased
+	KindRelease
+	KindReleased
 )
 
 // Version is the owner channel's wire version; version 1 had no
