@@ -38,8 +38,12 @@ import (
 const streamWorkers = 256
 
 // backendCloseTimeout bounds closing the backend at shutdown: for the grid,
-// handing this member's buckets over and leaving the cluster.
-const backendCloseTimeout = 15 * time.Second
+// waiting until every bucket has a copy on another member (up to 24 s: the
+// member keeps its LeaveTimeout, 5 s, and 1 s for the leave, see
+// olric.Member.Shutdown), then handing this member's buckets over and
+// leaving the cluster. A member stopped right after another restarted
+// waits here while the grid re-replicates what the restart moved.
+const backendCloseTimeout = 30 * time.Second
 
 // expiryMargin is how long a bucket outlives the moment it is full again:
 // from then on a missing bucket and a full one answer alike.

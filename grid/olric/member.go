@@ -458,11 +458,17 @@ func remaining(ctx context.Context, budget time.Time) time.Duration {
 	return time.Until(budget)
 }
 
-// Shutdown leaves the cluster: the member stops executing (requests for
-// its buckets are held until the other members take the partitions over),
-// waits for executions in flight, shuts Olric down (bounded by
-// Config.LeaveTimeout; at most 100 ms later than asked when a cluster
-// event came in just before, see router.settle) and closes its connections. It returns when every
+// Shutdown leaves the cluster. With ReplicaCount 2 or more it first waits,
+// still serving, until no bucket's only copy is on this member: until it
+// and every other member report Replicated under one routing table that
+// lists every member alive. It waits until Config.LeaveTimeout + 1 s
+// before ctx's deadline at most (Config.RequestTimeout for a ctx without
+// one), then leaves anyway and returns an error matching ErrUnreplicated.
+// Then the member stops executing (requests for its buckets are held until
+// the other members take the partitions over), waits for executions in
+// flight, shuts Olric down (bounded by Config.LeaveTimeout; at most 100 ms
+// later than asked when a cluster event came in just before, see
+// router.settle) and closes its connections. It returns when every
 // goroutine it started has ended or ctx ends. With ReplicaCount 1 the
 // buckets this member owned are lost (they start empty on their new owner,
 // see Config.LostState); with 2 their backups take over.
@@ -472,6 +478,7 @@ func (m *Member) Shutdown(ctx context.Context) error {
 }
 
 func (m *Member) shutdown(ctx context.Context) error {
+	left := m.exec.resync.waitCopies(ctx)
 	m.exec.drain(ctx)
 	m.cancel()
 	if m.node.sub != nil {
@@ -502,9 +509,9 @@ func (m *Member) shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return ctx.Err()
+		return errors.Join(left, ctx.Err())
 	}
-	return err
+	return errors.Join(left, err)
 }
 
 // redisLogger adapts a log.Logger to go-redis's logging interface.

@@ -656,6 +656,64 @@ func TestNetRollingRestartIdle(t *testing.T) {
 	c.stop(t)
 }
 
+// TestNetRollingRestartReady is TestNetRollingRestartIdle restarted the
+// way a Kubernetes StatefulSet's rolling update does: the next member is
+// stopped as soon as the restarted one is up (Start returned: it serves,
+// its readiness probe passes), with no wait for Replicated on the others.
+// Only the member being stopped can then keep a bucket's last copy from
+// leaving with it: its Shutdown waits until every member reports
+// Replicated (waitReplicated). No bucket may hold more than it had left
+// after, and no Shutdown may report leaving early (ErrUnreplicated) within
+// the 20 s the test's members give it.
+func TestNetRollingRestartReady(t *testing.T) {
+	t.Parallel()
+	c := startNetCluster(t, 3, netTimings{Replicas: 2})
+	const n, spent = 50, 600
+	c.kids[0].send(t, fmt.Sprintf("CONSUME ready %d %d 15000", n, spent))
+	if got := strings.Fields(c.kids[0].expect(t, "CONSUME")); got[0] != strconv.Itoa(n) {
+		t.Fatalf("%s of %d buckets admitted %d tokens", got[0], n, spent)
+	}
+	early := 0
+	var stops []string
+	for i := range c.kids {
+		begin := time.Now()
+		c.kids[i].send(t, "STOP")
+		for c.kids[i].out.Scan() { // to the old process's end
+			if line := c.kids[i].out.Text(); strings.HasPrefix(line, "ERROR") {
+				t.Logf("member %d's Shutdown: %s", i, line)
+				early++
+			}
+		}
+		c.procs[i].Wait()
+		stops = append(stops, time.Since(begin).Round(time.Millisecond).String())
+		c.start(t, i)
+		c.kids[i].expect(t, "UP")
+	}
+	t.Logf("each member's Shutdown took %s", strings.Join(stops, ", "))
+	c.wait(t, 3, c.kids...)
+	left := tokens(t, c.kids[0], "ready", n)
+	var lostOnes []int
+	for b, tk := range left {
+		if tk > netCapacity-spent || tk < 0 {
+			lostOnes = append(lostOnes, b)
+		}
+	}
+	t.Logf("rolling restart of 3 members as a StatefulSet does it: %d of %d buckets lost consumption, %d Shutdowns left early", len(lostOnes), n, early)
+	if len(lostOnes) > 0 {
+		admitted := make([]int64, n)
+		for b := range admitted {
+			admitted[b] = spent
+		}
+		t.Errorf("%d of %d buckets lost consumption (or failed)", len(lostOnes), n)
+		some := lostOnes[:min(len(lostOnes), 3)]
+		logLost(t, c.kids, "ready", some, left, admitted, nil)
+	}
+	if early > 0 {
+		t.Errorf("%d of 3 Shutdowns left before every bucket had a copy on another member", early)
+	}
+	c.stop(t)
+}
+
 // rangeN returns 0 … n-1.
 func rangeN(n int) []int {
 	out := make([]int, n)

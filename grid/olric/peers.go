@@ -464,3 +464,25 @@ func (pp *peerPool) remote(ctx context.Context, name string, kind byte, key stri
 	}
 	return outcome{kind: frame.KindError, err: frame.ErrMalformed}
 }
+
+// askReplicated asks member name whether it vouches, under the routing
+// table of fingerprint print, for copies of every bucket of the
+// partitions it owns (frame.KindReplicated, see resyncer.answer): nil
+// when it does, else why not.
+func (pp *peerPool) askReplicated(ctx context.Context, name string, print uint64) error {
+	p, err := pp.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	budget := min(remaining(ctx, time.Now().Add(pp.m.cfg.RequestTimeout)), pp.m.cfg.RequestTimeout)
+	r := p.call(ctx, frame.KindReplicated, "", nil, binary.AppendUvarint(nil, print), budget)
+	switch {
+	case r.err != nil:
+		return r.err
+	case r.kind == frame.KindOK:
+		return nil
+	case r.kind == frame.KindError:
+		return errors.New(r.msg)
+	}
+	return fmt.Errorf("%w: answered kind %d", frame.ErrMalformed, r.kind)
+}

@@ -80,6 +80,16 @@ const (
 	KindReleased
 )
 
+// Also added within version 2: a member about to leave gracefully sends
+// KindReplicated (uvarint budget, an empty key, uvarint fingerprint of its
+// routing table) to ask another member whether every bucket of the
+// partitions that member owns has a copy on each of the partition's
+// owner and backups. The other answers KindOK (empty) when its newest
+// routing table has the same fingerprint and it vouches for its
+// partitions, else KindError (why not yet: ask again). Kinds 11 and 12
+// are taken by another addition.
+const KindReplicated byte = 13
+
 // Version is the owner channel's wire version; version 1 had no
 // preamble and no budget.
 const Version = 2
