@@ -65,6 +65,14 @@ import (
 // then uvarint 1 when it executed for it with its view of the cluster
 // whole since its latest split began (else 0); then uvarint count and
 // that many members it knows (uvarint length, name).
+//
+// And: a member about to leave gracefully sends KindReplicated (uvarint
+// budget, an empty key, uvarint fingerprint of its routing table) to ask
+// another member whether every bucket of the partitions that member owns
+// has a copy on each of the partition's owner and backups. The other
+// answers KindOK (empty) when its newest routing table has the same
+// fingerprint and it vouches for its partitions, else KindError (why not
+// yet: ask again).
 const (
 	KindExecute byte = iota + 1
 	KindRemove
@@ -78,17 +86,8 @@ const (
 	KindLeased
 	KindRelease
 	KindReleased
+	KindReplicated
 )
-
-// Also added within version 2: a member about to leave gracefully sends
-// KindReplicated (uvarint budget, an empty key, uvarint fingerprint of its
-// routing table) to ask another member whether every bucket of the
-// partitions that member owns has a copy on each of the partition's
-// owner and backups. The other answers KindOK (empty) when its newest
-// routing table has the same fingerprint and it vouches for its
-// partitions, else KindError (why not yet: ask again). Kinds 11 and 12
-// are taken by another addition.
-const KindReplicated byte = 13
 
 // Version is the owner channel's wire version; version 1 had no
 // preamble and no budget.
