@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -71,7 +73,9 @@ func (rs *resyncer) waitCopies(ctx context.Context) error {
 }
 
 // copied returns "" when every bucket has a copy besides this member's
-// (see waitCopies), else why it cannot tell yet.
+// (see waitCopies), else why it cannot tell yet: what each member that
+// did not vouch said. It asks the other owners at once, so that one that
+// does not answer delays none of the others' answers.
 func (rs *resyncer) copied(ctx context.Context) string {
 	m := rs.m
 	if m.members.ml.NumMembers() <= 1 {
@@ -82,17 +86,27 @@ func (rs *resyncer) copied(ctx context.Context) string {
 		return "this member: " + why
 	}
 	print := routesPrint(r)
+	var others []string
 	asked := map[string]bool{m.name: true}
 	for _, o := range r.owners {
-		if o == "" || asked[o] {
-			continue
-		}
-		asked[o] = true
-		if err := m.peers.askReplicated(ctx, o, print); err != nil {
-			return fmt.Sprintf("member %s: %v", o, err)
+		if o != "" && !asked[o] {
+			asked[o] = true
+			others = append(others, o)
 		}
 	}
-	return ""
+	errs := make([]error, len(others))
+	var wg sync.WaitGroup
+	for i, o := range others {
+		wg.Go(func() { errs[i] = m.peers.askReplicated(ctx, o, print) })
+	}
+	wg.Wait()
+	var why []string
+	for i, err := range errs {
+		if err != nil {
+			why = append(why, fmt.Sprintf("member %s: %v", others[i], err))
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 // vouch returns "" when, as of routing read r, every bucket of every
