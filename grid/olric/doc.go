@@ -212,11 +212,26 @@
 //
 //   - A member joins: nothing. Buckets keep their state on their new owner;
 //     measured over-admission 0 (TestJoinUnderLoad).
-//   - Members restart one after another with ReplicaCount 2, each once
-//     every member reports Member.Replicated: nothing (TestNetRollingRestart,
-//     50 buckets drawn under load, and TestNetRollingRestartIdle, 50 drawn
-//     buckets nobody checks while the members restart: 0 lost, 0
-//     over-admitted). Olric copies a bucket to a partition's new backup
+//   - Members restart one after another with ReplicaCount 2: nothing,
+//     however soon the next is stopped, as long as Shutdown's context
+//     gives it the time to wait (TestNetRollingRestartReady, the next
+//     stopped as soon as the restarted one's Start returned, as a
+//     StatefulSet's rolling update goes on once the restarted pod is
+//     ready: 0 of 50 idle buckets lost; before the wait, 50 of 50 started
+//     full). A graceful Shutdown first waits, still serving, until it and
+//     every other owner of its routing table vouch for their partitions
+//     under one routing table listing every member gossip counts alive
+//     (each asked over the owner channel): each bucket is then on its
+//     partition's owner and backup, so one copy outlives the leave. It
+//     gives up LeaveTimeout + 1 s before its context's deadline, leaves
+//     all the same and returns an error matching ErrUnreplicated naming
+//     the members that did not vouch (TestShutdownUnreplicatedIsBounded).
+//     It guards against its own leave only: two members stopped at once
+//     may each see the other's copies. Restarting each member once every
+//     member reports Member.Replicated, as TestNetRollingRestart (50
+//     buckets drawn under load) and TestNetRollingRestartIdle (50 drawn
+//     buckets nobody checks) do, loses nothing too (0 lost, 0
+//     over-admitted), and no Shutdown then waits. Olric copies a bucket to a partition's new backup
 //     only when it is written, so an owner writes back, once per ownership
 //     or backup change, a bucket it read and did not change; and after
 //     every routing read in which a partition it owns changed owner or
@@ -227,11 +242,11 @@
 //     expired or hidden by a move, is left). Replicated is true once every
 //     partition it owns is done. What that costs, per routing change: two
 //     scans per holder of each partition that changed, one read and one
-//     write per bucket of it. A member restarted before every member
-//     reports Replicated can take a bucket's last copy:
-//     TestNetRollingRestartIdle without that wait lost 13 and 20 of 50
-//     buckets in two runs, and 50 of 50 before the sweep, each then
-//     starting full. Olric moves a previous owner's data to the new owner
+//     write per bucket of it. Before Shutdown waited for the others, a
+//     member stopped before every member reported Replicated could take a
+//     bucket's last copy: TestNetRollingRestartIdle without that wait lost
+//     13 and 20 of 50 buckets in two runs, and 50 of 50 before the sweep,
+//     each then starting full. Olric moves a previous owner's data to the new owner
 //     in its balancer, which the member runs every RoutingRefresh
 //     (Olric's default is 15 s), so the
 //     data is there when the new owner's HandoverGrace ends: its reads

@@ -89,11 +89,10 @@ func (rs *resyncer) pending(r *routes) []uint64 {
 // Replicated reports whether, as of this member's newest routing read,
 // every bucket of every partition it owns has been written to the
 // partition's current backups since the partition's owner or backups last
-// changed (always true with ReplicaCount 1, which keeps no backups). It is
-// the readiness a rolling restart waits for: restart members one at a
-// time, each once every member reports true again; a member restarted
-// sooner can take a bucket's last copy with it (see "Contract" in the
-// package documentation).
+// changed (always true with ReplicaCount 1, which keeps no backups). A
+// graceful Shutdown waits until every member reports it (see Shutdown);
+// a rolling restart that waits for it too stops no member that would
+// have to wait (see "Contract" in the package documentation).
 func (m *Member) Replicated() bool {
 	return len(m.exec.resync.pending(m.routing.current())) == 0
 }
