@@ -460,8 +460,9 @@ func remaining(ctx context.Context, budget time.Time) time.Duration {
 
 // Shutdown leaves the cluster. With ReplicaCount 2 or more it first waits,
 // still serving, until no bucket's only copy is on this member: until it
-// and every other member report Replicated under one routing table that
-// lists every member alive. It waits until Config.LeaveTimeout + 1 s
+// and every other owner of its routing table report Replicated under that
+// one table, which lists every member gossip counts alive (each asked over
+// the owner channel). It waits until Config.LeaveTimeout + 1 s
 // before ctx's deadline at most (Config.RequestTimeout for a ctx without
 // one), then leaves anyway and returns an error matching ErrUnreplicated.
 // Then the member stops executing (requests for its buckets are held until
@@ -509,9 +510,12 @@ func (m *Member) shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return errors.Join(left, ctx.Err())
+		err = ctx.Err()
 	}
-	return errors.Join(left, err)
+	if left != nil {
+		return errors.Join(left, err)
+	}
+	return err
 }
 
 // redisLogger adapts a log.Logger to go-redis's logging interface.
