@@ -321,7 +321,7 @@ func (ch *channel) serveConn(nc *newConn) {
 			received = m.mono()
 		}
 		id, kind, payload, err := frame.Parse(buf)
-		if err != nil || (kind != frame.KindExecute && kind != frame.KindRemove && kind != frame.KindMerge && kind != frame.KindLease && kind != frame.KindRelease && kind != frame.KindReplicated) {
+		if err != nil || (kind != frame.KindExecute && kind != frame.KindRemove && kind != frame.KindMerge && kind != frame.KindLease && kind != frame.KindReplicated) {
 			return
 		}
 		budget, payload, err := frame.Uvarint(payload)
@@ -346,8 +346,6 @@ func (ch *channel) serveConn(nc *newConn) {
 			out = appendErrorFrame(out[:0], id, err)
 		case m.mono()-received >= int64(min(budget, 1<<62)):
 			out = appendErrorFrame(out[:0], id, errExpired)
-		case kind == frame.KindRelease:
-			out = m.exec.answerRelease(out[:0], id, rest)
 		case kind == frame.KindReplicated:
 			out = m.exec.resync.answer(out[:0], id, rest)
 		default:

@@ -469,60 +469,18 @@
 // and than gossip's quickest death (ProbeTimeout plus SuspicionMult
 // probe intervals: no shorter gap lets the others declare it dead) takes
 // the read for a hand-over of everything: it holds every partition
-// it owns for HandoverGrace or until the others prove they no longer
-// execute it (below; again when the rise of its incarnation
+// it owns for HandoverGrace (again when the rise of its incarnation
 // arrives), and only the others' journal merges run meanwhile, which
 // subtract what they admitted of its buckets; they ship them as soon as
 // they read one cluster again, tens of milliseconds after it woke. With
 // one replica the others started its buckets empty (see "Lost state") and
 // spent only the refill. What it costs: a
-// coordinator's keys wait after any gap of its own over
-// that (0.5 s with the defaults), a pause or a starved process, until
-// the others' proofs come, at most HandoverGrace. Not
+// coordinator's keys wait HandoverGrace after any gap of its own over
+// that (0.5 s with the defaults), a pause or a starved process. Not
 // covered: a merge that arrives after the hold ended (the others did not
 // read one cluster within HandoverGrace of the wake).
 // TestNetFaultWorstInterval's coordinator points keep it (README.md's
 // fault table).
-//
-// The end of a split, proven. A split's end that may follow another
-// side's declaring this member dead guards every partition it owns
-// (refresh, routing.go), because that side may still execute them under
-// routing reads it made during the split, for up to RoutingLease. Rather
-// than wait HandoverGrace, the member asks the others, on the owner
-// channel (release.go), about each guarded partition it owned before its
-// latest split began (the other side took it over at most): it asks the
-// owners of its last two routing reads, the members holding data of
-// those partitions, every member gossip saw, and any member an answer
-// names. An answer proves that the other no longer executes the
-// partition: no execution of it is in flight there (an execution counts
-// itself before it loads the routing read it runs under, so none that
-// loaded an older read is missed), and one that ended with an error may
-// have a store call landing only until that read's lease ends, which the
-// answer states. A member whose newest read, perhaps a stale one, still
-// makes it the owner revokes the partition for HandoverGrace before it
-// answers, as if it moved away and back. The answer also counts the
-// partition's buckets its split journal holds unmerged, and says whether
-// it executed the partition with its view whole since its latest split
-// began (it was handed to it and back: a move, whose guard stands whole).
-// A member whose owner channel refuses a connection is dead and executes
-// nothing. Once every member has released a partition, journal merges
-// into it run (the other side's consumption arrives, and this member's
-// own journal merges into itself); once, besides, no member holds a
-// bucket of it unmerged, its clients are served again. Without every
-// answer (a member unreachable, or of an older build, which closes the
-// connection on the question and fails what else it carried) the guard
-// stands its HandoverGrace: it is never shortened without proof. A
-// partition that moved to this member keeps its whole guard, in which
-// Olric's balancer moves the previous owner's data in. What it costs:
-// a question per member at the split's end and every 20 ms until
-// answered, and, on a member that owned a partition only by the other
-// side's table, HandoverGrace more before it serves it.
-// TestNetHealKeepsKeys (one host of three cut off 3 s, then healed;
-// checks bounded by 100 ms) asserts that on the majority a key that did
-// not move fails for at most 100 ms in a row (README.md's fault table
-// has the figures; 1.41-1.83 s before the proof), and
-// TestNetHealForgetsNoConsumption and TestNetFaultBound's cut rows that
-// the heal still forgets no consumption and admits within the bound.
 //
 // With Config.Quorum set, a member executes only while gossip counts a
 // majority of the members it knew (a member that left with Shutdown
@@ -557,8 +515,7 @@
 // own gossip incarnation unchanged: the others were paused or stalled,
 // and no side reassigned its partitions; TestNetResumeKeepsKeys). After
 // a partition it is a hand-over of every partition, each held for
-// HandoverGrace or until the others prove they released it (see "Network
-// splits"). Measured on the test bed, 3 members on 3 hosts, each check
+// HandoverGrace. Measured on the test bed, 3 members on 3 hosts, each check
 // attempt bounded by 100 ms (TestNetCrashWindow): see the table of faults
 // in the README; with memberlist's own probe timings (1 s period,
 // suspicion 4 or more) it was 6.9-9.0 s. Larger clusters take longer: memberlist's suspicion timeout

@@ -95,7 +95,6 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	m.exec.resync.init(m)
 	m.exec.m, m.exec.stripes = m, make([]stripe, cfg.Stripes)
 	m.routing.marks.init(m)
-	m.exec.track = make([]partTrack, cfg.PartitionCount)
 	if cfg.Leases.on() {
 		m.leases = newLeaseTable(cfg.Leases)
 		m.leases.fence = fence.New(int64(cfg.Leases.Lifetime), cfg.Leases.MaxKeys, cfg.PartitionCount, cfg.Stripes)
@@ -232,12 +231,12 @@ type outcome struct {
 // during a hand-over, on a stale routing read or while shutting down, and
 // runs nothing for a caller gone by b (see hold). Callers go through
 // execBounded, which bounds their wait.
-func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, lx *leaseExec, b bound) (out outcome) {
+func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *wire.Request, remove bool, lx *leaseExec, b bound) outcome {
 	o, refused, ok := m.exec.hold(ctx, h, b)
 	if !ok {
 		return refused
 	}
-	defer func() { m.exec.release(&o, out.kind == frame.KindError) }()
+	defer m.exec.release(&o)
 	if remove {
 		if m.leases != nil {
 			if wait, held := m.leases.fence.Hold(o.st.leased, key, h%m.cfg.PartitionCount, o.epoch, o.now, nil, nil); held {

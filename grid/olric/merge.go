@@ -36,7 +36,7 @@ func (m *Member) shipJournal() {
 // state less the consumption the incoming one holds and it does not. The
 // merged bucket lives as long as the longer of the two, and at least
 // until it is full again, so that no consumption expires with it.
-func (oe *ownerExec) execMerge(ctx context.Context, key string, h uint64, payload []byte, b bound) (out outcome) {
+func (oe *ownerExec) execMerge(ctx context.Context, key string, h uint64, payload []byte, b bound) outcome {
 	ttl, incoming, err := frame.Uvarint(payload)
 	if err != nil || len(incoming) == 0 {
 		return outcome{kind: frame.KindError, err: frame.ErrMalformed}
@@ -46,7 +46,7 @@ func (oe *ownerExec) execMerge(ctx context.Context, key string, h uint64, payloa
 	if !ok {
 		return refused
 	}
-	defer func() { oe.release(&o, out.kind == frame.KindError) }()
+	defer oe.release(&o)
 	s, failed, ok := oe.read(&o, key)
 	if !ok {
 		return failed

@@ -32,36 +32,6 @@ type ownerExec struct {
 	// resync writes back the buckets of partitions whose owner or backups
 	// changed, so that every backup holds them (resync.go).
 	resync resyncer
-	// track[p] is what partition p's executions leave behind, for the
-	// release proof another member asks for after a split (release.go);
-	// nil in tests that build an ownerExec by hand.
-	track []partTrack
-}
-
-// partTrack is one partition's executions as a release proof sees them:
-// how many are in flight (counted before they load the routing read they
-// run under, so one that loaded a read owning the partition is counted),
-// and until when (m.mono) an execution that ended with an error may
-// still have a store call landing: its routing read's lease end.
-type partTrack struct {
-	inflight atomic.Int32
-	dirty    atomic.Int64
-	// whole is when (m.mono) an execution of the partition under a
-	// routing read made with this member's view whole (not split, so
-	// not journaled) last ended: one after its latest split began means
-	// the partition was handed to it since, not only kept by a stale
-	// table.
-	whole atomic.Int64
-	// revoked: this member answered another's release request for the
-	// partition while its own (stale) read made it the owner, so it
-	// executes none of it before then (m.mono; see answerRelease).
-	revoked atomic.Int64
-}
-
-// maxStore raises a to v unless it is already higher.
-func maxStore(a *atomic.Int64, v int64) {
-	for d := a.Load(); d < v && !a.CompareAndSwap(d, v); d = a.Load() {
-	}
 }
 
 // drain stops owner-side execution (hold answers frame.KindHold from now
@@ -132,14 +102,8 @@ func (oe *ownerExec) hold(ctx context.Context, h uint64, b bound) (ownerHold, ou
 		oe.gate.RUnlock()
 		return ownerHold{}, outcome{kind: kindBusy}, false
 	}
-	// Counted before the read is loaded (see partTrack and answerRelease).
-	tracked := len(oe.track) > 0
-	if tracked {
-		oe.track[p].inflight.Add(1)
-	}
 	r, now := m.routing.current(), m.mono()
 	if err := ctx.Err(); err != nil || (b.notAfter != 0 && now >= b.notAfter) {
-		oe.untrack(p, tracked)
 		st.mu.Unlock()
 		oe.gate.RUnlock()
 		if err == nil {
@@ -148,7 +112,6 @@ func (oe *ownerExec) hold(ctx context.Context, h uint64, b bound) (ownerHold, ou
 		return ownerHold{}, outcome{kind: frame.KindError, err: err}, false
 	}
 	if o, ok := oe.mayExecute(r, p, now, b.merge); !ok {
-		oe.untrack(p, tracked)
 		st.mu.Unlock()
 		oe.gate.RUnlock()
 		return ownerHold{}, o, false
@@ -157,13 +120,6 @@ func (oe *ownerExec) hold(ctx context.Context, h uint64, b bound) (ownerHold, ou
 		ctx = r.lease
 	}
 	return ownerHold{st: st, r: r, p: p, epoch: r.epoch[p], now: now, ctx: ctx}, outcome{}, true
-}
-
-// untrack ends the count hold began for partition p, when it counted.
-func (oe *ownerExec) untrack(p uint64, tracked bool) {
-	if tracked {
-		oe.track[p].inflight.Add(-1)
-	}
 }
 
 // mayExecute checks, under the partition's stripe lock, whether this
@@ -184,18 +140,8 @@ func (oe *ownerExec) mayExecute(r *routes, p uint64, now int64, merge bool) (out
 		m.routing.kick()
 		return outcome{kind: frame.KindHold, hold: int64(m.cfg.RoutingRefresh / 4)}, false
 	}
-	if len(oe.track) > 0 {
-		if rv := oe.track[p].revoked.Load(); now < rv {
-			return outcome{kind: frame.KindHold, hold: rv - now}, false
-		}
-	}
 	if g := r.guardUntil[p]; now < g && !(merge && g <= r.staleUntil) {
-		// Every other member may have proved that it no longer executes
-		// p (and, but for a merge, that its journal of p merged): see
-		// release.go.
-		if wait := m.routing.proof.Load().wait(p, g, now, merge); wait > 0 {
-			return outcome{kind: frame.KindHold, hold: wait}, false
-		}
+		return outcome{kind: frame.KindHold, hold: g - now}, false
 	}
 	if !r.quorum {
 		return outcome{kind: frame.KindNoQuorum}, false
@@ -203,19 +149,8 @@ func (oe *ownerExec) mayExecute(r *routes, p uint64, now int64, merge bool) (out
 	return outcome{}, true
 }
 
-// release ends a hold; failed: the execution ended with an error, so a
-// store call of it may still land (until its routing read's lease ends).
-func (oe *ownerExec) release(o *ownerHold, failed bool) {
-	if len(oe.track) > 0 {
-		t := &oe.track[o.p]
-		if failed {
-			maxStore(&t.dirty, o.r.start+int64(oe.m.cfg.RoutingLease))
-		}
-		if !o.r.split {
-			maxStore(&t.whole, oe.m.mono())
-		}
-		t.inflight.Add(-1)
-	}
+// release ends a hold.
+func (oe *ownerExec) release(o *ownerHold) {
 	o.st.mu.Unlock()
 	oe.gate.RUnlock()
 }

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,9 +60,6 @@ type reply struct {
 	// retry: a frame.KindError the owner would retry itself (see
 	// errStoreFailed)
 	retry bool
-	// raw is a frame.KindReleased answer's payload (a copy), which
-	// askRelease parses
-	raw []byte
 }
 
 // decodeReply decodes an answer's payload; it keeps no reference to it.
@@ -88,8 +84,6 @@ func decodeReply(kind byte, payload []byte) reply {
 			return reply{err: err}
 		}
 		return reply{kind: frame.KindOK, resp: resp, body: true, grant: g}
-	case frame.KindReleased:
-		return reply{kind: frame.KindReleased, raw: slices.Clone(payload)}
 	case frame.KindNotOwner:
 		return reply{kind: frame.KindNotOwner}
 	case frame.KindNoQuorum:

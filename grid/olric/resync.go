@@ -264,7 +264,7 @@ func (rs *resyncer) touch(ctx context.Context, key string, epoch uint64) error {
 			}
 		}
 		err := rs.touchHeld(&o, key, epoch)
-		m.exec.release(&o, err != nil)
+		m.exec.release(&o)
 		return err
 	}
 }

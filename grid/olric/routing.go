@@ -57,12 +57,6 @@ type routes struct {
 	// present names the members holding data in this read (see
 	// lost.Takeover), as markLost judged them.
 	present map[string]struct{}
-	// kept[p], for a partition this member owns and guards: it owned p
-	// before its latest split began (router.preSplit), so the guard is a
-	// split's end, not a move, and a release proof may end it
-	// (release.go); a moved partition waits its whole guard, in which
-	// Olric's balancer moves the previous owner's data in.
-	kept []bool
 	// epoch[p] changes whenever this member (re)acquires partition p or p's
 	// backups change (so a read-only bucket is written again, see
 	// replicate); a
@@ -124,21 +118,6 @@ type router struct {
 	// marks keeps each lost partition's loss inside the partition, for a
 	// member that never read it (lostmark.go).
 	marks lostMarks
-	// proof is what the latest round of release proofs established (nil
-	// before any), and proofCancel ends that round; only the refresher
-	// starts rounds (see release.go).
-	proof       atomic.Pointer[proof]
-	proofCancel context.CancelFunc
-	// splitAt is when (m.mono) this member's latest split began (or a
-	// stale self-read was made), 0 if none; lastAbsent names the members
-	// missing in it (refresher only). See release.go.
-	splitAt    atomic.Int64
-	lastAbsent []string
-	// preSplit is the owners of the read before the latest split began
-	// (or before the latest stale self-read), nil if none (refresher
-	// only): a guard of a partition this member owned then is one a
-	// release proof may end (release.go).
-	preSplit []string
 }
 
 // init readies rt for member m, before m's first read.
@@ -187,7 +166,6 @@ func (rtr *router) refresh(ctx context.Context) error {
 		replicas:   make([]string, n),
 		lostAt:     make([]int64, n),
 		watch:      make([]lost.Watch, n),
-		kept:       make([]bool, n),
 		epoch:      make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
@@ -227,13 +205,6 @@ func (rtr *router) refresh(ctx context.Context) error {
 	}
 	if nr.split {
 		rtr.noteAbsent(nr, prev, returned)
-		rtr.lastAbsent = nr.absent
-		if prev == nil || !prev.split {
-			rtr.splitAt.Store(returned)
-			if prev != nil {
-				rtr.preSplit = prev.owners
-			}
-		}
 	}
 	_, onlySelf := distinct[m.name]
 	onlySelf = onlySelf && len(distinct) == 1
@@ -274,8 +245,6 @@ func (rtr *router) refresh(ctx context.Context) error {
 		!onlySelf && coordinates(ctx, m.node.client, m.name)
 	if selfStale {
 		nr.splitInc, nr.hadSplit = nr.inc, true
-		rtr.splitAt.Store(returned)
-		rtr.preSplit = prev.owners
 	}
 	// Coming out of a split (or losing or regaining a quorum) is a
 	// hand-over of everything: Olric on a small side may keep a table in
@@ -296,9 +265,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	// test bed's resume case is), and a change seen later, however late
 	// the other side's view comes back, is the hand-over of everything
 	// then. Going into a split changes nothing this member owns; it only
-	// starts new epochs. The guard of a partition this member owned
-	// before too ends sooner once every other member proved it no longer
-	// executes it (prove, release.go).
+	// starts new epochs.
 	transition := prev != nil && (prev.quorum != nr.quorum ||
 		prev.split && !nr.split && (!nr.incKnown || nr.inc != prev.splitInc) &&
 			!m.members.deaths.allProvenSince(prev.absent, prev.splitSince) ||
@@ -342,11 +309,6 @@ func (rtr *router) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = guard
 			nr.epoch[p] = rtr.epochs.Add(1)
 			if prev != nil {
-				// Owned before the latest split began: the other side
-				// took it over at most, which a release proof settles
-				// (release.go); a partition this member acquired since
-				// is a move, guarded whole.
-				nr.kept[p] = rtr.preSplit != nil && rtr.preSplit[p] == m.name
 				rtr.handovers.Add(1)
 				// Across a gap, the owner of the previous read handed p
 				// over only if no other owner holds data of p: one that
@@ -359,7 +321,6 @@ func (rtr *router) refresh(ctx context.Context) error {
 			nr.guardUntil[p] = prev.guardUntil[p]
 			nr.epoch[p] = prev.epoch[p]
 			nr.from[p] = prev.from[p]
-			nr.kept[p] = prev.kept[p]
 			if nr.backups[p] != prev.backups[p] || gapped || sideChange {
 				// The cached state is re-read from Olric: what another
 				// member wrote back or merged in is there.
@@ -374,13 +335,6 @@ func (rtr *router) refresh(ctx context.Context) error {
 	rtr.table.Store(nr)
 	rtr.marks.note(prev, nr)
 	m.exec.resync.kick()
-	if !nr.split && nr.quorum && prev != nil {
-		// The guards of partitions this member owned before its latest
-		// split began wait for the other members' executions to end (the
-		// other side's): once this member's view is whole again, ask
-		// them for proof that they did (release.go).
-		rtr.prove(prev, nr, returned)
-	}
 	if !nr.split {
 		m.shipJournal()
 	}

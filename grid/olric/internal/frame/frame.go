@@ -51,25 +51,11 @@ import (
 // uvarint lifetime nanoseconds, uvarint state length, the bucket state
 // before the grant, then core response bytes).
 //
-// Also added within version 2: after a split, a member whose partitions
-// are guarded may send KindRelease (uvarint budget, an empty key, uvarint
-// count, that many uvarint partitions) to ask another member whether it
-// may still execute for them. The other answers KindHold (uvarint
-// nanoseconds; ask again: its view of the cluster is not whole yet) or
-// KindReleased: per partition asked, in order, uvarint 0 when it may
-// still execute for it (an execution for it is in flight; one its newest
-// routing read makes it own it first revokes for a while) or 1 plus the
-// nanoseconds until every execution for it it may have left unfinished
-// ends (1: none), then
-// uvarint buckets of that partition its split journal holds unmerged,
-// then uvarint 1 when it executed for it with its view of the cluster
-// whole since its latest split began (else 0); then uvarint count and
-// that many members it knows (uvarint length, name).
-//
-// And: a member about to leave gracefully sends KindReplicated (uvarint
-// budget, an empty key, uvarint fingerprint of its routing table) to ask
-// another member whether every bucket of the partitions that member owns
-// has a copy on each of the partition's owner and backups. The other
+// Also added within version 2: a member about to leave gracefully sends
+// KindReplicated (uvarint budget, an empty key, uvarint fingerprint of its
+// routing table) to ask another member whether every bucket of the
+// partitions that member owns has a copy on each of the partition's owner
+// and backups. The other
 // answers KindOK (empty) when its newest routing table has the same
 // fingerprint and it vouches for its partitions, else KindError (why not
 // yet: ask again).
@@ -84,8 +70,6 @@ const (
 	KindNoQuorum
 	KindLease
 	KindLeased
-	KindRelease
-	KindReleased
 	KindReplicated
 )
 

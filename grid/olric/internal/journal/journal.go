@@ -78,16 +78,6 @@ func (j *Journal) Len() int {
 	return len(j.entries)
 }
 
-// Keys calls f with the key of every bucket waiting to be merged, holding
-// the journal's lock: f must not use the journal.
-func (j *Journal) Keys(f func(key string)) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for k := range j.entries {
-		f(k)
-	}
-}
-
 // StartShipping reports whether the caller should ship the journal now: it
 // holds buckets and nobody ships it already. A true answer must be followed
 // by Ship and then DoneShipping.
