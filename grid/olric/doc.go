@@ -334,14 +334,15 @@
 // full; after, none in 39). Not covered: copies that move more than once
 // while Olric's members disagree on the routing table, as seen once under
 // the race detector at a load of 30-38 (7 buckets started full). Beside 2
-// busy loops under the race detector TestCrash, ReplicaCount 2, failed 2
-// runs of 5 with single routing reads (19 and 4 buckets started full) and
-// 3 of 40 with the consistent read below: twice the killed member's
-// partitions had no backup left at the kill (14 and 58 buckets lost, 16
-// and 32 started full), once a bucket started empty while a survivor held
-// its data; in the first, after routing settled, the coordinator's table
-// still named the killed member owner of partitions another survivor's
-// Olric held as their only owner.
+// busy loops under the race detector TestCrash, ReplicaCount 2, failed 3
+// runs of 18 with single routing reads (19 and 4 buckets started full, 121
+// lost) and 3 of 40 with the consistent read below, a difference chance
+// could make: twice the killed member's partitions had no backup left at
+// the kill (14 and 58 buckets lost, 16 and 32 started full), once a
+// bucket started empty while a survivor held its data; in the first,
+// after routing settled, the coordinator's table still named the killed
+// member owner of partitions another survivor's Olric held as their only
+// owner, two reads agreeing: members' tables disagreeing, not a torn read.
 // A takeover counts a prior holder only while it owns a partition in the
 // new routing read (Olric can keep a dead member listed as a previous
 // owner before gossip here declares it dead), and a partition whose
