@@ -147,7 +147,9 @@ func (rtr *router) refresh(ctx context.Context) error {
 	m := rtr.m
 	start := m.mono()
 	idle := start - rtr.readEnd.Load()
-	rt, err := m.node.client.RoutingTable(ctx)
+	// One table, not one torn by an update Olric is applying (see
+	// stableRoutes); start stays the first read's, which showed the same.
+	rt, err := stableRoutes(ctx, m.node.client.RoutingTable)
 	defer func() { rtr.readEnd.Store(m.mono()) }()
 	if err != nil {
 		return err
