@@ -650,7 +650,7 @@ func (c *netCluster) start(t *testing.T, i int) {
 		t.Fatal(err)
 	}
 	p := c.bed.Start(cmd)
-	k := &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	k := &child{cmd: cmd, in: in, out: childScanner(out)}
 	if i < len(c.kids) {
 		c.kids[i], c.procs[i] = k, p
 	} else {

@@ -410,7 +410,16 @@ func startChild(t *testing.T, env, value string) *child {
 			<-done
 		}
 	})
-	return &child{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	return &child{cmd: cmd, in: in, out: childScanner(out)}
+}
+
+// childScanner reads a child's lines, however long: a DIAG line under
+// routing churn can pass bufio.Scanner's default 64 KiB, which ended
+// TestCrash runs with "token too long" before any verdict.
+func childScanner(r io.Reader) *bufio.Scanner {
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	return s
 }
 
 // startChildren starts n members in n processes with the given replica
