@@ -287,8 +287,7 @@ func TestNetDeadlineUnderLoad(t *testing.T) {
 	const victim = 2
 	for run, slack := range []time.Duration{deadlineSlack, deadlineRoom} {
 		if run > 0 {
-			c.start(t, victim)
-			c.kids[victim].expect(t, "UP")
+			c.restart(t, victim)
 			c.wait(t, 3, c.kids...)
 		}
 		unexcused, load := strictRun(t, c, victim, slack)

@@ -215,8 +215,7 @@ func TestNetCrashWindow(t *testing.T) {
 			bms, _ = strconv.Atoi(f[1])
 		}
 		w := time.Duration(ms) * time.Millisecond
-		c.start(t, victim)
-		c.kids[victim].expect(t, "UP")
+		c.restart(t, victim)
 		c.wait(t, 3, c.kids...)
 		if w > time.Second && held < 500 && again < 4 {
 			again++
@@ -257,8 +256,7 @@ func TestNetKillRestart(t *testing.T) {
 		c.procs[victim].Kill()
 		c.procs[victim].Wait()
 		start := time.Now()
-		c.start(t, victim)
-		c.kids[victim].expect(t, "UP")
+		c.restart(t, victim)
 		up := time.Since(start)
 		c.wait(t, 3, c.kids...)
 		t.Logf("member %d killed and restarted at once: up after %v, one routing table of 3 after %v", victim, up.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
@@ -576,8 +574,7 @@ func TestNetRollingRestart(t *testing.T) {
 		}
 		c.kids[i].send(t, "STOP")
 		c.procs[i].Wait()
-		c.start(t, i)
-		c.kids[i].expect(t, "UP")
+		c.restart(t, i)
 		for _, k := range others {
 			f := strings.Fields(k.expect(t, "LOAD"))
 			e, _ := strconv.Atoi(f[1])
@@ -636,8 +633,7 @@ func TestNetRollingRestartIdle(t *testing.T) {
 	for i := range c.kids {
 		c.kids[i].send(t, "STOP")
 		c.procs[i].Wait()
-		c.start(t, i)
-		c.kids[i].expect(t, "UP")
+		c.restart(t, i)
 		c.wait(t, 3, c.kids...)
 		steps = append(steps, rollDiag(t, c.kids, "idle", rangeN(n)))
 	}
@@ -686,8 +682,7 @@ func TestNetRollingRestartReady(t *testing.T) {
 		}
 		c.procs[i].Wait()
 		stops = append(stops, time.Since(begin).Round(time.Millisecond).String())
-		c.start(t, i)
-		c.kids[i].expect(t, "UP")
+		c.restart(t, i)
 	}
 	t.Logf("each member's Shutdown took %s", strings.Join(stops, ", "))
 	c.wait(t, 3, c.kids...)

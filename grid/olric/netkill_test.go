@@ -175,8 +175,7 @@ func killsAfterPause(t *testing.T, kills int) []killRound {
 		}
 		t.Logf("kill %d of member %d (key %s), after a pause of %q: unavailable %v, %v of it held by a hand-over guard, a patient check took %v; gossip declared it dead after %v; survivors' longest stall %v",
 			r, victim, kr.key, kr.pause, kr.window, kr.held, kr.patient, kr.detect.Round(time.Millisecond), kr.stall.Round(time.Millisecond))
-		c.start(t, victim)
-		c.kids[victim].expect(t, "UP")
+		c.restart(t, victim)
 		c.wait(t, 3, c.kids...)
 		if max(kr.window, kr.patient) > time.Second && kr.detect > detectJudged {
 			if retries == killRetries {
