@@ -47,6 +47,15 @@ var known = []signature{{
 	a:    "olric/internal/cluster/routingtable.(*RoutingTable).updateRoutingCommandHandler",
 	b:    "olric/internal/cluster/routingtable.(*RoutingTable).Shutdown",
 }, {
+	// Olric v0.7.4: the same with a fragment move (its balancer's, or a
+	// member's leaving) received while the member stops: with cluster
+	// events on, moveFragmentCommandHandler calls the DMap service's
+	// wg.Add to publish its event after dmap.Service.Shutdown began its
+	// wg.Wait.
+	name: "olric v0.7.4: fragment move served after dmap.Service.Shutdown's wg.Wait",
+	a:    "olric/internal/dmap.(*Service).moveFragmentCommandHandler",
+	b:    "olric/internal/dmap.(*Service).Shutdown",
+}, {
 	// Olric v0.7.4 with memberlist v0.5.3: Discovery.GetMembers reads the
 	// *Node records memberlist.Members returned after memberlist released
 	// nodeLock, while aliveNode rewrites an existing record's Meta under
