@@ -27,7 +27,9 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -94,7 +96,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "racecheck:", err)
 			os.Exit(2)
 		}
-		if _, ok := knownRaces(block, true); !ok {
+		if _, ok := knownRaces(block, true, ""); !ok {
 			os.Exit(1)
 		}
 		return
@@ -106,7 +108,7 @@ func main() {
 			block = append(block, line)
 			continue
 		}
-		if m[1] == "FAIL" && onlyKnownRaces(block) {
+		if m[1] == "FAIL" && onlyKnownRaces(block, packageDir(m[2])) {
 			var tests []string
 			for _, l := range block {
 				if f := failedTest.FindStringSubmatch(l); f != nil {
@@ -128,15 +130,15 @@ func main() {
 // onlyKnownRaces reports whether the output of one failed package shows at
 // least one data race, no failure but races, and only races of known
 // signatures. It names each race it forgives on standard error.
-func onlyKnownRaces(lines []string) bool {
-	races, ok := knownRaces(lines, false)
+func onlyKnownRaces(lines []string, dir string) bool {
+	races, ok := knownRaces(lines, false, dir)
 	return ok && races > 0
 }
 
 // knownRaces counts the races in lines and reports whether all are of
 // known signatures and, unless racesOnly, nothing else failed. With
 // racesOnly it reads on after an unknown race and prints each.
-func knownRaces(lines []string, racesOnly bool) (races int, ok bool) {
+func knownRaces(lines []string, racesOnly bool, dir string) (races int, ok bool) {
 	ok = true
 	var report []string // the race being read, printed if unknown
 	var r race          // the race being read
@@ -185,7 +187,7 @@ func knownRaces(lines []string, racesOnly bool) (races int, ok bool) {
 		case strings.HasPrefix(l, "panic:"), strings.HasPrefix(l, "fatal error:"),
 			strings.HasPrefix(l, "FAIL\t"), strings.Contains(l, "test timed out"):
 			return races, false
-		case testError.MatchString(l) && !raceError.MatchString(l):
+		case testError.MatchString(l) && !raceError.MatchString(l) && !logCall(dir, l):
 			return races, false
 		}
 		if cur == nil {
@@ -201,6 +203,46 @@ func knownRaces(lines []string, racesOnly bool) (races int, ok bool) {
 	}
 	r.flush()
 	return races, judge() && ok
+}
+
+// module is this repository's module path: a package's directory is its
+// import path without it.
+const module = "github.com/bucketgrid/bucketgrid"
+
+// packageDir returns the directory of the package with import path pkg,
+// relative to the repository's root (where scripts/test runs).
+func packageDir(pkg string) string {
+	return "." + strings.TrimPrefix(pkg, module)
+}
+
+// sourceLine finds the file and line a test's output line names.
+var sourceLine = regexp.MustCompile(`^\s+(\S+\.go):(\d+): `)
+
+// logCall reports whether a failed test's output line l (file:line:
+// message) was written by a t.Log or t.Logf call in the package's
+// directory dir, read from the source: go test prints a failed test's
+// logs as it prints its errors, and a test that failed only by a race
+// prints its logs too. Anything else (t.Error, t.Fatal, a helper's call
+// site, a file not found) counts as a failure.
+func logCall(dir, l string) bool {
+	m := sourceLine.FindStringSubmatch(l)
+	if dir == "" || m == nil {
+		return false
+	}
+	n, err := strconv.Atoi(m[2])
+	if err != nil {
+		return false
+	}
+	src, err := os.ReadFile(filepath.Join(dir, m[1]))
+	if err != nil {
+		return false
+	}
+	lines := strings.Split(string(src), "\n")
+	if n < 1 || n > len(lines) {
+		return false
+	}
+	call := strings.TrimSpace(lines[n-1])
+	return strings.HasPrefix(call, "t.Log(") || strings.HasPrefix(call, "t.Logf(")
 }
 
 // access is one of a race's two memory accesses: the goroutine that made it
