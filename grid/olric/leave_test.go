@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // TestRollingRestartUnwaited restarts each of three members in turn with
@@ -21,16 +19,7 @@ import (
 // process, so that the race pass runs the wait (TestNetRollingRestartReady
 // is the same on the test bed).
 func TestRollingRestartUnwaited(t *testing.T) {
-	const n, capacity, spent = 50, 1000, 600
-	ms := startCluster(t, 3, func(c *Config) { c.ReplicaCount = 2 })
-	cfg, _ := core.NewConfig(core.Intervally(capacity, capacity, time.Hour))
-	keys := keySet("rollnow-", n)
-	for i, k := range keys {
-		resp, err := ms[i%3].Execute(context.Background(), k, consumeReq(&cfg, spent))
-		if err != nil || !resp.Results[0].OK {
-			t.Fatalf("%s: %v %+v", k, err, resp)
-		}
-	}
+	ms, cfg, keys := drawnForRestart(t, "rollnow-")
 	for i := range ms {
 		c := ms[i].cfg
 		c.Peers = []string{memberlistAddr(ms[(i+1)%len(ms)].cfg)}
@@ -48,7 +37,7 @@ func TestRollingRestartUnwaited(t *testing.T) {
 		ms[i] = m
 	}
 	waitStable(t, ms)
-	assertIdleKept(t, ms, keys, &cfg, capacity-spent)
+	assertIdleKept(t, ms, keys, &cfg, restartCapacity-restartSpent)
 }
 
 // TestShutdownUnreplicatedIsBounded has a member leave while another

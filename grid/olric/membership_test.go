@@ -199,6 +199,28 @@ func TestJoinUnderLoad(t *testing.T) {
 	}
 }
 
+// restartCapacity and restartSpent are the buckets of the in-process
+// rolling restarts: drawnForRestart draws each to restartCapacity -
+// restartSpent tokens.
+const restartCapacity, restartSpent = 1000, 600
+
+// drawnForRestart starts three members with two replicas and draws 50
+// buckets (keys with prefix, configuration cfg) down by restartSpent,
+// spread over the members, for a rolling restart to keep.
+func drawnForRestart(t *testing.T, prefix string) (ms []*Member, cfg core.Config, keys []string) {
+	t.Helper()
+	ms = startCluster(t, 3, func(c *Config) { c.ReplicaCount = 2 })
+	cfg, _ = core.NewConfig(core.Intervally(restartCapacity, restartCapacity, time.Hour))
+	keys = keySet(prefix, 50)
+	for i, k := range keys {
+		resp, err := ms[i%3].Execute(context.Background(), k, consumeReq(&cfg, restartSpent))
+		if err != nil || !resp.Results[0].OK {
+			t.Fatalf("%s: %v %+v", k, err, resp)
+		}
+	}
+	return ms, cfg, keys
+}
+
 // assertIdleKept checks, through members ms, that no bucket of keys
 // (configuration cfg, drawn before a rolling restart and idle since) holds
 // more than left tokens: one that does lost consumption in the restart.
@@ -230,16 +252,7 @@ func assertIdleKept(t *testing.T, ms []*Member, keys []string, cfg *core.Config,
 // race pass runs the re-replication (TestNetRollingRestartIdle is the same
 // on the test bed).
 func TestRollingRestartIdle(t *testing.T) {
-	const n, capacity, spent = 50, 1000, 600
-	ms := startCluster(t, 3, func(c *Config) { c.ReplicaCount = 2 })
-	cfg, _ := core.NewConfig(core.Intervally(capacity, capacity, time.Hour))
-	keys := keySet("rollidle-", n)
-	for i, k := range keys {
-		resp, err := ms[i%3].Execute(context.Background(), k, consumeReq(&cfg, spent))
-		if err != nil || !resp.Results[0].OK {
-			t.Fatalf("%s: %v %+v", k, err, resp)
-		}
-	}
+	ms, cfg, keys := drawnForRestart(t, "rollidle-")
 	for i := range ms {
 		c := ms[i].cfg
 		c.Peers = []string{memberlistAddr(ms[(i+1)%len(ms)].cfg)}
@@ -256,7 +269,7 @@ func TestRollingRestartIdle(t *testing.T) {
 		waitStable(t, ms)
 		waitReplicated(t, ms)
 	}
-	assertIdleKept(t, ms, keys, &cfg, capacity-spent)
+	assertIdleKept(t, ms, keys, &cfg, restartCapacity-restartSpent)
 }
 
 // waitReplicated polls until every member of ms reports Replicated.
