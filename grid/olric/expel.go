@@ -32,13 +32,13 @@ import (
 //     others and declares them dead; before, its suspect and dead
 //     messages reached them (the Alive delegate vets only alive records),
 //     a member it declared dead was declared dead by the others too, and
-//     its partitions moved away and back with buckets that started full
-//     (TestRevokedGossipIgnored). What it cannot drop: a periodic state
-//     sync over TCP (memberlist asks no delegate about one, and its
-//     connection comes from no known address), whose suspect records
-//     the accused refutes before its suspicion times out; the holder
-//     syncs only with members it counts alive, which it stops doing once
-//     its probes of them fail.
+//     its partitions moved away and back with buckets that forgot
+//     consumption (TestRevokedGossipIgnored). What it cannot drop: a
+//     periodic state sync over TCP (memberlist asks no delegate about
+//     one, and its connection comes from no known address), in which a
+//     death is only a suspicion, for the accused to refute; the holder
+//     syncs only with members it counts alive, and it stops counting
+//     them once its probes of them fail.
 
 // logf writes a line to Config.LogOutput.
 func (m *Member) logf(format string, args ...any) {
@@ -64,13 +64,13 @@ func (t *guard) expelRevoked() {
 	for _, c := range closing {
 		c.Close()
 	}
-	blocked := map[string]bool{}
+	blocked := map[string]string{}
 	var names []string
 	t.mu.Lock()
 	for name, p := range t.certs {
 		if s.IsRevoked(p.leaf) {
 			delete(t.verified, name)
-			blocked[p.addr] = true
+			blocked[p.addr] = name
 			names = append(names, name)
 		}
 	}
@@ -84,8 +84,26 @@ func (t *guard) expelRevoked() {
 // gossipBlocked reports whether addr is the gossip address of a node whose
 // certificate is revoked.
 func (t *guard) gossipBlocked(addr string) bool {
+	_, ok := t.revokedAt(addr)
+	return ok
+}
+
+// revokedAt returns the name of the node with a revoked certificate whose
+// gossip address is addr, if there is one.
+func (t *guard) revokedAt(addr string) (string, bool) {
 	b := t.blocked.Load()
-	return b != nil && (*b)[addr]
+	if b == nil {
+		return "", false
+	}
+	name, ok := (*b)[addr]
+	return name, ok
+}
+
+// refuseRevoked counts and logs (within the limits of unverified.go) a
+// refusal of gossip of the revoked node called name, from addr.
+func (t *guard) refuseRevoked(name, addr string) {
+	t.failedProof(name, addr, errRevoked)
+	t.count(name, addr, errRevoked)
 }
 
 // gossipNet is memberlist's network transport sending nothing to the
@@ -95,12 +113,13 @@ type gossipNet struct {
 	*memberlist.NetTransport
 	t *guard
 	// packets carries the packets received but those from revoked
-	// nodes' gossip addresses (filter); done ends filter, which wg
-	// waits for.
-	packets chan *memberlist.Packet
-	done    chan struct{}
-	wg      sync.WaitGroup
-	once    sync.Once
+	// nodes' gossip addresses (filter); done is closed when Shutdown
+	// begins, stopped once the transport's listeners ended, and wg waits
+	// for filter.
+	packets       chan *memberlist.Packet
+	done, stopped chan struct{}
+	wg            sync.WaitGroup
+	once          sync.Once
 }
 
 // newGossipNet binds the member's gossip address.
@@ -114,29 +133,35 @@ func (t *guard) newGossipNet() (*gossipNet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucketgrid/olric: gossip: %w", err)
 	}
-	g := &gossipNet{NetTransport: nt, t: t, packets: make(chan *memberlist.Packet), done: make(chan struct{})}
+	g := &gossipNet{NetTransport: nt, t: t, packets: make(chan *memberlist.Packet),
+		done: make(chan struct{}), stopped: make(chan struct{})}
 	g.wg.Go(g.filter)
 	return g, nil
 }
 
 // filter passes the packets the transport receives to memberlist, but for
-// those sent from the gossip address of a revoked node (see above).
+// those sent from the gossip address of a revoked node (see above). It
+// reads until the transport's listeners ended (stopped), dropping what
+// comes once Shutdown began (done): a listener blocked on a packet nobody
+// takes would hold the transport's Shutdown forever.
 func (g *gossipNet) filter() {
 	in := g.NetTransport.PacketCh()
 	for {
 		var p *memberlist.Packet
 		select {
-		case <-g.done:
+		case <-g.stopped:
 			return
 		case p = <-in:
 		}
-		if p.From != nil && g.t.gossipBlocked(p.From.String()) {
-			continue
+		if p.From != nil {
+			if name, ok := g.t.revokedAt(p.From.String()); ok {
+				g.t.refuseRevoked(name, p.From.String())
+				continue
+			}
 		}
 		select {
-		case <-g.done:
-			return
 		case g.packets <- p:
+		case <-g.done:
 		}
 	}
 }
@@ -193,6 +218,7 @@ func (g *gossipNet) Shutdown() error {
 	g.once.Do(func() {
 		close(g.done)
 		g.NetTransport.Shutdown()
+		close(g.stopped)
 		g.wg.Wait()
 	})
 	return nil

@@ -77,12 +77,12 @@ type guard struct {
 	// callers holds the certificate of each owner-channel connection
 	// served, by its accepted net.Conn (expel.go).
 	callers  sync.Map
-	blocked  atomic.Pointer[map[string]bool] // gossip addresses of revoked nodes
-	net      *gossipNet                      // nil unless RevokedFile; set before Olric starts
-	failedAt map[string]int64                // by node name, m.mono nanoseconds
-	inFlight map[string]chan bool            // verifications under way, by name
-	syncDue  int64                           // see spend, m.mono nanoseconds
-	lastErr  error                           // the last failed verification's
+	blocked  atomic.Pointer[map[string]string] // names of revoked nodes, by gossip address
+	net      *gossipNet                        // nil unless RevokedFile; set before Olric starts
+	failedAt map[string]int64                  // by node name, m.mono nanoseconds
+	inFlight map[string]chan bool              // verifications under way, by name
+	syncDue  int64                             // see spend, m.mono nanoseconds
+	lastErr  error                             // the last failed verification's
 	// unverified counts and logs the gossip records refused
 	// (unverified.go).
 	unverified trust.Refusals
@@ -247,6 +247,7 @@ func (g gossipGate) NotifyMerge(nodes []*memberlist.Node) error {
 			// The revoked node's own sync, or one from a member that
 			// still counts it alive: its records of the others are not
 			// taken in.
+			t.refuseRevoked(n.Name, n.Address())
 			return fmt.Errorf("bucketgrid/olric: state sync listing %s alive refused: %w", n.Name, errRevoked)
 		}
 	}
