@@ -64,12 +64,17 @@
 // the role a CRL plays elsewhere. With a certificate listed on every
 // member, every handshake with its holder fails at both ends (owner
 // channel, tunnel, identity question), the connections it opened are
-// closed, and no member sends it gossip or admits its gossip records, so
+// closed, and no member sends it gossip or takes any in from its gossip
+// address (a joining state sync that lists it alive is refused too), so
 // gossip declares it dead after its failure detection (see "Crash
 // fail-over window"), Olric drops it and its partitions move to the
 // others, whose checks stay exact and available meanwhile
 // (TestRevokedExpelled). Its own process keeps running, outside the
-// cluster.
+// cluster; the deaths of the others it declares there reach nobody
+// (TestRevokedGossipIgnored: before, they did, and the accused member's
+// partitions moved away and back). It still holds the gossip key, and
+// from another address can do what README.md's "Trust model" says a
+// holder of GossipKeys can: rotate them (below) to take that away.
 //
 // A node is a member only once it proved a certificate of
 // that CA naming its BindAddr: memberlist's Alive and Merge delegates

@@ -24,7 +24,21 @@ import (
 //     gossip transport, gossipNet): its probes of the holder fail, and the
 //     holder's refutations are refused as unproven, so gossip declares it
 //     dead after its suspicion timeout, Olric drops it from the member
-//     list and its partitions move to the others.
+//     list and its partitions move to the others;
+//   - the member takes in no gossip from the holder either: gossipNet
+//     drops every packet from its gossip address, and a state sync by
+//     which a node joins is refused while it lists the holder alive
+//     (NotifyMerge). The holder, which hears from nobody, suspects the
+//     others and declares them dead; before, its suspect and dead
+//     messages reached them (the Alive delegate vets only alive records),
+//     a member it declared dead was declared dead by the others too, and
+//     its partitions moved away and back with buckets that forgot
+//     consumption (TestRevokedGossipIgnored). What it cannot drop: a
+//     periodic state sync over TCP (memberlist asks no delegate about
+//     one, and its connection comes from no known address), in which a
+//     death is only a suspicion, for the accused to refute; the holder
+//     syncs only with members it counts alive, and it stops counting
+//     them once its probes of them fail.
 
 // logf writes a line to Config.LogOutput.
 func (m *Member) logf(format string, args ...any) {
@@ -50,13 +64,13 @@ func (t *guard) expelRevoked() {
 	for _, c := range closing {
 		c.Close()
 	}
-	blocked := map[string]bool{}
+	blocked := map[string]string{}
 	var names []string
 	t.mu.Lock()
 	for name, p := range t.certs {
 		if s.IsRevoked(p.leaf) {
 			delete(t.verified, name)
-			blocked[p.addr] = true
+			blocked[p.addr] = name
 			names = append(names, name)
 		}
 	}
@@ -70,16 +84,42 @@ func (t *guard) expelRevoked() {
 // gossipBlocked reports whether addr is the gossip address of a node whose
 // certificate is revoked.
 func (t *guard) gossipBlocked(addr string) bool {
+	_, ok := t.revokedAt(addr)
+	return ok
+}
+
+// revokedAt returns the name of the node with a revoked certificate whose
+// gossip address is addr, if there is one.
+func (t *guard) revokedAt(addr string) (string, bool) {
 	b := t.blocked.Load()
-	return b != nil && (*b)[addr]
+	if b == nil {
+		return "", false
+	}
+	name, ok := (*b)[addr]
+	return name, ok
+}
+
+// refuseRevoked counts and logs (within the limits of unverified.go) a
+// refusal of gossip of the revoked node called name, from addr.
+func (t *guard) refuseRevoked(name, addr string) {
+	t.failedProof(name, addr, errRevoked)
+	t.count(name, addr, errRevoked)
 }
 
 // gossipNet is memberlist's network transport sending nothing to the
-// gossip addresses of revoked nodes (see above).
+// gossip addresses of revoked nodes and taking in no packet from them (see
+// above).
 type gossipNet struct {
 	*memberlist.NetTransport
-	t    *guard
-	once sync.Once
+	t *guard
+	// packets carries the packets received but those from revoked
+	// nodes' gossip addresses (filter); done is closed when Shutdown
+	// begins, stopped once the transport's listeners ended, and wg waits
+	// for filter.
+	packets       chan *memberlist.Packet
+	done, stopped chan struct{}
+	wg            sync.WaitGroup
+	once          sync.Once
 }
 
 // newGossipNet binds the member's gossip address.
@@ -93,8 +133,41 @@ func (t *guard) newGossipNet() (*gossipNet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucketgrid/olric: gossip: %w", err)
 	}
-	return &gossipNet{NetTransport: nt, t: t}, nil
+	g := &gossipNet{NetTransport: nt, t: t, packets: make(chan *memberlist.Packet),
+		done: make(chan struct{}), stopped: make(chan struct{})}
+	g.wg.Go(g.filter)
+	return g, nil
 }
+
+// filter passes the packets the transport receives to memberlist, but for
+// those sent from the gossip address of a revoked node (see above). It
+// reads until the transport's listeners ended (stopped), dropping what
+// comes once Shutdown began (done): a listener blocked on a packet nobody
+// takes would hold the transport's Shutdown forever.
+func (g *gossipNet) filter() {
+	in := g.NetTransport.PacketCh()
+	for {
+		var p *memberlist.Packet
+		select {
+		case <-g.stopped:
+			return
+		case p = <-in:
+		}
+		if p.From != nil {
+			if name, ok := g.t.revokedAt(p.From.String()); ok {
+				g.t.refuseRevoked(name, p.From.String())
+				continue
+			}
+		}
+		select {
+		case g.packets <- p:
+		case <-g.done:
+		}
+	}
+}
+
+// PacketCh implements memberlist.Transport: the packets filter let through.
+func (g *gossipNet) PacketCh() <-chan *memberlist.Packet { return g.packets }
 
 // refuse returns the error of a send (op "write" over "udp") or dial (op
 // "dial" over "tcp") to addr if it is blocked, as the network would: a
@@ -142,7 +215,12 @@ func (g *gossipNet) DialAddressTimeout(a memberlist.Address, d time.Duration) (n
 // Shutdown implements memberlist.Transport; it may be called more than
 // once (by memberlist, and by the member for a memberlist never created).
 func (g *gossipNet) Shutdown() error {
-	g.once.Do(func() { g.NetTransport.Shutdown() })
+	g.once.Do(func() {
+		close(g.done)
+		g.NetTransport.Shutdown()
+		close(g.stopped)
+		g.wg.Wait()
+	})
 	return nil
 }
 

@@ -77,12 +77,12 @@ type guard struct {
 	// callers holds the certificate of each owner-channel connection
 	// served, by its accepted net.Conn (expel.go).
 	callers  sync.Map
-	blocked  atomic.Pointer[map[string]bool] // gossip addresses of revoked nodes
-	net      *gossipNet                      // nil unless RevokedFile; set before Olric starts
-	failedAt map[string]int64                // by node name, m.mono nanoseconds
-	inFlight map[string]chan bool            // verifications under way, by name
-	syncDue  int64                           // see spend, m.mono nanoseconds
-	lastErr  error                           // the last failed verification's
+	blocked  atomic.Pointer[map[string]string] // names of revoked nodes, by gossip address
+	net      *gossipNet                        // nil unless RevokedFile; set before Olric starts
+	failedAt map[string]int64                  // by node name, m.mono nanoseconds
+	inFlight map[string]chan bool              // verifications under way, by name
+	syncDue  int64                             // see spend, m.mono nanoseconds
+	lastErr  error                             // the last failed verification's
 	// unverified counts and logs the gossip records refused
 	// (unverified.go).
 	unverified trust.Refusals
@@ -236,10 +236,21 @@ func (t *guard) charge() {
 
 // NotifyMerge verifies the unknown alive nodes of a joining state sync,
 // in parallel, before memberlist merges it (each is then admitted or
-// refused by NotifyAlive). It runs outside memberlist's locks. It fails the sync only when this member, still starting, finds that its
-// security settings differ from the cluster's.
+// refused by NotifyAlive). It runs outside memberlist's locks. It fails
+// the sync when it lists a revoked node alive (see expel.go), and when
+// this member, still starting, finds that its security settings differ
+// from the cluster's.
 func (g gossipGate) NotifyMerge(nodes []*memberlist.Node) error {
 	t := &g.m.trust
+	for _, n := range nodes {
+		if n.State == memberlist.StateAlive && n.Name != g.m.name && t.gossipBlocked(n.Address()) {
+			// The revoked node's own sync, or one from a member that
+			// still counts it alive: its records of the others are not
+			// taken in.
+			t.refuseRevoked(n.Name, n.Address())
+			return fmt.Errorf("bucketgrid/olric: state sync listing %s alive refused: %w", n.Name, errRevoked)
+		}
+	}
 	t.merged.Store(true)
 	ctx, cancel := context.WithTimeout(g.m.ctx, g.m.cfg.ChannelIOTimeout)
 	defer cancel()

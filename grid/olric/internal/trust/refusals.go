@@ -22,7 +22,7 @@ const (
 type RefusalCounts struct {
 	NoProof int64 // its node's proof was pending (under way or due)
 	Failed  int64 // its node's proof failed (dial, TLS, answer)
-	Revoked int64 // its node's certificate is revoked (RevokedFile)
+	Revoked int64 // its node's certificate is revoked (RevokedFile); a gossip packet from its address, dropped whole, counts one
 }
 
 // Refusals counts the gossip records a member refuses because their node
