@@ -23,14 +23,15 @@ func TestRollingRestartUnwaited(t *testing.T) {
 	for i := range ms {
 		c := ms[i].cfg
 		c.Peers = []string{memberlistAddr(ms[(i+1)%len(ms)].cfg)}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), restartShutdownTimeout)
 		begin := time.Now()
-		if err := ms[i].Shutdown(ctx); err != nil {
+		err := ms[i].Shutdown(ctx)
+		cancel()
+		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("member %d's Shutdown took %v", i, time.Since(begin).Round(time.Millisecond))
-		m, err := Start(ctx, c)
-		cancel()
+		m, err := Start(context.Background(), c) // bounded by JoinTimeout
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -204,6 +204,13 @@ func TestJoinUnderLoad(t *testing.T) {
 // restartSpent tokens.
 const restartCapacity, restartSpent = 1000, 600
 
+// restartShutdownTimeout is what the rolling restarts give each Shutdown:
+// what cmd/bucketgrid gives its grid member's (backendCloseTimeout), of
+// which Shutdown may spend all but LeaveTimeout + 1 s waiting for copies.
+// Start has a context of its own, bounded by JoinTimeout: one shared
+// context left Start only what Shutdown's wait did not use.
+const restartShutdownTimeout = 30 * time.Second
+
 // drawnForRestart starts three members with two replicas and draws 50
 // buckets (keys with prefix, configuration cfg) down by restartSpent,
 // spread over the members, for a rolling restart to keep.
@@ -256,18 +263,23 @@ func TestRollingRestartIdle(t *testing.T) {
 	for i := range ms {
 		c := ms[i].cfg
 		c.Peers = []string{memberlistAddr(ms[(i+1)%len(ms)].cfg)}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		if err := ms[i].Shutdown(ctx); err != nil {
-			t.Fatal(err)
-		}
-		m, err := Start(ctx, c)
+		ctx, cancel := context.WithTimeout(context.Background(), restartShutdownTimeout)
+		err := ms[i].Shutdown(ctx)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
+		m, err := Start(context.Background(), c) // bounded by JoinTimeout
+		if err != nil {
+			t.Fatal(err)
+		}
 		ms[i] = m
+		begin := time.Now()
 		waitStable(t, ms)
+		stable := time.Now()
 		waitReplicated(t, ms)
+		t.Logf("restart %d: routing stable %v after Start, every member Replicated %v later", i,
+			stable.Sub(begin).Round(time.Millisecond), time.Since(stable).Round(time.Millisecond))
 	}
 	assertIdleKept(t, ms, keys, &cfg, restartCapacity-restartSpent)
 }

@@ -28,19 +28,21 @@ import (
 // and the next member restarted took it (TestNetRollingRestartIdle: every
 // one of 50 idle buckets started full after a rolling restart of 3
 // members). So after every routing read in which a partition this member
-// owns took a new epoch, the resyncer lists the partition's keys on every
-// member holding its data (Olric's scan, primary and backup fragments),
-// and reads and writes back each one it has not written in that epoch,
-// under the key's lock and the hand-over guard like any execution: the
-// write reaches the current backups. A key the read finds absent (expired,
-// or a copy a move hid from both of read's Gets) is left. A partition is
-// swept for its epoch once every key was written in it; Member.Replicated
-// reports whether every partition this member owns is.
+// owns took a new generation of copies (routes.copies: a new owner or
+// backups, or a gap or split that may hide one), the resyncer lists the
+// partition's keys on every member holding its data (Olric's scan,
+// primary and backup fragments), and reads and writes back each one it
+// has not written in the partition's current epoch, under the key's lock
+// and the hand-over guard like any execution: the write reaches the
+// current backups. A key the read finds absent (expired, or a copy a move
+// hid from both of read's Gets) is left. A partition is swept for its
+// generation once every key was written in it; Member.Replicated reports
+// whether every partition this member owns is.
 type resyncer struct {
 	m      *Member
 	kickCh chan struct{}
 	mu     sync.Mutex
-	swept  []uint64 // swept[p]: the epoch of p whose keys were all written, 0 for none
+	swept  []uint64 // swept[p]: the copies generation of p whose keys were all written, 0 for none
 	// clients are connections to the members' Olric ports (through their
 	// owner channels when secured, as Olric's own), by member name; only
 	// the sweeping goroutine uses them.
@@ -50,8 +52,8 @@ type resyncer struct {
 // resyncScanCount is how many keys one scan call asks a member for.
 const resyncScanCount = 256
 
-// errMoved: the key's partition is no longer this member's in the epoch
-// being swept.
+// errMoved: the key's partition is no longer this member's in the copies
+// generation being swept.
 var errMoved = errors.New("partition moved")
 
 // init readies rs for member m.
@@ -69,8 +71,8 @@ func (rs *resyncer) kick() {
 	}
 }
 
-// pending returns the partitions this member owns in r whose epoch is not
-// swept yet.
+// pending returns the partitions this member owns in r whose copies
+// generation is not swept yet.
 func (rs *resyncer) pending(r *routes) []uint64 {
 	if r == nil || rs.m.cfg.ReplicaCount < 2 {
 		return nil
@@ -79,7 +81,7 @@ func (rs *resyncer) pending(r *routes) []uint64 {
 	defer rs.mu.Unlock()
 	var out []uint64
 	for p, o := range r.owners {
-		if o == rs.m.name && rs.swept[p] != r.epoch[p] {
+		if o == rs.m.name && rs.swept[p] != r.copies[p] {
 			out = append(out, uint64(p))
 		}
 	}
@@ -125,96 +127,203 @@ func (rs *resyncer) run() {
 
 // sweep writes back the buckets of every partition pending in the newest
 // routing read (see resyncer) and marks each done; it returns the first
-// error that left a partition pending. It does not ask Olric's statistics
-// which fragments are empty: Olric v0.7.4 builds them iterating its
-// members map while its routing table may write it (the race detector
-// caught it in TestRollingRestartIdle), so every holder's fragments are
-// scanned.
+// error that left a partition pending. It lists every pending partition's
+// keys at once (scanAll), then writes them back resyncTouchers at a time:
+// its cost is a few round trips per holder, however many partitions
+// changed, plus one read and one write per key. It does not ask Olric's
+// statistics which fragments are empty: Olric v0.7.4 builds them
+// iterating its members map while its routing table may write it (the
+// race detector caught it in TestRollingRestartIdle), so every holder's
+// fragments are scanned.
 func (rs *resyncer) sweep(ctx context.Context) error {
 	m := rs.m
 	r := m.routing.current()
-	var first error
+	var ps []uint64
 	for _, p := range rs.pending(r) {
-		if m.routing.current() != r && m.routing.current().epoch[p] != r.epoch[p] {
+		if cur := m.routing.current(); cur != r && cur.copies[p] != r.copies[p] {
 			rs.kick() // a newer read changed p: sweep it under that one
 			continue
 		}
-		if err := rs.sweepPartition(ctx, r, p); err != nil {
-			if errors.Is(err, errMoved) {
-				continue // not this member's in this epoch any more: the read that said so kicked a sweep
-			}
-			if first == nil {
-				first = fmt.Errorf("partition %d: %w", p, err)
-			}
-			continue
-		}
-		rs.mu.Lock()
-		rs.swept[p] = r.epoch[p]
-		rs.mu.Unlock()
+		ps = append(ps, p)
 	}
+	if len(ps) == 0 {
+		return nil
+	}
+	begin := time.Now()
+	keys, failed := rs.scanAll(ctx, r, ps)
+	type job struct {
+		p   uint64
+		key string
+	}
+	jobs := make(chan job)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	n := 0
+	for range resyncTouchers {
+		wg.Go(func() {
+			for j := range jobs {
+				err := rs.touch(ctx, j.key, r.copies[j.p])
+				if err == nil {
+					continue
+				}
+				mu.Lock()
+				if failed[j.p] == nil {
+					failed[j.p] = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, p := range ps {
+		for _, k := range keys[p] {
+			n++
+			jobs <- job{p, k}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	var first error
+	done := 0
+	for _, p := range ps {
+		err := failed[p]
+		switch {
+		case err == nil:
+			rs.mu.Lock()
+			rs.swept[p] = r.copies[p]
+			rs.mu.Unlock()
+			done++
+		case errors.Is(err, errMoved):
+			// not this member's in this generation any more: the read that said so kicked a sweep
+		case first == nil:
+			first = fmt.Errorf("partition %d: %w", p, err)
+		}
+	}
+	m.logf("re-replicated %d of %d partitions (%d buckets) in %v", done, len(ps), n, time.Since(begin).Round(time.Millisecond))
 	return first
 }
 
-// sweepPartition writes back every key of partition p that its holders
-// in r list, each under p's epoch in r. It scans them in the order Olric
-// moves data between them, so that a key moving during the sweep is found
-// at its source or at its destination: Olric's table lists p's previous
-// owners, then its owner, then its older backups before the current ones,
-// and its balancer moves data towards the end of each list; this member,
-// p's owner, last.
-func (rs *resyncer) sweepPartition(ctx context.Context, r *routes, p uint64) error {
+// resyncTouchers is how many keys a sweep writes back at once.
+const resyncTouchers = 16
+
+// scanAll lists the keys of partitions ps that their holders in r hold
+// (primary and backup fragments), and returns what failed for each
+// partition it could not list. It scans each partition's holders in the
+// order Olric moves data between them, so that a key moving during the
+// sweep is found at its source or at its destination: Olric's table lists
+// a partition's previous owners, then its owner, then its older backups
+// before the current ones, and its balancer moves data towards the end of
+// each list; this member, the owner, last. It goes in rounds: round i
+// scans every partition's i-th holder, all of a holder's partitions in one
+// pipelined round trip (and one more per page left), all holders at once.
+func (rs *resyncer) scanAll(ctx context.Context, r *routes, ps []uint64) (map[uint64][]string, map[uint64]error) {
 	m := rs.m
-	keys := map[string]struct{}{}
-	var order []string
-	for h := range strings.SplitSeq(r.holders[p], ",") {
-		if h != "" && h != m.name {
-			order = append(order, h)
+	order := make(map[uint64][]string, len(ps))
+	rounds := 0
+	for _, p := range ps {
+		var o []string
+		for h := range strings.SplitSeq(r.holders[p], ",") {
+			if h != "" && h != m.name {
+				o = append(o, h)
+			}
 		}
+		order[p] = append(o, m.name)
+		rounds = max(rounds, len(order[p]))
 	}
-	for _, h := range append(order, m.name) {
-		for _, backup := range []bool{false, true} {
-			if err := rs.scan(ctx, h, p, backup, keys); err != nil {
-				return fmt.Errorf("scan of %s: %w", h, err)
+	seen := make(map[uint64]map[string]struct{}, len(ps))
+	failed := map[uint64]error{}
+	for i := range rounds {
+		byHolder := map[string][]uint64{}
+		for _, p := range ps {
+			if o := order[p]; i < len(o) && failed[p] == nil {
+				byHolder[o[i]] = append(byHolder[o[i]], p)
+			}
+		}
+		type result struct {
+			h     string
+			found map[uint64][]string
+			err   error
+		}
+		results := make(chan result, len(byHolder))
+		for h, hps := range byHolder {
+			c := rs.client(h) // here: only the sweeping goroutine uses clients
+			go func() {
+				found, err := rs.scanHolder(ctx, c, hps)
+				results <- result{h, found, err}
+			}()
+		}
+		for range byHolder {
+			res := <-results
+			for _, p := range byHolder[res.h] {
+				if res.err != nil {
+					failed[p] = fmt.Errorf("scan of %s: %w", res.h, res.err)
+					continue
+				}
+				if seen[p] == nil {
+					seen[p] = map[string]struct{}{}
+				}
+				for _, k := range res.found[p] {
+					seen[p][k] = struct{}{}
+				}
 			}
 		}
 	}
-	for key := range keys {
-		if err := rs.touch(ctx, key, r.epoch[p]); err != nil {
-			return err
+	keys := make(map[uint64][]string, len(ps))
+	for p, ks := range seen {
+		if failed[p] == nil {
+			for k := range ks {
+				keys[p] = append(keys[p], k)
+			}
 		}
 	}
-	return nil
+	return keys, failed
 }
 
-// scan adds to keys the keys of partition p (its backup fragment when
-// backup) that member h holds.
-func (rs *resyncer) scan(ctx context.Context, h string, p uint64, backup bool, keys map[string]struct{}) error {
-	c := rs.client(h)
-	var cursor uint64
-	for {
-		args := []any{"dm.scan", p, rs.m.cfg.DMap, cursor, "COUNT", resyncScanCount}
-		if backup {
-			args = append(args, "RC")
-		}
+// scanHolder lists, through c (a member's Olric port), the keys of the
+// primary and backup fragments of partitions ps that the member holds:
+// one pipelined round trip for all of them, then one per page left over.
+func (rs *resyncer) scanHolder(ctx context.Context, c *redis.Client, ps []uint64) (map[uint64][]string, error) {
+	type frag struct {
+		p      uint64
+		backup bool
+		cursor uint64
+	}
+	var todo []frag
+	for _, p := range ps {
+		todo = append(todo, frag{p: p}, frag{p: p, backup: true})
+	}
+	found := map[uint64][]string{}
+	for len(todo) > 0 {
 		cctx, cancel := context.WithTimeout(ctx, rs.m.cfg.RequestTimeout)
-		cmd := redis.NewScanCmd(cctx, nil, args...)
-		err := c.Process(cctx, cmd)
+		pipe := c.Pipeline()
+		cmds := make([]*redis.ScanCmd, len(todo))
+		for i, f := range todo {
+			args := []any{"dm.scan", f.p, rs.m.cfg.DMap, f.cursor, "COUNT", resyncScanCount}
+			if f.backup {
+				args = append(args, "RC")
+			}
+			cmds[i] = redis.NewScanCmd(cctx, nil, args...)
+			_ = pipe.Process(cctx, cmds[i]) // queues it; Exec sends them all
+		}
+		_, err := pipe.Exec(cctx)
 		cancel()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		page, next, err := cmd.Result()
-		if err != nil {
-			return err
+		next := todo[:0]
+		for i, f := range todo {
+			page, cursor, err := cmds[i].Result()
+			if err != nil {
+				return nil, err
+			}
+			found[f.p] = append(found[f.p], page...)
+			if cursor != 0 {
+				f.cursor = cursor
+				next = append(next, f)
+			}
 		}
-		for _, k := range page {
-			keys[k] = struct{}{}
-		}
-		if next == 0 {
-			return nil
-		}
-		cursor = next
+		todo = next
 	}
+	return found, nil
 }
 
 // client returns the connection to member h's Olric port, made as Olric
@@ -234,10 +343,10 @@ func (rs *resyncer) client(h string) *redis.Client {
 }
 
 // touch reads key as its owner and writes it back unless it was written
-// in epoch already (replicate); it waits out a hand-over guard. It fails
-// with errMoved when the key's partition is no longer this member's in
-// epoch.
-func (rs *resyncer) touch(ctx context.Context, key string, epoch uint64) error {
+// in the partition's current epoch already (replicate); it waits out a
+// hand-over guard. It fails with errMoved when the key's partition is no
+// longer this member's in copies generation gen (routes.copies).
+func (rs *resyncer) touch(ctx context.Context, key string, gen uint64) error {
 	m := rs.m
 	h := m.hash(key)
 	for {
@@ -263,16 +372,16 @@ func (rs *resyncer) touch(ctx context.Context, key string, epoch uint64) error {
 				return fmt.Errorf("refused (kind %d)", refused.kind)
 			}
 		}
-		err := rs.touchHeld(&o, key, epoch)
+		err := rs.touchHeld(&o, key, gen)
 		m.exec.release(&o)
 		return err
 	}
 }
 
 // touchHeld is touch's work under the key's hold o.
-func (rs *resyncer) touchHeld(o *ownerHold, key string, epoch uint64) error {
+func (rs *resyncer) touchHeld(o *ownerHold, key string, gen uint64) error {
 	m := rs.m
-	if o.epoch != epoch {
+	if o.r.copies[o.p] != gen {
 		return errMoved
 	}
 	s, failed, ok := m.exec.read(o, key)

@@ -62,6 +62,13 @@ type routes struct {
 	// replicate); a
 	// cached bucket state is valid only under the epoch it was read in.
 	epoch []uint64
+	// copies[p] is the generation of p's copies: it changes with epoch[p]
+	// whenever this member (re)acquires p, p's backups change or a gap or
+	// split may have hidden such a change, but not when a gap between
+	// reads only invalidates the cache (epoch changes alone): the backups
+	// that hold what the owner wrote are still p's backups. The resyncer
+	// writes p's buckets back once per generation (resync.go).
+	copies []uint64
 	// members is the number of distinct owners.
 	members int
 	// quorum: gossip saw a majority of the members this one knows when
@@ -169,6 +176,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 		lostAt:     make([]int64, n),
 		watch:      make([]lost.Watch, n),
 		epoch:      make([]uint64, n),
+		copies:     make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
 	}
 	// Not cancelled when superseded: executions that loaded this read may
@@ -307,9 +315,11 @@ func (rtr *router) refresh(ctx context.Context) error {
 		case prev == nil && onlySelf:
 			// A new cluster: nobody else can hold a lease.
 			nr.epoch[p] = rtr.epochs.Add(1)
+			nr.copies[p] = nr.epoch[p]
 		case prev == nil || changed:
 			nr.guardUntil[p] = guard
 			nr.epoch[p] = rtr.epochs.Add(1)
+			nr.copies[p] = nr.epoch[p]
 			if prev != nil {
 				rtr.handovers.Add(1)
 				// Across a gap, the owner of the previous read handed p
@@ -322,11 +332,15 @@ func (rtr *router) refresh(ctx context.Context) error {
 		default:
 			nr.guardUntil[p] = prev.guardUntil[p]
 			nr.epoch[p] = prev.epoch[p]
+			nr.copies[p] = prev.copies[p]
 			nr.from[p] = prev.from[p]
 			if nr.backups[p] != prev.backups[p] || gapped || sideChange {
 				// The cached state is re-read from Olric: what another
 				// member wrote back or merged in is there.
 				nr.epoch[p] = rtr.epochs.Add(1)
+			}
+			if nr.backups[p] != prev.backups[p] || sideChange {
+				nr.copies[p] = nr.epoch[p]
 			}
 		}
 	}
