@@ -172,7 +172,7 @@ func (lm *lostMarks) write(ctx context.Context, p uint64, at int64) error {
 	if err != nil {
 		return err
 	}
-	if old, err := lm.read(ctx, dm, p); err != nil {
+	if old, err := lm.read(ctx, dm, p); err != nil && !errors.Is(err, errCorruptMark) {
 		return err
 	} else if old >= at {
 		return nil
@@ -185,9 +185,13 @@ func (lm *lostMarks) write(ctx context.Context, p uint64, at int64) error {
 	return nil
 }
 
+// errCorruptMark: a lost mark's bytes are not a mark a Member writes (8
+// bytes, a positive instant).
+var errCorruptMark = errors.New("not a lost mark")
+
 // read returns partition p's mark, 0 when there is none. A mark that is
-// not 8 bytes (not written by a Member) counts as none, and the next loss
-// overwrites it.
+// not one a Member writes fails with an error wrapping errCorruptMark
+// (see lostAt; a loss recorded later overwrites it).
 func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64, error) {
 	gr, err := dm.Get(ctx, lm.keys[p])
 	if errors.Is(err, olricdb.ErrKeyNotFound) {
@@ -197,8 +201,11 @@ func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64
 		return 0, fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w", p, err)
 	}
 	b, err := gr.Byte()
-	if err != nil || len(b) != 8 {
-		return 0, nil
+	if err != nil {
+		return 0, fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w: %w", p, errCorruptMark, err)
+	}
+	if len(b) != 8 || int64(binary.BigEndian.Uint64(b)) <= 0 {
+		return 0, fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w: %d bytes %x", p, errCorruptMark, len(b), b[:min(len(b), 16)])
 	}
 	return int64(binary.BigEndian.Uint64(b)), nil
 }
@@ -208,8 +215,11 @@ func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64
 // partition's mark, when the mark is of a loss before this member's first
 // routing read returned (see lostMarks); else the record. Like
 // ownerExec.read it reads once more when another member holds data of
-// the partition: a mark still moving may be missed by the first Get.
-func (lm *lostMarks) lostAt(o *ownerHold) (int64, error) {
+// the partition: a mark still moving may be missed by the first Get. A
+// corrupt mark (errCorruptMark) proves neither a loss nor its absence:
+// the partition counts as lost now (now, Config.Clock), an
+// under-admission, and the member logs it.
+func (lm *lostMarks) lostAt(o *ownerHold, now int64) (int64, error) {
 	at := o.r.lostAt[o.p]
 	dm, err := lm.dmap()
 	if err != nil {
@@ -218,6 +228,10 @@ func (lm *lostMarks) lostAt(o *ownerHold) (int64, error) {
 	mark, err := lm.read(o.ctx, dm, o.p)
 	if err == nil && mark == 0 && lm.m.exec.othersHold(o.r, o.p) {
 		mark, err = lm.read(o.ctx, dm, o.p)
+	}
+	if errors.Is(err, errCorruptMark) {
+		lm.m.logf("%v; the partition counts as lost now, its absent buckets start empty", err)
+		return max(at, now), nil
 	}
 	if err != nil {
 		return 0, err

@@ -1,6 +1,7 @@
 package olric
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/bucketgrid/bucketgrid/clock"
+	"github.com/bucketgrid/bucketgrid/core"
 )
 
 // TestLostReachesJoiner kills one of three member processes (SIGKILL,
@@ -245,5 +247,49 @@ func TestLostMarkHeeded(t *testing.T) {
 		if got := heedMark(tc.at, tc.mark, tc.since); got != tc.want {
 			t.Errorf("%s: heedMark(%d, %d, %d) = %d, want %d", tc.name, tc.at, tc.mark, tc.since, got, tc.want)
 		}
+	}
+}
+
+// TestLostMarkCorrupt is an operator's (or a bad disk's) garbage in a
+// partition's lost mark: the member cannot tell when the partition was
+// lost, nor that it was not, so a bucket it creates there starts empty,
+// refilling from the creation (an under-admission), and the member says
+// so in its log; a loss recorded later overwrites the garbage. Before,
+// garbage counted as no mark and the bucket started full.
+func TestLostMarkCorrupt(t *testing.T) {
+	for _, garbage := range [][]byte{[]byte("bad"), {}, make([]byte, 12)} {
+		t.Run(fmt.Sprintf("%d bytes", len(garbage)), func(t *testing.T) {
+			var logs syncBuffer
+			m := startCluster(t, 1, func(c *Config) { c.LogOutput = &logs })[0]
+			key := "corrupt-mark"
+			p := m.Partition(key)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			dm, err := m.routing.marks.dmap()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dm.Put(ctx, m.routing.marks.keys[p], garbage); err != nil {
+				t.Fatal(err)
+			}
+			cfg, _ := core.NewConfig(core.Intervally(100, 100, time.Hour))
+			resp, err := m.Execute(ctx, key, availableReq(&cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Results[0].Tokens; got != 0 {
+				t.Errorf("a bucket created under a corrupt lost mark holds %d tokens, want 0 (lost: empty)", got)
+			}
+			if !strings.Contains(logs.String(), fmt.Sprintf("lost mark of partition %d", p)) {
+				t.Errorf("the corrupt mark was not reported; log:\n%s", logs.String())
+			}
+			// A loss recorded later is stored over the garbage.
+			if err := m.routing.marks.write(ctx, p, 42); err != nil {
+				t.Fatalf("writing a mark over garbage: %v", err)
+			}
+			if at, err := m.routing.marks.read(ctx, dm, p); err != nil || at != 42 {
+				t.Errorf("mark after a write over garbage: %d, %v; want 42", at, err)
+			}
+		})
 	}
 }
