@@ -52,15 +52,15 @@ type lostMarks struct {
 	keys []string
 
 	mu      sync.Mutex
-	dm      olricdb.DMap     // the marks' DMap; nil until first used
-	pending map[uint64]int64 // partitions to mark, with their loss
-	writing bool             // writer holds a snapshot of pending
+	dm      olricdb.DMap       // the marks' DMap; nil until first used
+	pending map[uint64][]int64 // partitions to mark, with their losses
+	writing bool               // writer holds a snapshot of pending
 	kickCh  chan struct{}
 }
 
 // init readies lm for member m: it finds each partition's mark key.
 func (lm *lostMarks) init(m *Member) {
-	lm.m, lm.kickCh, lm.pending = m, make(chan struct{}, 1), map[uint64]int64{}
+	lm.m, lm.kickCh, lm.pending = m, make(chan struct{}, 1), map[uint64][]int64{}
 	n := m.cfg.PartitionCount
 	lm.keys = make([]string, n)
 	name := m.cfg.DMap + lostMarkSuffix
@@ -107,9 +107,7 @@ func (lm *lostMarks) note(prev, nr *routes) {
 		if at == 0 || prev != nil && prev.lostAt[p] == at && (nr.owners[p] != m.name || prev.owners[p] == m.name) {
 			continue
 		}
-		lm.mu.Lock()
-		lm.pending[uint64(p)] = max(lm.pending[uint64(p)], at)
-		lm.mu.Unlock()
+		lm.queue(uint64(p), at)
 		queued = true
 	}
 	if queued {
@@ -136,18 +134,18 @@ func (lm *lostMarks) writer() {
 		}
 		lm.mu.Lock()
 		todo := lm.pending
-		lm.pending, lm.writing = map[uint64]int64{}, true
+		lm.pending, lm.writing = map[uint64][]int64{}, true
 		lm.mu.Unlock()
 		failed := false
-		for p, at := range todo {
-			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RoutingLease)
-			err := lm.write(ctx, p, at)
-			cancel()
-			if err != nil {
-				failed = true
-				lm.mu.Lock()
-				lm.pending[p] = max(lm.pending[p], at)
-				lm.mu.Unlock()
+		for p, ats := range todo {
+			for _, at := range ats {
+				ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RoutingLease)
+				err := lm.write(ctx, p, at)
+				cancel()
+				if err != nil {
+					failed = true
+					lm.queue(p, at)
+				}
 			}
 		}
 		lm.mu.Lock()
@@ -156,6 +154,17 @@ func (lm *lostMarks) writer() {
 		if failed {
 			retry.Reset(m.cfg.RoutingRefresh)
 		}
+	}
+}
+
+// queue adds the loss at of partition p to the marks to write: every
+// loss, so that one recorded while the writer was busy is not hidden by
+// a later one (see heedMark).
+func (lm *lostMarks) queue(p uint64, at int64) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if !slices.Contains(lm.pending[p], at) {
+		lm.pending[p] = append(lm.pending[p], at)
 	}
 }
 
