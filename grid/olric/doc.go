@@ -366,11 +366,11 @@
 // buckets started full on the joiner) while the marks of its lost partitions
 // moved on to losses recorded 11, 31 and 36 s after its first routing read, the
 // hole above; after, 3 runs passed (none of 40, 24 and 69 started full on the
-// joiner) and 3 ended before any verdict, the machine too loaded for the test
+// joiner) and 4 ended before any verdict, the machine too loaded for the test
 // (the joiner took over none of the 179 lost buckets; a SEED failed for 2
-// minutes; the members did not settle within the run's time). Beside those
-// loops the members re-recorded losses so often that one partition's mark held
-// 16 within 150 s, all after a member's first read: that member heeds the
+// minutes; twice the members did not settle within the run's time). Beside
+// those loops the members re-recorded losses so often that one partition's mark
+// held 16 within 150 s, all after a member's first read: that member heeds the
 // oldest, an under-admission. A member that announced a graceful Shutdown
 // counts as gone from then on, though Olric may still list it for a while: it
 // takes the data it did not hand over with it. And a member that already owned
