@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,7 +23,7 @@ const lostMarkSuffix = ".lost"
 // partition itself, so that it reaches a member that never read the
 // takeover: one lost mark per lost partition, an entry of the DMap
 // Config.DMap+".lost" whose key hashes to that partition, holding the
-// instant of the loss. Olric moves and replicates it with the partition's
+// instants of its losses (the newest maxMarkLosses). Olric moves and replicates it with the partition's
 // buckets, so whoever owns the partition later reads it there; see "Lost
 // state" in the package documentation.
 //
@@ -35,12 +36,12 @@ const lostMarkSuffix = ".lost"
 // that recorded no loss where another survivor did) hands no record on,
 // and the others' marks then reach a later joiner. An owner that finds
 // a bucket absent and creates it reads the mark (lostAt). Nothing else
-// reads it: a bucket that exists pays nothing. A member heeds only a mark
-// of a loss before its first routing read returned, which its own reads
-// could not judge (the first has none before it to compare with); a later
-// one they judged (routes.lostAt): so a mark written by a split's other
-// side, which Olric merges in at the heal, changes nothing on a member
-// that ran through the split.
+// reads it: a bucket that exists pays nothing. A member heeds only the
+// latest loss of a mark before its first routing read returned, which its
+// own reads could not judge (the first has none before it to compare
+// with); a later one they judged (routes.lostAt): so a mark written by a
+// split's other side, which Olric merges in at the heal, changes nothing
+// on a member that ran through the split (see heedMark).
 type lostMarks struct {
 	m *Member
 	// since is when (Config.Clock) the member's first routing read
@@ -51,15 +52,15 @@ type lostMarks struct {
 	keys []string
 
 	mu      sync.Mutex
-	dm      olricdb.DMap     // the marks' DMap; nil until first used
-	pending map[uint64]int64 // partitions to mark, with their loss
-	writing bool             // writer holds a snapshot of pending
+	dm      olricdb.DMap       // the marks' DMap; nil until first used
+	pending map[uint64][]int64 // partitions to mark, with their losses
+	writing bool               // writer holds a snapshot of pending
 	kickCh  chan struct{}
 }
 
 // init readies lm for member m: it finds each partition's mark key.
 func (lm *lostMarks) init(m *Member) {
-	lm.m, lm.kickCh, lm.pending = m, make(chan struct{}, 1), map[uint64]int64{}
+	lm.m, lm.kickCh, lm.pending = m, make(chan struct{}, 1), map[uint64][]int64{}
 	n := m.cfg.PartitionCount
 	lm.keys = make([]string, n)
 	name := m.cfg.DMap + lostMarkSuffix
@@ -106,9 +107,7 @@ func (lm *lostMarks) note(prev, nr *routes) {
 		if at == 0 || prev != nil && prev.lostAt[p] == at && (nr.owners[p] != m.name || prev.owners[p] == m.name) {
 			continue
 		}
-		lm.mu.Lock()
-		lm.pending[uint64(p)] = max(lm.pending[uint64(p)], at)
-		lm.mu.Unlock()
+		lm.queue(uint64(p), at)
 		queued = true
 	}
 	if queued {
@@ -135,18 +134,18 @@ func (lm *lostMarks) writer() {
 		}
 		lm.mu.Lock()
 		todo := lm.pending
-		lm.pending, lm.writing = map[uint64]int64{}, true
+		lm.pending, lm.writing = map[uint64][]int64{}, true
 		lm.mu.Unlock()
 		failed := false
-		for p, at := range todo {
-			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RoutingLease)
-			err := lm.write(ctx, p, at)
-			cancel()
-			if err != nil {
-				failed = true
-				lm.mu.Lock()
-				lm.pending[p] = max(lm.pending[p], at)
-				lm.mu.Unlock()
+		for p, ats := range todo {
+			for _, at := range ats {
+				ctx, cancel := context.WithTimeout(m.ctx, m.cfg.RoutingLease)
+				err := lm.write(ctx, p, at)
+				cancel()
+				if err != nil {
+					failed = true
+					lm.queue(p, at)
+				}
 			}
 		}
 		lm.mu.Lock()
@@ -158,6 +157,17 @@ func (lm *lostMarks) writer() {
 	}
 }
 
+// queue adds the loss at of partition p to the marks to write: every
+// loss, so that one recorded while the writer was busy is not hidden by
+// a later one (see heedMark).
+func (lm *lostMarks) queue(p uint64, at int64) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if !slices.Contains(lm.pending[p], at) {
+		lm.pending[p] = append(lm.pending[p], at)
+	}
+}
+
 // idle reports whether no mark is queued or being written.
 func (lm *lostMarks) idle() bool {
 	lm.mu.Lock()
@@ -165,42 +175,90 @@ func (lm *lostMarks) idle() bool {
 	return len(lm.pending) == 0 && !lm.writing
 }
 
-// write stores partition p's mark as at, unless it already holds a later
-// loss (a mark only moves forward).
+// maxMarkLosses is how many losses a lost mark keeps, the newest: a
+// member that joined before all of them cannot tell whether an older one
+// it should heed was dropped (see heedMark). Every member that records a
+// loss writes its own instant of it, and members re-record a partition
+// lost whenever gossip on a starved machine declares a living member dead
+// (TestLostReachesJoiner beside busy loops saw five losses of one
+// partition in 40 s), so it keeps room for several rounds: 128 bytes a
+// partition.
+const maxMarkLosses = 16
+
+// write adds the loss at to partition p's mark (the instants of the
+// losses members recorded, ascending, the newest maxMarkLosses), unless
+// it holds at already. A mark records every loss rather than only the
+// latest: a member heeds the latest loss before its first routing read,
+// which a later one must not hide (see heedMark). Two members writing at
+// once may each drop the other's loss (a Get, then a Put); every member
+// that recorded a loss writes it, so such a loss is dropped only if all
+// of them raced.
 func (lm *lostMarks) write(ctx context.Context, p uint64, at int64) error {
 	dm, err := lm.dmap()
 	if err != nil {
 		return err
 	}
-	if old, err := lm.read(ctx, dm, p); err != nil {
+	old, err := lm.read(ctx, dm, p)
+	if err != nil && !errors.Is(err, errCorruptMark) {
 		return err
-	} else if old >= at {
+	}
+	i, found := slices.BinarySearch(old, at)
+	if found {
 		return nil
 	}
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(at))
-	if err := dm.Put(ctx, lm.keys[p], b[:]); err != nil {
+	losses := slices.Insert(old, i, at)
+	losses = losses[max(0, len(losses)-maxMarkLosses):]
+	b := make([]byte, 0, 8*len(losses))
+	for _, l := range losses {
+		b = binary.BigEndian.AppendUint64(b, uint64(l))
+	}
+	if err := dm.Put(ctx, lm.keys[p], b); err != nil {
 		return fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w", p, err)
 	}
 	return nil
 }
 
-// read returns partition p's mark, 0 when there is none. A mark that is
-// not 8 bytes (not written by a Member) counts as none, and the next loss
-// overwrites it.
-func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64, error) {
+// errCorruptMark: a lost mark's bytes are not a mark a Member writes (1
+// to maxMarkLosses positive instants of 8 bytes each, ascending).
+var errCorruptMark = errors.New("not a lost mark")
+
+// read returns the losses partition p's mark holds, ascending, none when
+// there is no mark. A mark that is not one a Member writes fails with an
+// error wrapping errCorruptMark (see lostAt; a loss recorded later
+// overwrites it).
+func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) ([]int64, error) {
 	gr, err := dm.Get(ctx, lm.keys[p])
 	if errors.Is(err, olricdb.ErrKeyNotFound) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w", p, err)
+		return nil, fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w", p, err)
 	}
 	b, err := gr.Byte()
-	if err != nil || len(b) != 8 {
-		return 0, nil
+	if err != nil {
+		return nil, fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w: %w", p, errCorruptMark, err)
 	}
-	return int64(binary.BigEndian.Uint64(b)), nil
+	losses, ok := decodeMark(b)
+	if !ok {
+		return nil, fmt.Errorf("bucketgrid/olric: lost mark of partition %d: %w: %d bytes %x", p, errCorruptMark, len(b), b[:min(len(b), 16)])
+	}
+	return losses, nil
+}
+
+// decodeMark returns the losses a mark's bytes b hold, false when b is
+// not a mark (see errCorruptMark).
+func decodeMark(b []byte) ([]int64, bool) {
+	if len(b) == 0 || len(b)%8 != 0 || len(b) > 8*maxMarkLosses {
+		return nil, false
+	}
+	losses := make([]int64, len(b)/8)
+	for i := range losses {
+		losses[i] = int64(binary.BigEndian.Uint64(b[8*i:]))
+		if losses[i] <= 0 || i > 0 && losses[i] <= losses[i-1] {
+			return nil, false
+		}
+	}
+	return losses, true
 }
 
 // lostAt returns since when the partition of an owner's hold o has been
@@ -208,16 +266,23 @@ func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64
 // partition's mark, when the mark is of a loss before this member's first
 // routing read returned (see lostMarks); else the record. Like
 // ownerExec.read it reads once more when another member holds data of
-// the partition: a mark still moving may be missed by the first Get.
-func (lm *lostMarks) lostAt(o *ownerHold) (int64, error) {
+// the partition: a mark still moving may be missed by the first Get. A
+// corrupt mark (errCorruptMark) proves neither a loss nor its absence:
+// the partition counts as lost now (now, Config.Clock), an
+// under-admission, and the member logs it.
+func (lm *lostMarks) lostAt(o *ownerHold, now int64) (int64, error) {
 	at := o.r.lostAt[o.p]
 	dm, err := lm.dmap()
 	if err != nil {
 		return 0, err
 	}
 	mark, err := lm.read(o.ctx, dm, o.p)
-	if err == nil && mark == 0 && lm.m.exec.othersHold(o.r, o.p) {
+	if err == nil && len(mark) == 0 && lm.m.exec.othersHold(o.r, o.p) {
 		mark, err = lm.read(o.ctx, dm, o.p)
+	}
+	if errors.Is(err, errCorruptMark) {
+		lm.m.logf("%v; the partition counts as lost now, its absent buckets start empty", err)
+		return max(at, now), nil
 	}
 	if err != nil {
 		return 0, err
@@ -227,11 +292,23 @@ func (lm *lostMarks) lostAt(o *ownerHold) (int64, error) {
 
 // heedMark returns since when a partition has been lost for a member
 // whose record says at and whose first routing read returned at since (0
-// before), the partition's mark saying mark (0 for none): the later of
-// at and a mark of a loss before since, else at.
-func heedMark(at, mark, since int64) int64 {
-	if since == 0 || mark > since {
+// before), the partition's mark holding the losses mark (ascending): the
+// later of at and the latest loss at or before since. Later losses the
+// member's own reads judged (at). A full mark whose losses are all later
+// may have dropped one the member should heed: it heeds the oldest kept,
+// which is later than any dropped, an under-admission.
+func heedMark(at int64, mark []int64, since int64) int64 {
+	if since == 0 || len(mark) == 0 {
 		return at
 	}
-	return max(at, mark)
+	i, found := slices.BinarySearch(mark, since)
+	switch {
+	case found:
+		return max(at, mark[i])
+	case i > 0:
+		return max(at, mark[i-1])
+	case len(mark) >= maxMarkLosses:
+		return max(at, mark[0])
+	}
+	return at
 }

@@ -266,7 +266,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	now := m.cfg.Clock.Now()
 	synthetic := false
 	if s.state == nil && m.cfg.LostState == LostEmpty && lost.Creates(req) {
-		at, err := m.routing.marks.lostAt(&o)
+		at, err := m.routing.marks.lostAt(&o, now)
 		if err != nil {
 			return outcome{kind: frame.KindError, err: err, retry: true}
 		}
