@@ -41,10 +41,10 @@ type resyncer struct {
 	kickCh chan struct{}
 	mu     sync.Mutex
 	swept  []uint64 // swept[p]: the epoch of p whose keys were all written, 0 for none
-	// clients are connections to the members' Olric ports (through their
-	// owner channels when secured, as Olric's own), by member name; only
-	// the sweeping goroutine uses them.
-	clients map[string]*redis.Client
+	// peers are connections to the members' Olric ports (through their
+	// owner channels when secured, as Olric's own): the sweeps' and the
+	// wide reads' (wideread.go).
+	peers olricPeers
 }
 
 // resyncScanCount is how many keys one scan call asks a member for.
@@ -58,7 +58,7 @@ var errMoved = errors.New("partition moved")
 func (rs *resyncer) init(m *Member) {
 	rs.m, rs.kickCh = m, make(chan struct{}, 1)
 	rs.swept = make([]uint64, m.cfg.PartitionCount)
-	rs.clients = map[string]*redis.Client{}
+	rs.peers.m = m
 }
 
 // kick asks the sweeper to look at the newest routing read.
@@ -103,11 +103,7 @@ func (m *Member) Replicated() bool {
 func (rs *resyncer) run() {
 	m := rs.m
 	defer m.wg.Done()
-	defer func() {
-		for _, c := range rs.clients {
-			c.Close()
-		}
-	}()
+	defer rs.peers.close()
 	var retry <-chan time.Time
 	for {
 		select {
@@ -189,7 +185,10 @@ func (rs *resyncer) sweepPartition(ctx context.Context, r *routes, p uint64) err
 // scan adds to keys the keys of partition p (its backup fragment when
 // backup) that member h holds.
 func (rs *resyncer) scan(ctx context.Context, h string, p uint64, backup bool, keys map[string]struct{}) error {
-	c := rs.client(h)
+	c, err := rs.peers.client(h)
+	if err != nil {
+		return err
+	}
 	var cursor uint64
 	for {
 		args := []any{"dm.scan", p, rs.m.cfg.DMap, cursor, "COUNT", resyncScanCount}
@@ -215,22 +214,6 @@ func (rs *resyncer) scan(ctx context.Context, h string, p uint64, backup bool, k
 		}
 		cursor = next
 	}
-}
-
-// client returns the connection to member h's Olric port, made as Olric
-// makes its own (its dialer, RESP2, AUTH with the password).
-func (rs *resyncer) client(h string) *redis.Client {
-	if c, ok := rs.clients[h]; ok {
-		return c
-	}
-	m := rs.m
-	opt := &redis.Options{Network: "tcp", Addr: h, Protocol: 2, Password: m.trust.creds.password, MaxRetries: -1}
-	if m.trust.creds.client != nil {
-		opt.Dialer = m.peers.dialOlric
-	}
-	c := redis.NewClient(opt)
-	rs.clients[h] = c
-	return c
 }
 
 // touch reads key as its owner and writes it back unless it was written
