@@ -57,6 +57,9 @@ type routes struct {
 	// a gap, a split's end); 0 for never. An owner that finds a bucket of
 	// p absent within wideReadWindow of it asks every member (readWide).
 	movedAt []int64
+	// leftAt is when (m.mono) the latest read that lacked a member the
+	// read before it named present returned; 0 for never.
+	leftAt int64
 	// watch[p] is what p's owner change left watched (see lost.Watched,
 	// markLost).
 	watch []lost.Watch
@@ -304,6 +307,15 @@ func (rtr *router) refresh(ctx context.Context) error {
 	wallNow := m.cfg.Clock.Now()
 	holding := m.members.staying(distinct)
 	markLost(prev, nr, holding, wallNow, int64(2*m.cfg.HandoverGrace))
+	if prev != nil {
+		nr.leftAt = prev.leftAt
+		for name := range prev.present {
+			if _, ok := nr.present[name]; !ok {
+				nr.leftAt = returned
+				break
+			}
+		}
+	}
 	for p := range nr.owners {
 		switch {
 		case prev == nil && onlySelf:

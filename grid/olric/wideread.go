@@ -47,7 +47,7 @@ func (op *olricPeers) client(h string) (*redis.Client, error) {
 		return c, nil
 	}
 	m := op.m
-	opt := &redis.Options{Network: "tcp", Addr: h, Protocol: 2, Password: m.trust.creds.password, MaxRetries: -1, DialerRetries: 1}
+	opt := &redis.Options{Network: "tcp", Addr: h, Protocol: 2, Password: m.trust.creds.password, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true}
 	if m.trust.creds.client != nil {
 		opt.Dialer = m.peers.dialOlric
 	}
@@ -72,19 +72,19 @@ func (op *olricPeers) close() {
 
 // movedSince returns since when (Config.Clock, Unix nanoseconds) the
 // partition of hold o has had its latest change of holders in this
-// member's routing reads, when that change is younger than
-// wideReadWindow; false for a partition that has not moved since.
+// member's routing reads, when both that change and the latest departure
+// of a member (one holding data in a read and not in the next: killed,
+// cut off, left) are younger than wideReadWindow; false otherwise. A
+// partition that moved only because members joined keeps every holder,
+// and Olric's Get reads through previous owners: it pays nothing.
 func (oe *ownerExec) movedSince(o *ownerHold) (int64, bool) {
 	m := oe.m
-	at := o.r.movedAt[o.p]
-	if at == 0 {
+	at, left := o.r.movedAt[o.p], o.r.leftAt
+	now := m.mono()
+	if at == 0 || left == 0 || now-at >= int64(wideReadWindow) || now-left >= int64(wideReadWindow) {
 		return 0, false
 	}
-	ago := m.mono() - at
-	if ago >= int64(wideReadWindow) {
-		return 0, false
-	}
-	return m.cfg.Clock.Now() - ago, true
+	return m.cfg.Clock.Now() - (now - at), true
 }
 
 // readWide asks every member holding data in o's routing read (o.r.present,
@@ -171,8 +171,13 @@ func (oe *ownerExec) askOne(ctx context.Context, name, key string) (entries [][]
 		redis.NewStringCmd(ctx, "dm.getentry", dmap, key),
 		redis.NewStringCmd(ctx, "dm.getentry", dmap, key, "RC"),
 	}
+	pipe := c.Pipeline()
 	for _, cmd := range cmds {
-		err := c.Process(ctx, cmd)
+		pipe.Process(ctx, cmd)
+	}
+	pipe.Exec(ctx)
+	for _, cmd := range cmds {
+		err := cmd.Err()
 		switch {
 		case err == nil:
 			b, _ := cmd.Bytes()
