@@ -265,13 +265,28 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 	}
 	now := m.cfg.Clock.Now()
 	synthetic := false
-	if s.state == nil && m.cfg.LostState == LostEmpty && lost.Creates(req) {
-		at, err := m.routing.marks.lostAt(&o, now)
-		if err != nil {
-			return outcome{kind: frame.KindError, err: err, retry: true}
+	if s.state == nil && lost.Creates(req) {
+		at := int64(0)
+		if m.cfg.LostState == LostEmpty {
+			var err error
+			if at, err = m.routing.marks.lostAt(&o, now); err != nil {
+				return outcome{kind: frame.KindError, err: err, retry: true}
+			}
 		}
 		if at != 0 {
 			s.state, synthetic = lost.EmptySince(req, at, now), true
+		} else if moved, ok := m.exec.movedSince(&o); ok {
+			// A partition that moved lately: a copy may sit on a member
+			// the owner's Olric does not list (see readWide).
+			w, answered, err := m.exec.readWide(&o, key)
+			switch {
+			case err != nil:
+				return outcome{kind: frame.KindError, err: err, retry: true}
+			case w.state != nil:
+				s = w
+			case !answered && m.cfg.LostState == LostEmpty:
+				s.state, synthetic = lost.EmptySince(req, moved, now), true
+			}
 		}
 	}
 	if lx != nil {

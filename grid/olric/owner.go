@@ -29,6 +29,9 @@ type ownerExec struct {
 	// replaces maxDetached (tests).
 	detached    atomic.Int64
 	detachLimit atomic.Int64
+	// wideReads counts the rounds of readWide (tests: what the create
+	// path costs).
+	wideReads atomic.Int64
 	// resync writes back the buckets of partitions whose owner or backups
 	// changed, so that every backup holds them (resync.go).
 	resync resyncer

@@ -43,10 +43,10 @@ type resyncer struct {
 	kickCh chan struct{}
 	mu     sync.Mutex
 	swept  []uint64 // swept[p]: the copies generation of p whose keys were all written, 0 for none
-	// clients are connections to the members' Olric ports (through their
-	// owner channels when secured, as Olric's own), by member name; only
-	// the sweeping goroutine uses them.
-	clients map[string]*redis.Client
+	// peers are connections to the members' Olric ports (through their
+	// owner channels when secured, as Olric's own): the sweeps' and the
+	// wide reads' (wideread.go).
+	peers olricPeers
 }
 
 // resyncScanCount is how many keys one scan call asks a member for.
@@ -60,7 +60,7 @@ var errMoved = errors.New("partition moved")
 func (rs *resyncer) init(m *Member) {
 	rs.m, rs.kickCh = m, make(chan struct{}, 1)
 	rs.swept = make([]uint64, m.cfg.PartitionCount)
-	rs.clients = map[string]*redis.Client{}
+	rs.peers.m = m
 }
 
 // kick asks the sweeper to look at the newest routing read.
@@ -105,11 +105,7 @@ func (m *Member) Replicated() bool {
 func (rs *resyncer) run() {
 	m := rs.m
 	defer m.wg.Done()
-	defer func() {
-		for _, c := range rs.clients {
-			c.Close()
-		}
-	}()
+	defer rs.peers.close()
 	var retry <-chan time.Time
 	for {
 		select {
@@ -245,8 +241,12 @@ func (rs *resyncer) scanAll(ctx context.Context, r *routes, ps []uint64) (map[ui
 		}
 		results := make(chan result, len(byHolder))
 		for h, hps := range byHolder {
-			c := rs.client(h) // here: only the sweeping goroutine uses clients
 			go func() {
+				c, err := rs.peers.client(h)
+				if err != nil {
+					results <- result{h, nil, err}
+					return
+				}
 				found, err := rs.scanHolder(ctx, c, hps)
 				results <- result{h, found, err}
 			}()
@@ -324,22 +324,6 @@ func (rs *resyncer) scanHolder(ctx context.Context, c *redis.Client, ps []uint64
 		todo = next
 	}
 	return found, nil
-}
-
-// client returns the connection to member h's Olric port, made as Olric
-// makes its own (its dialer, RESP2, AUTH with the password).
-func (rs *resyncer) client(h string) *redis.Client {
-	if c, ok := rs.clients[h]; ok {
-		return c
-	}
-	m := rs.m
-	opt := &redis.Options{Network: "tcp", Addr: h, Protocol: 2, Password: m.trust.creds.password, MaxRetries: -1}
-	if m.trust.creds.client != nil {
-		opt.Dialer = m.peers.dialOlric
-	}
-	c := redis.NewClient(opt)
-	rs.clients[h] = c
-	return c
 }
 
 // touch reads key as its owner and writes it back unless it was written

@@ -51,6 +51,15 @@ type routes struct {
 	// this member, owning p, finds absent was empty then
 	// (Config.LostState; see markLost).
 	lostAt []int64
+	// movedAt[p] is when (m.mono) the latest read that changed p's
+	// holders in Olric's table (history or replicas) returned, or one that
+	// handed everything over (a member's first read in a cluster it joined,
+	// a gap, a split's end); 0 for never. An owner that finds a bucket of
+	// p absent within wideReadWindow of it asks every member (readWide).
+	movedAt []int64
+	// leftAt is when (m.mono) the latest read that lacked a member the
+	// read before it named present returned; 0 for never.
+	leftAt int64
 	// watch[p] is what p's owner change left watched (see lost.Watched,
 	// markLost).
 	watch []lost.Watch
@@ -175,6 +184,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 		replicas:   make([]string, n),
 		lostAt:     make([]int64, n),
 		watch:      make([]lost.Watch, n),
+		movedAt:    make([]int64, n),
 		epoch:      make([]uint64, n),
 		copies:     make([]uint64, n),
 		leaseEnd:   m.base.Add(time.Duration(start) + m.cfg.RoutingLease),
@@ -305,6 +315,25 @@ func (rtr *router) refresh(ctx context.Context) error {
 	wallNow := m.cfg.Clock.Now()
 	holding := m.members.staying(distinct)
 	markLost(prev, nr, holding, wallNow, int64(2*m.cfg.HandoverGrace))
+	if prev != nil {
+		nr.leftAt = prev.leftAt
+		for name := range prev.present {
+			if _, ok := nr.present[name]; !ok {
+				nr.leftAt = returned
+				break
+			}
+		}
+	}
+	for p := range nr.owners {
+		switch {
+		case prev == nil && onlySelf:
+		case prev == nil || transition || far || selfStale ||
+			nr.history[p] != prev.history[p] || nr.replicas[p] != prev.replicas[p]:
+			nr.movedAt[p] = returned
+		default:
+			nr.movedAt[p] = prev.movedAt[p]
+		}
+	}
 	for p := range nr.owners {
 		if nr.owners[p] != m.name {
 			continue
