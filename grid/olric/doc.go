@@ -15,7 +15,10 @@
 // owns the key the request runs in place, without any network. The owner
 // runs wire.Process under a per-key lock with its own wall clock, against
 // the bucket stored in Olric (it keeps a copy of what it last wrote, since
-// it is the only writer, and reads Olric only on a miss), writes the new
+// it is the only writer, and reads Olric only on a miss; a member that never
+// heard of another one, and whose copies dropped nothing, wrote every
+// bucket Olric holds and so creates a new one without reading Olric:
+// TestFirstTouchAlone), writes the new
 // state to Olric only when it changed, with the TTL the request's
 // expiration policy computed, and answers. A member that receives a request
 // for a key it does not own answers "not owner"; the caller re-reads the

@@ -46,6 +46,10 @@ type lostMarks struct {
 	// since is when (Config.Clock) the member's first routing read
 	// returned, 0 before.
 	since atomic.Int64
+	// queued is set once this member queued a mark to write (note), and
+	// never cleared: before, and while no other member was heard of, no
+	// mark exists (lostAt).
+	queued atomic.Bool
 	// keys[p] is the key of partition p's mark: a decimal number, the
 	// first that hashes to p in the marks' DMap.
 	keys []string
@@ -106,6 +110,7 @@ func (lm *lostMarks) note(prev, nr *routes) {
 		if at == 0 || prev != nil && prev.lostAt[p] == at && (nr.owners[p] != m.name || prev.owners[p] == m.name) {
 			continue
 		}
+		lm.queued.Store(true)
 		lm.mu.Lock()
 		lm.pending[uint64(p)] = max(lm.pending[uint64(p)], at)
 		lm.mu.Unlock()
@@ -189,6 +194,7 @@ func (lm *lostMarks) write(ctx context.Context, p uint64, at int64) error {
 // not 8 bytes (not written by a Member) counts as none, and the next loss
 // overwrites it.
 func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64, error) {
+	lm.m.exec.olricReads.Add(1)
 	gr, err := dm.Get(ctx, lm.keys[p])
 	if errors.Is(err, olricdb.ErrKeyNotFound) {
 		return 0, nil
@@ -206,11 +212,18 @@ func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) (int64
 // lostAt returns since when the partition of an owner's hold o has been
 // lost, 0 for never: the later of this member's record and the
 // partition's mark, when the mark is of a loss before this member's first
-// routing read returned (see lostMarks); else the record. Like
+// routing read returned (see lostMarks); else the record. The mark is
+// read only once another member was heard of or this member queued a
+// mark: before, none exists. Like
 // ownerExec.read it reads once more when another member holds data of
 // the partition: a mark still moving may be missed by the first Get.
 func (lm *lostMarks) lostAt(o *ownerHold) (int64, error) {
 	at := o.r.lostAt[o.p]
+	if !lm.m.node.others.Load() && !lm.queued.Load() {
+		// Only this member can have written a mark, and it wrote none:
+		// the mark is 0, which heedMark turns into at.
+		return at, nil
+	}
 	dm, err := lm.dmap()
 	if err != nil {
 		return 0, err

@@ -159,6 +159,9 @@ type gossipGate struct{ m *Member }
 // carries it is admitted.
 func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 	t := &g.m.trust
+	if n.Name != g.m.name {
+		g.m.node.others.Store(true)
+	}
 	if n.Name == g.m.name {
 		t.mu.Lock()
 		defer t.mu.Unlock()
@@ -241,6 +244,11 @@ func (t *guard) charge() {
 func (g gossipGate) NotifyMerge(nodes []*memberlist.Node) error {
 	t := &g.m.trust
 	t.merged.Store(true)
+	for _, n := range nodes {
+		if n.Name != g.m.name {
+			g.m.node.others.Store(true)
+		}
+	}
 	ctx, cancel := context.WithTimeout(g.m.ctx, g.m.cfg.ChannelIOTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
