@@ -344,7 +344,9 @@
 // full (TestLostReachesJoiner, ReplicaCount 1: all of them empty in its
 // runs; before, every one of them full). What it costs: one Olric Get more
 // for each bucket created (two while another member holds data of its
-// partition), none for a bucket that exists; and one entry per lost
+// partition; none on a member that never heard of another and queued no
+// mark, since nothing else writes one: TestFirstTouchAlone), none for a
+// bucket that exists; and one entry per lost
 // partition, kept for good (a mark older than a bucket's refill from empty
 // changes nothing), whose fragment takes one 64 KiB table on the
 // partition's owner and each backup. Not covered: a bucket created on a

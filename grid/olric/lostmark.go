@@ -34,7 +34,8 @@ const lostMarkSuffix = ".lost"
 // reads missed it (TestCrash's open case in "Lost state": a new owner
 // that recorded no loss where another survivor did) hands no record on,
 // and the others' marks then reach a later joiner. An owner that finds
-// a bucket absent and creates it reads the mark (lostAt). Nothing else
+// a bucket absent and creates it reads the mark (lostAt), unless no mark
+// can exist yet (no other member heard of, none queued). Nothing else
 // reads it: a bucket that exists pays nothing. A member heeds only a mark
 // of a loss before its first routing read returned, which its own reads
 // could not judge (the first has none before it to compare with); a later
