@@ -10,9 +10,10 @@ import (
 )
 
 // BenchmarkFirstTouch measures one member's check on a hot key against its
-// check on a key it never saw (the first check of each of many
-// descriptors: a cache miss, Olric's Get of an absent entry, the
-// partition's lost mark and the Put of a new entry).
+// check on a key it never saw, the first check of each of many
+// descriptors: a cache miss and the Put of a new entry (and, on a member
+// that heard of another, Olric's Gets of the absent entry and of its
+// partition's lost mark: see ownerExec.whole).
 func BenchmarkFirstTouch(b *testing.B) {
 	ms := startCluster(b, 1, func(c *Config) {
 		d := DefaultLocalConfig()
