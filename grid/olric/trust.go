@@ -159,9 +159,6 @@ type gossipGate struct{ m *Member }
 // carries it is admitted.
 func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 	t := &g.m.trust
-	if n.Name != g.m.name {
-		g.m.node.others.Store(true)
-	}
 	if n.Name == g.m.name {
 		t.mu.Lock()
 		defer t.mu.Unlock()
@@ -177,12 +174,15 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 			// and the others, which ignore this member's records of lower
 			// incarnations, would keep the old process's record while this
 			// one answers its probes, so the restarted member would not be
-			// let in for as long as that lasts.
+			// let in for as long as that lasts. It came from another
+			// member's gossip: see node.others.
+			g.m.node.others.Store(true)
 			return nil
 		}
 		g.m.members.note(n)
 		return nil
 	}
+	g.m.node.others.Store(true) // before any verification: see node.others
 	if t.proven(n) {
 		g.admit(n)
 		return nil
