@@ -15,7 +15,10 @@
 // owns the key the request runs in place, without any network. The owner
 // runs wire.Process under a per-key lock with its own wall clock, against
 // the bucket stored in Olric (it keeps a copy of what it last wrote, since
-// it is the only writer, and reads Olric only on a miss), writes the new
+// it is the only writer, and reads Olric only on a miss; a member that never
+// heard of another one, and whose copies dropped nothing, wrote every
+// bucket Olric holds and so creates a new one without reading Olric:
+// TestFirstTouchAlone), writes the new
 // state to Olric only when it changed, with the TTL the request's
 // expiration policy computed, and answers. A member that receives a request
 // for a key it does not own answers "not owner"; the caller re-reads the
@@ -365,8 +368,9 @@
 // start none of the lost buckets they take over full (TestLostReachesJoiner,
 // ReplicaCount 1: all of them empty in its quiet runs; before marks, every one
 // of them full). What it costs: one Olric Get more for each bucket created (two
-// while another member holds data of its partition), none for a bucket that
-// exists; and one entry per lost partition, kept for good (a mark older than a
+// while another member holds data of its partition; none on a member that
+// never heard of another and queued no mark, since nothing else writes one:
+// TestFirstTouchAlone), none for a bucket that exists; and one entry per lost partition, kept for good (a mark older than a
 // bucket's refill from empty changes nothing) of at most 128 bytes, whose
 // fragment takes one 64 KiB table on the partition's owner and each backup. Not
 // covered: a bucket created on a member that took the partition over before its

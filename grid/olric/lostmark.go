@@ -35,7 +35,8 @@ const lostMarkSuffix = ".lost"
 // reads missed it (TestCrash's open case in "Lost state": a new owner
 // that recorded no loss where another survivor did) hands no record on,
 // and the others' marks then reach a later joiner. An owner that finds
-// a bucket absent and creates it reads the mark (lostAt). Nothing else
+// a bucket absent and creates it reads the mark (lostAt), unless no mark
+// can exist yet (no other member heard of, none queued). Nothing else
 // reads it: a bucket that exists pays nothing. A member heeds only the
 // latest loss of a mark before its first routing read returned, which its
 // own reads could not judge (the first has none before it to compare
@@ -47,6 +48,10 @@ type lostMarks struct {
 	// since is when (Config.Clock) the member's first routing read
 	// returned, 0 before.
 	since atomic.Int64
+	// queued is set once this member queued a mark to write (note), and
+	// never cleared: before, and while no other member was heard of, no
+	// mark exists (lostAt).
+	queued atomic.Bool
 	// keys[p] is the key of partition p's mark: a decimal number, the
 	// first that hashes to p in the marks' DMap.
 	keys []string
@@ -161,6 +166,7 @@ func (lm *lostMarks) writer() {
 // loss, so that one recorded while the writer was busy is not hidden by
 // a later one (see heedMark).
 func (lm *lostMarks) queue(p uint64, at int64) {
+	lm.queued.Store(true)
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
 	if !slices.Contains(lm.pending[p], at) {
@@ -227,6 +233,7 @@ var errCorruptMark = errors.New("not a lost mark")
 // error wrapping errCorruptMark (see lostAt; a loss recorded later
 // overwrites it).
 func (lm *lostMarks) read(ctx context.Context, dm olricdb.DMap, p uint64) ([]int64, error) {
+	lm.m.exec.olricReads.Add(1)
 	gr, err := dm.Get(ctx, lm.keys[p])
 	if errors.Is(err, olricdb.ErrKeyNotFound) {
 		return nil, nil
@@ -264,7 +271,9 @@ func decodeMark(b []byte) ([]int64, bool) {
 // lostAt returns since when the partition of an owner's hold o has been
 // lost, 0 for never: the later of this member's record and the
 // partition's mark, when the mark is of a loss before this member's first
-// routing read returned (see lostMarks); else the record. Like
+// routing read returned (see lostMarks); else the record. The mark is
+// read only once another member was heard of or this member queued a
+// mark: before, none exists. Like
 // ownerExec.read it reads once more when another member holds data of
 // the partition: a mark still moving may be missed by the first Get. A
 // corrupt mark (errCorruptMark) proves neither a loss nor its absence:
@@ -272,6 +281,11 @@ func decodeMark(b []byte) ([]int64, bool) {
 // under-admission, and the member logs it.
 func (lm *lostMarks) lostAt(o *ownerHold, now int64) (int64, error) {
 	at := o.r.lostAt[o.p]
+	if !lm.m.node.others.Load() && !lm.queued.Load() {
+		// Only this member can have written a mark, and it wrote none:
+		// the mark is 0, which heedMark turns into at.
+		return at, nil
+	}
 	dm, err := lm.dmap()
 	if err != nil {
 		return 0, err

@@ -246,6 +246,7 @@ func (m *Member) execOwnerLease(ctx context.Context, key string, h uint64, req *
 		delete(o.st.cache, key)
 		m.journal.Drop(key)
 		if _, err := m.node.dm.Delete(o.ctx, key); err != nil {
+			m.exec.dropped.Store(true) // Olric may still hold it
 			return outcome{kind: frame.KindError, err: err, retry: true}
 		}
 		return outcome{kind: frame.KindOK, removed: true}

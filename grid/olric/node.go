@@ -29,7 +29,14 @@ type node struct {
 	sub      *redis.PubSub
 	startErr chan error  // what Olric's Start returned (buffered: one)
 	joined   atomic.Bool // gossip saw another member
-	started  atomic.Bool // Start returned the member
+	// others is set once gossip named another member, proven or not
+	// (NotifyAlive, NotifyMerge), and never cleared: its Olric may from
+	// then on hold buckets and lost marks this member did not write (see
+	// ownerExec.whole and lostMarks.lostAt). Another member reaches this
+	// one's Olric storage only once this one's gossip knows it (Olric's
+	// routing tables and moves follow gossip's membership).
+	others  atomic.Bool
+	started atomic.Bool // Start returned the member
 }
 
 // Members started at the same moment may disagree on who is Olric's

@@ -35,6 +35,13 @@ type ownerExec struct {
 	// resync writes back the buckets of partitions whose owner or backups
 	// changed, so that every backup holds them (resync.go).
 	resync resyncer
+	// dropped is set once the cache lost an entry that Olric may still
+	// hold (a full stripe's, or a write or removal that failed): from then
+	// on a key absent from the cache is read from Olric (whole).
+	dropped atomic.Bool
+	// olricReads counts the Gets of buckets and lost marks executions
+	// made (tests).
+	olricReads atomic.Int64
 }
 
 // drain stops owner-side execution (hold answers frame.KindHold from now
@@ -172,7 +179,9 @@ type ownedState struct {
 }
 
 // read returns key's state under o: the cached copy while it is valid,
-// else Olric's. failed reports an error outcome to answer with.
+// else Olric's; absent, without asking Olric, for a key the cache never
+// held while it holds all of Olric's buckets (whole). failed reports an
+// error outcome to answer with.
 //
 // A bucket Olric reports absent is read once more when another member
 // holds data of its partition. Olric's Get asks every holder at once and
@@ -187,13 +196,19 @@ type ownedState struct {
 // again in between.
 func (oe *ownerExec) read(o *ownerHold, key string) (s ownedState, failed outcome, ok bool) {
 	m := oe.m
-	if stored, hit := o.st.get(key, o.epoch, o.now); hit {
+	stored, hit, known := o.st.get(key, o.epoch, o.now)
+	if hit {
 		s := ownedState{stored: stored, cached: true}
 		s.lineage, s.state = journal.Unwrap(stored)
 		return s, outcome{}, true
 	}
+	if !known && oe.whole() {
+		return ownedState{}, outcome{}, true
+	}
+	oe.olricReads.Add(1)
 	gr, err := m.node.dm.Get(o.ctx, key)
 	if errors.Is(err, olricdb.ErrKeyNotFound) && oe.othersHold(o.r, o.p) {
+		oe.olricReads.Add(1)
 		gr, err = m.node.dm.Get(o.ctx, key)
 	}
 	switch {
@@ -208,6 +223,18 @@ func (oe *ownerExec) read(o *ownerHold, key string) (s ownedState, failed outcom
 	s.lineage, s.state = journal.Unwrap(s.stored)
 	s.expiresAt = gr.TTL()
 	return s, outcome{}, true
+}
+
+// whole reports whether every bucket in this member's Olric is in its
+// cache: no other member was ever heard of (node.others), so this member
+// wrote every bucket there, and each write it made is cached (see write
+// and replicate), the cache never having dropped one since (dropped).
+// Olric then holds no bucket the cache does not name, and a key the cache
+// never held needs no Get: a new bucket's first check, the common one
+// with many descriptors, costs one Put instead of two Gets and a Put
+// (the other Get is the partition's lost mark: lostMarks.lostAt).
+func (oe *ownerExec) whole() bool {
+	return oe.m.cfg.CacheEntries > 0 && !oe.m.node.others.Load() && !oe.dropped.Load()
 }
 
 // othersHold reports whether r names a member other than this one among
@@ -234,7 +261,9 @@ func (oe *ownerExec) write(o *ownerHold, key string, state []byte, ttl int64) er
 		err = m.node.dm.Put(o.ctx, key, state)
 	}
 	if err != nil {
+		// The Put may have landed all the same.
 		delete(o.st.cache, key)
+		oe.dropped.Store(true)
 		return err
 	}
 	if m.cfg.CacheEntries > 0 {
@@ -242,9 +271,17 @@ func (oe *ownerExec) write(o *ownerHold, key string, state []byte, ttl int64) er
 		if ttl > 0 {
 			expires = m.mono() + ttl
 		}
-		o.st.put(key, cached{state: state, epoch: o.epoch, expires: expires}, m.cfg.CacheEntries/len(oe.stripes))
+		oe.cache(o.st, key, cached{state: state, epoch: o.epoch, expires: expires})
 	}
 	return nil
+}
+
+// cache caches a state this member wrote in stripe st (mu held), noting a
+// dropped entry (see whole).
+func (oe *ownerExec) cache(st *stripe, key string, c cached) {
+	if st.put(key, c, oe.m.cfg.CacheEntries/len(oe.stripes)) {
+		oe.dropped.Store(true)
+	}
 }
 
 // stripe is one per-key lock with the cache of the buckets it guards.
@@ -266,26 +303,33 @@ type cached struct {
 	expires int64
 }
 
-// get returns the cached state of key if still valid. Called with mu held.
-func (s *stripe) get(key string, epoch uint64, now int64) ([]byte, bool) {
+// get returns the cached state of key if still valid (hit), and whether
+// the cache holds an entry for key at all, valid or not (known). Called
+// with mu held.
+func (s *stripe) get(key string, epoch uint64, now int64) (state []byte, hit, known bool) {
 	c, ok := s.cache[key]
-	if !ok || c.epoch != epoch || (c.expires != 0 && now >= c.expires) {
-		return nil, false
+	if !ok {
+		return nil, false, false
 	}
-	return c.state, true
+	if c.epoch != epoch || (c.expires != 0 && now >= c.expires) {
+		return nil, false, true
+	}
+	return c.state, true, true
 }
 
 // put caches a state, dropping an arbitrary entry when the stripe holds
-// limit entries. Called with mu held.
-func (s *stripe) put(key string, c cached, limit int) {
+// limit entries, and reports whether it dropped one. Called with mu held.
+func (s *stripe) put(key string, c cached, limit int) (dropped bool) {
 	if s.cache == nil {
 		s.cache = map[string]cached{}
 	}
 	if _, ok := s.cache[key]; !ok && len(s.cache) >= max(limit, 1) {
 		for k := range s.cache {
 			delete(s.cache, k)
+			dropped = true
 			break
 		}
 	}
 	s.cache[key] = c
+	return dropped
 }

@@ -33,7 +33,7 @@ func (oe *ownerExec) replicate(ctx context.Context, st *stripe, key string, stat
 		return outcome{kind: frame.KindError, err: err, retry: true}, true
 	}
 	if m.cfg.CacheEntries > 0 {
-		st.put(key, cached{state: state, epoch: epoch, expires: expires}, m.cfg.CacheEntries/len(oe.stripes))
+		oe.cache(st, key, cached{state: state, epoch: epoch, expires: expires})
 	}
 	return outcome{}, false
 }

@@ -174,12 +174,15 @@ func (g gossipGate) NotifyAlive(n *memberlist.Node) error {
 			// and the others, which ignore this member's records of lower
 			// incarnations, would keep the old process's record while this
 			// one answers its probes, so the restarted member would not be
-			// let in for as long as that lasts.
+			// let in for as long as that lasts. It came from another
+			// member's gossip: see node.others.
+			g.m.node.others.Store(true)
 			return nil
 		}
 		g.m.members.note(n)
 		return nil
 	}
+	g.m.node.others.Store(true) // before any verification: see node.others
 	if t.proven(n) {
 		g.admit(n)
 		return nil
@@ -252,6 +255,11 @@ func (g gossipGate) NotifyMerge(nodes []*memberlist.Node) error {
 		}
 	}
 	t.merged.Store(true)
+	for _, n := range nodes {
+		if n.Name != g.m.name {
+			g.m.node.others.Store(true)
+		}
+	}
 	ctx, cancel := context.WithTimeout(g.m.ctx, g.m.cfg.ChannelIOTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
