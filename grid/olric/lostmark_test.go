@@ -291,6 +291,9 @@ func TestLostMarkHeeded(t *testing.T) {
 // full. A later loss alone, which the member judged, changes nothing.
 func TestLostMarkLaterLoss(t *testing.T) {
 	m := startCluster(t, 1, nil)[0]
+	// The marks below stand for other members' writes: a member whose
+	// gossip never named another reads no mark (TestFirstTouchAlone).
+	m.node.others.Store(true)
 	lm := &m.routing.marks
 	since := lm.since.Load()
 	if since == 0 {
@@ -336,6 +339,10 @@ func TestLostMarkCorrupt(t *testing.T) {
 		t.Run(fmt.Sprintf("%d bytes", len(garbage)), func(t *testing.T) {
 			var logs syncBuffer
 			m := startCluster(t, 1, func(c *Config) { c.LogOutput = &logs })[0]
+			// As if other members had written to the marks: a member
+			// whose gossip never named another reads none
+			// (TestFirstTouchAlone).
+			m.node.others.Store(true)
 			key := "corrupt-mark"
 			p := m.Partition(key)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
