@@ -71,7 +71,8 @@
 // address (a joining state sync that lists it alive is refused too), so
 // gossip declares it dead after its failure detection (see "Crash
 // fail-over window"), Olric drops it and its partitions move to the
-// others, whose checks stay exact and available meanwhile
+// others, whose checks stay exact and available meanwhile, on the
+// partitions Olric re-spreads between them at the leave too
 // (TestRevokedExpelled). Its own process keeps running, outside the
 // cluster; the deaths of the others it declares there reach nobody
 // (TestRevokedGossipIgnored: before, they did, and the accused member's
