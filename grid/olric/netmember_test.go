@@ -92,7 +92,8 @@ import (
 //	                  waits out a fail-over: "FAILOVER ms ok-or-error"
 //	WATCH p n s [ms]  checks the keys of p0 … p(n-1) this member owns for s
 //	                  seconds, a key's next check ms (10) after a success
-//	                  (see netWatch): "WATCH keys worst-ms failed"
+//	                  (see netWatch): "WATCH keys worst-ms failed
+//	                  judged-ms stall-ms kinds"
 //	LATENCY key n     n checks of key, one after the other, each bounded by
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	COORD             Olric's coordinator in this member's view: "COORD
@@ -445,7 +446,7 @@ func netMemberMain() int {
 			if len(f) > 4 {
 				pace = time.Duration(arg(4)) * time.Millisecond
 			}
-			netWatch(m, &cfg, f[1], arg(2), arg(3), pace)
+			netWatch(m, &cfg, stalls, f[1], arg(2), arg(3), pace)
 		case "LATENCY":
 			// n checks of key one after the other.
 			var took []time.Duration
