@@ -93,7 +93,7 @@ import (
 //	WATCH p n s [ms]  checks the keys of p0 … p(n-1) this member owns for s
 //	                  seconds, a key's next check ms (10) after a success
 //	                  (see netWatch): "WATCH keys worst-ms failed
-//	                  judged-ms stall-ms kinds"
+//	                  judged-ms stall-ms kinds from"
 //	LATENCY key n     n checks of key, one after the other, each bounded by
 //	                  2 s: "LATENCY p50-µs p99-µs failed"
 //	COORD             Olric's coordinator in this member's view: "COORD

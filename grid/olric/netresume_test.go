@@ -22,13 +22,15 @@ import (
 // each attempt bounded by 100 ms. Keys m no longer owns at the end moved
 // and are left out. A run of failures of a key lasts from the start of its
 // first failed attempt to the start of the next successful one, or to the
-// end. It prints "WATCH keys worst-ms failed judged-ms stall-ms kinds":
+// end. It prints "WATCH keys worst-ms failed judged-ms stall-ms kinds
+// from":
 // how many keys stayed m's, the longest run of failures of one of them,
 // their failed attempts, and the run with the most failure that no stall
 // of this process explains: judged-ms is its length less the longest
 // stall of this process recorded within it (stalls, see stallMonitor),
 // stall-ms that stall, kinds its failed attempts by kind (see
-// failureKind; "-" when no key failed). The first and last errors of both
+// failureKind; "-" when no key failed), from when it began (Unix
+// milliseconds; 0 when no key failed). The first and last errors of both
 // runs go to stderr, and with NETWATCH_TRACE set in the test's environment
 // every failed attempt of the longest run too (its routing read's age, the
 // partition's guard, split, owners, error, Olric's coordinator). A key is
@@ -120,7 +122,7 @@ func netWatch(m *Member, cfg *core.Config, stalls *stallMonitor, p string, n, s 
 		}
 	}
 	if worst == nil {
-		fmt.Println("WATCH", kept, 0, 0, 0, 0, "-")
+		fmt.Println("WATCH", kept, 0, 0, 0, 0, "-", 0)
 		return
 	}
 	fmt.Fprintf(os.Stderr, "WATCH on %s: the longest run of failures (%v, %s) began with: %v; ended with: %v\n", m.Name(), worst.length(), worst.kindList(), worst.first, worst.last)
@@ -130,7 +132,7 @@ func netWatch(m *Member, cfg *core.Config, stalls *stallMonitor, p string, n, s 
 	if tracing {
 		fmt.Fprintf(os.Stderr, "WATCH trace on %s:\n\t%s\n", m.Name(), strings.Join(worst.trace, "\n\t"))
 	}
-	fmt.Println("WATCH", kept, worst.length().Milliseconds(), f, (judged.length() - judged.stall).Milliseconds(), judged.stall.Milliseconds(), judged.kindList())
+	fmt.Println("WATCH", kept, worst.length().Milliseconds(), f, (judged.length() - judged.stall).Milliseconds(), judged.stall.Milliseconds(), judged.kindList(), judged.from.UnixMilli())
 }
 
 // failRun is a run of failed checks of one key in netWatch.
@@ -303,7 +305,7 @@ func keepsKeysOnce(t *testing.T, attempt, secs int, victim func(c *netCluster) i
 	}
 	for i := range c.kids {
 		f := f[i]
-		if len(f) != 6 {
+		if len(f) != 7 {
 			t.Fatalf("member %d answered WATCH %v", i, f)
 		}
 		keys, _ := strconv.Atoi(f[0])
@@ -316,7 +318,7 @@ func keepsKeysOnce(t *testing.T, attempt, secs int, victim func(c *netCluster) i
 		switch {
 		case i == v:
 		case judged > 100:
-			t.Errorf("member %d: a key that did not move failed for %d ms in a row around the fault beyond a stall of its process (%d ms), want at most 100 ms; its failed attempts: %s (hold: a hand-over's guard held the key, which the release proof should have ended; deadline: no answer within 100 ms; moved: the owner unknown or moved)", i, judged+stall, stall, f[5])
+			t.Errorf("member %d: a key that did not move failed for %d ms in a row around the fault beyond a stall of its process (%d ms), want at most 100 ms; its failed attempts from %s on: %s (hold: a hand-over's guard held the key, which the release proof should have ended; deadline: no answer within 100 ms; moved: the owner unknown or moved)", i, judged+stall, stall, f[6], f[5])
 		case ms > 100:
 			t.Logf("member %d: excused: every run of failures over 100 ms (the longest %d ms) is within 100 ms once a stall of its own process within it is taken off", i, ms)
 		}
