@@ -23,14 +23,13 @@ import (
 // and are left out. A run of failures of a key lasts from the start of its
 // first failed attempt to the start of the next successful one, or to the
 // end. It prints "WATCH keys worst-ms failed judged-ms stall-ms kinds
-// from":
-// how many keys stayed m's, the longest run of failures of one of them,
-// their failed attempts, and the run with the most failure that no stall
-// of this process explains: judged-ms is its length less the longest
-// stall of this process recorded within it (stalls, see stallMonitor),
-// stall-ms that stall, kinds its failed attempts by kind (see
-// failureKind; "-" when no key failed), from when it began (Unix
-// milliseconds; 0 when no key failed). The first and last errors of both
+// from": how many keys stayed m's, the longest run of failures of one of
+// them, their failed attempts, and the run that is longest once the
+// longest stall of this process within it is taken off (stalls, see
+// stallMonitor): judged-ms its length less that stall, stall-ms the
+// stall, kinds its failed attempts by kind (see failureKind; "-" when no
+// key failed), from when it began (Unix milliseconds; 0 when no key
+// failed). The first and last errors of both
 // runs go to stderr, and with NETWATCH_TRACE set in the test's environment
 // every failed attempt of the longest run too (its routing read's age, the
 // partition's guard, split, owners, error, Olric's coordinator). A key is
@@ -73,9 +72,7 @@ func netWatch(m *Member, cfg *core.Config, stalls *stallMonitor, p string, n, s 
 					}
 				case run != nil:
 					run.to = t0
-					if len(runs[i]) < 1000 {
-						runs[i] = append(runs[i], *run)
-					}
+					runs[i] = append(runs[i], *run)
 					run = nil
 				}
 				if err == nil {
