@@ -237,7 +237,9 @@ func TestNetResumeKeepsKeys(t *testing.T) {
 // starting 1 s before the fault), and fails t when a key that stayed
 // another member's failed for more than 100 ms in a row, less the longest
 // stall of that member's own process within the run (stallMonitor: while
-// its process does not run, no member answers; what it excused is
+// its process does not run, neither do its checks nor the release proof
+// that would end a guard; the margin is that stall alone, a stall of
+// another member's process excuses nothing, and what it excused is
 // logged). The failed attempts of a run judged too long are logged by
 // kind, so that a guard left standing (hold) reads apart from answers
 // that came too late (deadline).
