@@ -156,7 +156,7 @@ func (r *failRun) kindList() string {
 }
 
 // failureKinds name why a check failed (see failureKind): held by a
-// hand-over's guard (the release proof ends it), its owner unknown or
+// hand-over's guard, its owner unknown or
 // moved, its deadline passed with no other reason given, anything else.
 var failureKinds = [...]string{"hold", "moved", "deadline", "other"}
 
@@ -237,8 +237,8 @@ func TestNetResumeKeepsKeys(t *testing.T) {
 // starting 1 s before the fault), and fails t when a key that stayed
 // another member's failed for more than 100 ms in a row, less the longest
 // stall of that member's own process within the run (stallMonitor: while
-// its process does not run, neither do its checks nor the release proof
-// that would end a guard; the margin is that stall alone, a stall of
+// its process does not run, neither do its checks nor its routing
+// reads; the margin is that stall alone, a stall of
 // another member's process excuses nothing, and what it excused is
 // logged). The failed attempts of a run judged too long are logged by
 // kind, so that a guard left standing (hold) reads apart from answers
@@ -317,7 +317,7 @@ func keepsKeysOnce(t *testing.T, attempt, secs int, victim func(c *netCluster) i
 		switch {
 		case i == v:
 		case judged > 100:
-			t.Errorf("member %d: a key that did not move failed for %d ms in a row around the fault beyond a stall of its process (%d ms), want at most 100 ms; its failed attempts from %s on: %s (hold: a hand-over's guard held the key, which the release proof should have ended; deadline: no answer within 100 ms; moved: the owner unknown or moved)", i, judged+stall, stall, f[6], f[5])
+			t.Errorf("member %d: a key that did not move failed for %d ms in a row around the fault beyond a stall of its process (%d ms), want at most 100 ms; its failed attempts from %s on: %s (hold: a hand-over's guard held the key; deadline: no answer within 100 ms; moved: the owner unknown or moved)", i, judged+stall, stall, f[6], f[5])
 		case ms > 100:
 			t.Logf("member %d: excused: every run of failures over 100 ms (the longest %d ms) is within 100 ms once a stall of its own process within it is taken off", i, ms)
 		}
