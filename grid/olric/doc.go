@@ -419,7 +419,8 @@
 // then deletes), and creates the bucket from the newest copy (Olric's entry
 // timestamp); with no copy it creates the bucket as before, unless a member
 // neither answered nor refused the connection within RoutingLease/2 (a
-// refusal proves no Olric runs there): then, under LostEmpty, as empty
+// refusal proves no Olric runs there) or answered with bytes that are not
+// an entry of the key (TestNewestCopyCorruptEntry): then, under LostEmpty, as empty
 // since the partition moved (TestAbsentReadsEveryMember: a copy placed on a
 // member the new owner does not list, after a member left; before, the
 // bucket started full; TestReadWideUnanswered). What it costs: up to two

@@ -93,7 +93,8 @@ func (oe *ownerExec) movedSince(o *ownerHold) (int64, bool) {
 // the newest copy (by Olric's entry timestamp), s.state nil when none
 // holds one. answered is false when a member neither answered nor refused
 // the connection (a refusal proves no Olric runs there, so no copy) before
-// RoutingLease/2 passed. It asks twice when the first round found nothing
+// RoutingLease/2 passed, or answered with bytes that are not an entry of
+// key (newestCopy). It asks twice when the first round found nothing
 // and everyone answered: Olric's balancer copies a fragment before it
 // deletes it at the source, so a round that missed a copy in transit has
 // it at the destination the second time (see ownerExec.read). err is
@@ -139,24 +140,40 @@ func (oe *ownerExec) askAll(o *ownerHold, key string) (ownedState, bool) {
 		})
 	}
 	wg.Wait()
-	var best ownedState
-	bestTS, all := int64(-1), true
-	nowMs := time.Now().UnixMilli()
+	all := true
+	var entries [][]byte
 	for _, a := range answers {
 		all = all && a.ok
-		for _, raw := range a.entries {
-			e, ok := decodeEntry(raw)
-			if !ok || e.key != key || e.ttl != 0 && e.ttl <= nowMs || e.timestamp <= bestTS {
-				continue
-			}
-			bestTS = e.timestamp
-			best = ownedState{stored: e.value, expiresAt: e.ttl}
+		entries = append(entries, a.entries...)
+	}
+	best, decoded := newestCopy(key, entries, time.Now().UnixMilli())
+	return best, all && decoded
+}
+
+// newestCopy returns the newest unexpired copy of key (by Olric's entry
+// timestamp) among entries, as dm.getentry returned them, nowMs the
+// current Unix milliseconds; s.state nil when there is none. decoded is
+// false when an entry is not one of key in Olric's layout: a member
+// answered with something that may be a copy, so the round counts as
+// unanswered (the bucket then starts empty, not full, under LostEmpty).
+func newestCopy(key string, entries [][]byte, nowMs int64) (s ownedState, decoded bool) {
+	bestTS, decoded := int64(-1), true
+	for _, raw := range entries {
+		e, ok := decodeEntry(raw)
+		if !ok || e.key != key {
+			decoded = false
+			continue
 		}
+		if e.ttl != 0 && e.ttl <= nowMs || e.timestamp <= bestTS {
+			continue
+		}
+		bestTS = e.timestamp
+		s = ownedState{stored: e.value, expiresAt: e.ttl}
 	}
-	if best.stored != nil {
-		best.lineage, best.state = journal.Unwrap(best.stored)
+	if s.stored != nil {
+		s.lineage, s.state = journal.Unwrap(s.stored)
 	}
-	return best, all
+	return s, decoded
 }
 
 // askOne asks member name for key in its primary and backup fragments; ok

@@ -2,6 +2,7 @@ package olric
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"slices"
@@ -182,6 +183,43 @@ func TestReadWideUnanswered(t *testing.T) {
 		cancel()
 		if err != nil || s.state != nil || answered != tc.answer {
 			t.Errorf("%s: state %v, answered %v, err %v; want none, %v, nil", tc.name, s.state, answered, err, tc.answer)
+		}
+	}
+}
+
+// TestNewestCopyCorruptEntry is a member's storage answering the wide
+// read with bytes that are not an entry of the key (a corrupt store, a
+// layout this build does not know): the round counts as unanswered, so
+// the bucket starts empty rather than full; a good copy beside it is
+// still taken, and an expired one is not.
+func TestNewestCopyCorruptEntry(t *testing.T) {
+	entry := func(key string, ttl, ts int64, value string) []byte {
+		b := append([]byte{byte(len(key))}, key...)
+		b = binary.BigEndian.AppendUint64(b, uint64(ttl))
+		b = binary.BigEndian.AppendUint64(b, uint64(ts))
+		b = binary.BigEndian.AppendUint64(b, 0) // last access
+		b = binary.BigEndian.AppendUint32(b, uint32(len(value)))
+		return append(b, value...)
+	}
+	const now = int64(1_000_000)
+	good := entry("k", 0, 5, "newer")
+	for _, tc := range []struct {
+		name    string
+		entries [][]byte
+		want    string
+		decoded bool
+	}{
+		{"none", nil, "", true},
+		{"newest of two", [][]byte{entry("k", 0, 4, "older"), good}, "newer", true},
+		{"expired", [][]byte{entry("k", now-1, 9, "gone")}, "", true},
+		{"garbage", [][]byte{[]byte("not an entry")}, "", false},
+		{"another key", [][]byte{entry("x", 0, 9, "other")}, "", false},
+		{"truncated", [][]byte{good[:len(good)-1]}, "", false},
+		{"garbage beside a copy", [][]byte{[]byte{3}, good}, "newer", false},
+	} {
+		s, decoded := newestCopy("k", tc.entries, now)
+		if string(s.stored) != tc.want || decoded != tc.decoded {
+			t.Errorf("%s: copy %q, decoded %v; want %q, %v", tc.name, s.stored, decoded, tc.want, tc.decoded)
 		}
 	}
 }
