@@ -165,7 +165,9 @@ func TestClusterLeases(t *testing.T) {
 // to a limit more.
 func TestClusterSurvivesACrash(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
-	procs := startCluster(t, 3, "-config", dir, "-timeout", "3s")
+	// -grid-log: the members' routing changes (partitions lost, members
+	// gone), printed when the test fails.
+	procs := startCluster(t, 3, "-config", dir, "-timeout", "3s", "-grid-log")
 	var all []rlspb.RateLimitServiceClient
 	for _, p := range procs {
 		all = append(all, client(t, p.grpcAddr))
@@ -190,13 +192,18 @@ func TestClusterSurvivesACrash(t *testing.T) {
 	// the survivors take over: every descriptor answers again within 60 s
 	deadline := killed.Add(60 * time.Second)
 	for i, v := range values {
+		t0 := time.Now()
 		for {
 			a, failed := hammer(t, survivors, 2, "bucket", v)
 			admitted[i] += a
 			if failed == 0 {
+				if d := time.Since(t0); d > time.Second {
+					t.Logf("descriptor %d failed for %v, from %v after the crash", i, d.Round(time.Millisecond), t0.Sub(killed).Round(time.Millisecond))
+				}
 				break
 			}
 			if time.Now().After(deadline) {
+				logSurvivors(t, procs[1:])
 				t.Fatalf("descriptor %d: the survivors still fail 60s after the crash", i)
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -219,8 +226,23 @@ func TestClusterSurvivesACrash(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d descriptors started again empty (owned by the crashed member); the others admitted exactly %d", lost, keys, limit)
+	if t.Failed() {
+		logSurvivors(t, procs[1:])
+	}
 	if lost == keys {
 		t.Errorf("no descriptor admitted its limit after the crash")
+	}
+}
+
+// logSurvivors logs the last 150 lines each instance of procs wrote.
+func logSurvivors(t *testing.T, procs []*proc) {
+	t.Helper()
+	for _, p := range procs {
+		lines := strings.Split(strings.TrimSpace(p.Out.String()), "\n")
+		if len(lines) > 150 {
+			lines = lines[len(lines)-150:]
+		}
+		t.Logf("instance %s, its last %d lines:\n%s", p.member, len(lines), strings.Join(lines, "\n"))
 	}
 }
 

@@ -315,6 +315,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	wallNow := m.cfg.Clock.Now()
 	holding := m.members.staying(distinct)
 	markLost(prev, nr, holding, wallNow, int64(2*m.cfg.HandoverGrace))
+	rtr.logRoutingChange(prev, nr, wallNow, transition || selfStale)
 	if prev != nil {
 		nr.leftAt = prev.leftAt
 		for name := range prev.present {
