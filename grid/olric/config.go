@@ -79,8 +79,10 @@ type Config struct {
 	// clock.Wall().
 	Clock clock.Clock
 
-	// LogOutput receives Olric's, memberlist's and go-redis's logs. Nil
-	// discards them. go-redis logs through a package-level logger, so the
+	// LogOutput receives Olric's, memberlist's and go-redis's logs, and the
+	// member's own: one line for each routing read that loses a member,
+	// records partitions lost (naming them and their new owner) or hands
+	// everything over. Nil discards them. go-redis logs through a package-level logger, so the
 	// member started last decides where its logs go for the whole process.
 	LogOutput io.Writer
 
