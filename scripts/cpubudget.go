@@ -4,13 +4,16 @@
 // -traces` prints them (on standard input; several profiles may follow one
 // another) and prints where the CPU went, by layer: the share of all samples,
 // the share spent under a system call, and, with -cpu (the benchmark's
-// server-cpu-µs/op of the same run), microseconds per check.
+// server-cpu-µs/op of the same run), microseconds per check, each layer's
+// split into its own work and its system calls, and the system calls of all
+// layers together.
 //
 // A sample belongs to the innermost frame (leaf first) of a known layer, so
 // a system call or an allocation counts to the layer that made it; a stack
 // of runtime frames alone is the scheduler's (finding, parking and waking
 // goroutines), the garbage collector's, or other runtime work. The owner
-// channel's functions in grid/olric (both ends) are "hop"; the rest of
+// channel's functions in grid/olric (both ends: the caller's peer and pool,
+// the owner's channel, their frames) are "hop"; the rest of
 // grid/olric and the executor's Handle are "grid". docs/benchmarks.md gives
 // the table and the commands:
 //
@@ -35,7 +38,7 @@ var layers = []struct {
 	name string
 	re   *regexp.Regexp
 }{
-	{"hop", regexp.MustCompile(`grid/olric\.(\(\*peer\)|\(\*prefixConn\)|\(\*Member\)\.(remote|serveConn|serve|peerFor|dial)$|decodeReply|appendErrorFrame|\(\*outcome\)\.appendFrame)`)},
+	{"hop", regexp.MustCompile(`grid/olric\.(\(\*peer\)|\(\*peerPool\)\.(get|remote|dial)$|\(\*prefixConn\)|\(\*channel\)\.(serveConn|serve)$|decodeReply|appendErrorFrame|\(\*outcome\)\.appendFrame)|grid/olric/internal/frame\.`)},
 	{"grid", regexp.MustCompile(`bucketgrid/bucketgrid/grid/olric\.|github\.com/bucketgrid/bucketgrid\.`)},
 	{"core", regexp.MustCompile(`bucketgrid/bucketgrid/core`)},
 	{"policy", regexp.MustCompile(`bucketgrid/bucketgrid/policy`)},
@@ -124,11 +127,19 @@ func main() {
 	}
 	fmt.Printf("samples: %.0f ms\n", sum)
 	names := []string{"grpc", "service", "policy", "grid", "hop", "core", "olric", "membership", "scheduler", "gc", "runtime-other"}
+	var sysSum float64
 	for _, n := range names {
+		sysSum += sys[n]
 		line := fmt.Sprintf("%-13s %5.1f %%  (system calls %4.1f %%)", n, 100*total[n]/sum, 100*sys[n]/sum)
 		if *cpu > 0 {
-			line += fmt.Sprintf("  %5.1f µs", *cpu*total[n]/sum)
+			line += fmt.Sprintf("  %5.1f µs = %5.1f µs + %4.1f µs in system calls",
+				*cpu*total[n]/sum, *cpu*(total[n]-sys[n])/sum, *cpu*sys[n]/sum)
 		}
 		fmt.Println(line)
 	}
+	line := fmt.Sprintf("%-13s %5.1f %%", "system calls", 100*sysSum/sum)
+	if *cpu > 0 {
+		line += fmt.Sprintf("  %5.1f µs (all layers)", *cpu*sysSum/sum)
+	}
+	fmt.Println(line)
 }
