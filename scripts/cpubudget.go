@@ -5,8 +5,9 @@
 // another) and prints where the CPU went, by layer: the share of all samples,
 // the share spent under a system call, and, with -cpu (the benchmark's
 // server-cpu-µs/op of the same run), microseconds per check, each layer's
-// split into its own work and its system calls, and the system calls of all
-// layers together.
+// split into its own work and its system calls, the gRPC layer by what the
+// connection does (reading frames, protobuf, streams and messages on the
+// handler's side, writing), and the system calls of all layers together.
 //
 // A sample belongs to the innermost frame (leaf first) of a known layer, so
 // a system call or an allocation counts to the layer that made it; a stack
@@ -56,6 +57,29 @@ var (
 	syscallRe = regexp.MustCompile(`internal/runtime/syscall|^syscall\.|runtime\.(futex|epollwait|usleep|nanosleep|osyield)`)
 )
 
+// grpcParts split the gRPC layer's samples by what the connection does:
+// the first that matches any frame of the stack decides; the rest is the
+// handling of streams and messages on the handler's side.
+var grpcParts = []struct {
+	name string
+	re   *regexp.Regexp
+}{
+	{"grpc: protobuf", regexp.MustCompile(`google\.golang\.org/protobuf`)},
+	{"grpc: write", regexp.MustCompile(`transport\.\(\*loopyWriter\)|transport\.\(\*bufWriter\)|transport\.\(\*controlBuffer\)`)},
+	{"grpc: read", regexp.MustCompile(`transport\.\(\*http2Server\)\.HandleStreams|transport\.\(\*http2Server\)\.operateHeaders|http2\.\(\*Framer\)\.ReadFrame`)},
+}
+
+func grpcPart(stack []string) string {
+	for _, p := range grpcParts {
+		for _, fn := range stack {
+			if p.re.MatchString(fn) {
+				return p.name
+			}
+		}
+	}
+	return "grpc: streams"
+}
+
 func classify(stack []string) string {
 	for _, fn := range stack {
 		for _, l := range layers {
@@ -78,6 +102,7 @@ func main() {
 	cpu := flag.Float64("cpu", 0, "server CPU µs per check of the same run, to print µs per check")
 	flag.Parse()
 	total, sys := map[string]float64{}, map[string]float64{}
+	part, partSys := map[string]float64{}, map[string]float64{} // the gRPC layer's, by grpcParts
 	var val float64
 	var stack []string
 	flush := func() {
@@ -86,10 +111,19 @@ func main() {
 		}
 		c := classify(stack)
 		total[c] += val
+		inSys := false
 		for _, fn := range stack {
 			if syscallRe.MatchString(fn) {
 				sys[c] += val
+				inSys = true
 				break
+			}
+		}
+		if c == "grpc" {
+			p := grpcPart(stack)
+			part[p] += val
+			if inSys {
+				partSys[p] += val
 			}
 		}
 		stack = stack[:0]
@@ -134,6 +168,14 @@ func main() {
 		if *cpu > 0 {
 			line += fmt.Sprintf("  %5.1f µs = %5.1f µs + %4.1f µs in system calls",
 				*cpu*total[n]/sum, *cpu*(total[n]-sys[n])/sum, *cpu*sys[n]/sum)
+		}
+		fmt.Println(line)
+	}
+	for _, n := range []string{"grpc: read", "grpc: protobuf", "grpc: streams", "grpc: write"} {
+		line := fmt.Sprintf("  %-15s %5.1f %%  (system calls %4.1f %%)", n, 100*part[n]/sum, 100*partSys[n]/sum)
+		if *cpu > 0 {
+			line += fmt.Sprintf("  %5.1f µs = %5.1f µs + %4.1f µs in system calls",
+				*cpu*part[n]/sum, *cpu*(part[n]-partSys[n])/sum, *cpu*partSys[n]/sum)
 		}
 		fmt.Println(line)
 	}
