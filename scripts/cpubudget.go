@@ -4,13 +4,17 @@
 // -traces` prints them (on standard input; several profiles may follow one
 // another) and prints where the CPU went, by layer: the share of all samples,
 // the share spent under a system call, and, with -cpu (the benchmark's
-// server-cpu-µs/op of the same run), microseconds per check.
+// server-cpu-µs/op of the same run), microseconds per check, each layer's
+// split into its own work and its system calls, the gRPC layer by what the
+// connection does (reading frames, protobuf, streams and messages on the
+// handler's side, writing), and the system calls of all layers together.
 //
 // A sample belongs to the innermost frame (leaf first) of a known layer, so
 // a system call or an allocation counts to the layer that made it; a stack
 // of runtime frames alone is the scheduler's (finding, parking and waking
 // goroutines), the garbage collector's, or other runtime work. The owner
-// channel's functions in grid/olric (both ends) are "hop"; the rest of
+// channel's functions in grid/olric (both ends: the caller's peer and pool,
+// the owner's channel, their frames) are "hop"; the rest of
 // grid/olric and the executor's Handle are "grid". docs/benchmarks.md gives
 // the table and the commands:
 //
@@ -35,7 +39,7 @@ var layers = []struct {
 	name string
 	re   *regexp.Regexp
 }{
-	{"hop", regexp.MustCompile(`grid/olric\.(\(\*peer\)|\(\*prefixConn\)|\(\*Member\)\.(remote|serveConn|serve|peerFor|dial)$|decodeReply|appendErrorFrame|\(\*outcome\)\.appendFrame)`)},
+	{"hop", regexp.MustCompile(`grid/olric\.(\(\*peer\)|\(\*peerPool\)\.(get|remote|dial)$|\(\*prefixConn\)|\(\*channel\)\.(serveConn|serve)$|decodeReply|appendErrorFrame|\(\*outcome\)\.appendFrame)|grid/olric/internal/frame\.`)},
 	{"grid", regexp.MustCompile(`bucketgrid/bucketgrid/grid/olric\.|github\.com/bucketgrid/bucketgrid\.`)},
 	{"core", regexp.MustCompile(`bucketgrid/bucketgrid/core`)},
 	{"policy", regexp.MustCompile(`bucketgrid/bucketgrid/policy`)},
@@ -52,6 +56,29 @@ var (
 	frameRe   = regexp.MustCompile(`^\s+(\S+)`)
 	syscallRe = regexp.MustCompile(`internal/runtime/syscall|^syscall\.|runtime\.(futex|epollwait|usleep|nanosleep|osyield)`)
 )
+
+// grpcParts split the gRPC layer's samples by what the connection does:
+// the first that matches any frame of the stack decides; the rest is the
+// handling of streams and messages on the handler's side.
+var grpcParts = []struct {
+	name string
+	re   *regexp.Regexp
+}{
+	{"grpc: protobuf", regexp.MustCompile(`google\.golang\.org/protobuf`)},
+	{"grpc: write", regexp.MustCompile(`transport\.\(\*loopyWriter\)|transport\.\(\*bufWriter\)|transport\.\(\*controlBuffer\)`)},
+	{"grpc: read", regexp.MustCompile(`transport\.\(\*http2Server\)\.HandleStreams|transport\.\(\*http2Server\)\.operateHeaders|http2\.\(\*Framer\)\.ReadFrame`)},
+}
+
+func grpcPart(stack []string) string {
+	for _, p := range grpcParts {
+		for _, fn := range stack {
+			if p.re.MatchString(fn) {
+				return p.name
+			}
+		}
+	}
+	return "grpc: streams"
+}
 
 func classify(stack []string) string {
 	for _, fn := range stack {
@@ -75,6 +102,7 @@ func main() {
 	cpu := flag.Float64("cpu", 0, "server CPU µs per check of the same run, to print µs per check")
 	flag.Parse()
 	total, sys := map[string]float64{}, map[string]float64{}
+	part, partSys := map[string]float64{}, map[string]float64{} // the gRPC layer's, by grpcParts
 	var val float64
 	var stack []string
 	flush := func() {
@@ -83,10 +111,19 @@ func main() {
 		}
 		c := classify(stack)
 		total[c] += val
+		inSys := false
 		for _, fn := range stack {
 			if syscallRe.MatchString(fn) {
 				sys[c] += val
+				inSys = true
 				break
+			}
+		}
+		if c == "grpc" {
+			p := grpcPart(stack)
+			part[p] += val
+			if inSys {
+				partSys[p] += val
 			}
 		}
 		stack = stack[:0]
@@ -124,11 +161,27 @@ func main() {
 	}
 	fmt.Printf("samples: %.0f ms\n", sum)
 	names := []string{"grpc", "service", "policy", "grid", "hop", "core", "olric", "membership", "scheduler", "gc", "runtime-other"}
+	var sysSum float64
 	for _, n := range names {
+		sysSum += sys[n]
 		line := fmt.Sprintf("%-13s %5.1f %%  (system calls %4.1f %%)", n, 100*total[n]/sum, 100*sys[n]/sum)
 		if *cpu > 0 {
-			line += fmt.Sprintf("  %5.1f µs", *cpu*total[n]/sum)
+			line += fmt.Sprintf("  %5.1f µs = %5.1f µs + %4.1f µs in system calls",
+				*cpu*total[n]/sum, *cpu*(total[n]-sys[n])/sum, *cpu*sys[n]/sum)
 		}
 		fmt.Println(line)
 	}
+	for _, n := range []string{"grpc: read", "grpc: protobuf", "grpc: streams", "grpc: write"} {
+		line := fmt.Sprintf("  %-15s %5.1f %%  (system calls %4.1f %%)", n, 100*part[n]/sum, 100*partSys[n]/sum)
+		if *cpu > 0 {
+			line += fmt.Sprintf("  %5.1f µs = %5.1f µs + %4.1f µs in system calls",
+				*cpu*part[n]/sum, *cpu*(part[n]-partSys[n])/sum, *cpu*partSys[n]/sum)
+		}
+		fmt.Println(line)
+	}
+	line := fmt.Sprintf("%-13s %5.1f %%", "system calls", 100*sysSum/sum)
+	if *cpu > 0 {
+		line += fmt.Sprintf("  %5.1f µs (all layers)", *cpu*sysSum/sum)
+	}
+	fmt.Println(line)
 }

@@ -54,7 +54,8 @@ type Budget struct {
 	conns map[*peer.Peer]int64 // held by each connection (gRPC puts one *peer.Peer in all its calls' contexts)
 
 	followMu    sync.Mutex
-	followConns map[connKey]*frameConn // the followed connections (Listener, Credentials) open now
+	followConns map[connKey]*frameConn    // the followed connections (Listener, Credentials) open now
+	followPeers map[*peer.Peer]*frameConn // the same, by gRPC's peer of their calls, once a call found them
 }
 
 // peerShare and connShare are the shares of a budget, as fractions
@@ -69,7 +70,8 @@ const (
 
 // New returns a budget of limit bytes.
 func New(limit int64) *Budget {
-	return &Budget{limit: limit, peers: map[string]int64{}, conns: map[*peer.Peer]int64{}, followConns: map[connKey]*frameConn{}}
+	return &Budget{limit: limit, peers: map[string]int64{}, conns: map[*peer.Peer]int64{},
+		followConns: map[connKey]*frameConn{}, followPeers: map[*peer.Peer]*frameConn{}}
 }
 
 // take takes n bytes if they fit, and reports whether they did.
@@ -209,11 +211,15 @@ type owner struct {
 	conn *peer.Peer
 }
 
-// ownerOf returns the owner of the gRPC call of ctx.
-func ownerOf(ctx context.Context) owner {
+// ownerOf returns the owner of the gRPC call of ctx, on fc if the call's
+// connection is followed (nil if not), whose peer's host is known.
+func ownerOf(ctx context.Context, fc *frameConn) owner {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
 		return owner{}
+	}
+	if fc != nil {
+		return owner{addr: fc.host, conn: p}
 	}
 	return owner{addr: host(p.Addr.String()), conn: p}
 }
@@ -294,17 +300,18 @@ func (b *Budget) charge(o owner, n int64, share *atomic.Int64) bool {
 	return fits
 }
 
-// reserve takes n bytes for the request of ctx until ctx ends. With a
-// share, the bytes are also counted in it, which may hold at most half the
-// budget. shared reports a refusal by the peer's or connection's share.
-func (b *Budget) reserve(ctx context.Context, n int64, share *atomic.Int64) (_ context.Context, ok, shared bool) {
+// reserve takes n bytes for the request of ctx, on the followed
+// connection fc (nil if not), until ctx ends. With a share, the bytes are
+// also counted in it, which may hold at most half the budget. shared
+// reports a refusal by the peer's or connection's share.
+func (b *Budget) reserve(ctx context.Context, fc *frameConn, n int64, share *atomic.Int64) (_ context.Context, ok, shared bool) {
 	if share != nil {
 		if share.Add(n) > b.limit/2 {
 			share.Add(-n)
 			return ctx, false, false
 		}
 	}
-	o := ownerOf(ctx)
+	o := ownerOf(ctx, fc)
 	if ok, shared = b.takeAs(o, n); !ok {
 		if share != nil {
 			share.Add(-n)
@@ -366,7 +373,12 @@ type Methods struct {
 // server hold: its flow-control window of unread bytes and a message
 // being assembled.
 func (b *Budget) GRPC(perCall int64, m Methods) grpc.ServerOption {
-	return grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+	return grpc.InTapHandle(b.tap(perCall, m))
+}
+
+// tap is GRPC's tap handle.
+func (b *Budget) tap(perCall int64, m Methods) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		answered := slices.Contains(m.Answer, info.FullMethodName)
 		var share *atomic.Int64
 		if len(m.Main) > 0 && !slices.Contains(m.Main, info.FullMethodName) {
@@ -384,7 +396,7 @@ func (b *Budget) GRPC(perCall int64, m Methods) grpc.ServerOption {
 		if !answered {
 			ctx, cancel = context.WithCancel(ctx)
 		}
-		rctx, ok, shared := b.reserve(ctx, n, share)
+		rctx, ok, shared := b.reserve(ctx, fc, n, share)
 		if ok {
 			g := rctx.Value(grantKey{}).(*grant)
 			g.cancel = cancel // a grant is cut only on a followed connection
@@ -405,7 +417,7 @@ func (b *Budget) GRPC(perCall int64, m Methods) grpc.ServerOption {
 		}
 		b.exhausted.Add(1)
 		return ctx, ErrExhausted
-	})
+	}
 }
 
 // Cut returns a channel closed once the call of ctx, let through with

@@ -144,7 +144,7 @@ func TestOtherStreamsLeaveTheAnsweredRoom(t *testing.T) {
 func TestSettleOnlyLowers(t *testing.T) {
 	b := New(100)
 	ctx, cancel := context.WithCancel(context.Background())
-	ctx, ok, _ := b.reserve(ctx, 60, nil)
+	ctx, ok, _ := b.reserve(ctx, nil, 60, nil)
 	if !ok {
 		t.Fatal("60 of 100 refused")
 	}

@@ -31,8 +31,10 @@ const (
 // once the frame is handed out whole, before the server hands it on.
 type frameConn struct {
 	net.Conn
-	b   *Budget
-	key connKey
+	b    *Budget
+	key  connKey
+	host string     // the peer's address without its port (see owner)
+	peer *peer.Peer // gRPC's peer of its calls, once a call found it (under b.followMu)
 
 	// read state, of the reading goroutine only
 	buf      []byte
@@ -55,8 +57,9 @@ type frameConn struct {
 type connKey struct{ remote, local string }
 
 func (b *Budget) follow(c net.Conn) net.Conn {
+	remote := c.RemoteAddr().String()
 	fc := &frameConn{Conn: c, b: b, buf: make([]byte, readBufLen), preface: prefaceLen,
-		key: connKey{c.RemoteAddr().String(), c.LocalAddr().String()}, calls: map[uint32]*grant{}}
+		key: connKey{remote, c.LocalAddr().String()}, host: host(remote), calls: map[uint32]*grant{}}
 	fc.last[0] = 0xff
 	b.followMu.Lock()
 	b.followConns[fc.key] = fc
@@ -65,15 +68,29 @@ func (b *Budget) follow(c net.Conn) net.Conn {
 }
 
 // followed returns the followed connection of the gRPC call of ctx, nil
-// when it is not one.
+// when it is not one. gRPC puts one peer in the contexts of all the calls
+// of a connection, so the connection is found by its addresses once and by
+// its peer after that, without formatting an address per call.
 func (b *Budget) followed(ctx context.Context) *frameConn {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil || p.LocalAddr == nil {
 		return nil
 	}
 	b.followMu.Lock()
+	fc, ok := b.followPeers[p]
+	b.followMu.Unlock()
+	if ok {
+		return fc
+	}
+	key := connKey{p.Addr.String(), p.LocalAddr.String()}
+	b.followMu.Lock()
 	defer b.followMu.Unlock()
-	return b.followConns[connKey{p.Addr.String(), p.LocalAddr.String()}]
+	fc = b.followConns[key]
+	if fc != nil && fc.peer == nil {
+		fc.peer = p
+		b.followPeers[p] = fc
+	}
+	return fc
 }
 
 // opening returns the stream whose HEADERS were handed out last, and
@@ -184,6 +201,9 @@ func (c *frameConn) Close() error {
 		c.b.followMu.Lock()
 		if c.b.followConns[c.key] == c {
 			delete(c.b.followConns, c.key)
+		}
+		if c.peer != nil && c.b.followPeers[c.peer] == c {
+			delete(c.b.followPeers, c.peer)
 		}
 		c.b.followMu.Unlock()
 	})
