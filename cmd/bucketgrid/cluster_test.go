@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,7 +164,19 @@ func TestClusterLeases(t *testing.T) {
 // descriptors admit what they admitted before the crash and no more while
 // the limit does not refill; before, they restarted full and admitted up
 // to a limit more.
-func TestClusterSurvivesACrash(t *testing.T) {
+func TestClusterSurvivesACrash(t *testing.T) { crashAndCount(t, 0) }
+
+// TestClusterCrashThenStall is TestClusterSurvivesACrash on a machine that
+// then starves a survivor: 300 ms after the kill, while the survivors take
+// the crashed member's partitions over, one of them stops for 700 ms
+// (SIGSTOP), past gossip's suspicion, so that the other may declare it
+// dead too and the partitions move again. No descriptor admits more than
+// its limit.
+func TestClusterCrashThenStall(t *testing.T) { crashAndCount(t, 700*time.Millisecond) }
+
+// crashAndCount runs the crash of TestClusterSurvivesACrash, stopping a
+// survivor for stall after it when stall > 0.
+func crashAndCount(t *testing.T, stall time.Duration) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"cluster.yaml": clusterConfig})
 	// -grid-log: the members' routing changes (partitions lost, members
 	// gone), printed when the test fails.
@@ -189,6 +202,16 @@ func TestClusterSurvivesACrash(t *testing.T) {
 	}
 	procs[0].Kill()
 	killed := time.Now()
+	if stall > 0 {
+		time.Sleep(300 * time.Millisecond) // the fault's shape, not a wait for anything
+		if err := syscall.Kill(procs[1].Pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(stall)
+		if err := syscall.Kill(procs[1].Pid(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// the survivors take over: every descriptor answers again within 60 s
 	deadline := killed.Add(60 * time.Second)
 	for i, v := range values {
@@ -225,7 +248,7 @@ func TestClusterSurvivesACrash(t *testing.T) {
 			lost++
 		}
 	}
-	t.Logf("%d of %d descriptors started again empty (owned by the crashed member); the others admitted exactly %d", lost, keys, limit)
+	t.Logf("%d of %d descriptors started again empty (owned by the crashed member, or by a survivor declared dead); the others admitted exactly %d", lost, keys, limit)
 	if t.Failed() {
 		logSurvivors(t, procs[1:])
 	}
