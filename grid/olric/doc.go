@@ -418,10 +418,12 @@
 // dm.getentry), twice when the first round finds nothing (a move copies,
 // then deletes), and creates the bucket from the newest copy (Olric's entry
 // timestamp); with no copy it creates the bucket as before, unless a member
-// neither answered nor refused the connection within RoutingLease/2 (a
-// refusal proves no Olric runs there) or answered with bytes that are not
-// an entry of the key (TestNewestCopyCorruptEntry): then, under LostEmpty, as empty
-// since the partition moved (TestAbsentReadsEveryMember: a copy placed on a
+// did not answer within RoutingLease/2, refused the connection (a member
+// the read names as holding data and no Olric listening: killed, its copies
+// gone with it; TestAbsentDeadHolderStartsEmpty, before which such a bucket
+// started full) or answered with bytes that are not an entry of the key
+// (TestNewestCopyCorruptEntry): then, under LostEmpty, as empty since the
+// partition moved (TestAbsentReadsEveryMember: a copy placed on a
 // member the new owner does not list, after a member left; before, the
 // bucket started full; TestReadWideUnanswered). What it costs: up to two
 // rounds of one pipelined call per member, only for a bucket created

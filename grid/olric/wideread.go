@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -91,10 +90,13 @@ func (oe *ownerExec) movedSince(o *ownerHold) (int64, bool) {
 // this one included) for key in its own storage, its primary and its
 // backup fragment, whatever its Olric's routing table says, and returns
 // the newest copy (by Olric's entry timestamp), s.state nil when none
-// holds one. answered is false when a member neither answered nor refused
-// the connection (a refusal proves no Olric runs there, so no copy) before
-// RoutingLease/2 passed, or answered with bytes that are not an entry of
-// key (newestCopy). It asks twice when the first round found nothing
+// holds one. answered is false when a member did not answer before
+// RoutingLease/2 passed, refused the connection, or answered with bytes
+// that are not an entry of key (newestCopy). A refusal is no answer: the
+// member the read names as holding data runs no Olric any more (a graceful
+// leaver is not asked, see membership.staying), so it was killed, and
+// whatever copy it held died with it (TestAbsentDeadHolderStartsEmpty;
+// before, a refusal counted as "no copy there" and the bucket started full). It asks twice when the first round found nothing
 // and everyone answered: Olric's balancer copies a fragment before it
 // deletes it at the source, so a round that missed a copy in transit has
 // it at the destination the second time (see ownerExec.read). err is
@@ -177,7 +179,7 @@ func newestCopy(key string, entries [][]byte, nowMs int64) (s ownedState, decode
 }
 
 // askOne asks member name for key in its primary and backup fragments; ok
-// is false when it did not answer (a refused connection answers: nothing).
+// is false when it did not answer, a refused connection included.
 func (oe *ownerExec) askOne(ctx context.Context, name, key string) (entries [][]byte, ok bool) {
 	c, err := oe.resync.peers.client(name)
 	if err != nil {
@@ -199,8 +201,6 @@ func (oe *ownerExec) askOne(ctx context.Context, name, key string) (entries [][]
 		case err == nil:
 			b, _ := cmd.Bytes()
 			entries = append(entries, b)
-		case errors.Is(err, syscall.ECONNREFUSED):
-			return nil, true
 		case strings.HasPrefix(err.Error(), "KEYNOTFOUND"):
 		default:
 			return entries, false

@@ -145,8 +145,9 @@ func TestAbsentUnmovedPaysNothing(t *testing.T) {
 
 // TestReadWideUnanswered: a member that accepts the connection and never
 // answers leaves the wide read unanswered (the caller then starts the
-// bucket empty under LostEmpty); one that refuses it answers: no Olric
-// runs there, so it holds no copy.
+// bucket empty under LostEmpty), and so does one that refuses it: a member
+// the read names as holding data with no Olric listening was killed, and
+// its copies with it (TestAbsentDeadHolderStartsEmpty).
 func TestReadWideUnanswered(t *testing.T) {
 	ms := startCluster(t, 1, nil)
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
@@ -175,7 +176,7 @@ func TestReadWideUnanswered(t *testing.T) {
 		answer bool
 	}{
 		{"silent", silent.Addr().String(), false},
-		{"refusing", refusing, true},
+		{"refusing", refusing, false},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		o := ownerHold{r: &routes{present: map[string]struct{}{ms[0].Name(): {}, tc.other: {}}}, ctx: ctx}
@@ -221,5 +222,50 @@ func TestNewestCopyCorruptEntry(t *testing.T) {
 		if string(s.stored) != tc.want || decoded != tc.decoded {
 			t.Errorf("%s: copy %q, decoded %v; want %q, %v", tc.name, s.stored, decoded, tc.want, tc.decoded)
 		}
+	}
+}
+
+// TestAbsentDeadHolderStartsEmpty is the hole a killed member leaves in
+// the wide read: the owner of one of its partitions reads a routing table
+// that still names the dead member as holding data, with no loss recorded
+// yet for the partition (Olric drops a dead member from its lists over
+// several reads), finds a bucket absent, asks every member its read names,
+// and the dead member refuses the connection. Whatever copy the dead member
+// held died with it, so the bucket's state is lost and it must start as
+// LostEmpty says, not full. Before: full, a refusal counting as "no copy
+// there" (10 tokens where none may be assumed).
+func TestAbsentDeadHolderStartsEmpty(t *testing.T) {
+	ms := startCluster(t, 1, nil)
+	m := ms[0]
+	m.node.others.Store(true) // a member of a cluster: no lone-member creation
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	cfg, _ := core.NewConfig(core.Intervally(10, 10, time.Hour))
+	for try := 0; ; try++ {
+		if try == 20 {
+			t.Fatal("the member's own routing reads replaced the table under test in 20 tries")
+		}
+		key := fmt.Sprint("dead-holder-", try)
+		cur := m.routing.current()
+		p := m.Partition(key)
+		nr := *cur
+		nr.present = map[string]struct{}{m.Name(): {}, dead: {}}
+		nr.movedAt, nr.lostAt = slices.Clone(cur.movedAt), slices.Clone(cur.lostAt)
+		nr.movedAt[p], nr.lostAt[p], nr.leftAt = m.mono(), 0, m.mono()
+		if !m.routing.table.CompareAndSwap(cur, &nr) {
+			continue
+		}
+		got := available(t, m, key, &cfg)
+		if m.routing.current() != &nr {
+			continue // a routing read came in between: the check may not have used the table
+		}
+		if got != 0 {
+			t.Errorf("a bucket absent while a holder the read names refused the connection started with %d tokens, want 0 (its state died with that holder)", got)
+		}
+		return
 	}
 }
