@@ -556,7 +556,7 @@ func (rt *router) events(ch <-chan *redis.Message) {
 const routingSettle = 100 * time.Millisecond
 
 // settlePoll is how often settle reads the routing table.
-const settlePoll = 10 * time.Millisecond
+const settlePoll = 20 * time.Millisecond
 
 // settle waits, once the member left gossip (membership.leave), until
 // nothing routes to it any more, so that Olric's Shutdown finds no fragment
@@ -568,19 +568,24 @@ const settlePoll = 10 * time.Millisecond
 // (the race detector reports the Add) and, inside a narrow window, the
 // panic "sync: WaitGroup is reused before previous Wait has returned",
 // which ends the process. Olric's Shutdown stops its DMap service before
-// it leaves gossip and its RESP server last, so a member left to it stays
-// in every routing table, and the others' balancers (every RoutingRefresh)
-// keep moving fragments to it, for the whole of its Shutdown.
+// it leaves gossip, and its RESP server last: a member that left leaving
+// to it stayed in every routing table for the whole of Olric's Shutdown,
+// and the others' balancers (every RoutingRefresh) kept moving fragments
+// to it.
 //
 // It waits until a routing-table read (the coordinator's own copy of the
 // table, which it applies with the same push as every other member's)
 // lists the member nowhere, or gossip counts no other member alive, and
 // then until routingSettle has passed both since that read and since the
 // last cluster event the member heard (a fragment received or sent, a
-// member joining or leaving): a balancer run that began under the
-// previous table sends the fragment it was moving and then stops, and a
-// member applies the coordinator's push within milliseconds of the
-// coordinator. A member that never found Olric's memberlist (a failed
+// member joining or leaving): the coordinator pushes a table to every
+// member at once, and a balancer run that began under the previous table
+// sends the fragment it was moving and then stops. Not covered: a member
+// the push failed to reach keeps the previous table, and its balancer
+// keeps moving to this member, until the coordinator's next push (Olric
+// pushes every minute); and when the wait ends with ctx (the coordinator
+// did not drop the member, or could not be read), Olric shuts down as
+// before this wait. A member that never found Olric's memberlist (a failed
 // start) waits only until routingSettle has passed since it started or
 // last heard of a cluster event.
 func (rt *router) settle(ctx context.Context) {
