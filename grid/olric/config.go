@@ -86,8 +86,10 @@ type Config struct {
 	// member started last decides where its logs go for the whole process.
 	LogOutput io.Writer
 
-	// LeaveTimeout bounds how long Olric waits for its leave message to
-	// propagate on Shutdown. Default 5s; tests want less.
+	// LeaveTimeout bounds, on Shutdown, how long the member waits for its
+	// leave message to propagate, and then again how long it waits for the
+	// cluster to drop it from the routing table (see Member.Shutdown).
+	// Default 5s; tests want less.
 	LeaveTimeout time.Duration
 
 	// JoinTimeout bounds Start: joining the cluster and the first routing

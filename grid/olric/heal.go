@@ -226,6 +226,27 @@ func (ms *membership) announceLeave(ctx context.Context) {
 	ps.Publish(ctx, leaveChannel, m.name)
 }
 
+// leave leaves gossip (Olric's memberlist) ahead of Olric's Shutdown,
+// which would leave only after stopping the services that other members
+// still route to (see router.settle): the others then drop the member
+// from the routing table while its Olric still serves. It waits until the
+// leave message was sent, at most Config.LeaveTimeout or until ctx's
+// deadline. Olric's own Leave later finds the member left and returns at
+// once.
+func (ms *membership) leave(ctx context.Context) {
+	if ms.ml == nil {
+		return
+	}
+	timeout := ms.m.cfg.LeaveTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	if timeout <= 0 {
+		return
+	}
+	ms.ml.Leave(timeout)
+}
+
 // failureDetection sets gossip's probe timings from the configuration:
 // fast enough that a crashed member is declared dead in well under a
 // second, with gossip four times as frequent as probes so that a member

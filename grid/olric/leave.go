@@ -26,9 +26,27 @@ import (
 var ErrUnreplicated = errors.New("bucketgrid/olric: left before every bucket had a copy on another member")
 
 // leaveReserve is what Shutdown keeps of its context for the leave itself
-// once it stops waiting for copies: Olric's leave (Config.LeaveTimeout)
-// and a second for the drain, the routing settle and closing.
+// once it stops waiting for copies: leaving gossip (Config.LeaveTimeout)
+// and a second for the drain, the wait until nothing routes to the member
+// (settleDeadline), shutting Olric down and closing.
 func leaveReserve(cfg *Config) time.Duration { return cfg.LeaveTimeout + time.Second }
+
+// settleReserve is what Shutdown keeps of its context for shutting Olric
+// down and closing once it stops waiting for nothing to route to it.
+const settleReserve = 500 * time.Millisecond
+
+// settleDeadline is when Shutdown stops waiting, once it left gossip, for
+// nothing to route to the member any more (router.settle): after
+// Config.LeaveTimeout, or settleReserve before ctx's deadline if that
+// comes first. Leaving gossip takes at most LeaveTimeout of leaveReserve,
+// so the wait has at least the rest but settleReserve.
+func settleDeadline(ctx context.Context, cfg *Config) time.Time {
+	d := time.Now().Add(cfg.LeaveTimeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Add(-settleReserve).Before(d) {
+		d = cd.Add(-settleReserve)
+	}
+	return d
+}
 
 // waitCopies waits, before a graceful leave with ReplicaCount 2 or more,
 // until no bucket's only copy is on this member: until this member and

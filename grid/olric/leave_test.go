@@ -73,7 +73,8 @@ func TestShutdownUnreplicatedIsBounded(t *testing.T) {
 			mute.Unlock()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// Two seconds of waiting for copies, then the leave.
+	ctx, cancel := context.WithTimeout(context.Background(), leaveReserve(&leaver.cfg)+2*time.Second)
 	defer cancel()
 	err := leaver.Shutdown(ctx)
 	mute.Unlock()

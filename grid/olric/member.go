@@ -482,10 +482,15 @@ func remaining(ctx context.Context, budget time.Time) time.Duration {
 // one), then leaves anyway and returns an error matching ErrUnreplicated.
 // Then the member stops executing (requests for its buckets are held until
 // the other members take the partitions over), waits for executions in
-// flight, shuts Olric down (bounded by Config.LeaveTimeout; at most 100 ms
-// later than asked when a cluster event came in just before, see
-// router.settle) and closes its connections. It returns when every
-// goroutine it started has ended or ctx ends. With ReplicaCount 1 the
+// flight, announces its leave, and leaves gossip (bounded by
+// Config.LeaveTimeout). Its Olric still serving, it then waits until the
+// routing table no longer lists it and no fragment has come in or gone
+// out for 100 ms, so that no other member's balancer moves a fragment to
+// it while Olric shuts down (Olric v0.7.4 would race, and can panic, see
+// router.settle); that wait is bounded by LeaveTimeout again, and ends
+// 0.5 s before ctx's deadline at the latest. Then it shuts Olric down and
+// closes its connections. It returns when every goroutine it started has
+// ended or ctx ends. With ReplicaCount 1 the
 // buckets this member owned are lost (they start empty on their new owner,
 // see Config.LostState); with 2 their backups take over.
 func (m *Member) Shutdown(ctx context.Context) error {
@@ -497,16 +502,21 @@ func (m *Member) shutdown(ctx context.Context) error {
 	left := m.exec.resync.waitCopies(ctx)
 	m.exec.drain(ctx)
 	m.cancel()
-	if m.node.sub != nil {
-		m.node.sub.Close()
-	}
 	var err error
 	if m.node.dm != nil {
 		m.node.dm.Close(ctx)
 	}
 	if m.node.db != nil {
 		m.members.announceLeave(ctx)
-		m.routing.settle(ctx)
+		m.members.leave(ctx)
+		sctx, cancel := context.WithDeadline(ctx, settleDeadline(ctx, &m.cfg))
+		m.routing.settle(sctx) // reads the cluster events: the subscription stays open
+		cancel()
+	}
+	if m.node.sub != nil {
+		m.node.sub.Close()
+	}
+	if m.node.db != nil {
 		err = m.node.db.Shutdown(ctx)
 		select {
 		case <-m.node.startErr:

@@ -552,26 +552,92 @@ func (rt *router) events(ch <-chan *redis.Message) {
 	}
 }
 
-// routingSettle is how long after a cluster event (or its start) a member
-// waits before shutting Olric down; see settle.
+// routingSettle is how long a member leaving waits, once nothing routes
+// to it any more, after the last cluster event it heard; see settle.
 const routingSettle = 100 * time.Millisecond
 
-// settle waits until routingSettle has passed since the member
-// started or last heard of a cluster event, or ctx ends. Olric v0.7.4
-// serves a routing-table push that is still in flight when it shuts down
-// after its routing table stopped waiting for its goroutines, and the push
-// then starts one more (a data race in Olric, and a goroutine that outlives
-// Shutdown); each cluster event, the member's own join included, sends such
-// a push, which lands within milliseconds.
+// settlePoll is how often settle reads the routing table.
+const settlePoll = 20 * time.Millisecond
+
+// settle waits, once the member left gossip (membership.leave), until
+// nothing routes to it any more, so that Olric's Shutdown finds no fragment
+// move or routing-table push coming in; or until ctx ends. Olric v0.7.4,
+// with cluster events on (the member subscribes to them), counts each
+// fragment its member receives in the WaitGroup its DMap service's
+// Shutdown waits on, and its routing table counts each push it serves in
+// its own: a move or a push served once that Wait began is a data race
+// (the race detector reports the Add) and, inside a narrow window, the
+// panic "sync: WaitGroup is reused before previous Wait has returned",
+// which ends the process. Olric's Shutdown stops its DMap service before
+// it leaves gossip, and its RESP server last: a member that left leaving
+// to it stayed in every routing table for the whole of Olric's Shutdown,
+// and the others' balancers (every RoutingRefresh) kept moving fragments
+// to it.
+//
+// It waits until a routing-table read (the coordinator's own copy of the
+// table, which it applies with the same push as every other member's)
+// lists the member nowhere, or gossip counts no other member alive, and
+// then until routingSettle has passed both since that read and since the
+// last cluster event the member heard (a fragment received or sent, a
+// member joining or leaving): the coordinator pushes a table to every
+// member at once, and a balancer run that began under the previous table
+// sends the fragment it was moving and then stops. Not covered: a member
+// the push failed to reach keeps the previous table, and its balancer
+// keeps moving to this member, until the coordinator's next push (Olric
+// pushes every minute); and when the wait ends with ctx (the coordinator
+// did not drop the member, or could not be read), Olric shuts down as
+// before this wait. A member that never found Olric's memberlist (a failed
+// start) waits only until routingSettle has passed since it started or
+// last heard of a cluster event.
 func (rt *router) settle(ctx context.Context) {
-	wait := time.Duration(rt.lastEvent.Load() + int64(routingSettle) - rt.m.mono())
-	if wait <= 0 {
-		return
+	m := rt.m
+	var events <-chan *redis.Message
+	if m.node.sub != nil {
+		events = m.node.sub.Channel()
 	}
-	t := time.NewTimer(wait)
+	unrouted := int64(-1) // when (m.mono) a read first found nothing routed here
+	if m.members.ml == nil {
+		unrouted = 0 // the quiet since the member started
+	}
+	t := time.NewTicker(settlePoll)
 	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+	for {
+		if unrouted < 0 && rt.unrouted(ctx) {
+			unrouted = m.mono()
+		}
+		if unrouted >= 0 && m.mono() >= max(unrouted, rt.lastEvent.Load())+int64(routingSettle) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			rt.lastEvent.Store(m.mono())
+		case <-t.C:
+		}
 	}
+}
+
+// unrouted reports whether nothing routes to the member any more: gossip
+// counts no other member alive, or the routing table read now lists it
+// as no partition's owner or backup.
+func (rt *router) unrouted(ctx context.Context) bool {
+	m := rt.m
+	if m.members.ml.NumMembers() == 0 {
+		return true // memberlist counts itself no more once it left
+	}
+	t, err := m.node.client.RoutingTable(ctx)
+	if err != nil {
+		return false
+	}
+	for _, r := range t {
+		if slices.Contains(r.PrimaryOwners, m.name) || slices.Contains(r.ReplicaOwners, m.name) {
+			return false
+		}
+	}
+	return true
 }
