@@ -658,8 +658,8 @@
 // With Config.Leases.Enabled (every bucket) or Leases.Exact (only buckets
 // whose every bandwidth is refilled intervally, which a lease keeps exact:
 // see the bound below), a member that consumes from a key it does not own
-// often (MinDemand tokens within the last one to two Lifetimes)
-// takes a lease with its next check: one request to the owner runs the
+// often (MinDemand tokens, default 2, within the last one to two
+// Lifetimes) takes a lease with its next check: one request to the owner runs the
 // check, then takes as many tokens as it can up to twice that demand,
 // under the key's lock and written like any consumption, so the owner's
 // bucket stays the truth and has paid for every token a lease holds. The
@@ -672,6 +672,20 @@
 // ends early, never late). A check the lease cannot pay in full goes to
 // the owner, so a refusal is always the owner's. Cold keys take one hop per
 // check, as without leases; hot keys one per Lifetime per member.
+//
+// Where leases pay. A member keeps no lease state for a key it has checked
+// once: a slot per hash notes the last key checked there and the Lifetime
+// of the check, and only a key checked again within the same or the next
+// Lifetime gets a record of its demand (TestLeaseColdKeysKeepNoState), so
+// that keys checked once each, as 10,000 descriptors are, cost what they
+// cost without leases. Below the former MinDemand of 8 a lease still
+// pays: a key each member checks about three times per Lifetime, on all
+// three members, took half or less of the CPU per check with MinDemand 2
+// (BenchmarkLeaseDemand; the figures are in docs/benchmarks.md), since
+// the lease request replaces a hop the check takes anyway and every
+// further check in the lease's Lifetime saves one. So a key a member
+// checks twice per Lifetime is leased, as the default MinDemand says,
+// however many members check it (TestLeaseLowDemandOnSeveralMembers).
 //
 // Decided on a lease: requests whose operations are TryConsume,
 // TryConsumeAndReturnRemaining, TryConsumeAsMuchAsPossible, Estimate,
@@ -694,7 +708,9 @@
 // no window more than its tokens (TestLeaseWindowExact, TestLeaseCluster).
 //
 // Giving back. A lease that ends with tokens left returns them with the
-// member's next lease request for the key, capped on the owner under the
+// member's next lease request for the key (its next check of the key, which
+// asks for the give-back alone when its demand fell below MinDemand:
+// TestLeaseGiveBackAtLowDemand), capped on the owner under the
 // key's lock: unused minus what refill may have added to any bandwidth
 // since the grant (greedy: ⌈r×elapsed⌉+1; intervally: the refill of each
 // period boundary passed), at least 0. Proof that this never mints: let E

@@ -54,7 +54,9 @@ type LeaseConfig struct {
 	Lifetime time.Duration
 	// MinDemand is how many tokens a member must have consumed from a key
 	// within its last one to two Lifetimes before it asks for a lease;
-	// below it every check goes to the owner, as without leases. Default 8.
+	// below it every check goes to the owner, as without leases. Default 2
+	// (see "Token leases" in the package documentation for what a lease
+	// pays at that demand).
 	MinDemand int64
 	// MaxKeys bounds the keys a member tracks for leasing (their demand and
 	// lease); an arbitrary one is forgotten (its lease dropped, never
@@ -70,7 +72,7 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 		c.Lifetime = 100 * time.Millisecond
 	}
 	if c.MinDemand <= 0 {
-		c.MinDemand = 8
+		c.MinDemand = 2
 	}
 	if c.MaxKeys <= 0 {
 		c.MaxKeys = 65536

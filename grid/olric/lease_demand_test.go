@@ -94,11 +94,11 @@ func TestLeaseGiveBackAtLowDemand(t *testing.T) {
 	if ms[0].leases.local.Load() == 0 {
 		t.Fatal("no check decided on a lease")
 	}
-	// Checks now and then, far below MinDemand: the lease ends, and the
-	// next check returns its tokens.
+	// A check every three Lifetimes, below MinDemand: the lease ends, and
+	// the next check returns its tokens and takes no new lease.
 	left := int64(-1)
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(life / 2)
+		time.Sleep(3 * life)
 		check()
 		resp, err := ms[1].Execute(ctx, key, availableReq(&cfg))
 		if err != nil {
@@ -109,4 +109,27 @@ func TestLeaseGiveBackAtLowDemand(t *testing.T) {
 		}
 	}
 	t.Fatalf("owner's bucket holds %d after %d admitted of %d: leased tokens never came back", left, admitted, capacity)
+}
+
+// TestLeaseLowDemandOnSeveralMembers: a key two members each check a few
+// times within a Lifetime (demand 2 to 5 at each, below the former
+// MinDemand of 8) is leased with the default MinDemand.
+func TestLeaseLowDemandOnSeveralMembers(t *testing.T) {
+	ms := startCluster(t, 3, func(c *Config) {
+		c.Leases.Enabled = true
+		c.Leases.Lifetime = 2 * time.Second // the checks fall within one
+	})
+	cfg := testBucket(1000)
+	ctx := context.Background()
+	key := ownedKeys(ms[2], "shared-", 1)[0]
+	for range 6 {
+		for _, m := range ms[:2] {
+			if _, err := m.Execute(ctx, key, consumeReq(&cfg, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := leasedChecks(ms); n == 0 {
+		t.Fatal("no check of a key checked 6 times on each of two members decided on a lease")
+	}
 }
