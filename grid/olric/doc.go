@@ -678,13 +678,12 @@
 // of the check, and only a key checked again within the same or the next
 // Lifetime gets a record of its demand (TestLeaseColdKeysKeepNoState), so
 // that keys checked once each, as 10,000 descriptors are, cost what they
-// cost without leases. Below the former MinDemand of 8 a lease still
-// pays: a key each member checks about three times per Lifetime, on all
-// three members, took half or less of the CPU per check with MinDemand 2
-// (BenchmarkLeaseDemand; the figures are in docs/benchmarks.md), since
-// the lease request replaces a hop the check takes anyway and every
-// further check in the lease's Lifetime saves one. So a key a member
-// checks twice per Lifetime is leased, as the default MinDemand says,
+// cost without leases. A lease pays at a few checks per Lifetime too: the
+// lease request replaces a hop the check takes anyway, and every further
+// check in the lease's Lifetime saves one (BenchmarkLeaseDemand: a key
+// each of three members checks about three times per Lifetime; the
+// figures are in docs/benchmarks.md). So a key a member consumed two
+// tokens of within a Lifetime is leased, as the default MinDemand says,
 // however many members check it (TestLeaseLowDemandOnSeveralMembers).
 //
 // Decided on a lease: requests whose operations are TryConsume,
