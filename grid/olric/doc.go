@@ -659,10 +659,11 @@
 // whose every bandwidth is refilled intervally, which a lease keeps exact:
 // see the bound below), a member that consumes from a key it does not own
 // often (MinDemand tokens, default 2, within the last one to two
-// Lifetimes) takes a lease with its next check: one request to the owner runs the
-// check, then takes as many tokens as it can up to twice that demand,
-// under the key's lock and written like any consumption, so the owner's
-// bucket stays the truth and has paid for every token a lease holds. The
+// Lifetimes) takes a lease with its next check: one request to the owner
+// runs the check, then takes as many tokens as it can up to twice that
+// demand, under the key's lock and written like any consumption, so the
+// owner's bucket stays the truth and has paid for every token a lease
+// holds. The
 // owner answers with the tokens and its bucket as it was before it took
 // them. The member then decides the key's consumptions itself, running
 // core on that copy, while the lease holds the tokens they take and until
@@ -682,9 +683,10 @@
 // lease request replaces a hop the check takes anyway, and every further
 // check in the lease's Lifetime saves one (BenchmarkLeaseDemand: a key
 // each of three members checks about three times per Lifetime; the
-// figures are in docs/benchmarks.md). So a key a member consumed two
-// tokens of within a Lifetime is leased, as the default MinDemand says,
-// however many members check it (TestLeaseLowDemandOnSeveralMembers).
+// figures are in docs/benchmarks.md). So a member leases a key it
+// consumed two tokens of within its last one to two Lifetimes, as the
+// default MinDemand says, however many members check the key
+// (TestLeaseLowDemandOnSeveralMembers).
 //
 // Decided on a lease: requests whose operations are TryConsume,
 // TryConsumeAndReturnRemaining, TryConsumeAsMuchAsPossible, Estimate,
