@@ -660,11 +660,12 @@
 // With Config.Leases.Enabled (every bucket) or Leases.Exact (only buckets
 // whose every bandwidth is refilled intervally, which a lease keeps exact:
 // see the bound below), a member that consumes from a key it does not own
-// often (MinDemand tokens within the last one to two Lifetimes)
-// takes a lease with its next check: one request to the owner runs the
-// check, then takes as many tokens as it can up to twice that demand,
-// under the key's lock and written like any consumption, so the owner's
-// bucket stays the truth and has paid for every token a lease holds. The
+// often (MinDemand tokens, default 2, within the last one to two
+// Lifetimes) takes a lease with its next check: one request to the owner
+// runs the check, then takes as many tokens as it can up to twice that
+// demand, under the key's lock and written like any consumption, so the
+// owner's bucket stays the truth and has paid for every token a lease
+// holds. The
 // owner answers with the tokens and its bucket as it was before it took
 // them. The member then decides the key's consumptions itself, running
 // core on that copy, while the lease holds the tokens they take and until
@@ -674,6 +675,20 @@
 // ends early, never late). A check the lease cannot pay in full goes to
 // the owner, so a refusal is always the owner's. Cold keys take one hop per
 // check, as without leases; hot keys one per Lifetime per member.
+//
+// Where leases pay. A member keeps no lease state for a key it has checked
+// once: a slot per hash notes the last key checked there and the Lifetime
+// of the check, and only a key checked again within the same or the next
+// Lifetime gets a record of its demand (TestLeaseColdKeysKeepNoState), so
+// that keys checked once each, as 10,000 descriptors are, cost what they
+// cost without leases. A lease pays at a few checks per Lifetime too: the
+// lease request replaces a hop the check takes anyway, and every further
+// check in the lease's Lifetime saves one (BenchmarkLeaseDemand: a key
+// each of three members checks about three times per Lifetime; the
+// figures are in docs/benchmarks.md). So a member leases a key it
+// consumed two tokens of within its last one to two Lifetimes, as the
+// default MinDemand says, however many members check the key
+// (TestLeaseLowDemandOnSeveralMembers).
 //
 // Decided on a lease: requests whose operations are TryConsume,
 // TryConsumeAndReturnRemaining, TryConsumeAsMuchAsPossible, Estimate,
@@ -696,7 +711,9 @@
 // no window more than its tokens (TestLeaseWindowExact, TestLeaseCluster).
 //
 // Giving back. A lease that ends with tokens left returns them with the
-// member's next lease request for the key, capped on the owner under the
+// member's next lease request for the key (its next check of the key, which
+// asks for the give-back alone when its demand fell below MinDemand:
+// TestLeaseGiveBackAtLowDemand), capped on the owner under the
 // key's lock: unused minus what refill may have added to any bandwidth
 // since the grant (greedy: ⌈r×elapsed⌉+1; intervally: the refill of each
 // period boundary passed), at least 0. Proof that this never mints: let E

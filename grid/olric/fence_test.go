@@ -91,7 +91,10 @@ func fenceRound(ctx context.Context, t *testing.T, ms []*Member, key string, cfg
 		t.Fatalf("owner %q of %s not among the members", owner, key)
 	}
 	leased := func(m *Member) int64 {
-		e := m.leases.entry(key, m.hash(key))
+		e := trackedKey(m, key)
+		if e == nil {
+			return 0
+		}
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if !e.l.valid(m.mono()) {

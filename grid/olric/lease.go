@@ -54,7 +54,9 @@ type LeaseConfig struct {
 	Lifetime time.Duration
 	// MinDemand is how many tokens a member must have consumed from a key
 	// within its last one to two Lifetimes before it asks for a lease;
-	// below it every check goes to the owner, as without leases. Default 8.
+	// below it every check goes to the owner, as without leases. Default 2
+	// (see "Token leases" in the package documentation for what a lease
+	// pays at that demand).
 	MinDemand int64
 	// MaxKeys bounds the keys a member tracks for leasing (their demand and
 	// lease); an arbitrary one is forgotten (its lease dropped, never
@@ -70,7 +72,7 @@ func (c LeaseConfig) withDefaults() LeaseConfig {
 		c.Lifetime = 100 * time.Millisecond
 	}
 	if c.MinDemand <= 0 {
-		c.MinDemand = 8
+		c.MinDemand = 2
 	}
 	if c.MaxKeys <= 0 {
 		c.MaxKeys = 65536
@@ -304,14 +306,18 @@ type leaseExec struct {
 
 // leaseRequest builds the request an owner runs for a lease: the give-back
 // (an OpAddTokens prepare sizes, or a read), the caller's operations, then
-// the grant (as many tokens as possible up to want), verbose so that the
-// answer carries the bucket.
+// the grant (as many tokens as possible up to want; none, a read, when
+// want is 0), verbose so that the answer carries the bucket.
 func leaseRequest(req *wire.Request, want int64) wire.Request {
 	g := *req
 	g.Ops = make([]wire.Op, 0, len(req.Ops)+2)
 	g.Ops = append(g.Ops, wire.Op{Kind: wire.OpAvailableTokens})
 	g.Ops = append(g.Ops, req.Ops...)
-	g.Ops = append(g.Ops, wire.Op{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: max(want, 1)})
+	grant := wire.Op{Kind: wire.OpTryConsumeAsMuchAsPossible, Tokens: want}
+	if want <= 0 {
+		grant = wire.Op{Kind: wire.OpAvailableTokens} // the give-back alone
+	}
+	g.Ops = append(g.Ops, grant)
 	g.Verbose = true
 	return g
 }
@@ -384,7 +390,7 @@ func (m *Member) execLease(ctx context.Context, key string, h uint64, req *wire.
 		return m.execOwnerLease(ctx, key, h, req, false, nil, b)
 	}
 	g := leaseRequest(req, want)
-	x := leaseExec{give: give, exact: !m.leases.cfg.Enabled}
+	x := leaseExec{give: give, exact: !m.leases.cfg.Enabled, noGrant: want <= 0}
 	o := m.execOwnerLease(ctx, key, h, &g, false, &x, b)
 	return splitLease(o, len(req.Ops), &x)
 }
@@ -463,7 +469,7 @@ func parseLeaseParams(p []byte) (want int64, g giveBack, rest []byte, err error)
 			return 0, giveBack{}, nil, err
 		}
 	}
-	if v[0] == 0 || v[0] > math.MaxInt64 || v[1] > math.MaxInt64 {
+	if v[0] > math.MaxInt64 || v[1] > math.MaxInt64 {
 		return 0, giveBack{}, nil, frame.ErrMalformed
 	}
 	return int64(v[0]), giveBack{unused: int64(v[1]), epoch: v[2], at: int64(v[3]), fp: v[4], gen: v[5]}, p, nil
@@ -476,7 +482,31 @@ type leaseTable struct {
 	cfg    LeaseConfig
 	fence  *fence.Table // the owner side: what this member granted
 	shards [64]leaseShard
-	local  atomic.Int64 // checks decided on a lease, for tests and benchmarks
+	// seen notes the last key checked, by hash, that has no leaseKey
+	// yet (see warm): a key gets one only when it is checked again within
+	// about a Lifetime, so that keys checked once cost no state.
+	seen  [seenSlots]atomic.Uint64
+	local atomic.Int64 // checks decided on a lease, for tests and benchmarks
+}
+
+// seenSlots is the size of leaseTable.seen. A key whose slot another key
+// takes between its checks is only warm later.
+const seenSlots = 1 << 14
+
+// warm reports whether a key (hash h) that has no leaseKey was checked
+// before, in the current or the previous Lifetime, by the slot of its hash,
+// and notes this check at now there: the Lifetime's index above 24 bits of
+// the hash that the slot's index does not use.
+func (t *leaseTable) warm(h uint64, now int64) bool {
+	slot := &t.seen[(h>>20)%seenSlots]
+	win := uint64(now / int64(t.cfg.Lifetime))
+	fp := (h >> 34) & (1<<24 - 1)
+	v := slot.Load()
+	if v&(1<<24-1) == fp && (v>>24 == win || v>>24+1 == win) {
+		return true
+	}
+	slot.Store(win<<24 | fp)
+	return false
 }
 
 type leaseShard struct {
@@ -502,13 +532,17 @@ func newLeaseTable(cfg LeaseConfig) *leaseTable {
 	return t
 }
 
-// entry returns key's record, creating it.
-func (t *leaseTable) entry(key string, h uint64) *leaseKey {
+// entry returns key's record, creating it when the key is warm (see
+// warm) at now; nil for a key checked once.
+func (t *leaseTable) entry(key string, h uint64, now int64) *leaseKey {
 	s := &t.shards[(h>>40)%uint64(len(t.shards))]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.keys[key]
 	if e == nil {
+		if !t.warm(h, now) {
+			return nil
+		}
 		if len(s.keys) >= max(t.cfg.MaxKeys/len(t.shards), 1) {
 			for k := range s.keys {
 				delete(s.keys, k)
@@ -574,7 +608,10 @@ func (m *Member) executeLeased(ctx context.Context, key string, req *wire.Reques
 		return wire.Response{}, false, nil
 	}
 	life := int64(t.cfg.Lifetime)
-	e := t.entry(key, h)
+	e := t.entry(key, h, m.mono())
+	if e == nil {
+		return wire.Response{}, false, nil // checked once: no lease, no state
+	}
 	e.mu.Lock()
 	now := m.mono()
 	if r, n, ok := e.l.decide(req, now); ok {
