@@ -67,14 +67,19 @@ func gridPort(t testing.TB) int {
 	return commonGridPort(t, "127.0.0.1")
 }
 
-// commonGridPort returns a port p such that p, p+1 and p+2 were free a
-// moment ago on every one of hosts.
+// commonGridPort returns a port p such that p, p+1 and p+2 (and p+2 for
+// UDP, gossip's) were free a moment ago on every one of hosts. It picks
+// below the kernel's ephemeral range: a port free a moment ago in that
+// range may be handed to any process's outgoing connection, or to a
+// listener on port 0, before the instance binds it (a loaded run of the
+// whole suite saw instances exit with "address already in use").
 func commonGridPort(t testing.TB, hosts ...string) int {
 	t.Helper()
+	lo, hi := 10000, ephemeralStart()-3
 	for range 200 {
-		p := 20000 + int(randUint16()%40000)
+		p := lo + int(randUint16())%(hi-lo)
 		ok := true
-		var lns []net.Listener
+		var lns []io.Closer
 		for _, h := range hosts {
 			for i := range 3 {
 				ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(p+i)))
@@ -84,6 +89,15 @@ func commonGridPort(t testing.TB, hosts ...string) int {
 				}
 				lns = append(lns, ln)
 			}
+			if !ok {
+				break
+			}
+			pc, err := net.ListenPacket("udp", net.JoinHostPort(h, strconv.Itoa(p+2)))
+			if err != nil {
+				ok = false
+				break
+			}
+			lns = append(lns, pc)
 		}
 		for _, ln := range lns {
 			ln.Close()
@@ -94,6 +108,25 @@ func commonGridPort(t testing.TB, hosts ...string) int {
 	}
 	t.Fatal("no three consecutive free ports")
 	return 0
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), 32768 where it cannot be read or leaves
+// too little room below it.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n < 20000 {
+		return 32768
+	}
+	return n
 }
 
 func randUint16() uint16 {
