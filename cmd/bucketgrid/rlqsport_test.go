@@ -80,7 +80,10 @@ func quotaStreamFrom(t *testing.T, addr, local string) (grpc.BidiStreamingClient
 func TestRLQSLargeEnvoyReport(t *testing.T) {
 	dir := writeConfig(t, t.TempDir(), map[string]string{"api.yaml": rlqsPortRules})
 	in := startInstance(t, "-config", dir, "-grpc-addr", "127.0.0.1:0", "-http-addr", "", "-backend", "memory",
-		"-rlqs", "-rlqs-addr", "127.0.0.1:0")
+		// a minute for the first report: the test weighs its size, and a
+		// report of 590 KB under the race detector on a loaded machine took
+		// longer than the default 3 s to arrive
+		"-rlqs", "-rlqs-addr", "127.0.0.1:0", "-rlqs-first-report", "1m")
 	// a domain without rules: every bucket is answered ALLOW_ALL, so the
 	// test weighs the report, not 10,000 grid buckets
 	rep := envoyReport("other", 10_000)

@@ -300,7 +300,7 @@ func (sv *frontServers) newQuota(s settings, svc *service.Service, mgr *bucketgr
 	}
 	sv.quota = grpc.NewServer(qopts...)
 	var err error
-	if sv.rlqs, err = quota.Register(sv.quota, quota.Options{Manager: mgr, Config: svc.Config, Logger: log}); err != nil {
+	if sv.rlqs, err = quota.Register(sv.quota, quota.Options{Manager: mgr, Config: svc.Config, Logger: log, FirstReport: s.Limits.RLQSFirstReport}); err != nil {
 		return err
 	}
 	healthpb.RegisterHealthServer(sv.quota, sv.health)

@@ -84,6 +84,7 @@ type limitFlags struct {
 	MaxInflightBytes   int64         // bytes all requests in flight together may hold (internal/budget)
 	RLQSMaxRecv        int           // bytes of one usage report
 	RLQSMaxBytes       int64         // bytes all quota streams together may hold
+	RLQSFirstReport    time.Duration // a quota stream without a whole report this long after it opened is closed
 }
 
 // degradeFlags configure the degraded mode (bucketgrid.WithDegrade).
@@ -382,6 +383,9 @@ func (s *settings) validateRLQS() error {
 	var errs []error
 	if l := s.Limits; l.RLQSMaxRecv < 1 || l.RLQSMaxBytes < int64(l.GRPCWindow)+int64(l.RLQSMaxRecv) {
 		errs = append(errs, fmt.Errorf("-rlqs-max-recv %d, -rlqs-max-inflight-bytes %d: want a positive size and room for at least one stream (-grpc-window plus -rlqs-max-recv)", l.RLQSMaxRecv, l.RLQSMaxBytes))
+	}
+	if s.Limits.RLQSFirstReport <= 0 {
+		errs = append(errs, fmt.Errorf("-rlqs-first-report %v: want a positive duration", s.Limits.RLQSFirstReport))
 	}
 	if s.RLQSAddr == "" {
 		errs = append(errs, errors.New("-rlqs needs -rlqs-addr"))

@@ -54,6 +54,7 @@ func TestValidateRefuses(t *testing.T) {
 		{[]string{"-grpc-max-read", "1000"}, "-grpc-max-read 1000: want at least -grpc-max-recv"},
 		{[]string{"-max-inflight-bytes", "1000"}, "-max-inflight-bytes 1000"},
 		{[]string{"-rlqs", "-rlqs-max-recv", "0"}, "-rlqs-max-recv 0"},
+		{[]string{"-rlqs", "-rlqs-first-report", "0s"}, "-rlqs-first-report 0s"},
 		{[]string{"-rlqs", "-rlqs-addr", ""}, "-rlqs needs -rlqs-addr"},
 		{[]string{"-grpc-window", "100"}, "-grpc-window 100"},
 		{[]string{"-grpc-max-connection-age", "-1s"}, "-grpc-max-connection-age"},
