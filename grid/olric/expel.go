@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -108,10 +109,16 @@ func (t *guard) refuseRevoked(name, addr string) {
 
 // gossipNet is memberlist's network transport sending nothing to the
 // gossip addresses of revoked nodes and taking in no packet from them (see
-// above).
+// above), and holding deaths until they are checked (deathcheck.go).
 type gossipNet struct {
 	*memberlist.NetTransport
-	t *guard
+	t  *guard
+	ml atomic.Pointer[memberlist.Memberlist] // Olric's, once the member found it
+	// held holds, by accused member, the deaths and suspicions of a
+	// check under way; refusedDeaths counts those dropped (for tests).
+	mu            sync.Mutex
+	held          map[string]*heldDeaths
+	refusedDeaths atomic.Int64
 	// packets carries the packets received but those from revoked
 	// nodes' gossip addresses (filter); done is closed when Shutdown
 	// begins, stopped once the transport's listeners ended, and wg waits
@@ -133,7 +140,7 @@ func (t *guard) newGossipNet() (*gossipNet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucketgrid/olric: gossip: %w", err)
 	}
-	g := &gossipNet{NetTransport: nt, t: t, packets: make(chan *memberlist.Packet),
+	g := &gossipNet{NetTransport: nt, t: t, held: map[string]*heldDeaths{}, packets: make(chan *memberlist.Packet),
 		done: make(chan struct{}), stopped: make(chan struct{})}
 	g.wg.Go(g.filter)
 	return g, nil
@@ -158,6 +165,9 @@ func (g *gossipNet) filter() {
 				g.t.refuseRevoked(name, p.From.String())
 				continue
 			}
+		}
+		if g.screen(p) {
+			continue
 		}
 		select {
 		case g.packets <- p:

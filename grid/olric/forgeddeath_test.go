@@ -67,6 +67,11 @@ func TestForgedDeathIgnored(t *testing.T) {
 	if unlisted > 0 || unrouted > 0 {
 		t.Errorf("the judges took the gossip key's word that %s is dead: unlisted in %d of 500 looks, unrouted in %d", accused.Name(), unlisted, unrouted)
 	}
+	for _, j := range judges {
+		if n := j.trust.net.refusedDeaths.Load(); n == 0 {
+			t.Errorf("%s refused no death: the forged ones never reached its check", j.Name())
+		}
+	}
 	// Whatever the membership did meanwhile, no bucket may forget what was
 	// drawn from it: wait until all three read each other again.
 	waitFor(t, "the judges route to the accused again", 60*time.Second, func() bool { return stable(ms) })
