@@ -104,6 +104,22 @@
 // most 16 such lines a minute in all, so a holder of the gossip key cannot
 // flood the log; the next line logged says how many were suppressed.
 //
+// A death needs a proof too. memberlist believes a suspect or dead message
+// from anyone who holds the gossip key, so the gossip transport holds such
+// a message about a member this member counts alive until its own check
+// of that member failed: its ping (gossip's, to the address this member
+// knows) unanswered within ProbeTimeout, or, for a leave (a member's dead
+// message about itself), the member saying on its owner channel, with the
+// identity question's proofs, that it is leaving. A death the accused
+// answers is dropped. So a packet from any address, the key alone or with
+// it a member's name as sender, takes no living member out of the others'
+// member list (TestForgedDeathIgnored); a real crash costs each survivor at
+// most one ProbeTimeout more, for the first death or suspicion it hears of
+// (its own probes go on as before). Not checked: a periodic state sync over
+// TCP (push-pull), which memberlist takes without asking any delegate; a
+// member listed there as left is taken out at once, one listed dead or
+// suspect is suspected.
+//
 // Around that root, each port has its own defence:
 //
 //   - The owner channel runs mutual TLS 1.3: both ends present a
