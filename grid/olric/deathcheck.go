@@ -1,6 +1,7 @@
 package olric
 
 import (
+	"bufio"
 	"bytes"
 	"compress/lzw"
 	"context"
@@ -47,9 +48,16 @@ import (
 // each of them (TestCrash, TestCrashWindow). The checks of a member run one
 // at a time per accused, with at most maxHeld messages held per accused.
 //
-// What this leaves open: a periodic state sync over TCP (push-pull) that
-// lists a member as left is taken by memberlist as the member's own leave;
-// gossipNet does not open streams.
+// A state sync over TCP (memberlist's push-pull, periodic or a join)
+// carries no death: memberlist takes a member it lists as left as the
+// member's own leave, and one it lists as dead or suspect as suspected,
+// without asking any delegate, and a sync cannot be held while its sender
+// waits for the answer. So gossipNet opens the first message of every
+// gossip stream, accepted or dialled, and sets to 0 the incarnation of
+// every member a sync lists as not alive, this member excepted (so that it
+// still refutes its own death, which ends a split): memberlist ignores
+// such a record as older than what it knows. A real death reaches the
+// others by their own probes and by the packets above.
 
 // maxHeld bounds the messages held per accused member while it is checked.
 const maxHeld = 64
@@ -97,7 +105,7 @@ func (g *gossipNet) screen(p *memberlist.Packet) bool {
 	if err != nil {
 		return false // memberlist drops it
 	}
-	plain, sealed := g.open(buf, label)
+	plain, sealed := g.open(buf, []byte(label))
 	parts, ok := splitMessages(plain, 0)
 	if !ok {
 		return true // beyond the bounds of what members send: dropped
@@ -147,11 +155,12 @@ func (g *gossipNet) screen(p *memberlist.Packet) bool {
 	return true
 }
 
-// open returns the plain text of a packet and whether it was sealed with
-// one of the gossip keys. Without keys every packet is plain; with keys, a
-// packet no key opens is returned as it came (memberlist drops it unless
-// it takes unsealed packets, so its deaths are screened as well).
-func (g *gossipNet) open(buf []byte, label string) ([]byte, bool) {
+// open returns the plain text of a packet (or a stream's message) sealed
+// with authenticated data ad and whether it was sealed with one of the
+// gossip keys. Without keys every packet is plain; with keys, a packet no
+// key opens is returned as it came (memberlist drops it unless it takes
+// unsealed packets, so its deaths are screened as well).
+func (g *gossipNet) open(buf, ad []byte) ([]byte, bool) {
 	kr := g.t.creds.keyring
 	if kr == nil {
 		return buf, true
@@ -169,7 +178,7 @@ func (g *gossipNet) open(buf []byte, label string) ([]byte, bool) {
 		if err != nil {
 			continue
 		}
-		plain, err := gcm.Open(nil, buf[1:1+nonceLen], buf[1+nonceLen:], []byte(label))
+		plain, err := gcm.Open(nil, buf[1:1+nonceLen], buf[1+nonceLen:], ad)
 		if err != nil {
 			continue
 		}
@@ -184,24 +193,33 @@ func (g *gossipNet) open(buf []byte, label string) ([]byte, bool) {
 	return buf, false
 }
 
-// seal seals msg as memberlist does (version 1, with the primary key).
+// seal seals msg as memberlist does a packet (version 1, with the
+// primary key).
 func (g *gossipNet) seal(msg []byte, label string) ([]byte, error) {
-	kr := g.t.creds.keyring
 	out := msg
-	if kr != nil {
-		block, err := aes.NewCipher(kr.GetPrimaryKey())
-		if err != nil {
+	if kr := g.t.creds.keyring; kr != nil {
+		var err error
+		if out, err = sealWith(kr.GetPrimaryKey(), nil, msg, []byte(label)); err != nil {
 			return nil, err
 		}
-		gcm, err := cipher.NewGCM(block)
-		if err != nil {
-			return nil, err
-		}
-		nonce := make([]byte, gcm.NonceSize())
-		rand.Read(nonce)
-		out = gcm.Seal(append([]byte{1}, nonce...), nonce, msg, []byte(label))
 	}
 	return memberlist.AddLabelHeaderToPacket(out, label)
+}
+
+// sealWith appends to dst msg sealed with key and authenticated data ad,
+// as memberlist's encryption version 1 does.
+func sealWith(key, dst, msg, ad []byte) ([]byte, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, gcm.NonceSize())
+	rand.Read(nonce)
+	return gcm.Seal(append(append(dst, 1), nonce...), nonce, msg, ad), nil
 }
 
 // deliver passes one message to memberlist as a packet of its own; false
@@ -368,3 +386,162 @@ func (t *guard) leaving(ctx context.Context, name string) (bool, error) {
 	}
 	return a.flags&trust.ProofFlagLeave != 0, nil
 }
+
+// Memberlist's stream framing (its net.go).
+const (
+	msgPushPull     = 6
+	msgEncrypt      = 10
+	msgLabel        = 244
+	maxPushState    = 20 << 20
+	syncStateAlive  = 0
+	streamHeaderLen = 5 // msgEncrypt and the sealed length
+)
+
+// screenConn is a gossip stream whose first message gossipNet screens
+// (see above) when memberlist first reads it.
+type screenConn struct {
+	net.Conn
+	g *gossipNet
+	r io.Reader
+}
+
+// Read implements net.Conn.
+func (c *screenConn) Read(b []byte) (int, error) {
+	if c.r == nil {
+		c.r = c.g.screenStream(c.Conn)
+	}
+	return c.r.Read(b)
+}
+
+// screenStream returns what memberlist reads from conn: its first message
+// with the deaths of a state sync taken out, then the rest as it comes.
+// Whatever is not a sealed state sync, or cannot be read, is passed on as
+// it came, for memberlist to judge.
+func (g *gossipNet) screenStream(conn net.Conn) io.Reader {
+	br := bufio.NewReader(conn)
+	var head []byte
+	var label []byte
+	if b, err := br.Peek(2); err == nil && b[0] == msgLabel {
+		if full, err := br.Peek(2 + int(b[1])); err == nil {
+			head = append(head, full...)
+			label = full[2:]
+			br.Discard(len(full))
+		}
+	}
+	kr := g.t.creds.keyring
+	b, err := br.Peek(streamHeaderLen)
+	if kr == nil || err != nil || b[0] != msgEncrypt {
+		return io.MultiReader(bytes.NewReader(head), br)
+	}
+	n := binary.BigEndian.Uint32(b[1:])
+	if n > maxPushState {
+		return io.MultiReader(bytes.NewReader(head), br)
+	}
+	frame := make([]byte, streamHeaderLen+int(n))
+	k, err := io.ReadFull(br, frame)
+	if err != nil {
+		return io.MultiReader(bytes.NewReader(head), bytes.NewReader(frame[:k]), br)
+	}
+	ad := append(append([]byte(nil), frame[:streamHeaderLen]...), label...)
+	plain, sealed := g.open(frame[streamHeaderLen:], ad)
+	if sealed {
+		if clean, ok := g.undead(plain); ok {
+			out := binary.BigEndian.AppendUint32([]byte{msgEncrypt}, uint32(len(clean)+1+12+16))
+			ad := append(append([]byte(nil), out...), label...)
+			if sealedOut, err := sealWith(kr.GetPrimaryKey(), out, clean, ad); err == nil {
+				frame = sealedOut
+			}
+		}
+	}
+	return io.MultiReader(bytes.NewReader(head), bytes.NewReader(frame), br)
+}
+
+// undead returns the plain text of a stream's first message with the
+// incarnation of every member a state sync lists as not alive, this one
+// excepted, set to 0, and whether it changed anything.
+func (g *gossipNet) undead(plain []byte) ([]byte, bool) {
+	if len(plain) > 0 && plain[0] == msgCompress {
+		parts, ok := splitMessages(plain, 0)
+		if !ok || len(parts) != 1 {
+			return nil, false
+		}
+		plain = parts[0]
+	}
+	if len(plain) == 0 || plain[0] != msgPushPull {
+		return nil, false
+	}
+	out := append([]byte(nil), plain...)
+	body := out[1:]
+	r := bytes.NewReader(body)
+	dec := msgpack.NewDecoder(r)
+	var h struct {
+		Nodes int `msgpack:"Nodes"`
+	}
+	if dec.Decode(&h) != nil {
+		return nil, false
+	}
+	changed := false
+	for range h.Nodes {
+		fields, err := dec.DecodeMapLen()
+		if err != nil {
+			return nil, false
+		}
+		var name string
+		state, incAt, incEnd := int64(syncStateAlive), -1, -1
+		for range fields {
+			key, err := dec.DecodeString()
+			if err != nil {
+				return nil, false
+			}
+			switch key {
+			case "Name":
+				name, err = dec.DecodeString()
+			case "State":
+				state, err = dec.DecodeInt64()
+			case "Incarnation":
+				incAt = len(body) - r.Len()
+				err = dec.Skip()
+				incEnd = len(body) - r.Len()
+			default:
+				err = dec.Skip()
+			}
+			if err != nil {
+				return nil, false
+			}
+		}
+		if state == syncStateAlive || name == g.t.m.name || incAt < 0 {
+			continue
+		}
+		// The same length, so the rest stays in place: a positive
+		// fixint becomes 0, a wider integer keeps its width with every
+		// byte 0.
+		if c := body[incAt]; c < 0x80 {
+			body[incAt] = 0
+		} else {
+			clear(body[incAt+1 : incEnd])
+		}
+		changed = true
+	}
+	return out, changed
+}
+
+// accept wraps the streams the transport accepted.
+func (g *gossipNet) accept() {
+	in := g.NetTransport.StreamCh()
+	for {
+		var c net.Conn
+		select {
+		case <-g.stopped:
+			return
+		case c = <-in:
+		}
+		select {
+		case g.streams <- &screenConn{Conn: c, g: g}:
+		case <-g.done:
+			c.Close()
+		}
+	}
+}
+
+// StreamCh implements memberlist.Transport: the accepted streams, screened.
+func (g *gossipNet) StreamCh() <-chan net.Conn { return g.streams }

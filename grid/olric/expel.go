@@ -124,6 +124,7 @@ type gossipNet struct {
 	// begins, stopped once the transport's listeners ended, and wg waits
 	// for filter.
 	packets       chan *memberlist.Packet
+	streams       chan net.Conn // the accepted streams, screened (deathcheck.go)
 	done, stopped chan struct{}
 	wg            sync.WaitGroup
 	once          sync.Once
@@ -140,9 +141,10 @@ func (t *guard) newGossipNet() (*gossipNet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucketgrid/olric: gossip: %w", err)
 	}
-	g := &gossipNet{NetTransport: nt, t: t, held: map[string]*heldDeaths{}, packets: make(chan *memberlist.Packet),
+	g := &gossipNet{NetTransport: nt, t: t, held: map[string]*heldDeaths{}, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn),
 		done: make(chan struct{}), stopped: make(chan struct{})}
 	g.wg.Go(g.filter)
+	g.wg.Go(g.accept)
 	return g, nil
 }
 
@@ -211,7 +213,11 @@ func (g *gossipNet) DialTimeout(addr string, d time.Duration) (net.Conn, error) 
 	if err := g.refuse("tcp", "dial", addr); err != nil {
 		return nil, err
 	}
-	return g.NetTransport.DialTimeout(addr, d)
+	c, err := g.NetTransport.DialTimeout(addr, d)
+	if err != nil {
+		return nil, err
+	}
+	return &screenConn{Conn: c, g: g}, nil
 }
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport.
@@ -219,7 +225,11 @@ func (g *gossipNet) DialAddressTimeout(a memberlist.Address, d time.Duration) (n
 	if err := g.refuse("tcp", "dial", a.Addr); err != nil {
 		return nil, err
 	}
-	return g.NetTransport.DialAddressTimeout(a, d)
+	c, err := g.NetTransport.DialAddressTimeout(a, d)
+	if err != nil {
+		return nil, err
+	}
+	return &screenConn{Conn: c, g: g}, nil
 }
 
 // Shutdown implements memberlist.Transport; it may be called more than
