@@ -115,10 +115,13 @@
 // it a member's name as sender, takes no living member out of the others'
 // member list (TestForgedDeathIgnored); a real crash costs each survivor at
 // most one ProbeTimeout more, for the first death or suspicion it hears of
-// (its own probes go on as before). Not checked: a periodic state sync over
-// TCP (push-pull), which memberlist takes without asking any delegate; a
-// member listed there as left is taken out at once, one listed dead or
-// suspect is suspected.
+// (its own probes go on as before). A state sync over TCP (push-pull),
+// which memberlist takes without asking any delegate, carries no death:
+// the transport sets to 0 the incarnation of every member a sync lists as
+// left, dead or suspect, this member excepted (it still refutes its own
+// death, which ends a split), and memberlist ignores such a record as
+// older than what it knows. Deaths reach a member only in packets, held as
+// above, and by its own probes.
 //
 // Around that root, each port has its own defence:
 //

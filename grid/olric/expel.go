@@ -34,12 +34,10 @@ import (
 //     messages reached them (the Alive delegate vets only alive records),
 //     a member it declared dead was declared dead by the others too, and
 //     its partitions moved away and back with buckets that forgot
-//     consumption (TestRevokedGossipIgnored). What it cannot drop: a
-//     periodic state sync over TCP (memberlist asks no delegate about
-//     one, and its connection comes from no known address), in which a
-//     death is only a suspicion, for the accused to refute; the holder
-//     syncs only with members it counts alive, and it stops counting
-//     them once its probes of them fail.
+//     consumption (TestRevokedGossipIgnored). A periodic state sync over
+//     TCP, which memberlist asks no delegate about and whose connection
+//     comes from no known address, carries no death at all
+//     (deathcheck.go).
 
 // logf writes a line to Config.LogOutput.
 func (m *Member) logf(format string, args ...any) {
