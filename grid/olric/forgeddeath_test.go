@@ -1,6 +1,8 @@
 package olric
 
 import (
+	"bytes"
+	"compress/lzw"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -19,7 +21,7 @@ import (
 // Password), sealed with the key from a fresh address, that the third
 // member is dead, 50 times in 5 s with incarnations higher than any the
 // members know, while all three draw tokens: in gossip packets (dead
-// messages), and in state syncs over TCP (push-pull) that list the member
+// messages, plain and compressed), and in state syncs over TCP (push-pull) that list the member
 // as left. Before, memberlist took each death as any member's: the accused
 // member was taken out of the others' member list until it refuted, its
 // partitions moved away and back, and checks failed and buckets lost their
@@ -35,6 +37,7 @@ func TestForgedDeathIgnored(t *testing.T) {
 		send func(t *testing.T, key []byte, judge, accused *Member, inc uint32)
 	}{
 		{"packet", sendForgedDeath},
+		{"compressed packet", sendForgedCompressedDeath},
 		{"state sync", sendForgedLeaveSync},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,6 +94,51 @@ func sendForgedDeath(t *testing.T, key []byte, judge, accused *Member, inc uint3
 	// From names a member, as a real death's does: the attacker has read
 	// the member list.
 	pkt := gossipPacket(t, key, gossipDead, accused.Name(), judge.Name(), inc)
+	a, err := net.ResolveUDPAddr("udp", memberlistAddr(judge.cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteTo(pkt, a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendForgedCompressedDeath is sendForgedDeath with the dead message in a
+// compound message, compressed as memberlist compresses its packets (LZW,
+// the buffer a msgpack raw string).
+func sendForgedCompressedDeath(t *testing.T, key []byte, judge, accused *Member, inc uint32) {
+	t.Helper()
+	str := func(b []byte, s string) []byte { return append(append(b, 0xd9, byte(len(s))), s...) }
+	msg := []byte{gossipDead, 0x83}
+	msg = str(msg, "Incarnation")
+	msg = binary.BigEndian.AppendUint32(append(msg, 0xce), inc)
+	msg = str(str(msg, "Node"), accused.Name())
+	msg = str(str(msg, "From"), judge.Name())
+	compound := binary.BigEndian.AppendUint16([]byte{7, 1}, uint16(len(msg))) // 7: compoundMsg
+	compound = append(compound, msg...)
+	var lz bytes.Buffer
+	w := lzw.NewWriter(&lz, lzw.LSB, 8)
+	w.Write(compound)
+	w.Close()
+	plain := []byte{9, 0x82, 0xa4, 'A', 'l', 'g', 'o', 0, 0xa3, 'B', 'u', 'f', 0xda} // 9: compressMsg
+	plain = binary.BigEndian.AppendUint16(plain, uint16(lz.Len()))
+	plain = append(plain, lz.Bytes()...)
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := make([]byte, gcm.NonceSize())
+	rand.Read(nonce)
+	pkt := gcm.Seal(append([]byte{1}, nonce...), nonce, plain, nil)
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	a, err := net.ResolveUDPAddr("udp", memberlistAddr(judge.cfg))
 	if err != nil {
 		t.Fatal(err)
