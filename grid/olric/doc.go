@@ -122,7 +122,7 @@
 // in packets, held as above, and by its own probes, which go on unchanged:
 // a crash is declared as before (TestCrashWindow, 3 runs of both profiles
 // on 2026-12-07: a crashed member's key unavailable 376-503 ms; on the
-// code before 400-512 ms, and 1.6-1.7 s in a fourth run).
+// code before, 400-512 ms in one run and 1.6-1.7 s in another).
 //
 // Around that root, each port has its own defence:
 //
