@@ -340,12 +340,17 @@ func (g *gossipNet) check(name, addr string) {
 		}
 		return
 	}
-	g.refusedDeaths.Add(int64(len(d.msgs)))
-	from := ""
-	if len(d.msgs) > 0 && d.msgs[0].from != nil {
-		from = d.msgs[0].from.String()
+	n := g.refusedDeaths.Add(int64(len(d.msgs)))
+	// Logged at most once a RefusalLogEvery, so that a holder of the key
+	// cannot flood the log.
+	now, last := g.t.m.mono(), g.deathLogAt.Load()
+	if (last == 0 || now-last >= int64(trust.RefusalLogEvery)) && g.deathLogAt.CompareAndSwap(last, now) {
+		from := "?"
+		if d.msgs[0].from != nil {
+			from = d.msgs[0].from.String()
+		}
+		g.t.m.logf("death or suspicion of %s from %s refused: it answered this member (%d refused so far)", name, from, n)
 	}
-	g.t.failedProof(name, from, fmt.Errorf("%w: death or suspicion of a member that answered this member", errUnproven))
 }
 
 // reach checks the member called name, at gossip address addr: nil when it

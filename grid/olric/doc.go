@@ -111,7 +111,9 @@
 // knows) unanswered within ProbeTimeout, or, for a leave (a member's dead
 // message about itself), the member saying on its owner channel, with the
 // identity question's proofs, that it is leaving. A death the accused
-// answers is dropped. A state sync over TCP (push-pull), which memberlist
+// answers is dropped, and logged to LogOutput at most once a minute:
+// "death or suspicion of N from A refused: it answered this member (K
+// refused so far)". A state sync over TCP (push-pull), which memberlist
 // takes without asking any delegate, carries no death: the transport sets
 // to 0 the incarnation of every member a sync lists as left, dead or
 // suspect, this member excepted (it still refutes its own death, which

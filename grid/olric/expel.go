@@ -113,10 +113,11 @@ type gossipNet struct {
 	t  *guard
 	ml atomic.Pointer[memberlist.Memberlist] // Olric's, once the member found it
 	// held holds, by accused member, the deaths and suspicions of a
-	// check under way; refusedDeaths counts those dropped (for tests).
+	// check under way; refusedDeaths counts those dropped.
 	mu            sync.Mutex
 	held          map[string]*heldDeaths
 	refusedDeaths atomic.Int64
+	deathLogAt    atomic.Int64 // when a refused death was last logged, m.mono nanoseconds
 	// packets carries the packets received but those from revoked
 	// nodes' gossip addresses (filter); done is closed when Shutdown
 	// begins, stopped once the transport's listeners ended, and wg waits

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,7 +44,9 @@ func TestForgedDeathIgnored(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSecrets(t)
 			secret := randomKey(t, 32)
+			logs := &syncBuffer{}
 			ms := startCluster(t, 3, func(c *Config) {
+				c.LogOutput = logs
 				c.ChannelSecret = secret
 				c.GossipKeys = [][]byte{s.gossip}
 				c.Password = s.password
@@ -72,6 +75,11 @@ func TestForgedDeathIgnored(t *testing.T) {
 			}
 			if unlisted > 0 || unrouted > 0 {
 				t.Errorf("the judges took the gossip key's word that %s is dead: unlisted in %d of 500 looks, unrouted in %d", accused.Name(), unlisted, unrouted)
+			}
+			// A refused death is logged, at most once a minute by each
+			// member: once by each judge in these 5 s.
+			if lines := strings.Count(logs.String(), " refused: it answered this member"); tc.name != "state sync" && (lines == 0 || lines > len(judges)) {
+				t.Errorf("%d lines log the refused deaths, want 1 to %d:\n%s", lines, len(judges), logs.String())
 			}
 			// Whatever the membership did meanwhile, no bucket may forget
 			// what was drawn from it: wait until all three read each
