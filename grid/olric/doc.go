@@ -104,28 +104,6 @@
 // most 16 such lines a minute in all, so a holder of the gossip key cannot
 // flood the log; the next line logged says how many were suppressed.
 //
-// A death needs a proof too. memberlist believes a suspect or dead message
-// from anyone who holds the gossip key, so the gossip transport holds such
-// a message about a member this member counts alive until its own check
-// of that member failed: its ping (gossip's, to the address this member
-// knows) unanswered within ProbeTimeout, or, for a leave (a member's dead
-// message about itself), the member saying on its owner channel, with the
-// identity question's proofs, that it is leaving. A death the accused
-// answers is dropped, and logged to LogOutput at most once a minute:
-// "death or suspicion of N from A refused: it answered this member (K
-// refused so far)". A state sync over TCP (push-pull), which memberlist
-// takes without asking any delegate, carries no death: the transport sets
-// to 0 the incarnation of every member a sync lists as left, dead or
-// suspect, this member excepted (it still refutes its own death, which
-// ends a split), and memberlist ignores such a record as older than what
-// it knows. So a holder of the key alone, from any address, takes no
-// living member out of the others' member list (TestForgedDeathIgnored;
-// README.md's "Trust model" has the figures). Deaths reach a member only
-// in packets, held as above, and by its own probes, which go on unchanged:
-// a crash is declared as before (TestCrashWindow, 3 runs of both profiles
-// on 2026-12-07: a crashed member's key unavailable 376-503 ms; on the
-// code before, 400-512 ms in one run and 1.6-1.7 s in another).
-//
 // Around that root, each port has its own defence:
 //
 //   - The owner channel runs mutual TLS 1.3: both ends present a

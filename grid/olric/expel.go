@@ -6,7 +6,6 @@ import (
 	"log"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -34,10 +33,12 @@ import (
 //     messages reached them (the Alive delegate vets only alive records),
 //     a member it declared dead was declared dead by the others too, and
 //     its partitions moved away and back with buckets that forgot
-//     consumption (TestRevokedGossipIgnored). A periodic state sync over
-//     TCP, which memberlist asks no delegate about and whose connection
-//     comes from no known address, carries no death at all
-//     (deathcheck.go).
+//     consumption (TestRevokedGossipIgnored). What it cannot drop: a
+//     periodic state sync over TCP (memberlist asks no delegate about
+//     one, and its connection comes from no known address), in which a
+//     death is only a suspicion, for the accused to refute; the holder
+//     syncs only with members it counts alive, and it stops counting
+//     them once its probes of them fail.
 
 // logf writes a line to Config.LogOutput.
 func (m *Member) logf(format string, args ...any) {
@@ -107,23 +108,15 @@ func (t *guard) refuseRevoked(name, addr string) {
 
 // gossipNet is memberlist's network transport sending nothing to the
 // gossip addresses of revoked nodes and taking in no packet from them (see
-// above), and holding deaths until they are checked (deathcheck.go).
+// above).
 type gossipNet struct {
 	*memberlist.NetTransport
-	t  *guard
-	ml atomic.Pointer[memberlist.Memberlist] // Olric's, once the member found it
-	// held holds, by accused member, the deaths and suspicions of a
-	// check under way; refusedDeaths counts those dropped.
-	mu            sync.Mutex
-	held          map[string]*heldDeaths
-	refusedDeaths atomic.Int64
-	deathLogAt    atomic.Int64 // when a refused death was last logged, m.mono nanoseconds
+	t *guard
 	// packets carries the packets received but those from revoked
 	// nodes' gossip addresses (filter); done is closed when Shutdown
 	// begins, stopped once the transport's listeners ended, and wg waits
 	// for filter.
 	packets       chan *memberlist.Packet
-	streams       chan net.Conn // the accepted streams, screened (deathcheck.go)
 	done, stopped chan struct{}
 	wg            sync.WaitGroup
 	once          sync.Once
@@ -140,10 +133,9 @@ func (t *guard) newGossipNet() (*gossipNet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucketgrid/olric: gossip: %w", err)
 	}
-	g := &gossipNet{NetTransport: nt, t: t, held: map[string]*heldDeaths{}, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn),
+	g := &gossipNet{NetTransport: nt, t: t, packets: make(chan *memberlist.Packet),
 		done: make(chan struct{}), stopped: make(chan struct{})}
 	g.wg.Go(g.filter)
-	g.wg.Go(g.accept)
 	return g, nil
 }
 
@@ -166,9 +158,6 @@ func (g *gossipNet) filter() {
 				g.t.refuseRevoked(name, p.From.String())
 				continue
 			}
-		}
-		if g.screen(p) {
-			continue
 		}
 		select {
 		case g.packets <- p:
@@ -212,11 +201,7 @@ func (g *gossipNet) DialTimeout(addr string, d time.Duration) (net.Conn, error) 
 	if err := g.refuse("tcp", "dial", addr); err != nil {
 		return nil, err
 	}
-	c, err := g.NetTransport.DialTimeout(addr, d)
-	if err != nil {
-		return nil, err
-	}
-	return &screenConn{Conn: c, g: g}, nil
+	return g.NetTransport.DialTimeout(addr, d)
 }
 
 // DialAddressTimeout implements memberlist.NodeAwareTransport.
@@ -224,11 +209,7 @@ func (g *gossipNet) DialAddressTimeout(a memberlist.Address, d time.Duration) (n
 	if err := g.refuse("tcp", "dial", a.Addr); err != nil {
 		return nil, err
 	}
-	c, err := g.NetTransport.DialAddressTimeout(a, d)
-	if err != nil {
-		return nil, err
-	}
-	return &screenConn{Conn: c, g: g}, nil
+	return g.NetTransport.DialAddressTimeout(a, d)
 }
 
 // Shutdown implements memberlist.Transport; it may be called more than

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -41,10 +40,6 @@ type membership struct {
 	// gossipIncarnation); nil until start found it, or if it cannot.
 	incarnation func() uint32
 	deaths      deaths // members proven dead by a refused connection (failover.go)
-	// leaving is set once this member leaves gossip gracefully: its
-	// identity answer says so, the proof the others ask for before they
-	// take its leave message (deathcheck.go).
-	leaving atomic.Bool
 
 	mu      sync.Mutex
 	seen    map[string]string    // member name → gossip address, for every member seen alive and not known to have left
@@ -249,7 +244,6 @@ func (ms *membership) leave(ctx context.Context) {
 	if timeout <= 0 {
 		return
 	}
-	ms.leaving.Store(true)
 	ms.ml.Leave(timeout)
 }
 

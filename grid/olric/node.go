@@ -93,8 +93,8 @@ func (n *node) restart(ctx context.Context, peers []string) error {
 	return nil
 }
 
-// config translates the member's configuration into Olric's. It binds
-// the gossip address (see gossipNet).
+// config translates the member's configuration into Olric's. With a
+// revocation list it binds the gossip address (see gossipNet).
 func (n *node) config(peers []string) (*olricconfig.Config, error) {
 	m := n.m
 	cfg := &m.cfg
@@ -117,12 +117,14 @@ func (n *node) config(peers []string) (*olricconfig.Config, error) {
 		oc.Client.Dialer = m.peers.dialOlric
 	}
 	m.members.failureDetection(oc.MemberlistConfig)
-	g, err := m.trust.newGossipNet()
-	if err != nil {
-		return nil, err
+	if m.trust.creds.store != nil && m.trust.creds.store.RevokedFile() != "" {
+		g, err := m.trust.newGossipNet()
+		if err != nil {
+			return nil, err
+		}
+		m.trust.net = g
+		oc.MemberlistConfig.Transport = g
 	}
-	m.trust.net = g
-	oc.MemberlistConfig.Transport = g
 	oc.Authentication = &olricconfig.Authentication{Password: m.trust.creds.password}
 	oc.Peers = peers
 	// Never form a new cluster when told to join one: Olric would after
@@ -274,8 +276,6 @@ func (n *node) start(ctx context.Context, peers []string) error {
 	if m.members.ml, err = olricMemberlist(n.db); err != nil {
 		return err
 	}
-	// Deaths and suspicions are checked from now on (deathcheck.go).
-	m.trust.net.ml.Store(m.members.ml)
 	m.members.incarnation, _ = gossipIncarnation(m.members.ml) // nil: every split's end hands everything over
 	if err := m.routing.refresh(ctx); err != nil {
 		if strings.Contains(err.Error(), "redis: client is closed") {

@@ -588,9 +588,6 @@ func (t *guard) serveIdentity(c net.Conn) {
 	if t.creds.keyring != nil {
 		flags |= trust.ProofFlagGossip
 	}
-	if m.members.leaving.Load() {
-		flags |= trust.ProofFlagLeave
-	}
 	if t.creds.password != "" {
 		flags |= trust.ProofFlagPw
 		out = append(out, flags)

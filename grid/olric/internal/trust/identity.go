@@ -19,7 +19,6 @@ const (
 	NonceLen        = 32
 	ProofFlagPw     = 1 // the member has Olric's Password
 	ProofFlagGossip = 2 // the member has GossipKeys
-	ProofFlagLeave  = 4 // the member is leaving the cluster gracefully
 )
 
 // Record is what a node says about itself: its Olric metadata and its
