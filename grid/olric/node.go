@@ -93,10 +93,6 @@ func (n *node) restart(ctx context.Context, peers []string) error {
 	return nil
 }
 
-// routingPushInterval is how often Olric's coordinator pushes its routing
-// table to every member even without a membership change (see config).
-const routingPushInterval = 5 * time.Second
-
 // config translates the member's configuration into Olric's. With a
 // revocation list it binds the gossip address (see gossipNet).
 func (n *node) config(peers []string) (*olricconfig.Config, error) {
@@ -156,15 +152,6 @@ func (n *node) config(peers []string) (*olricconfig.Config, error) {
 	// balancer run that finds nothing to move only counts the entries of
 	// the member's partitions.
 	oc.TriggerBalancerInterval = cfg.RoutingRefresh
-	// The coordinator computes the table at each membership change and
-	// pushes it to every member; a push that fails (the coordinator's push
-	// ran while gossip still listed a member just killed) leaves the
-	// members with the table from before until the next periodic push,
-	// Olric's default one minute later: in a CI run of cmd/bucketgrid's
-	// TestClusterSurvivesACrash, a survivor's key failed for 56.7 s after a
-	// kill, its checks held past every deadline. Pushing every
-	// routingPushInterval bounds such a stale table to that.
-	oc.RoutingTablePushInterval = routingPushInterval
 	// How long an Olric call waits for the member's first routing table.
 	// Start retries until JoinTimeout; and the balancer, which runs every
 	// RoutingRefresh, waits this long in a member that never got one (a

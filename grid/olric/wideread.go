@@ -17,10 +17,9 @@ import (
 // wideReadWindow is how long after a routing read changed a partition's
 // holders (owner, previous owners or backups) an owner that finds one of
 // its buckets absent asks every member's own storage for it before
-// creating it (readWide): twice Olric's default periodic routing-table
-// push (one minute), by which a member whose Olric missed a push has its
-// table again; the member pushes every routingPushInterval now, and the
-// window is kept.
+// creating it (readWide): twice Olric's periodic routing-table push
+// (Olric v0.7.4's default RoutingTablePushInterval, one minute), by which
+// a member whose Olric missed a push has its table again.
 const wideReadWindow = 2 * time.Minute
 
 // olricPeers holds connections to the members' Olric ports, by member
