@@ -21,6 +21,7 @@ package budget
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"net/http"
 	"slices"
@@ -132,6 +133,27 @@ type grant struct {
 	cancel context.CancelFunc
 	conn   *frameConn // the followed connection, and the stream on it
 	stream uint32
+
+	// The call's message as its stream's DATA frames are handed out, by
+	// the connection's reading goroutine alone: its prefix and the data
+	// bytes so far. arrived is set once they hold the whole message or
+	// the stream has ended.
+	msgHdr  [msgHdrLen]byte
+	nMsgHdr int
+	data    int64
+	arrived atomic.Bool
+}
+
+// received counts n more data bytes of the call's stream, end if its
+// END_STREAM came with them.
+func (g *grant) received(n int64, end bool) {
+	g.data += n
+	if g.arrived.Load() {
+		return
+	}
+	if end || g.nMsgHdr == msgHdrLen && g.data >= msgHdrLen+int64(binary.BigEndian.Uint32(g.msgHdr[1:])) {
+		g.arrived.Store(true)
+	}
 }
 
 func (g *grant) give(n int64) {
@@ -431,6 +453,16 @@ func Cut(ctx context.Context) <-chan struct{} {
 		return g.cut
 	}
 	return nil
+}
+
+// Arrived reports whether the first message of the call of ctx, on a
+// connection the budget follows, has been handed to gRPC in full, or its
+// stream ended before it: reading it waits for no more of the client's
+// bytes, only for gRPC's reading goroutine to pass on what it holds. It
+// reports false when it cannot tell (a call on any other connection).
+func Arrived(ctx context.Context) bool {
+	g, ok := ctx.Value(grantKey{}).(*grant)
+	return ok && g.arrived.Load()
 }
 
 type exhaustedKey struct{}
