@@ -138,22 +138,23 @@ type grant struct {
 	// the connection's reading goroutine alone: its prefix and the data
 	// bytes so far. arrived is set once they hold the whole message or
 	// the stream has ended.
-	msgHdr  [msgHdrLen]byte
-	nMsgHdr int
-	data    int64
-	arrived atomic.Bool
+	msgHdr   [msgHdrLen]byte
+	nMsgHdr  int
+	data     int64
+	complete bool        // handed out in full (the reading goroutine's)
+	arrived  atomic.Bool // and handled by gRPC (see frameConn.Read)
 }
 
 // received counts n more data bytes of the call's stream, end if its
-// END_STREAM came with them.
-func (g *grant) received(n int64, end bool) {
+// END_STREAM came with them, and reports whether that completed its
+// message (the first time only).
+func (g *grant) received(n int64, end bool) bool {
 	g.data += n
-	if g.arrived.Load() {
-		return
+	if g.complete {
+		return false
 	}
-	if end || g.nMsgHdr == msgHdrLen && g.data >= msgHdrLen+int64(binary.BigEndian.Uint32(g.msgHdr[1:])) {
-		g.arrived.Store(true)
-	}
+	g.complete = end || g.nMsgHdr == msgHdrLen && g.data >= msgHdrLen+int64(binary.BigEndian.Uint32(g.msgHdr[1:]))
+	return g.complete
 }
 
 func (g *grant) give(n int64) {
@@ -457,9 +458,12 @@ func Cut(ctx context.Context) <-chan struct{} {
 
 // Arrived reports whether the first message of the call of ctx, on a
 // connection the budget follows, has been handed to gRPC in full, or its
-// stream ended before it: reading it waits for no more of the client's
-// bytes, only for gRPC's reading goroutine to pass on what it holds. It
-// reports false when it cannot tell (a call on any other connection).
+// stream ended before it, and gRPC has since asked the connection for more
+// bytes, which it does only once it has passed on those it had: reading
+// the message then waits on nothing. It reports false when it cannot tell
+// (a call on any other connection) and while gRPC's reader has not come
+// back for more (a reader stopped by its throttle, as for a client that
+// does not read its answers, never makes a call's message arrived).
 func Arrived(ctx context.Context) bool {
 	g, ok := ctx.Value(grantKey{}).(*grant)
 	return ok && g.arrived.Load()

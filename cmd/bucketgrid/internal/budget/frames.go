@@ -42,16 +42,19 @@ type frameConn struct {
 	peer *peer.Peer // gRPC's peer of its calls, once a call found it (under b.followMu)
 
 	// read state, of the reading goroutine only
-	buf      []byte
-	r, w     int
-	rerr     error
-	preface  int
-	hdr      [frameHdrLen]byte
-	nhdr     int
-	left     int    // payload bytes of the current frame not handed out
-	seen     int    // payload bytes of the current frame handed out
-	pad      int    // the padding of the current DATA frame
-	cur      *grant // the call of the current DATA frame's stream (nil: none)
+	buf     []byte
+	r, w    int
+	rerr    error
+	preface int
+	hdr     [frameHdrLen]byte
+	nhdr    int
+	left    int    // payload bytes of the current frame not handed out
+	seen    int    // payload bytes of the current frame handed out
+	pad     int    // the padding of the current DATA frame
+	cur     *grant // the call of the current DATA frame's stream (nil: none)
+	// complete are the calls whose message was handed out in full since
+	// the last Read: gRPC has handled those bytes once it reads again.
+	complete []*grant
 	closeOne sync.Once
 
 	mu    sync.Mutex
@@ -133,6 +136,17 @@ func (c *frameConn) forget(stream uint32, g *grant) {
 // Read hands out the bytes read from the connection, never past the end
 // of the preface or of a frame's header or payload.
 func (c *frameConn) Read(p []byte) (int, error) {
+	// gRPC's reader asks for more bytes only once it has handled those
+	// it has (a frame is read and handled before the next is read): a
+	// message handed out whole before this call is now in its stream's
+	// buffer, and reading it waits on nothing. Not earlier: between
+	// reading a frame and handling it gRPC's reader can wait (its
+	// throttle, for a client that does not read its answers).
+	for i, g := range c.complete {
+		g.arrived.Store(true)
+		c.complete[i] = nil
+	}
+	c.complete = c.complete[:0]
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -231,7 +245,9 @@ func (c *frameConn) frameDone() {
 	if data > 0 {
 		g.grow(data)
 	}
-	g.received(data, c.hdr[4]&flagEnd != 0)
+	if g.received(data, c.hdr[4]&flagEnd != 0) {
+		c.complete = append(c.complete, g)
+	}
 }
 
 // Close closes the connection and stops following it; its calls give
