@@ -413,8 +413,9 @@ func (s *settings) resolveLog() error {
 	return errors.Join(errs...)
 }
 
-// defaultHeapFloor is -gc-heap-floor's default: see README.md, "Memory".
-const defaultHeapFloor = 64 << 20
+// defaultHeapFloor is -gc-heap-floor's default, chosen from measurement:
+// see README.md, "The garbage collector's floor".
+const defaultHeapFloor = 32 << 20
 
 // validateHeapFloor checks -gc-heap-floor: 0 (off), or at least Go's own
 // minimum heap, below which a floor would change nothing.
