@@ -26,8 +26,9 @@
 // /gc/gogc:percent (go_gc_gogc_percent in Prometheus) shows the percent in
 // force, not the operator's. The percent is reset on a finalizer the
 // collector runs after each cycle, so a cycle's goal comes from the percent
-// set after the one before it: a live heap that grows by more than the
-// floor within one cycle is collected late by one cycle.
+// set after the cycle before it: when the live heap jumps across the floor
+// (from well below it to well above, or back), one cycle runs at the
+// percent of the heap before the jump.
 package heapfloor
 
 import (
