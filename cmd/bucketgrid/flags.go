@@ -104,6 +104,7 @@ func (s *settings) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.MaxValued, "metrics-max-valued", 1000, "most rule labels holding client values (detailed_metric, value_to_metric, overrides) with series of their own: the most recently used; the others count under the rule path's .__other")
 	fs.DurationVar(&s.DrainGrace, "drain-grace", 5*time.Second, "at shutdown, how long health checks fail (gRPC NOT_SERVING, /healthcheck 500) while requests are still answered, before the listeners close: long enough for load balancers to see it")
 	fs.DurationVar(&s.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long requests in flight may take at shutdown, once the listeners close")
+	fs.Int64Var(&s.HeapFloor, "gc-heap-floor", defaultHeapFloor, "`bytes` of heap below which the garbage collector does not collect: it collects when the heap reaches the larger of this and GOGC's goal (2× the live heap at GOGC=100), so a small live heap is collected every few tens of MiB instead of every few; 0 leaves Go's own rule. GOGC=off turns it off; GOMEMLIMIT bounds it")
 	fs.BoolVar(&s.Version, "version", false, "print the version and exit")
 	fs.StringVar(&s.text.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&s.text.logFormat, "log-format", "text", "text or json")

@@ -30,6 +30,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/heapfloor"
 )
 
 func main() {
@@ -42,6 +44,9 @@ func main() {
 		fmt.Println(version())
 		return
 	}
+	// the process's GOGC is main's to set, not run's, which tests call in
+	// process
+	defer heapfloor.Start(uint64(cfg.HeapFloor))()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {

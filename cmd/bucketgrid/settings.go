@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/heapfloor"
 	"github.com/bucketgrid/bucketgrid/cmd/bucketgrid/internal/xds"
 	"github.com/bucketgrid/bucketgrid/policy"
 )
@@ -47,6 +48,7 @@ type settings struct {
 	RLQSAddr                  string
 	Degrade                   degradeFlags
 	Limits                    limitFlags
+	HeapFloor                 int64 // -gc-heap-floor: main keeps it (internal/heapfloor), the process's GOGC being main's to set
 
 	text textFlags // resolved by validate into the fields above
 }
@@ -186,6 +188,7 @@ func (s *settings) validate() error {
 		s.validateGrid(),
 		s.validateTLS(),
 		s.validateLimits(),
+		s.validateHeapFloor(),
 		s.resolveLog(),
 	)
 }
@@ -408,4 +411,17 @@ func (s *settings) resolveLog() error {
 		errs = append(errs, fmt.Errorf("-log-format %q: want text or json", s.text.logFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// defaultHeapFloor is -gc-heap-floor's default, chosen from measurement:
+// see README.md, "The garbage collector's floor".
+const defaultHeapFloor = 32 << 20
+
+// validateHeapFloor checks -gc-heap-floor: 0 (off), or at least Go's own
+// minimum heap, below which a floor would change nothing.
+func (s *settings) validateHeapFloor() error {
+	if s.HeapFloor != 0 && s.HeapFloor < heapfloor.MinHeap {
+		return fmt.Errorf("-gc-heap-floor %d: want 0 (Go's own rule) or at least %d bytes (Go's minimum heap: a lower floor changes nothing)", s.HeapFloor, heapfloor.MinHeap)
+	}
+	return nil
 }

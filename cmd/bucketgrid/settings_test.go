@@ -59,6 +59,8 @@ func TestValidateRefuses(t *testing.T) {
 		{[]string{"-grpc-window", "100"}, "-grpc-window 100"},
 		{[]string{"-grpc-max-connection-age", "-1s"}, "-grpc-max-connection-age"},
 		{[]string{"-http-idle-timeout", "0s"}, "-http-idle-timeout must be positive"},
+		{[]string{"-gc-heap-floor", "-1"}, "-gc-heap-floor -1"},
+		{[]string{"-gc-heap-floor", "1048576"}, "-gc-heap-floor 1048576: want 0"},
 		{[]string{"-log-level", "loud"}, "-log-level"},
 		{[]string{"-log-format", "xml"}, `-log-format "xml"`},
 	} {
