@@ -111,7 +111,14 @@ func TestFloorIsNoLeak(t *testing.T) {
 		t.Fatalf("heap goal %d MiB with a small live heap: want the floor, %d MiB", g/mib, floor)
 	}
 	keep := make([]byte, live*mib) // now live is above floor/2: 2× live is the goal
+	least := uint64(n / (live * 5 / 2))
 	got := collectionsOver(n)
+	for attempt := 2; got < least && attempt <= 3; attempt++ {
+		// a cycle whose marking a loaded machine kept from finishing
+		// spans more of the garbage: try again
+		t.Logf("attempt %d: %d collections over %d MiB", attempt-1, got, n)
+		got = collectionsOver(n)
+	}
 	// a cycle's live heap counts what was allocated while it marked: a
 	// cycle with no garbage being made shows the goal for live alone
 	runtime.GC()
@@ -119,7 +126,7 @@ func TestFloorIsNoLeak(t *testing.T) {
 	goal := heapGoal()
 	runtime.KeepAlive(keep)
 	t.Logf("live %d MiB, floor %d MiB: %d collections over %d MiB of garbage, goal %d MiB, GOGC %d", live, floor, got, n, goal/mib, gcPercent())
-	if least := uint64(n / (live * 5 / 2)); got < least {
+	if got < least {
 		t.Errorf("%d collections over %d MiB with %d MiB live: want at least %d (GOGC=100 collects every ~%d MiB)", got, n, live, least, live)
 	}
 	if most := uint64(2*live*mib*11/10 + 2*mib); goal > most {
@@ -180,13 +187,20 @@ func TestMemoryLimitWins(t *testing.T) {
 	operator(t, 100, limit*mib)
 	stop := Start(floor * mib)
 	defer stop()
+	least := uint64(n / limit)
 	got := collectionsOver(n)
+	for attempt := 2; got < least && attempt <= 3; attempt++ {
+		// as in TestFloorIsNoLeak: a cycle a loaded machine kept from
+		// finishing spans more of the garbage
+		t.Logf("attempt %d: %d collections over %d MiB", attempt-1, got, n)
+		got = collectionsOver(n)
+	}
 	goal := heapGoal()
 	t.Logf("GOMEMLIMIT %d MiB, floor %d MiB: %d collections over %d MiB, goal %d MiB", limit, floor, got, n, goal/mib)
 	if goal > limit*mib {
 		t.Errorf("heap goal %d MiB above GOMEMLIMIT %d MiB", goal/mib, limit)
 	}
-	if least := uint64(n / limit); got < least {
+	if got < least {
 		t.Errorf("%d collections over %d MiB under GOMEMLIMIT %d MiB: want at least %d", got, n, limit, least)
 	}
 }
