@@ -268,7 +268,7 @@ func (n *node) start(ctx context.Context, peers []string) error {
 	if err != nil {
 		return err
 	}
-	n.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel, leaveChannel)
+	n.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel, leaveChannel, repushChannel)
 	m.routing.lastEvent.Store(m.mono())
 	// Olric's memberlist exists once its routing table was read; with it
 	// the member heals splits and counts a quorum. Read the table again so
@@ -277,6 +277,9 @@ func (n *node) start(ctx context.Context, peers []string) error {
 		return err
 	}
 	m.members.incarnation, _ = gossipIncarnation(m.members.ml) // nil: every split's end hands everything over
+	if m.routing.stale.or, err = newOlricRouting(n.db); err != nil {
+		m.logf("%v: a member that misses a routing push waits for Olric's next one", err)
+	}
 	if err := m.routing.refresh(ctx); err != nil {
 		if strings.Contains(err.Error(), "redis: client is closed") {
 			// The same closed connection, met by the last read of start

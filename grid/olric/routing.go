@@ -134,6 +134,9 @@ type router struct {
 	// marks keeps each lost partition's loss inside the partition, for a
 	// member that never read it (lostmark.go).
 	marks lostMarks
+	// stale: whether this member's Olric routes by an older table than
+	// the coordinator's (repush.go).
+	stale stale
 }
 
 // init readies rt for member m, before m's first read.
@@ -380,6 +383,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	}
 	rtr.table.Store(nr)
 	rtr.marks.note(prev, nr)
+	rtr.staleTable(nr, m.mono())
 	m.exec.resync.kick()
 	if !nr.split {
 		m.shipJournal()
@@ -543,8 +547,11 @@ func (rt *router) events(ch <-chan *redis.Message) {
 			if !ok {
 				return
 			}
-			if msg.Channel == leaveChannel {
+			switch msg.Channel {
+			case leaveChannel:
 				m.members.forget(msg.Payload)
+			case repushChannel:
+				rt.repush()
 			}
 			rt.lastEvent.Store(m.mono())
 			rt.kick()

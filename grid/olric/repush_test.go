@@ -1,0 +1,146 @@
+package olric
+
+import (
+	"context"
+	"net"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/bucketgrid/bucketgrid/core"
+)
+
+// TestMissedRoutingPush is the shape a crash of Olric's coordinator
+// leaves: the member whose gossip declared it dead first becomes
+// coordinator and pushes its table at once, and another member whose
+// gossip still listed the killed one refuses that push (Olric accepts a
+// push only from the coordinator its own gossip names), so its Olric keeps
+// routing the partitions handed to it by the table before, until Olric's
+// next periodic push, a minute later. The test puts a member's Olric in
+// exactly that state (the partitions of 20 keys it owns routed, in its
+// Olric, to a member that no longer answers, as in the table before they
+// came to it) and
+// asserts what an operator is promised: every key answers again within
+// staleBound, and no bucket starts again full (the drained ones admit
+// nothing more).
+func TestMissedRoutingPush(t *testing.T) {
+	const staleBound = 10 * time.Second
+	ms := startCluster(t, 3, nil)
+	waitStable(t, ms)
+	ctx := context.Background()
+	coord := ""
+	infos, err := ms[0].node.client.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range infos {
+		if x.Coordinator {
+			coord = x.Name
+		}
+	}
+	var b, a *Member // b: not the coordinator, its Olric goes stale; a: another member
+	for _, m := range ms {
+		if m.Name() != coord && b == nil {
+			b = m
+		} else if a == nil {
+			a = m
+		}
+	}
+	cfg, err := core.NewConfig(core.Intervally(10, 10, 365*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := ownedKeys(b, "stale", 20)
+	drained := keys[:10]
+	for _, k := range drained {
+		resp, err := b.Execute(ctx, k, consumeReq(&cfg, 10))
+		if err != nil || !resp.Results[0].OK {
+			t.Fatalf("draining %s: %v %+v", k, err, resp)
+		}
+	}
+	or, err := newOlricRouting(b.node.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The killed member: Olric's record of a, renamed to an address no
+	// member listens on (a crashed process refuses connections).
+	other := reflect.New(olricMemberValue(t, or, a.Name(), b.cfg.PartitionCount).Type()).Elem()
+	other.Set(olricMemberValue(t, or, a.Name(), b.cfg.PartitionCount))
+	other.FieldByName("Name").SetString(net.JoinHostPort("127.0.0.1", strconv.Itoa(freeBase(t)+7)))
+	for _, k := range keys {
+		setOlricOwner(or, b.hash(k)%b.cfg.PartitionCount, other)
+	}
+	if !or.differs(b.routing.current().owners) {
+		t.Fatal("the injected table does not differ from the coordinator's")
+	}
+	fault := time.Now()
+	fixed := make(chan time.Duration, 1)
+	go func() {
+		for time.Since(fault) < 2*staleBound {
+			if !or.differs(b.routing.current().owners) {
+				fixed <- time.Since(fault)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	// Checks arrive through every member, as a service's would.
+	for i, k := range keys {
+		via := ms[i%len(ms)]
+		for {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			resp, err := via.Execute(cctx, k, consumeReq(&cfg, 1))
+			cancel()
+			if err == nil {
+				if i < len(drained) && resp.Results[0].OK {
+					t.Errorf("%s: drained before the fault, admitted again after it (its bucket started full)", k)
+				}
+				if i >= len(drained) && !resp.Results[0].OK {
+					t.Errorf("%s: a new key refused its first token", k)
+				}
+				break
+			}
+			if since := time.Since(fault); since > staleBound {
+				t.Fatalf("%s: still failing %v after the member's Olric went stale (bound %v): %v; asks %d, pushes %v, differs %v, owns %v, guard left %d",
+					k, since.Round(time.Millisecond), staleBound, err, b.routing.stale.asks.Load(), pushes(ms), or.differs(b.routing.current().owners), b.Owner(k) == b.Name(), b.routing.current().guardUntil[b.hash(k)%b.cfg.PartitionCount]-b.mono())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("every key answered %v after the fault (the member's Olric table agreed again after %v); asks %d, pushes %v",
+		time.Since(fault).Round(time.Millisecond), (<-fixed).Round(time.Millisecond), b.routing.stale.asks.Load(), pushes(ms))
+}
+
+// pushes lists the pushes each member made on an ask.
+func pushes(ms []*Member) []int64 {
+	var out []int64
+	for _, m := range ms {
+		out = append(out, m.routing.stale.pushes.Load())
+	}
+	return out
+}
+
+// olricMemberValue returns Olric's record (discovery.Member) of the member
+// called name, from a partition it owns in or's table.
+func olricMemberValue(t *testing.T, or *olricRouting, name string, n uint64) reflect.Value {
+	t.Helper()
+	byID := or.primary.MethodByName("PartitionByID")
+	for p := range n {
+		list := byID.Call([]reflect.Value{reflect.ValueOf(p)})[0].MethodByName("Owners").Call(nil)[0]
+		if list.Len() > 0 && list.Index(list.Len()-1).FieldByName("Name").String() == name {
+			return list.Index(list.Len() - 1)
+		}
+	}
+	t.Fatalf("%s owns no partition in Olric's table", name)
+	return reflect.Value{}
+}
+
+// setOlricOwner makes member (a discovery.Member) partition p's only owner
+// in or's table.
+func setOlricOwner(or *olricRouting, p uint64, member reflect.Value) {
+	part := or.primary.MethodByName("PartitionByID").Call([]reflect.Value{reflect.ValueOf(p)})[0]
+	list := reflect.MakeSlice(reflect.SliceOf(member.Type()), 1, 1)
+	list.Index(0).Set(member)
+	part.MethodByName("SetOwners").Call([]reflect.Value{list})
+}
