@@ -655,6 +655,23 @@
 // executions may outlive their callers; beyond that the owner refuses new
 // ones at once with an error rather than pile up goroutines.
 //
+// A member can miss the routing push of a crash: Olric's coordinator
+// pushes its table once per membership change, and a member refuses a push
+// from a coordinator its own gossip does not name yet (the killed member
+// was the coordinator, and the survivor that declared it dead first pushed
+// before the other did). Its Olric then keeps sending the partitions handed
+// to it to the dead member until Olric's next periodic push, a minute
+// later. Each routing read compares the table the member's Olric applies
+// with the coordinator's; after a second of disagreement the member asks
+// the coordinator, over Olric's pub/sub, to push again, and again every
+// second while it disagrees. TestMissedRoutingPush puts a member's Olric in
+// that state: every key answers again within the test's bound (without
+// the ask they fail until Olric's periodic push), and a bucket drained
+// before admits nothing after. Not covered: a stale table that routes a partition
+// to a living member whose Olric routes it back (a partition moved between
+// survivors) loops Olric's Gets between the two until its connection pools
+// are spent, and the push then waits for a connection too.
+//
 // # Token leases
 //
 // With Config.Leases.Enabled (every bucket) or Leases.Exact (only buckets
