@@ -119,9 +119,17 @@ type stale struct {
 // returned at now), whether this member's Olric still routes by an older
 // table, and asks the coordinator to push again once it has for staleAsk
 // (and every staleAsk while it still does). Only the refresher calls it.
+//
+// A crash is a split in this member's view until the dead member is
+// forgotten (membership.count keeps it known), and a crash of the
+// coordinator is when a push is missed: so a split whose every missing
+// member was proven dead (deaths) is checked too. A split with a member
+// not proven dead is not: the coordinator's push would wait on a member it
+// cannot reach while it holds its routing lock.
 func (rtr *router) staleTable(nr *routes, now int64) {
 	st := &rtr.stale
-	if st.or == nil || nr.split || !st.or.differs(nr.owners) {
+	crash := nr.split && rtr.m.members.deaths.allProvenSince(nr.absent, nr.splitSince)
+	if st.or == nil || nr.split && !crash || !st.or.differs(nr.owners) {
 		st.since = 0
 		return
 	}
