@@ -33,9 +33,14 @@ import (
 )
 
 // streamWorkers is the number of gRPC stream workers: requests in flight
-// up to which no request starts a goroutine. An idle worker costs its
-// stack (a few KiB).
-const streamWorkers = 256
+// up to which no request starts a goroutine. The workers take streams in
+// turn from one channel, and every garbage collection halves the stack of
+// each parked one, which its next check grows back: with 256 workers
+// runtime.copystack held 9–18 % of one instance's CPU on a hot descriptor,
+// with 64 1–7 % (docs/benchmarks.md). A request beyond them starts a
+// goroutine whose stack grows as a shrunk worker's does, so a burst past
+// 64 in flight costs what every request did with 256.
+const streamWorkers = 64
 
 // backendCloseTimeout bounds closing the backend at shutdown: for the grid,
 // waiting until every bucket has a copy on another member (up to 24 s: the

@@ -21,6 +21,7 @@ package budget
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"net/http"
 	"slices"
@@ -132,6 +133,28 @@ type grant struct {
 	cancel context.CancelFunc
 	conn   *frameConn // the followed connection, and the stream on it
 	stream uint32
+
+	// The call's message as its stream's DATA frames are handed out, by
+	// the connection's reading goroutine alone: its prefix and the data
+	// bytes so far. arrived is set once they hold the whole message or
+	// the stream has ended.
+	msgHdr   [msgHdrLen]byte
+	nMsgHdr  int
+	data     int64
+	complete bool        // handed out in full (the reading goroutine's)
+	arrived  atomic.Bool // and handled by gRPC (see frameConn.Read)
+}
+
+// received counts n more data bytes of the call's stream, end if its
+// END_STREAM came with them, and reports whether that completed its
+// message (the first time only).
+func (g *grant) received(n int64, end bool) bool {
+	g.data += n
+	if g.complete {
+		return false
+	}
+	g.complete = end || g.nMsgHdr == msgHdrLen && g.data >= msgHdrLen+int64(binary.BigEndian.Uint32(g.msgHdr[1:]))
+	return g.complete
 }
 
 func (g *grant) give(n int64) {
@@ -431,6 +454,19 @@ func Cut(ctx context.Context) <-chan struct{} {
 		return g.cut
 	}
 	return nil
+}
+
+// Arrived reports whether the first message of the call of ctx, on a
+// connection the budget follows, has been handed to gRPC in full, or its
+// stream ended before it, and gRPC has since asked the connection for more
+// bytes, which it does only once it has passed on those it had: reading
+// the message then waits on nothing. It reports false when it cannot tell
+// (a call on any other connection) and while gRPC's reader has not come
+// back for more (a reader stopped by its throttle, as for a client that
+// does not read its answers, never makes a call's message arrived).
+func Arrived(ctx context.Context) bool {
+	g, ok := ctx.Value(grantKey{}).(*grant)
+	return ok && g.arrived.Load()
 }
 
 type exhaustedKey struct{}

@@ -18,7 +18,9 @@ const (
 	frameData    = 0x0
 	frameHeaders = 0x1
 	frameCont    = 0x9
+	flagEnd      = 0x1 // END_STREAM
 	flagPadded   = 0x8
+	msgHdrLen    = 5 // a gRPC message's prefix: compressed flag, length (32 bits)
 	readBufLen   = 16 << 10
 )
 
@@ -28,7 +30,10 @@ const (
 // frame it is handling: when the tap runs for a call, the last frame
 // handed out is its HEADERS or CONTINUATION), and charges the data of each
 // DATA frame, its padding left out as gRPC drops it, to its stream's call
-// once the frame is handed out whole, before the server hands it on.
+// once the frame is handed out whole, before the server hands it on. It
+// reads the length of the call's message from the data's first bytes and
+// marks the call's message arrived (see Arrived) once its bytes, or its
+// stream's END_STREAM, are handed out.
 type frameConn struct {
 	net.Conn
 	b    *Budget
@@ -37,19 +42,23 @@ type frameConn struct {
 	peer *peer.Peer // gRPC's peer of its calls, once a call found it (under b.followMu)
 
 	// read state, of the reading goroutine only
-	buf      []byte
-	r, w     int
-	rerr     error
-	preface  int
-	hdr      [frameHdrLen]byte
-	nhdr     int
-	left     int // payload bytes of the current frame not handed out
-	seen     int // payload bytes of the current frame handed out
-	pad      int // the padding of the current DATA frame
+	buf     []byte
+	r, w    int
+	rerr    error
+	preface int
+	hdr     [frameHdrLen]byte
+	nhdr    int
+	left    int    // payload bytes of the current frame not handed out
+	seen    int    // payload bytes of the current frame handed out
+	pad     int    // the padding of the current DATA frame
+	cur     *grant // the call of the current DATA frame's stream (nil: none)
+	// complete are the calls whose message was handed out in full since
+	// the last Read: gRPC has handled those bytes once it reads again.
+	complete []*grant
 	closeOne sync.Once
 
 	mu    sync.Mutex
-	last  [2]uint32         // type and stream of the last frame handed out whole
+	last  [2]uint32         // type and stream of the last frame handed out whole (a DATA frame: from its header on)
 	calls map[uint32]*grant // the calls of the streams open, by stream
 }
 
@@ -127,6 +136,17 @@ func (c *frameConn) forget(stream uint32, g *grant) {
 // Read hands out the bytes read from the connection, never past the end
 // of the preface or of a frame's header or payload.
 func (c *frameConn) Read(p []byte) (int, error) {
+	// gRPC's reader asks for more bytes only once it has handled those
+	// it has (a frame is read and handled before the next is read): a
+	// message handed out whole before this call is now in its stream's
+	// buffer, and reading it waits on nothing. Not earlier: between
+	// reading a frame and handling it gRPC's reader can wait (its
+	// throttle, for a client that does not read its answers).
+	for i, g := range c.complete {
+		g.arrived.Store(true)
+		c.complete[i] = nil
+	}
+	c.complete = c.complete[:0]
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -164,7 +184,15 @@ func (c *frameConn) handOut(b []byte) {
 		c.nhdr += copy(c.hdr[c.nhdr:], b)
 		if c.nhdr == frameHdrLen {
 			c.left = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
-			c.seen, c.pad = 0, 0
+			c.seen, c.pad, c.cur = 0, 0, nil
+			if c.hdr[3] == frameData {
+				// found once per frame, not per piece handed out
+				stream := binary.BigEndian.Uint32(c.hdr[5:]) & (1<<31 - 1)
+				c.mu.Lock()
+				c.last = [2]uint32{frameData, stream}
+				c.cur = c.calls[stream]
+				c.mu.Unlock()
+			}
 			if c.left == 0 {
 				c.frameDone()
 			}
@@ -173,10 +201,27 @@ func (c *frameConn) handOut(b []byte) {
 		if c.seen == 0 && c.hdr[3] == frameData && c.hdr[4]&flagPadded != 0 {
 			c.pad = 1 + int(b[0])
 		}
+		if g := c.cur; g != nil && g.nMsgHdr < msgHdrLen {
+			c.msgPrefix(g, b)
+		}
 		c.seen += len(b)
 		if c.left -= len(b); c.left == 0 {
 			c.frameDone()
 		}
+	}
+}
+
+// msgPrefix copies to g's message prefix what b, the payload of the
+// current DATA frame from c.seen on, holds of the frame's data: its
+// padding (the length byte before, the padding after) left out.
+func (c *frameConn) msgPrefix(g *grant, b []byte) {
+	start := 0
+	if c.hdr[4]&flagPadded != 0 {
+		start = 1
+	}
+	end := c.seen + c.left - (c.pad - start)
+	if lo, hi := max(start, c.seen), min(end, c.seen+len(b)); lo < hi {
+		g.nMsgHdr += copy(g.msgHdr[g.nMsgHdr:], b[lo-c.seen:hi-c.seen])
 	}
 }
 
@@ -185,12 +230,23 @@ func (c *frameConn) handOut(b []byte) {
 func (c *frameConn) frameDone() {
 	typ, stream := c.hdr[3], binary.BigEndian.Uint32(c.hdr[5:])&(1<<31-1)
 	c.nhdr = 0
-	c.mu.Lock()
-	c.last = [2]uint32{uint32(typ), stream}
-	g := c.calls[stream]
-	c.mu.Unlock()
-	if data := int64(c.seen - c.pad); typ == frameData && g != nil && data > 0 {
+	if typ != frameData {
+		c.mu.Lock()
+		c.last = [2]uint32{uint32(typ), stream}
+		c.mu.Unlock()
+		return
+	}
+	g := c.cur
+	c.cur = nil
+	if g == nil {
+		return
+	}
+	data := int64(c.seen - c.pad)
+	if data > 0 {
 		g.grow(data)
+	}
+	if g.received(data, c.hdr[4]&flagEnd != 0) {
+		c.complete = append(c.complete, g)
 	}
 }
 

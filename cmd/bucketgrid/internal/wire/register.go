@@ -97,7 +97,11 @@ var errNoRoom = errors.New("no room in the budget for the request message")
 // while the budget has room for its bytes.
 func (h handler) recv(stream grpc.ServerStream, in *check) error {
 	cut := budget.Cut(stream.Context())
-	if h.readTimeout <= 0 && cut == nil {
+	if h.readTimeout <= 0 && cut == nil || budget.Arrived(stream.Context()) {
+		// Nothing to bound, or nothing to wait for: the message has come
+		// in full (Envoy sends it with the call's headers), so no
+		// goroutine and no timer. Its bytes are charged already: a cut
+		// they caused is answered once it is read (shouldRateLimit).
 		return stream.RecvMsg(in)
 	}
 	// RecvMsg cannot be interrupted: after a timeout it returns once the
