@@ -238,7 +238,7 @@ func childMain() int {
 // its gossip still named the killed coordinator (repush.go), for as long
 // as its gossip takes to catch up.
 func freezeOlricTable(m *Member, d time.Duration) <-chan struct{} {
-	or, err := newOlricRouting(m.node.db)
+	or, err := newOlricRouting(m.node.db, nil)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(1)

@@ -10,6 +10,9 @@ import (
 	"unsafe"
 
 	olricdb "github.com/olric-data/olric"
+	olricconfig "github.com/olric-data/olric/config"
+	"github.com/redis/go-redis/v9"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // repushChannel is the Olric pub/sub channel on which a member whose
@@ -39,13 +42,26 @@ const staleAsk = time.Second
 // member's Olric meanwhile sends the partitions the coordinator handed it
 // to the dead member, and every check of those keys fails.
 type olricRouting struct {
-	primary reflect.Value // *partitions.Partitions
-	update  reflect.Value // (*routingtable.RoutingTable).UpdateEagerly
+	rt        reflect.Value // *routingtable.RoutingTable
+	primary   reflect.Value // *partitions.Partitions
+	table     reflect.Value // RoutingTable.table: the coordinator's last computed table
+	discovery reflect.Value // *discovery.Discovery
+	// client is Olric's client configuration, for the push to one
+	// member (pushTo); nil where nothing pushes (tests).
+	client *olricconfig.Client
 }
 
+// updateRoutingCommand is Olric v0.7.4's internal command that pushes a
+// routing table to a member (protocol.Internal.UpdateRouting): arguments
+// the msgpack of the table and the coordinator's member ID. A member that
+// knows no such command answers with an error, never applies a guess.
+const updateRoutingCommand = "internal.node.updaterouting"
+
 // newOlricRouting finds db's routing table service; a layout that is not
-// Olric v0.7.4's is an error, never a guess.
-func newOlricRouting(db *olricdb.Olric) (*olricRouting, error) {
+// Olric v0.7.4's is an error, never a guess. client is Olric's client
+// configuration (Config.Client once Olric sanitized it), nil for a
+// routing that is only read.
+func newOlricRouting(db *olricdb.Olric, client *olricconfig.Client) (*olricRouting, error) {
 	rt, err := exposedField(reflect.ValueOf(db), "rt")
 	if err != nil {
 		return nil, err
@@ -54,31 +70,77 @@ func newOlricRouting(db *olricdb.Olric) (*olricRouting, error) {
 	if err != nil {
 		return nil, err
 	}
-	or := &olricRouting{primary: primary, update: rt.MethodByName("UpdateEagerly")}
+	table, err := exposedField(rt, "table")
+	if err != nil {
+		return nil, err
+	}
+	or := &olricRouting{rt: rt, primary: primary, table: table, client: client}
 	byID := primary.MethodByName("PartitionByID")
-	if !or.update.IsValid() || or.update.Type().NumIn() != 0 || !byID.IsValid() ||
-		byID.Type().NumIn() != 1 || byID.Type().In(0).Kind() != reflect.Uint64 {
-		return nil, errors.New("bucketgrid/olric: Olric's routing table is not v0.7.4's (UpdateEagerly, PartitionByID)")
+	if !byID.IsValid() || byID.Type().NumIn() != 1 || byID.Type().In(0).Kind() != reflect.Uint64 {
+		return nil, errors.New("bucketgrid/olric: Olric's partitions are not v0.7.4's (PartitionByID)")
 	}
 	owners := byID.Type().Out(0).Elem()
 	m, ok := reflect.PointerTo(owners).MethodByName("Owners")
 	if !ok || m.Type.NumOut() != 1 || m.Type.Out(0).Kind() != reflect.Slice {
 		return nil, errors.New("bucketgrid/olric: Olric's partition has no Owners as in v0.7.4")
 	}
-	if f, ok := m.Type.Out(0).Elem().FieldByName("Name"); !ok || f.Type.Kind() != reflect.String {
-		return nil, errors.New("bucketgrid/olric: Olric's member has no Name as in v0.7.4")
+	member := m.Type.Out(0).Elem()
+	if !isOlricMember(member) {
+		return nil, errors.New("bucketgrid/olric: Olric's member has no Name and ID as in v0.7.4")
+	}
+	// The table: map[uint64]*route, route{Owners, Backups []discovery.Member}.
+	tt := table.Type()
+	if tt.Key().Kind() != reflect.Uint64 || tt.Elem().Kind() != reflect.Pointer || tt.Elem().Elem().Kind() != reflect.Struct ||
+		tt.Elem().Elem().NumField() != 2 {
+		return nil, errors.New("bucketgrid/olric: Olric's routing table is not v0.7.4's map of routes")
+	}
+	for _, name := range []string{"Owners", "Backups"} {
+		if f, ok := tt.Elem().Elem().FieldByName(name); !ok || f.Type != reflect.SliceOf(member) {
+			return nil, fmt.Errorf("bucketgrid/olric: Olric's route has no %s as in v0.7.4", name)
+		}
+	}
+	disc := rt.MethodByName("Discovery")
+	this := rt.MethodByName("This")
+	if !disc.IsValid() || disc.Type().NumIn() != 0 || disc.Type().NumOut() != 1 ||
+		!this.IsValid() || this.Type().NumIn() != 0 || this.Type().NumOut() != 1 || this.Type().Out(0) != member {
+		return nil, errors.New("bucketgrid/olric: Olric's routing table has no Discovery and This as in v0.7.4")
+	}
+	or.discovery = disc.Call(nil)[0]
+	isCoord := or.discovery.MethodByName("IsCoordinator")
+	find := or.discovery.MethodByName("FindMemberByName")
+	if !isCoord.IsValid() || isCoord.Type().NumIn() != 0 || isCoord.Type().NumOut() != 1 || isCoord.Type().Out(0).Kind() != reflect.Bool ||
+		!find.IsValid() || find.Type().NumIn() != 1 || find.Type().In(0).Kind() != reflect.String || find.Type().NumOut() != 2 ||
+		find.Type().Out(0) != member || find.Type().Out(1) != reflect.TypeFor[error]() {
+		return nil, errors.New("bucketgrid/olric: Olric's discovery has no IsCoordinator and FindMemberByName as in v0.7.4")
+	}
+	for _, name := range []string{"TryRLock", "RUnlock"} {
+		if !rt.MethodByName(name).IsValid() {
+			return nil, fmt.Errorf("bucketgrid/olric: Olric's routing table has no %s (its routing lock) as in v0.7.4", name)
+		}
 	}
 	return or, nil
 }
 
-// exposedField returns the field name of the struct v points to, usable
-// as an exported one (its methods callable).
+// isOlricMember reports whether t is laid out as Olric v0.7.4's
+// discovery.Member as far as this file reads it.
+func isOlricMember(t reflect.Type) bool {
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	name, ok := t.FieldByName("Name")
+	id, ok2 := t.FieldByName("ID")
+	return ok && ok2 && name.Type.Kind() == reflect.String && id.Type.Kind() == reflect.Uint64
+}
+
+// exposedField returns the field name (a pointer or a map) of the struct
+// v points to, usable as an exported one (its methods callable, its value
+// readable).
 func exposedField(v reflect.Value, name string) (reflect.Value, error) {
 	if v.Kind() != reflect.Pointer || v.IsNil() {
 		return reflect.Value{}, fmt.Errorf("bucketgrid/olric: Olric has no %s where v0.7.4 keeps it", name)
 	}
 	f := v.Elem().FieldByName(name)
-	if !f.IsValid() || f.Kind() != reflect.Pointer {
+	if !f.IsValid() || f.Kind() != reflect.Pointer && f.Kind() != reflect.Map {
 		return reflect.Value{}, fmt.Errorf("bucketgrid/olric: Olric has no field %s (not v0.7.4's layout)", name)
 	}
 	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem(), nil
@@ -153,22 +215,79 @@ func (rtr *router) staleTable(nr *routes, now int64) {
 	ps.Publish(ctx, repushChannel, m.name)
 }
 
-// repush pushes Olric's routing table to every member again, when this
-// member is the coordinator (Olric's UpdateEagerly does nothing on
-// another), one push at a time, off the caller's goroutine: the push holds
-// the coordinator's routing lock while it waits for each member's answer.
-func (rtr *router) repush() {
+// repushTimeout bounds the push to the asking member: the next ask comes
+// staleAsk later anyway.
+const repushTimeout = staleAsk
+
+// errNotPusher: this member does not answer the ask (it is not Olric's
+// coordinator in its own view, or it asked itself).
+var errNotPusher = errors.New("bucketgrid/olric: this member does not push the routing table to the asker")
+
+// pushTo pushes the table this member's Olric computed last, as Olric's
+// coordinator, to the member called asker alone, bounded by ctx. It holds
+// the routing lock only to encode the table, and only when it is free:
+// Olric holds that lock while it computes a table and pushes it to every
+// member, and waits meanwhile on any member that does not answer; such a
+// push carries the newest table to the asker too, or the asker asks again.
+// The asker's Olric checks the push as any other (verifyRoutingTable:
+// from the coordinator its gossip names, a whole table) and answers with
+// what it still holds of partitions it no longer owns; that answer is not
+// read (Olric's own push would add the asker to those partitions' owners
+// in the coordinator's table, until the asker's balancer moved them).
+func (or *olricRouting) pushTo(ctx context.Context, asker string) error {
+	this := or.rt.MethodByName("This").Call(nil)[0]
+	if !or.discovery.MethodByName("IsCoordinator").Call(nil)[0].Bool() || asker == this.FieldByName("Name").String() {
+		return errNotPusher
+	}
+	found := or.discovery.MethodByName("FindMemberByName").Call([]reflect.Value{reflect.ValueOf(asker)})
+	if !found[1].IsNil() {
+		return fmt.Errorf("bucketgrid/olric: %q asked for a routing push: not a member in this member's gossip: %w", asker, found[1].Interface().(error))
+	}
+	if !or.rt.MethodByName("TryRLock").Call(nil)[0].Bool() {
+		return errors.New("bucketgrid/olric: no routing push on an ask while Olric computes or pushes a table: the asker asks again")
+	}
+	n := or.table.Len()
+	data, err := msgpack.Marshal(or.table.Interface())
+	or.rt.MethodByName("RUnlock").Call(nil)
+	if err != nil {
+		return fmt.Errorf("bucketgrid/olric: encoding Olric's routing table: %w", err)
+	}
+	if n == 0 {
+		return errors.New("bucketgrid/olric: no routing push on an ask: Olric has computed no table yet")
+	}
+	opt := or.client.RedisOptions()
+	opt.Protocol = 2 // Olric's own connections to members speak RESP2
+	opt.Addr = asker
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = -1 // a push again is the next ask
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	cmd := redis.NewStringCmd(ctx, updateRoutingCommand, data, this.FieldByName("ID").Uint())
+	if err := rc.Process(ctx, cmd); err != nil {
+		return fmt.Errorf("bucketgrid/olric: pushing the routing table to %s: %w", asker, err)
+	}
+	return nil
+}
+
+// repush answers asker's ask: when this member is Olric's coordinator it
+// pushes its table to asker alone (pushTo), one push at a time, off the
+// caller's goroutine, within repushTimeout.
+func (rtr *router) repush(asker string) {
 	st := &rtr.stale
 	m := rtr.m
-	if st.or == nil || m.ctx.Err() != nil || !st.pushing.CompareAndSwap(false, true) {
+	if st.or == nil || st.or.client == nil || m.ctx.Err() != nil || !st.pushing.CompareAndSwap(false, true) {
 		return
 	}
 	m.wg.Go(func() {
 		defer st.pushing.Store(false)
-		if m.ctx.Err() != nil {
-			return
+		ctx, cancel := context.WithTimeout(m.ctx, repushTimeout)
+		defer cancel()
+		err := st.or.pushTo(ctx, asker)
+		switch {
+		case err == nil:
+			st.pushes.Add(1)
+		case !errors.Is(err, errNotPusher):
+			m.logf("%v", err)
 		}
-		st.pushes.Add(1)
-		st.or.update.Call(nil)
 	})
 }

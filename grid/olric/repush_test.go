@@ -61,7 +61,7 @@ func TestMissedRoutingPush(t *testing.T) {
 			t.Fatalf("draining %s: %v %+v", k, err, resp)
 		}
 	}
-	or, err := newOlricRouting(b.node.db)
+	or, err := newOlricRouting(b.node.db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -551,7 +551,7 @@ func (rt *router) events(ch <-chan *redis.Message) {
 			case leaveChannel:
 				m.members.forget(msg.Payload)
 			case repushChannel:
-				rt.repush()
+				rt.repush(msg.Payload)
 			}
 			rt.lastEvent.Store(m.mono())
 			rt.kick()
