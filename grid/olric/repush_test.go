@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bucketgrid/bucketgrid/core"
+	olricconfig "github.com/olric-data/olric/config"
 )
 
 // TestMissedRoutingPush is the shape a crash of Olric's coordinator
@@ -260,4 +261,45 @@ func TestCrashMissedPush(t *testing.T) {
 	for _, i := range []int{b, c} {
 		kids[i].send(t, "STOP")
 	}
+}
+
+// TestRoutingPushBounded: the push that answers an ask, sent to a member
+// whose process accepts the connection and then answers nothing (stopped,
+// or starved), ends when its context does, not when Olric's client
+// timeouts would (here a minute each), so that one asker never holds the
+// coordinator's answer to the next ask for longer than repushTimeout.
+func TestRoutingPushBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	client := olricconfig.NewClient()
+	client.DialTimeout, client.ReadTimeout, client.WriteTimeout = time.Minute, time.Minute, time.Minute
+	if err := client.Sanitize(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = pushTable(ctx, client, ln.Addr().String(), []byte("table"), 1)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("a push to a member that answers nothing succeeded")
+	}
+	// Far below the minute of the client's timeouts, far above the
+	// context's 100 ms: a loaded machine has room.
+	if took > 20*time.Second {
+		t.Fatalf("a push bounded by 100 ms took %v against a member that answers nothing (%v)", took, err)
+	}
+	t.Logf("ended after %v: %v", took.Round(time.Millisecond), err)
 }

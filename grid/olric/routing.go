@@ -591,14 +591,16 @@ const settlePoll = 20 * time.Millisecond
 // sends the fragment it was moving and then stops. Not covered: a member
 // the push failed to reach keeps the previous table, and its balancer
 // keeps moving to this member, until it asks the coordinator to push again
-// (after staleAsk of disagreement, repush.go; not while it is cut off from
-// a member not proven dead) or Olric's next periodic push (every minute),
-// either of which may come after this wait; an ask that reaches this
-// member while it settles, as coordinator, is read here and not answered;
-// and when the wait ends with ctx (the coordinator did not drop the member,
-// or could not be read), Olric shuts down as before this wait. A member that never found Olric's memberlist (a failed
-// start) waits only until routingSettle has passed since it started or
-// last heard of a cluster event.
+// (after staleAsk of disagreement, repush.go; not while its view counts a
+// split with a member not proven dead) and the coordinator, its Olric
+// routing lock free, pushes its table to that member alone, or until
+// Olric's next periodic push (every minute), either of which may come
+// after this wait; an ask that reaches this member while it settles, as
+// coordinator, is read here and not answered; and when the wait ends with
+// ctx (the coordinator did not drop the member, or could not be read),
+// Olric shuts down as before this wait. A member that never found Olric's
+// memberlist (a failed start) waits only until routingSettle has passed
+// since it started or last heard of a cluster event.
 func (rt *router) settle(ctx context.Context) {
 	m := rt.m
 	var events <-chan *redis.Message
