@@ -680,8 +680,7 @@
 // survivor's Olric on the table from before the kill for 5 s: the buckets
 // answer within 30 s of that end (before, a minute: the ask was skipped in
 // a split), and none whose data died with the killed member starts full.
-// TestNetKillsAfterPause's bound on a kill's window holds with the asks
-// answered. Not covered: a stale table that routes a partition to a living
+// Not covered: a stale table that routes a partition to a living
 // member whose Olric routes it back (a partition moved between survivors)
 // loops Olric's Gets between the two until their connection pools are
 // spent; the push to the asker comes on a connection of its own, but no
