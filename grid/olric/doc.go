@@ -655,6 +655,37 @@
 // executions may outlive their callers; beyond that the owner refuses new
 // ones at once with an error rather than pile up goroutines.
 //
+// A member can miss the routing push of a crash: Olric's coordinator
+// pushes its table once per membership change, and a member refuses a push
+// from a coordinator its own gossip does not name yet (the killed member
+// was the coordinator, and the survivor that declared it dead first pushed
+// before the other did). Its Olric then keeps sending the partitions handed
+// to it to the dead member until Olric's next periodic push, a minute
+// later. Each routing read compares the table the member's Olric applies
+// with the coordinator's; after a second of disagreement the member asks
+// the coordinator, over Olric's pub/sub, to push again, and again every
+// second while it disagrees; also while the member's view counts a split,
+// when every member missing from it was proven dead (a crash stays a split
+// in that view), not during a split with a member not proven dead. The
+// coordinator answers by sending the table it computed last to the asking
+// member alone, on a connection of its own, within a second; it reads that
+// table under Olric's routing lock only when the lock is free and holds it
+// during no push. Olric holds that lock while it computes a table and
+// pushes it to every member, waiting on any member that does not answer;
+// an ask meanwhile is not answered, and the member asks again a second
+// later. TestMissedRoutingPush puts a member's Olric in that state: every
+// key answers again within the test's bound (without the ask they fail
+// until Olric's periodic push), and a bucket drained before admits nothing
+// after. TestCrashMissedPush kills the coordinator's process and keeps a
+// survivor's Olric on the table from before the kill for 5 s: the buckets
+// answer within 30 s of that end (before, a minute: the ask was skipped in
+// a split), and none whose data died with the killed member starts full.
+// Not covered: a stale table that routes a partition to a living
+// member whose Olric routes it back (a partition moved between survivors)
+// loops Olric's Gets between the two until their connection pools are
+// spent; the push to the asker comes on a connection of its own, but no
+// test shows that it ends the loop.
+//
 // # Token leases
 //
 // With Config.Leases.Enabled (every bucket) or Leases.Exact (only buckets

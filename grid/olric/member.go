@@ -126,6 +126,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		m.cancel()
 		return nil, fmt.Errorf("bucketgrid/olric: owner channel: %w", err)
 	}
+	m.node.olricClient = oc.Client
 	if m.node.db, err = olricdb.New(oc); err != nil {
 		m.trust.closeNet()
 		m.channel.close()

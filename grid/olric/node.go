@@ -22,13 +22,16 @@ import (
 // the cluster's events, and how its start went. Start creates it, start
 // waits for it to join, restart replaces one whose start failed.
 type node struct {
-	m        *Member
-	db       *olricdb.Olric
-	client   *olricdb.EmbeddedClient
-	dm       olricdb.DMap
-	sub      *redis.PubSub
-	startErr chan error  // what Olric's Start returned (buffered: one)
-	joined   atomic.Bool // gossip saw another member
+	m  *Member
+	db *olricdb.Olric
+	// olricClient is Olric's client configuration, as Olric completed it
+	// in olricdb.New: a routing push on an ask dials with it (repush.go).
+	olricClient *olricconfig.Client
+	client      *olricdb.EmbeddedClient
+	dm          olricdb.DMap
+	sub         *redis.PubSub
+	startErr    chan error  // what Olric's Start returned (buffered: one)
+	joined      atomic.Bool // gossip saw another member
 	// others is set once gossip named another member, proven or not
 	// (NotifyAlive, NotifyMerge), and never cleared: its Olric may from
 	// then on hold buckets and lost marks this member did not write (see
@@ -89,7 +92,7 @@ func (n *node) restart(ctx context.Context, peers []string) error {
 		m.trust.closeNet()
 		return fmt.Errorf("bucketgrid/olric: %w", err)
 	}
-	n.db = db
+	n.db, n.olricClient = db, oc.Client
 	return nil
 }
 
@@ -268,7 +271,7 @@ func (n *node) start(ctx context.Context, peers []string) error {
 	if err != nil {
 		return err
 	}
-	n.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel, leaveChannel)
+	n.sub = ps.Subscribe(m.ctx, events.ClusterEventsChannel, leaveChannel, repushChannel)
 	m.routing.lastEvent.Store(m.mono())
 	// Olric's memberlist exists once its routing table was read; with it
 	// the member heals splits and counts a quorum. Read the table again so
@@ -277,6 +280,9 @@ func (n *node) start(ctx context.Context, peers []string) error {
 		return err
 	}
 	m.members.incarnation, _ = gossipIncarnation(m.members.ml) // nil: every split's end hands everything over
+	if m.routing.stale.or, err = newOlricRouting(n.db, n.olricClient); err != nil {
+		m.logf("%v: a member that misses a routing push waits for Olric's next one", err)
+	}
 	if err := m.routing.refresh(ctx); err != nil {
 		if strings.Contains(err.Error(), "redis: client is closed") {
 			// The same closed connection, met by the last read of start

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +73,9 @@ func childMain() int {
 		base.Peers = f[5:]
 	}
 	base.LeaveTimeout = 300 * time.Millisecond
+	if os.Getenv("CRASHSTALE_DEBUG") != "" {
+		base.LogOutput = os.Stderr
+	}
 	if f[4] == "test" {
 		base.RoutingRefresh, base.RoutingLease, base.HandoverGrace = 50*time.Millisecond, 400*time.Millisecond, 600*time.Millisecond
 	}
@@ -100,6 +104,7 @@ func childMain() int {
 	fmt.Println("READY")
 	cfg, _ := core.NewConfig(core.Intervally(sharedCapacity, sharedCapacity, time.Hour))
 	in := bufio.NewScanner(os.Stdin)
+	var thawed <-chan struct{} // FREEZE's end
 	for in.Scan() {
 		f := strings.Fields(in.Text())
 		switch f[0] {
@@ -208,11 +213,53 @@ func childMain() int {
 				time.Sleep(20 * time.Millisecond)
 			}
 			fmt.Println("STABLE")
+		case "COORD":
+			fmt.Println("COORD", coordinates(context.Background(), m.node.client, m.name))
+		case "FREEZE":
+			ms, _ := strconv.Atoi(f[1])
+			thawed = freezeOlricTable(m, time.Duration(ms)*time.Millisecond)
+			fmt.Println("FROZEN")
+		case "THAWED":
+			if thawed != nil {
+				<-thawed
+			}
+			fmt.Println("THAWED")
 		case "STOP":
 			return stopMember(m, 10*time.Second)
 		}
 	}
 	return 0
+}
+
+// freezeOlricTable keeps m's Olric routing by the table it applies now,
+// for d, whatever the coordinator pushes meanwhile (every partition's
+// owners set back every 5 ms), and returns a channel closed when d has
+// passed: the state of a member that refused a coordinator's push because
+// its gossip still named the killed coordinator (repush.go), for as long
+// as its gossip takes to catch up.
+func freezeOlricTable(m *Member, d time.Duration) <-chan struct{} {
+	or, err := newOlricRouting(m.node.db, nil)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	byID := or.primary.MethodByName("PartitionByID")
+	snap := make([]reflect.Value, m.cfg.PartitionCount)
+	for p := range snap {
+		list := byID.Call([]reflect.Value{reflect.ValueOf(uint64(p))})[0].MethodByName("Owners").Call(nil)[0]
+		snap[p] = reflect.MakeSlice(list.Type(), list.Len(), list.Len())
+		reflect.Copy(snap[p], list)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			for p := range snap {
+				byID.Call([]reflect.Value{reflect.ValueOf(uint64(p))})[0].MethodByName("SetOwners").Call([]reflect.Value{snap[p]})
+			}
+		}
+	}()
+	return done
 }
 
 // executeSettled executes req on key through m, retrying a failed

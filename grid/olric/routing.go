@@ -134,6 +134,9 @@ type router struct {
 	// marks keeps each lost partition's loss inside the partition, for a
 	// member that never read it (lostmark.go).
 	marks lostMarks
+	// stale: whether this member's Olric routes by an older table than
+	// the coordinator's (repush.go).
+	stale stale
 }
 
 // init readies rt for member m, before m's first read.
@@ -380,6 +383,7 @@ func (rtr *router) refresh(ctx context.Context) error {
 	}
 	rtr.table.Store(nr)
 	rtr.marks.note(prev, nr)
+	rtr.staleTable(nr, m.mono())
 	m.exec.resync.kick()
 	if !nr.split {
 		m.shipJournal()
@@ -543,8 +547,11 @@ func (rt *router) events(ch <-chan *redis.Message) {
 			if !ok {
 				return
 			}
-			if msg.Channel == leaveChannel {
+			switch msg.Channel {
+			case leaveChannel:
 				m.members.forget(msg.Payload)
+			case repushChannel:
+				rt.repush(msg.Payload)
 			}
 			rt.lastEvent.Store(m.mono())
 			rt.kick()
@@ -583,12 +590,17 @@ const settlePoll = 20 * time.Millisecond
 // member at once, and a balancer run that began under the previous table
 // sends the fragment it was moving and then stops. Not covered: a member
 // the push failed to reach keeps the previous table, and its balancer
-// keeps moving to this member, until the coordinator's next push (Olric
-// pushes every minute); and when the wait ends with ctx (the coordinator
-// did not drop the member, or could not be read), Olric shuts down as
-// before this wait. A member that never found Olric's memberlist (a failed
-// start) waits only until routingSettle has passed since it started or
-// last heard of a cluster event.
+// keeps moving to this member, until it asks the coordinator to push again
+// (after staleAsk of disagreement, repush.go; not while its view counts a
+// split with a member not proven dead) and the coordinator, its Olric
+// routing lock free, pushes its table to that member alone, or until
+// Olric's next periodic push (every minute), either of which may come
+// after this wait; an ask that reaches this member while it settles, as
+// coordinator, is read here and not answered; and when the wait ends with
+// ctx (the coordinator did not drop the member, or could not be read),
+// Olric shuts down as before this wait. A member that never found Olric's
+// memberlist (a failed start) waits only until routingSettle has passed
+// since it started or last heard of a cluster event.
 func (rt *router) settle(ctx context.Context) {
 	m := rt.m
 	var events <-chan *redis.Message
