@@ -129,6 +129,7 @@ type grant struct {
 	owner  owner
 	mu     sync.Mutex
 	held   int64
+	stop   func() bool   // unregisters the release at the context's end (see Done)
 	cut    chan struct{} // closed once cut
 	cancel context.CancelFunc
 	conn   *frameConn // the followed connection, and the stream on it
@@ -342,8 +343,21 @@ func (b *Budget) reserve(ctx context.Context, fc *frameConn, n int64, share *ato
 		return ctx, false, shared
 	}
 	g := &grant{b: b, share: share, owner: o, held: n, cut: make(chan struct{})}
-	context.AfterFunc(ctx, g.release)
+	g.stop = context.AfterFunc(ctx, g.release)
 	return context.WithValue(ctx, grantKey{}, g), true, false
+}
+
+// Done gives back at once what the request of ctx holds, instead of when
+// ctx ends, for a handler that is done with its request: a gRPC call whose
+// message it read in full (nothing of it waits in gRPC's buffers) and
+// answered. The release at ctx's end is dropped, and with it the goroutine
+// it would start. A handler that answered without reading its message must
+// not call it: the message holds its bytes until gRPC ends the stream. It
+// does nothing for a context without a reservation.
+func Done(ctx context.Context) {
+	if g, ok := ctx.Value(grantKey{}).(*grant); ok && g.stop() {
+		g.release()
+	}
 }
 
 // Settle lowers what the request of ctx holds to n bytes, once what it

@@ -311,3 +311,31 @@ func TestOnePeerLeavesRoomForOthers(t *testing.T) {
 		t.Fatalf("refusals %+v, want 5, all by a share", got)
 	}
 }
+
+// TestDoneGivesBackOnce: Done gives a request's bytes back at once, and
+// the release its context's end would have run (had it begun before Done
+// stopped it) gives nothing a second time: the budget holds exactly what
+// the calls still running hold.
+func TestDoneGivesBackOnce(t *testing.T) {
+	b := New(1 << 20)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held, ok, _ := b.reserve(ctx, nil, 4096, nil)
+	if !ok {
+		t.Fatal("4 KiB refused by an empty budget of 1 MiB")
+	}
+	other, cancelOther := context.WithCancel(context.Background())
+	defer cancelOther()
+	if _, ok, _ := b.reserve(other, nil, 1000, nil); !ok {
+		t.Fatal("1000 bytes refused")
+	}
+	Done(held)
+	if got := b.used.Load(); got != 1000 {
+		t.Fatalf("after Done: %d bytes held, want the other call's 1000", got)
+	}
+	held.Value(grantKey{}).(*grant).release() // the context's release, late
+	if got := b.used.Load(); got != 1000 {
+		t.Fatalf("after a second release: %d bytes held, want 1000", got)
+	}
+	Done(context.Background()) // no reservation: nothing happens
+}

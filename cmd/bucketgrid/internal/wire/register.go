@@ -86,7 +86,11 @@ func (h handler) shouldRateLimit(_ any, stream grpc.ServerStream) error {
 	if err != nil {
 		return err
 	}
-	return stream.SendMsg(resp)
+	err = stream.SendMsg(resp)
+	// The message was read whole and answered: the call's bytes go back
+	// now, not on a goroutine when gRPC ends the stream.
+	budget.Done(stream.Context())
+	return err
 }
 
 // errNoRoom is recv's error for a call whose message found no room in the
