@@ -213,17 +213,22 @@ func (ms *membership) healer() {
 // announceLeave tells the other members, on Olric's pub/sub, that this
 // member leaves gracefully, so that they stop counting it for a quorum.
 func (ms *membership) announceLeave(ctx context.Context) {
-	m := ms.m
-	if m.node.client == nil {
+	ms.m.node.announce(ctx, leaveChannel)
+}
+
+// announce publishes this member's name on Olric's pub/sub channel, within
+// 200 ms of ctx; a member whose Olric has no client yet says nothing.
+func (n *node) announce(ctx context.Context, channel string) {
+	if n.client == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	ps, err := m.node.client.NewPubSub()
+	ps, err := n.client.NewPubSub()
 	if err != nil {
 		return
 	}
-	ps.Publish(ctx, leaveChannel, m.name)
+	ps.Publish(ctx, channel, n.m.name)
 }
 
 // leave leaves gossip (Olric's memberlist) ahead of Olric's Shutdown,

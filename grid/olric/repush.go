@@ -44,6 +44,8 @@ const staleAsk = time.Second
 type olricRouting struct {
 	rt        reflect.Value // *routingtable.RoutingTable
 	primary   reflect.Value // *partitions.Partitions
+	byID      reflect.Value // primary's PartitionByID, found once
+	owners    reflect.Value // (*partitions.Partition).Owners, as a function of the partition
 	table     reflect.Value // RoutingTable.table: the coordinator's last computed table
 	discovery reflect.Value // *discovery.Discovery
 	// client is Olric's client configuration, for the push to one
@@ -84,6 +86,7 @@ func newOlricRouting(db *olricdb.Olric, client *olricconfig.Client) (*olricRouti
 	if !ok || m.Type.NumOut() != 1 || m.Type.Out(0).Kind() != reflect.Slice {
 		return nil, errors.New("bucketgrid/olric: Olric's partition has no Owners as in v0.7.4")
 	}
+	or.byID, or.owners = byID, m.Func
 	member := m.Type.Out(0).Elem()
 	if !isOlricMember(member) {
 		return nil, errors.New("bucketgrid/olric: Olric's member has no Name and ID as in v0.7.4")
@@ -150,13 +153,12 @@ func exposedField(v reflect.Value, name string) (reflect.Value, error) {
 // another owner than owners (a routing read of the coordinator's table)
 // for some partition whose owner owners knows.
 func (or *olricRouting) differs(owners []string) bool {
-	byID := or.primary.MethodByName("PartitionByID")
 	for p, o := range owners {
 		if o == "" {
 			continue
 		}
-		part := byID.Call([]reflect.Value{reflect.ValueOf(uint64(p))})[0]
-		list := part.MethodByName("Owners").Call(nil)[0]
+		part := or.byID.Call([]reflect.Value{reflect.ValueOf(uint64(p))})[0]
+		list := or.owners.Call([]reflect.Value{part})[0]
 		if list.Len() == 0 || list.Index(list.Len()-1).FieldByName("Name").String() != o {
 			return true
 		}
@@ -207,13 +209,7 @@ func (rtr *router) staleTable(nr *routes, now int64) {
 	m := rtr.m
 	m.logf("Olric on this member routes by a table older than the coordinator's for %v: asking the coordinator to push it again",
 		time.Duration(now-st.since).Round(time.Millisecond))
-	ctx, cancel := context.WithTimeout(m.ctx, 200*time.Millisecond)
-	defer cancel()
-	ps, err := m.node.client.NewPubSub()
-	if err != nil {
-		return
-	}
-	ps.Publish(ctx, repushChannel, m.name)
+	m.node.announce(m.ctx, repushChannel)
 }
 
 // repushTimeout bounds the push to the asking member: the next ask comes
